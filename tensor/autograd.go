@@ -140,7 +140,7 @@ func (t *Tensor) BackwardWith(grad *Tensor) error {
 	for leaf := range pending {
 		pass.leaves[leaf] = true
 	}
-	copy(t.accGrad(), grad.data)
+	addTo(t.accGrad(), grad.data) // a leaf root accumulates like any leaf
 	if t.node == nil { // t is itself a leaf
 		t.fireHooks(pass)
 	}

@@ -1,0 +1,49 @@
+package tensor
+
+import (
+	"fmt"
+
+	"github.com/gotrain/gotrain/internal/kernels"
+)
+
+// Linear returns x·wᵀ + b, PyTorch's linear layer: x is [..., in], w is
+// [out, in] and b is [out] or nil; the result is [..., out]. It is one GEMM
+// forward and up to three in backward (dx = g·w, dw = gᵀ·x, db = Σ rows g).
+func Linear(x, w, b *Tensor) *Tensor {
+	if w.Dim() != 2 || x.Dim() == 0 || x.shape[x.Dim()-1] != w.shape[1] {
+		panic(fmt.Sprintf("tensor: Linear: input %v does not match weight %v ([out, in])", x.shape, w.shape))
+	}
+	if b != nil && (b.Dim() != 1 || b.shape[0] != w.shape[0]) {
+		panic(fmt.Sprintf("tensor: Linear: bias %v does not match weight %v", b.shape, w.shape))
+	}
+	in, outF := w.shape[1], w.shape[0]
+	rows := len(x.data) / max(in, 1)
+	if in == 0 {
+		rows = numel(x.shape[:x.Dim()-1])
+	}
+	shape := append(append([]int(nil), x.shape[:x.Dim()-1]...), outF)
+	out := Zeros(shape...)
+	if b != nil {
+		kernels.AddBias(out.data, rows, b.data)
+	}
+	beta := float32(0)
+	if b != nil {
+		beta = 1
+	}
+	kernels.Sgemm(false, true, rows, outF, in, 1, x.data, in, w.data, in, beta, out.data, outF)
+	var inputs = []*Tensor{x, w}
+	if b != nil {
+		inputs = append(inputs, b)
+	}
+	return record(out, "linear", func(g []float32) {
+		if x.needsGrad() {
+			kernels.Sgemm(false, false, rows, in, outF, 1, g, outF, w.data, in, 1, x.accGrad(), in)
+		}
+		if w.needsGrad() {
+			kernels.Sgemm(true, false, outF, in, rows, 1, g, outF, x.data, in, 1, w.accGrad(), in)
+		}
+		if b.needsGrad() {
+			kernels.SumRows(b.accGrad(), g, rows)
+		}
+	}, inputs...)
+}

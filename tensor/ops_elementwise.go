@@ -1,0 +1,227 @@
+package tensor
+
+import (
+	"math"
+
+	"github.com/gotrain/gotrain/internal/kernels"
+)
+
+func addTo(dst, src []float32) { kernels.Add(dst, src) }
+
+// binary evaluates f elementwise over the broadcast of a and b. The
+// backward closure gets the output gradient, the broadcast shape and the
+// operands and must accumulate into their gradients.
+func binary(op string, a, b *Tensor, f func(x, y float32) float32) (*Tensor, []int) {
+	shape := broadcastShapes(op, a.shape, b.shape)
+	out := Zeros(shape...)
+	if len(a.data) == len(out.data) && len(b.data) == len(out.data) {
+		for i, x := range a.data {
+			out.data[i] = f(x, b.data[i])
+		}
+		return out, shape
+	}
+	od, ad, bd := out.data, a.data, b.data
+	forEachRun(shape, broadcastStrides(a.shape, shape), broadcastStrides(b.shape, shape),
+		func(o, ia, ib, n, sa, sb int) {
+			for k := 0; k < n; k++ {
+				od[o+k] = f(ad[ia+k*sa], bd[ib+k*sb])
+			}
+		})
+	return out, shape
+}
+
+// binaryGrad accumulates, for every output element, da(x, y, g) into a's
+// gradient and db(x, y, g) into b's (summing over broadcast dimensions).
+// A nil derivative or an operand that needs no gradient is skipped.
+func binaryGrad(g []float32, shape []int, a, b *Tensor, da, db func(x, y, g float32) float32) {
+	needA, needB := a.needsGrad() && da != nil, b.needsGrad() && db != nil
+	var ga, gb []float32
+	if needA {
+		ga = a.accGrad()
+	}
+	if needB {
+		gb = b.accGrad()
+	}
+	ad, bd := a.data, b.data
+	forEachRun(shape, broadcastStrides(a.shape, shape), broadcastStrides(b.shape, shape),
+		func(o, ia, ib, n, sa, sb int) {
+			for k := 0; k < n; k++ {
+				x, y, gv := ad[ia+k*sa], bd[ib+k*sb], g[o+k]
+				if needA {
+					ga[ia+k*sa] += da(x, y, gv)
+				}
+				if needB {
+					gb[ib+k*sb] += db(x, y, gv)
+				}
+			}
+		})
+}
+
+// Add returns a + b with broadcasting.
+func Add(a, b *Tensor) *Tensor {
+	out, shape := binary("Add", a, b, func(x, y float32) float32 { return x + y })
+	return record(out, "add", func(g []float32) {
+		if a.needsGrad() {
+			reduceInto(a.accGrad(), a.shape, g, shape)
+		}
+		if b.needsGrad() {
+			reduceInto(b.accGrad(), b.shape, g, shape)
+		}
+	}, a, b)
+}
+
+// Sub returns a − b with broadcasting.
+func Sub(a, b *Tensor) *Tensor {
+	out, shape := binary("Sub", a, b, func(x, y float32) float32 { return x - y })
+	return record(out, "sub", func(g []float32) {
+		if a.needsGrad() {
+			reduceInto(a.accGrad(), a.shape, g, shape)
+		}
+		if b.needsGrad() {
+			neg := make([]float32, len(g))
+			kernels.Axpy(-1, g, neg)
+			reduceInto(b.accGrad(), b.shape, neg, shape)
+		}
+	}, a, b)
+}
+
+// Mul returns a · b elementwise with broadcasting.
+func Mul(a, b *Tensor) *Tensor {
+	out, shape := binary("Mul", a, b, func(x, y float32) float32 { return x * y })
+	return record(out, "mul", func(g []float32) {
+		binaryGrad(g, shape, a, b,
+			func(_, y, g float32) float32 { return g * y },
+			func(x, _, g float32) float32 { return g * x })
+	}, a, b)
+}
+
+// Div returns a / b elementwise with broadcasting.
+func Div(a, b *Tensor) *Tensor {
+	out, shape := binary("Div", a, b, func(x, y float32) float32 { return x / y })
+	return record(out, "div", func(g []float32) {
+		binaryGrad(g, shape, a, b,
+			func(_, y, g float32) float32 { return g / y },
+			func(x, y, g float32) float32 { return -g * x / (y * y) })
+	}, a, b)
+}
+
+// unary applies f elementwise; df returns the input gradient from the input
+// x, the output y and the output gradient g.
+func unary(op string, x *Tensor, f func(float32) float32, df func(x, y, g float32) float32) *Tensor {
+	out := Zeros(x.shape...)
+	for i, v := range x.data {
+		out.data[i] = f(v)
+	}
+	return record(out, op, func(g []float32) {
+		gx := x.accGrad()
+		for i, gv := range g {
+			gx[i] += df(x.data[i], out.data[i], gv)
+		}
+	}, x)
+}
+
+// AddScalar returns x + s.
+func AddScalar(x *Tensor, s float32) *Tensor {
+	out := x.Clone()
+	for i := range out.data {
+		out.data[i] += s
+	}
+	return record(out, "add_scalar", func(g []float32) { addTo(x.accGrad(), g) }, x)
+}
+
+// MulScalar returns x · s.
+func MulScalar(x *Tensor, s float32) *Tensor {
+	out := x.Clone()
+	kernels.Scale(s, out.data)
+	return record(out, "mul_scalar", func(g []float32) { kernels.Axpy(s, g, x.accGrad()) }, x)
+}
+
+// Neg returns −x.
+func Neg(x *Tensor) *Tensor { return MulScalar(x, -1) }
+
+// Exp returns eˣ elementwise.
+func Exp(x *Tensor) *Tensor {
+	return unary("exp", x, func(v float32) float32 { return float32(math.Exp(float64(v))) },
+		func(_, y, g float32) float32 { return g * y })
+}
+
+// Log returns the natural logarithm elementwise.
+func Log(x *Tensor) *Tensor {
+	return unary("log", x, func(v float32) float32 { return float32(math.Log(float64(v))) },
+		func(x, _, g float32) float32 { return g / x })
+}
+
+// Sqrt returns √x elementwise.
+func Sqrt(x *Tensor) *Tensor {
+	return unary("sqrt", x, func(v float32) float32 { return float32(math.Sqrt(float64(v))) },
+		func(_, y, g float32) float32 { return g / (2 * y) })
+}
+
+// PowScalar returns xᵖ elementwise.
+func PowScalar(x *Tensor, p float32) *Tensor {
+	pp := float64(p)
+	return unary("pow", x, func(v float32) float32 { return float32(math.Pow(float64(v), pp)) },
+		func(x, _, g float32) float32 {
+			if p == 0 {
+				return 0
+			}
+			return g * p * float32(math.Pow(float64(x), pp-1))
+		})
+}
+
+// Tanh returns tanh(x) elementwise.
+func Tanh(x *Tensor) *Tensor {
+	return unary("tanh", x, func(v float32) float32 { return float32(math.Tanh(float64(v))) },
+		func(_, y, g float32) float32 { return g * (1 - y*y) })
+}
+
+// Sigmoid returns 1/(1+e⁻ˣ) elementwise, computed without overflow.
+func Sigmoid(x *Tensor) *Tensor {
+	return unary("sigmoid", x, sigmoid, func(_, y, g float32) float32 { return g * y * (1 - y) })
+}
+
+func sigmoid(v float32) float32 {
+	if v >= 0 {
+		return float32(1 / (1 + math.Exp(-float64(v))))
+	}
+	e := math.Exp(float64(v))
+	return float32(e / (1 + e))
+}
+
+// ReLU returns max(x, 0) elementwise.
+func ReLU(x *Tensor) *Tensor {
+	out := Zeros(x.shape...)
+	kernels.Relu(out.data, x.data)
+	return record(out, "relu", func(g []float32) {
+		kernels.ReluBackward(x.accGrad(), g, out.data)
+	}, x)
+}
+
+// GELU returns x·Φ(x) elementwise with the exact erf form (PyTorch's
+// default approximate='none').
+func GELU(x *Tensor) *Tensor {
+	return unary("gelu", x,
+		func(v float32) float32 {
+			f := float64(v)
+			return float32(0.5 * f * (1 + math.Erf(f/math.Sqrt2)))
+		},
+		func(x, _, g float32) float32 {
+			f := float64(x)
+			cdf := 0.5 * (1 + math.Erf(f/math.Sqrt2))
+			pdf := math.Exp(-0.5*f*f) / math.Sqrt(2*math.Pi)
+			return g * float32(cdf+f*pdf)
+		})
+}
+
+// Clamp limits every element to [lo, hi]. The gradient passes where
+// lo ≤ x ≤ hi, like PyTorch's.
+func Clamp(x *Tensor, lo, hi float32) *Tensor {
+	return unary("clamp", x,
+		func(v float32) float32 { return min(max(v, lo), hi) },
+		func(x, _, g float32) float32 {
+			if x >= lo && x <= hi {
+				return g
+			}
+			return 0
+		})
+}

@@ -1,0 +1,138 @@
+package tensor
+
+import "fmt"
+
+// Flatten returns a view of x with dimensions startDim.. merged into one,
+// sharing x's data (like torch.flatten(x, start_dim)).
+func Flatten(x *Tensor, startDim int) *Tensor {
+	if startDim < 0 {
+		startDim += len(x.shape)
+	}
+	if startDim < 0 || startDim > len(x.shape) {
+		panic(fmt.Sprintf("tensor: Flatten: start dim %d out of range for shape %v", startDim, x.shape))
+	}
+	if startDim == len(x.shape) { // flattening nothing appends no dimension
+		return x.Reshape(x.shape...)
+	}
+	shape := append(append([]int(nil), x.shape[:startDim]...), numel(x.shape[startDim:]))
+	return x.Reshape(shape...)
+}
+
+// Transpose returns the transpose of a 2-d tensor as a new tensor.
+func Transpose(x *Tensor) *Tensor {
+	if x.Dim() != 2 {
+		panic(fmt.Sprintf("tensor: Transpose needs a 2-d tensor, got %v", x.shape))
+	}
+	return Permute(x, 1, 0)
+}
+
+// Permute returns x with its dimensions reordered (out dim i is x's dim
+// perm[i]), materialised in a new tensor.
+func Permute(x *Tensor, perm ...int) *Tensor {
+	if len(perm) != len(x.shape) {
+		panic(fmt.Sprintf("tensor: Permute: %v is not a permutation of the dims of %v", perm, x.shape))
+	}
+	seen := make([]bool, len(perm))
+	shape := make([]int, len(perm))
+	xs := contiguousStrides(x.shape)
+	src := make([]int, len(perm)) // x's stride for each out dim
+	inv := make([]int, len(perm))
+	for i, p := range perm {
+		if p < 0 || p >= len(perm) || seen[p] {
+			panic(fmt.Sprintf("tensor: Permute: %v is not a permutation of the dims of %v", perm, x.shape))
+		}
+		seen[p] = true
+		shape[i] = x.shape[p]
+		src[i] = xs[p]
+		inv[p] = i
+	}
+	out := Zeros(shape...)
+	od, xd := out.data, x.data
+	forEachRun(shape, src, contiguousStrides(shape), func(o, is, _, n, s1, _ int) {
+		for k := 0; k < n; k++ {
+			od[o+k] = xd[is+k*s1]
+		}
+	})
+	return record(out, "permute", func(g []float32) {
+		gx := x.accGrad()
+		forEachRun(shape, src, contiguousStrides(shape), func(o, is, _, n, s1, _ int) {
+			for k := 0; k < n; k++ {
+				gx[is+k*s1] += g[o+k]
+			}
+		})
+	}, x)
+}
+
+// Narrow returns elements start..start+length-1 of x along dim as a new
+// tensor (like torch.narrow, but copied).
+func Narrow(x *Tensor, dim, start, length int) *Tensor {
+	d, outer, size, inner := splitDim("Narrow", x.shape, dim)
+	if start < 0 || length < 0 || start+length > size {
+		panic(fmt.Sprintf("tensor: Narrow: range [%d,%d) outside dim %d of shape %v", start, start+length, d, x.shape))
+	}
+	shape := append([]int(nil), x.shape...)
+	shape[d] = length
+	out := Zeros(shape...)
+	run := length * inner
+	for o := 0; o < outer; o++ {
+		copy(out.data[o*run:(o+1)*run], x.data[(o*size+start)*inner:])
+	}
+	return record(out, "narrow", func(g []float32) {
+		gx := x.accGrad()
+		for o := 0; o < outer; o++ {
+			addTo(gx[(o*size+start)*inner:(o*size+start)*inner+run], g[o*run:(o+1)*run])
+		}
+	}, x)
+}
+
+// Slice returns elements start..end-1 of x along dim (Narrow by bounds).
+func Slice(x *Tensor, dim, start, end int) *Tensor {
+	return Narrow(x, dim, start, end-start)
+}
+
+// Cat concatenates tensors along dim; all other dimensions must match.
+func Cat(xs []*Tensor, dim int) *Tensor {
+	if len(xs) == 0 {
+		panic("tensor: Cat of no tensors")
+	}
+	first := xs[0]
+	d, outer, _, inner := splitDim("Cat", first.shape, dim)
+	total := 0
+	for _, x := range xs {
+		if len(x.shape) != len(first.shape) {
+			panic(fmt.Sprintf("tensor: Cat: shapes %v and %v differ in rank", first.shape, x.shape))
+		}
+		for i := range x.shape {
+			if i != d && x.shape[i] != first.shape[i] {
+				panic(fmt.Sprintf("tensor: Cat along dim %d: shapes %v and %v differ", d, first.shape, x.shape))
+			}
+		}
+		total += x.shape[d]
+	}
+	shape := append([]int(nil), first.shape...)
+	shape[d] = total
+	out := Zeros(shape...)
+	orow := total * inner
+	off := 0
+	offs := make([]int, len(xs))
+	for j, x := range xs {
+		offs[j] = off
+		run := x.shape[d] * inner
+		for o := 0; o < outer; o++ {
+			copy(out.data[o*orow+off:o*orow+off+run], x.data[o*run:(o+1)*run])
+		}
+		off += run
+	}
+	return record(out, "cat", func(g []float32) {
+		for j, x := range xs {
+			if !x.needsGrad() {
+				continue
+			}
+			gx := x.accGrad()
+			run := x.shape[d] * inner
+			for o := 0; o < outer; o++ {
+				addTo(gx[o*run:(o+1)*run], g[o*orow+offs[j]:o*orow+offs[j]+run])
+			}
+		}
+	}, xs...)
+}
