@@ -140,7 +140,8 @@ func (t *Tensor) BackwardWith(grad *Tensor) error {
 	for leaf := range pending {
 		pass.leaves[leaf] = true
 	}
-	addTo(t.accGrad(), grad.data) // a leaf root accumulates like any leaf
+	// A leaf root accumulates like any leaf.
+	addTo(t.accGrad(), grad.data)
 	if t.node == nil { // t is itself a leaf
 		t.fireHooks(pass)
 	}
