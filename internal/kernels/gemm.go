@@ -1,5 +1,39 @@
 package kernels
 
+//go:generate go run gen_asm.go
+
+import (
+	"sync"
+	"unsafe"
+)
+
+// microKernel computes one mr×nr tile of C from a packed A micro-panel
+// (k steps of mr floats) and a packed B micro-panel (k steps of nr floats):
+//
+//	c[i*ldc+j] = alpha·Σ_p a[p*mr+i]·b[p*nr+j] + beta·c[i*ldc+j]
+//
+// When beta is ±0 it must not read c.
+type microKernel func(k int, a, b, c *float32, ldc int, alpha, beta float32)
+
+// gemmImpl is one SGEMM implementation: a micro-kernel with its register
+// block (mr×nr) and the cache blocking that suits it. Loops follow BLIS:
+// jc over nc columns, pc over kc (B block packed to fit L2/L3), ic over mc
+// rows (A block packed to fit L2), then jr over nr and ir over mr.
+type gemmImpl struct {
+	name       string
+	mr, nr     int
+	kc, mc, nc int
+	kernel     microKernel
+	// packBT packs a transposed B panel faster than the Go loop, or is nil.
+	packBT func(dst []float32, b []float32, ldb, p0, kc, j0, nr int)
+}
+
+// gemm is the implementation Sgemm uses, chosen at init from CPU features.
+var gemm = defaultGemm()
+
+// genericGemm is the portable implementation (pure Go micro-kernel).
+var genericGemm = &gemmImpl{name: "generic", mr: 4, nr: 16, kc: 256, mc: 128, nc: 2048, kernel: microGeneric}
+
 // Sgemm computes C = alpha·op(A)·op(B) + beta·C on row-major matrices, where
 // op(X) is X or Xᵀ as transA/transB say. op(A) is m×k, op(B) is k×n and C is
 // m×n; lda, ldb and ldc are the row strides of A, B and C as stored.
@@ -8,42 +42,302 @@ package kernels
 //
 //	for i < m, j < n: c[i*ldc+j] = alpha*Σ_p opA(i,p)*opB(p,j) + beta*c[i*ldc+j]
 //
-// When beta is 0, C is not read (NaNs in C do not propagate).
+// When beta is 0, C is not read (NaNs in C do not propagate). Large problems
+// are split over NumThreads goroutines; small ones run on the caller's.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	sgemmGeneric(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	checkGemmArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	sgemmWith(gemm, NumThreads(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
-func sgemmGeneric(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	for i := 0; i < m; i++ {
-		ci := c[i*ldc : i*ldc+n]
-		if beta == 0 {
-			clear(ci)
-		} else if beta != 1 {
-			for j := range ci {
-				ci[j] *= beta
+func checkGemmArgs(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	if m < 0 || n < 0 || k < 0 {
+		panic("kernels: Sgemm negative dimension")
+	}
+	checkMat := func(what string, rows, cols int, x []float32, ld int) {
+		if rows == 0 || cols == 0 {
+			return
+		}
+		if ld < cols {
+			panic("kernels: Sgemm " + what + " leading dimension too small")
+		}
+		if len(x) < (rows-1)*ld+cols {
+			panic("kernels: Sgemm " + what + " slice too short")
+		}
+	}
+	if m == 0 || n == 0 {
+		return
+	}
+	if transA {
+		checkMat("A", k, m, a, lda)
+	} else {
+		checkMat("A", m, k, a, lda)
+	}
+	if transB {
+		checkMat("B", n, k, b, ldb)
+	} else {
+		checkMat("B", k, n, b, ldb)
+	}
+	checkMat("C", m, n, c, ldc)
+}
+
+// parallelMinFlops is the smallest problem (2·m·n·k) worth splitting over
+// goroutines: below it the wake-up and join cost more than they save.
+const parallelMinFlops = 2 << 20
+
+// sgemmWith runs Sgemm on impl with up to threads goroutines. Threads get
+// disjoint column (or row) ranges of C, each a multiple of the register
+// block, and run the whole blocked algorithm on their part with their own
+// packing buffers: no synchronisation inside, and packing the shared operand
+// twice costs O(k·(m+n)) against O(m·n·k) of work.
+func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 || alpha == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	flops := 2 * m * n * k
+	if threads > 1 && flops >= parallelMinFlops {
+		// Split along n unless n is too narrow to give every thread at
+		// least one register block.
+		if n >= threads*impl.nr || n >= m {
+			parts := splitBlocks(n, impl.nr, threads)
+			if len(parts) > 1 {
+				runParallel(len(parts), func(t int) {
+					j0, j1 := parts[t][0], parts[t][1]
+					bOff := j0 * ldb
+					if !transB {
+						bOff = j0
+					}
+					sgemmSerial(impl, transA, transB, m, j1-j0, k, alpha, a, lda, b[bOff:], ldb, beta, c[j0:], ldc)
+				})
+				return
+			}
+		} else {
+			parts := splitBlocks(m, impl.mr, threads)
+			if len(parts) > 1 {
+				runParallel(len(parts), func(t int) {
+					i0, i1 := parts[t][0], parts[t][1]
+					aOff := i0 * lda
+					if transA {
+						aOff = i0
+					}
+					sgemmSerial(impl, transA, transB, i1-i0, n, k, alpha, a[aOff:], lda, b, ldb, beta, c[i0*ldc:], ldc)
+				})
+				return
 			}
 		}
-		for p := 0; p < k; p++ {
-			var av float32
-			if transA {
-				av = a[p*lda+i]
-			} else {
-				av = a[i*lda+p]
+	}
+	sgemmSerial(impl, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// splitBlocks divides [0,n) into at most parts ranges of whole blocks
+// (the last may be partial), as even as possible.
+func splitBlocks(n, block, parts int) [][2]int {
+	blocks := (n + block - 1) / block
+	if parts > blocks {
+		parts = blocks
+	}
+	out := make([][2]int, 0, parts)
+	start := 0
+	for t := 0; t < parts; t++ {
+		nb := blocks / parts
+		if t < blocks%parts {
+			nb++
+		}
+		end := min(start+nb*block, n)
+		out = append(out, [2]int{start, end})
+		start = end
+	}
+	return out
+}
+
+// runParallel calls f(0..n-1), f(0) on the calling goroutine.
+func runParallel(n int, f func(int)) {
+	var wg sync.WaitGroup
+	for t := 1; t < n; t++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(t)
+		}()
+	}
+	f(0)
+	wg.Wait()
+}
+
+// scaleC sets C = beta·C, writing zeros without reading C when beta is 0.
+func scaleC(m, n int, beta float32, c []float32, ldc int) {
+	for i := 0; i < m; i++ {
+		row := c[i*ldc : i*ldc+n]
+		switch beta {
+		case 0:
+			clear(row)
+		case 1:
+		default:
+			Scale(beta, row)
+		}
+	}
+}
+
+// workspace holds one goroutine's packing buffers.
+type workspace struct {
+	a, b []float32
+	tile []float32
+}
+
+var workspaces = sync.Pool{New: func() any { return new(workspace) }}
+
+// grow returns buf resized to n, reallocated 64-byte aligned when too small.
+func grow(buf []float32, n int) []float32 {
+	if cap(buf) >= n {
+		return buf[:n]
+	}
+	raw := make([]float32, n+16)
+	off := 0
+	if r := uintptr(unsafe.Pointer(&raw[0])) & 63; r != 0 {
+		off = int(64-r) / 4
+	}
+	return raw[off : off+n : off+n]
+}
+
+func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	mr, nr := impl.mr, impl.nr
+	ws := workspaces.Get().(*workspace)
+	defer workspaces.Put(ws)
+	kcMax := min(impl.kc, k)
+	ncMax := min(impl.nc, roundUp(n, nr))
+	mcMax := min(impl.mc, roundUp(m, mr))
+	ws.b = grow(ws.b, kcMax*roundUp(ncMax, nr))
+	ws.a = grow(ws.a, kcMax*mcMax)
+	ws.tile = grow(ws.tile, mr*nr)
+	kernel := impl.kernel
+
+	for jc := 0; jc < n; jc += impl.nc {
+		nc := min(impl.nc, n-jc)
+		for pc := 0; pc < k; pc += impl.kc {
+			kc := min(impl.kc, k-pc)
+			betaEff := beta
+			if pc > 0 {
+				betaEff = 1
 			}
-			av *= alpha
-			if av == 0 {
-				continue
-			}
-			if transB {
-				for j := range ci {
-					ci[j] += av * b[j*ldb+p]
+			for jr := 0; jr < nc; jr += nr {
+				dst := ws.b[jr*kc : (jr+nr)*kc]
+				if transB {
+					if impl.packBT != nil && nc-jr >= nr {
+						impl.packBT(dst, b, ldb, pc, kc, jc+jr, nr)
+					} else {
+						packBTrans(dst, b, ldb, pc, kc, jc+jr, min(nr, nc-jr), nr)
+					}
+				} else {
+					packBNoTrans(dst, b, ldb, pc, kc, jc+jr, min(nr, nc-jr), nr)
 				}
-			} else {
-				bp := b[p*ldb : p*ldb+n]
-				for j, bv := range bp {
-					ci[j] += av * bv
+			}
+			for ic := 0; ic < m; ic += impl.mc {
+				mc := min(impl.mc, m-ic)
+				for ir := 0; ir < mc; ir += mr {
+					dst := ws.a[ir*kc : (ir+mr)*kc]
+					if transA {
+						packATrans(dst, a, lda, ic+ir, min(mr, mc-ir), pc, kc, mr)
+					} else {
+						packANoTrans(dst, a, lda, ic+ir, min(mr, mc-ir), pc, kc, mr)
+					}
+				}
+				for jr := 0; jr < nc; jr += nr {
+					nrEff := min(nr, nc-jr)
+					bp := &ws.b[jr*kc]
+					for ir := 0; ir < mc; ir += mr {
+						mrEff := min(mr, mc-ir)
+						ap := &ws.a[ir*kc]
+						ci := (ic+ir)*ldc + jc + jr
+						if mrEff == mr && nrEff == nr {
+							kernel(kc, ap, bp, &c[ci], ldc, alpha, betaEff)
+							continue
+						}
+						kernel(kc, ap, bp, &ws.tile[0], nr, 1, 0)
+						mergeTile(ws.tile, nr, mrEff, nrEff, alpha, betaEff, c[ci:], ldc)
+					}
 				}
 			}
+		}
+	}
+}
+
+// mergeTile writes C = alpha·T + beta·C for the valid mr×nr corner of tile
+// T (row stride ldt), not reading C when beta is 0.
+func mergeTile(t []float32, ldt, mr, nr int, alpha, beta float32, c []float32, ldc int) {
+	for i := 0; i < mr; i++ {
+		ti := t[i*ldt : i*ldt+nr]
+		ci := c[i*ldc : i*ldc+nr]
+		if beta == 0 {
+			for j, v := range ti {
+				ci[j] = alpha * v
+			}
+		} else {
+			for j, v := range ti {
+				ci[j] = alpha*v + beta*ci[j]
+			}
+		}
+	}
+}
+
+func roundUp(x, m int) int { return (x + m - 1) / m * m }
+
+// packANoTrans packs rows i0..i0+rows of A (row-major, m×k) at columns
+// p0..p0+kc into dst as kc steps of mr floats, zero-padding missing rows.
+func packANoTrans(dst, a []float32, lda, i0, rows, p0, kc, mr int) {
+	dst = dst[:kc*mr]
+	for r := 0; r < rows; r++ {
+		src := a[(i0+r)*lda+p0 : (i0+r)*lda+p0+kc]
+		d := dst[r:]
+		for p, v := range src {
+			d[p*mr] = v
+		}
+	}
+	for r := rows; r < mr; r++ {
+		for p := 0; p < kc; p++ {
+			dst[p*mr+r] = 0
+		}
+	}
+}
+
+// packATrans packs op(A) = Aᵀ (A stored k×m) rows i0..i0+rows.
+func packATrans(dst, a []float32, lda, i0, rows, p0, kc, mr int) {
+	dst = dst[:kc*mr]
+	for p := 0; p < kc; p++ {
+		d := dst[p*mr : p*mr+mr]
+		src := a[(p0+p)*lda+i0 : (p0+p)*lda+i0+rows]
+		copy(d, src)
+		clear(d[rows:])
+	}
+}
+
+// packBNoTrans packs columns j0..j0+cols of B (stored k×n) at rows
+// p0..p0+kc into dst as kc steps of nr floats, zero-padding missing columns.
+func packBNoTrans(dst, b []float32, ldb, p0, kc, j0, cols, nr int) {
+	dst = dst[:kc*nr]
+	for p := 0; p < kc; p++ {
+		d := dst[p*nr : p*nr+nr]
+		src := b[(p0+p)*ldb+j0 : (p0+p)*ldb+j0+cols]
+		copy(d, src)
+		clear(d[cols:])
+	}
+}
+
+// packBTrans packs op(B) = Bᵀ (B stored n×k) columns j0..j0+cols.
+func packBTrans(dst, b []float32, ldb, p0, kc, j0, cols, nr int) {
+	dst = dst[:kc*nr]
+	for j := 0; j < cols; j++ {
+		src := b[(j0+j)*ldb+p0 : (j0+j)*ldb+p0+kc]
+		d := dst[j:]
+		for p, v := range src {
+			d[p*nr] = v
+		}
+	}
+	for j := cols; j < nr; j++ {
+		for p := 0; p < kc; p++ {
+			dst[p*nr+j] = 0
 		}
 	}
 }

@@ -1,0 +1,66 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// GemmShape is one benchmark case of `gotrain bench gemm`.
+type benchShape struct {
+	m, n, k        int
+	transA, transB bool
+}
+
+// benchShapes are the square cases plus the MNIST MLP's and CNN's GEMMs.
+var benchShapes = []benchShape{
+	{512, 512, 512, false, false},
+	{1024, 1024, 1024, false, false},
+	{64, 512, 784, false, true},  // MLP fc1 forward x·Wᵀ
+	{64, 512, 512, false, true},  // MLP fc2 forward
+	{64, 10, 512, false, true},   // MLP fc3 forward
+	{512, 784, 64, true, false},  // MLP fc1 dW = gᵀ·x
+	{64, 784, 512, false, false}, // MLP fc1 dX = g·W
+	{64, 576, 288, false, false}, // CNN conv2 forward per image
+	{64, 288, 576, false, true},  // CNN conv2 dW
+	{288, 576, 64, true, false},  // CNN conv2 dcol
+	{32, 676, 9, false, false},   // CNN conv1 forward
+}
+
+func BenchmarkSgemm(b *testing.B) {
+	for _, impl := range impls() {
+		for _, s := range benchShapes {
+			name := fmt.Sprintf("%s/m=%d,n=%d,k=%d,t=%s", impl.name, s.m, s.n, s.k, transName(s.transA, s.transB))
+			b.Run(name, func(b *testing.B) {
+				r := rand.New(rand.NewPCG(1, 2))
+				a := randSlice(r, s.m*s.k)
+				bb := randSlice(r, s.k*s.n)
+				c := randSlice(r, s.m*s.n)
+				lda, ldb := s.k, s.n
+				if s.transA {
+					lda = s.m
+				}
+				if s.transB {
+					ldb = s.k
+				}
+				b.SetBytes(0)
+				b.ResetTimer()
+				for b.Loop() {
+					sgemmWith(impl, 1, s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n)
+				}
+				b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
+
+func transName(a, b bool) string {
+	s := [2]byte{'N', 'N'}
+	if a {
+		s[0] = 'T'
+	}
+	if b {
+		s[1] = 'T'
+	}
+	return string(s[:])
+}

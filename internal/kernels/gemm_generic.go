@@ -1,0 +1,37 @@
+package kernels
+
+import "unsafe"
+
+// microGeneric is the portable micro-kernel for genericGemm (mr=4, nr=16).
+// Four rows of accumulators live in fixed-size arrays so the compiler
+// drops bounds checks in the inner loop.
+func microGeneric(k int, a, b, c *float32, ldc int, alpha, beta float32) {
+	const mr, nr = 4, 16
+	ap := unsafe.Slice(a, k*mr)
+	bp := unsafe.Slice(b, k*nr)
+	var c0, c1, c2, c3 [nr]float32
+	for p := 0; p < k; p++ {
+		av := (*[mr]float32)(ap[p*mr:])
+		bv := (*[nr]float32)(bp[p*nr:])
+		a0, a1, a2, a3 := av[0], av[1], av[2], av[3]
+		for j, x := range bv {
+			c0[j] += a0 * x
+			c1[j] += a1 * x
+			c2[j] += a2 * x
+			c3[j] += a3 * x
+		}
+	}
+	cs := unsafe.Slice(c, (mr-1)*ldc+nr)
+	for i, acc := range [...]*[nr]float32{&c0, &c1, &c2, &c3} {
+		row := cs[i*ldc : i*ldc+nr]
+		if beta == 0 {
+			for j, v := range acc {
+				row[j] = alpha * v
+			}
+		} else {
+			for j, v := range acc {
+				row[j] = alpha*v + beta*row[j]
+			}
+		}
+	}
+}
