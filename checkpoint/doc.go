@@ -1,0 +1,13 @@
+// Package checkpoint saves and loads models and training state.
+//
+// Models are stored as safetensors files with PyTorch's parameter names and
+// layouts, so a file written here loads into the same PyTorch model with
+// load_state_dict and the other way round. Every file is written
+// atomically: to a temporary file in the same directory, fsynced, renamed
+// over the destination, and the directory fsynced; a crash leaves either
+// the old file or the new one, never a partial file.
+//
+// Reading validates the whole file before trusting it: a truncated or
+// corrupt file is an error that names the file and what is wrong, and a
+// corrupt header length cannot cause a large allocation.
+package checkpoint

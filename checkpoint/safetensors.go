@@ -1,0 +1,468 @@
+package checkpoint
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/gotrain/gotrain/tensor"
+)
+
+// ErrCorrupt is wrapped by every error about a malformed safetensors file:
+// bad header length, invalid JSON, unknown dtype, inconsistent shapes or
+// offsets, truncated data.
+var ErrCorrupt = errors.New("checkpoint: corrupt safetensors file")
+
+// MaxHeaderSize bounds the JSON header of a safetensors file, as the
+// reference implementation does (100 MB), so that a corrupt length field
+// cannot make a reader allocate an arbitrary amount of memory.
+const MaxHeaderSize = 100_000_000
+
+// DType is the element type of a tensor stored in a safetensors file.
+type DType string
+
+// The dtypes gotrain reads. Writers produce F32 and I64 only; everything
+// is converted to float32 tensors on read.
+const (
+	F32  DType = "F32"
+	F64  DType = "F64"
+	F16  DType = "F16"
+	BF16 DType = "BF16"
+	I64  DType = "I64"
+	I32  DType = "I32"
+)
+
+// Size returns the number of bytes per element, or 0 for an unknown dtype.
+func (d DType) Size() int {
+	switch d {
+	case F64, I64:
+		return 8
+	case F32, I32:
+		return 4
+	case F16, BF16:
+		return 2
+	}
+	return 0
+}
+
+// order is the rank of d in the reference implementation's Dtype enum; its
+// writer lays tensors out by descending rank, then by name.
+func (d DType) order() int {
+	switch d {
+	case F16:
+		return 7
+	case BF16:
+		return 8
+	case I32:
+		return 9
+	case F32:
+		return 11
+	case F64:
+		return 12
+	case I64:
+		return 13
+	}
+	return 0
+}
+
+// Entry is one named tensor of a safetensors file. DType is the on-disk
+// element type: on write F32 (the default when empty) or I64 (integer
+// buffers such as BatchNorm's num_batches_tracked, whose float32 values
+// must be whole numbers); on read the dtype found in the file, the values
+// converted to float32.
+type Entry struct {
+	Name   string
+	DType  DType
+	Tensor *tensor.Tensor
+}
+
+// tensorInfo is a header entry as it appears in the JSON.
+type tensorInfo struct {
+	DType       DType   `json:"dtype"`
+	Shape       []int64 `json:"shape"`
+	DataOffsets []int64 `json:"data_offsets"`
+}
+
+// header is a parsed and validated safetensors header.
+type header struct {
+	names    []string // in data order
+	infos    []tensorInfo
+	metadata map[string]string
+	dataLen  int64 // bytes in the data section
+}
+
+// WriteTensors writes entries and metadata to w in the safetensors format,
+// laid out as the reference Python library does: tensors ordered by dtype
+// (I64 before F32) then by name, header keys in that order with
+// "__metadata__" first, the header padded with spaces to a multiple of 8
+// bytes. Names must be unique and non-empty.
+func WriteTensors(w io.Writer, entries []Entry, metadata map[string]string) error {
+	sorted := make([]Entry, len(entries))
+	copy(sorted, entries)
+	for i := range sorted {
+		if sorted[i].DType == "" {
+			sorted[i].DType = F32
+		}
+		e := sorted[i]
+		if e.Name == "" || e.Name == "__metadata__" {
+			return fmt.Errorf("checkpoint: invalid tensor name %q", e.Name)
+		}
+		if e.Tensor == nil {
+			return fmt.Errorf("checkpoint: tensor %q is nil", e.Name)
+		}
+		if e.DType != F32 && e.DType != I64 {
+			return fmt.Errorf("checkpoint: tensor %q: writing dtype %s is not supported (F32 or I64)", e.Name, e.DType)
+		}
+	}
+	slices.SortStableFunc(sorted, func(a, b Entry) int {
+		if a.DType.order() != b.DType.order() {
+			return b.DType.order() - a.DType.order()
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i].Name == sorted[i-1].Name {
+			return fmt.Errorf("checkpoint: duplicate tensor name %q", sorted[i].Name)
+		}
+	}
+
+	var hdr bytes.Buffer
+	hdr.WriteByte('{')
+	first := true
+	if len(metadata) > 0 {
+		hdr.WriteString(`"__metadata__":{`)
+		keys := make([]string, 0, len(metadata))
+		for k := range metadata {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for i, k := range keys {
+			if i > 0 {
+				hdr.WriteByte(',')
+			}
+			writeJSONString(&hdr, k)
+			hdr.WriteByte(':')
+			writeJSONString(&hdr, metadata[k])
+		}
+		hdr.WriteByte('}')
+		first = false
+	}
+	var offset int64
+	for _, e := range sorted {
+		if !first {
+			hdr.WriteByte(',')
+		}
+		first = false
+		n := int64(e.Tensor.Len()) * int64(e.DType.Size())
+		writeJSONString(&hdr, e.Name)
+		fmt.Fprintf(&hdr, `:{"dtype":"%s","shape":[`, e.DType)
+		for i, d := range e.Tensor.Shape() {
+			if i > 0 {
+				hdr.WriteByte(',')
+			}
+			fmt.Fprintf(&hdr, "%d", d)
+		}
+		fmt.Fprintf(&hdr, `],"data_offsets":[%d,%d]}`, offset, offset+n)
+		offset += n
+	}
+	hdr.WriteByte('}')
+	for hdr.Len()%8 != 0 {
+		hdr.WriteByte(' ')
+	}
+
+	var lenBuf [8]byte
+	binary.LittleEndian.PutUint64(lenBuf[:], uint64(hdr.Len()))
+	if _, err := w.Write(lenBuf[:]); err != nil {
+		return fmt.Errorf("checkpoint: writing header: %w", err)
+	}
+	if _, err := w.Write(hdr.Bytes()); err != nil {
+		return fmt.Errorf("checkpoint: writing header: %w", err)
+	}
+	// Encode in chunks so that a large tensor needs only a small buffer.
+	buf := make([]byte, 0, 64<<10)
+	for _, e := range sorted {
+		data := e.Tensor.Data()
+		for start := 0; start < len(data); {
+			buf = buf[:0]
+			end := min(start+cap(buf)/8, len(data))
+			for _, v := range data[start:end] {
+				if e.DType == I64 {
+					if v != float32(math.Trunc(float64(v))) {
+						return fmt.Errorf("checkpoint: tensor %q: value %v is not an integer (dtype I64)", e.Name, v)
+					}
+					buf = binary.LittleEndian.AppendUint64(buf, uint64(int64(v)))
+				} else {
+					buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+				}
+			}
+			if _, err := w.Write(buf); err != nil {
+				return fmt.Errorf("checkpoint: writing tensor %q: %w", e.Name, err)
+			}
+			start = end
+		}
+	}
+	return nil
+}
+
+// writeJSONString appends s as a JSON string without HTML escaping, as
+// serde_json does.
+func writeJSONString(b *bytes.Buffer, s string) {
+	enc := json.NewEncoder(b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)       // a string always encodes; writes to a Buffer never fail
+	b.Truncate(b.Len() - 1) // Encode appends a newline
+}
+
+// ReadTensors decodes a whole safetensors file held in data. Entries are
+// returned in data order, converted to float32.
+func ReadTensors(data []byte) ([]Entry, map[string]string, error) {
+	entries, meta, err := decode(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	return entries, meta, nil
+}
+
+// ReadTensorsFile reads the safetensors file at path. Errors name the file
+// and what is wrong with it; a malformed file wraps ErrCorrupt.
+func ReadTensorsFile(path string) ([]Entry, map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	entries, meta, err := decode(f, fi.Size())
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint: %s: %w", path, err)
+	}
+	return entries, meta, nil
+}
+
+func corrupt(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
+}
+
+// decode reads a safetensors file of the given size from r.
+func decode(r io.ReaderAt, size int64) ([]Entry, map[string]string, error) {
+	if size < 8 {
+		return nil, nil, corrupt("file is %d bytes, shorter than the 8-byte header length", size)
+	}
+	var lenBuf [8]byte
+	if _, err := r.ReadAt(lenBuf[:], 0); err != nil {
+		return nil, nil, fmt.Errorf("reading header length: %w", err)
+	}
+	n := binary.LittleEndian.Uint64(lenBuf[:])
+	if n > MaxHeaderSize {
+		return nil, nil, corrupt("header length %d exceeds the %d-byte limit", n, MaxHeaderSize)
+	}
+	if int64(n) > size-8 {
+		return nil, nil, corrupt("header length %d exceeds the %d bytes after the length field (truncated file?)", n, size-8)
+	}
+	hdrBytes := make([]byte, n)
+	if _, err := r.ReadAt(hdrBytes, 8); err != nil {
+		return nil, nil, fmt.Errorf("reading header: %w", err)
+	}
+	h, err := parseHeader(hdrBytes, size-8-int64(n))
+	if err != nil {
+		return nil, nil, err
+	}
+	base := 8 + int64(n)
+	entries := make([]Entry, len(h.names))
+	var raw []byte
+	for i, name := range h.names {
+		info := h.infos[i]
+		span := info.DataOffsets[1] - info.DataOffsets[0]
+		raw = slices.Grow(raw[:0], int(span))[:span]
+		if _, err := r.ReadAt(raw, base+info.DataOffsets[0]); err != nil {
+			return nil, nil, fmt.Errorf("reading tensor %q: %w", name, err)
+		}
+		shape := make([]int, len(info.Shape))
+		for j, d := range info.Shape {
+			shape[j] = int(d)
+		}
+		entries[i] = Entry{Name: name, DType: info.DType, Tensor: tensor.New(toFloat32(raw, info.DType), shape...)}
+	}
+	return entries, h.metadata, nil
+}
+
+// parseHeader parses and validates a header whose data section holds
+// dataLen bytes: the JSON must be one object of tensor entries and an
+// optional "__metadata__" object of strings, with no duplicate keys; every
+// dtype known; shape product × dtype size equal to the offsets' span; and
+// the spans, sorted by offset, must tile the data section exactly.
+func parseHeader(b []byte, dataLen int64) (*header, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, corrupt("header is not a JSON object")
+	}
+	h := &header{dataLen: dataLen}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, corrupt("header is not valid JSON: %v", err)
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return nil, corrupt("header is not valid JSON: key %v", tok)
+		}
+		if seen[key] {
+			return nil, corrupt("duplicate header key %q", key)
+		}
+		seen[key] = true
+		if key == "__metadata__" {
+			if err := dec.Decode(&h.metadata); err != nil {
+				return nil, corrupt("__metadata__ is not an object of strings: %v", err)
+			}
+			continue
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, corrupt("header is not valid JSON: %v", err)
+		}
+		var info tensorInfo
+		strict := json.NewDecoder(bytes.NewReader(raw))
+		strict.DisallowUnknownFields()
+		if err := strict.Decode(&info); err != nil {
+			return nil, corrupt("tensor %q: invalid entry: %v", key, err)
+		}
+		h.names = append(h.names, key)
+		h.infos = append(h.infos, info)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, corrupt("header is not valid JSON: %v", err)
+	}
+	// Only the padding spaces may follow the object.
+	if len(bytes.TrimRight(b[dec.InputOffset():], " ")) != 0 {
+		return nil, corrupt("trailing bytes after the header object")
+	}
+
+	for i, info := range h.infos {
+		name := h.names[i]
+		size := info.DType.Size()
+		if size == 0 {
+			return nil, corrupt("tensor %q: unknown dtype %q", name, info.DType)
+		}
+		if info.Shape == nil {
+			return nil, corrupt("tensor %q: missing shape", name)
+		}
+		if len(info.DataOffsets) != 2 {
+			return nil, corrupt("tensor %q: data_offsets must be [begin, end], got %v", name, info.DataOffsets)
+		}
+		numel := int64(1)
+		for _, d := range info.Shape {
+			if d < 0 {
+				return nil, corrupt("tensor %q: negative dimension in shape %v", name, info.Shape)
+			}
+			if d != 0 && numel > (1<<60)/d {
+				return nil, corrupt("tensor %q: shape %v overflows", name, info.Shape)
+			}
+			numel *= d
+		}
+		b, e := info.DataOffsets[0], info.DataOffsets[1]
+		if b < 0 || e < b || e > dataLen {
+			return nil, corrupt("tensor %q: data_offsets [%d, %d] out of range of the %d-byte data section", name, b, e, dataLen)
+		}
+		if numel*int64(size) != e-b {
+			return nil, corrupt("tensor %q: shape %v of %s needs %d bytes but data_offsets [%d, %d] span %d", name, info.Shape, info.DType, numel*int64(size), b, e, e-b)
+		}
+	}
+	// Sort by offset (the file may list keys in any order) and require the
+	// spans to tile the data section with no gap or overlap.
+	idx := make([]int, len(h.names))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		oa, ob := h.infos[a].DataOffsets, h.infos[b].DataOffsets
+		if oa[0] != ob[0] {
+			return cmpInt64(oa[0], ob[0])
+		}
+		return cmpInt64(oa[1], ob[1])
+	})
+	names := make([]string, len(idx))
+	infos := make([]tensorInfo, len(idx))
+	var end int64
+	for k, i := range idx {
+		names[k], infos[k] = h.names[i], h.infos[i]
+		off := infos[k].DataOffsets
+		if off[0] != end {
+			if off[0] < end {
+				return nil, corrupt("tensor %q: data_offsets [%d, %d] overlap the previous tensor %q ending at %d", names[k], off[0], off[1], names[k-1], end)
+			}
+			return nil, corrupt("tensor %q: data_offsets [%d, %d] leave a gap after byte %d", names[k], off[0], off[1], end)
+		}
+		end = off[1]
+	}
+	if end != dataLen {
+		return nil, corrupt("tensors cover %d bytes but the data section has %d", end, dataLen)
+	}
+	h.names, h.infos = names, infos
+	return h, nil
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// toFloat32 converts little-endian raw values of dtype d to float32.
+func toFloat32(raw []byte, d DType) []float32 {
+	n := len(raw) / d.Size()
+	out := make([]float32, n)
+	le := binary.LittleEndian
+	for i := range out {
+		switch d {
+		case F32:
+			out[i] = math.Float32frombits(le.Uint32(raw[4*i:]))
+		case F64:
+			out[i] = float32(math.Float64frombits(le.Uint64(raw[8*i:])))
+		case I64:
+			out[i] = float32(int64(le.Uint64(raw[8*i:])))
+		case I32:
+			out[i] = float32(int32(le.Uint32(raw[4*i:])))
+		case F16:
+			out[i] = halfToFloat32(le.Uint16(raw[2*i:]))
+		case BF16:
+			out[i] = math.Float32frombits(uint32(le.Uint16(raw[2*i:])) << 16)
+		}
+	}
+	return out
+}
+
+// halfToFloat32 converts an IEEE 754 binary16 value exactly.
+func halfToFloat32(h uint16) float32 {
+	sign := uint32(h>>15) << 31
+	exp := uint32(h>>10) & 0x1f
+	mant := uint32(h) & 0x3ff
+	switch {
+	case exp == 0x1f: // Inf or NaN
+		return math.Float32frombits(sign | 0xff<<23 | mant<<13)
+	case exp == 0 && mant == 0:
+		return math.Float32frombits(sign)
+	case exp == 0: // subnormal: mant × 2^-24
+		v := float32(mant) / (1 << 24)
+		if sign != 0 {
+			v = -v
+		}
+		return v
+	}
+	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
+}

@@ -1,0 +1,61 @@
+package optim
+
+import (
+	"math"
+
+	"github.com/gotrain/gotrain/tensor"
+)
+
+// Adadelta is torch.optim.Adadelta:
+//
+//	g = ∇ + weight_decay·p
+//	sq = ρ·sq + (1−ρ)·g²
+//	δ = √(acc + eps) / √(sq + eps) · g
+//	acc = ρ·acc + (1−ρ)·δ²
+//	p = p − lr·δ
+type Adadelta struct {
+	core
+	rho, eps, weightDecay float64
+	maximize              bool
+}
+
+// NewAdadelta returns Adadelta over params with learning rate lr (PyTorch's
+// default is 1.0). It accepts the options Rho (0.9), Eps (1e-6),
+// WeightDecay (0) and Maximize.
+func NewAdadelta(params []*tensor.Tensor, lr float64, opts ...Option) *Adadelta {
+	c := config{rho: 0.9, eps: 1e-6}.apply("Adadelta", opts, "Rho", "Eps", "WeightDecay", "Maximize")
+	o := &Adadelta{core: newCore("Adadelta", params, lr, []string{"square_avg", "acc_delta"})}
+	o.rho, o.eps, o.weightDecay, o.maximize = c.rho, c.eps, c.weightDecay, c.maximize
+	o.hypers = []hyper{
+		{name: "rho", f: &o.rho},
+		{name: "eps", f: &o.eps},
+		{name: "weight_decay", f: &o.weightDecay},
+		{name: "maximize", b: &o.maximize},
+	}
+	o.update = o.updateParam
+	return o
+}
+
+// updateParam is one fused pass per element over p, g and both averages.
+func (o *Adadelta) updateParam(p, g []float32, slots [][]float32, _ int64) {
+	sq, acc := slots[0][:len(p)], slots[1][:len(p)]
+	g = g[:len(p)]
+	rho, c := float32(o.rho), float32(1-o.rho)
+	eps, wd, lr := float32(o.eps), float32(o.weightDecay), float32(o.lr)
+	sign := float32(1)
+	if o.maximize {
+		sign = -1
+	}
+	for i := range p {
+		gi := sign * g[i]
+		if wd != 0 {
+			gi += wd * p[i]
+		}
+		s := rho*sq[i] + c*gi*gi
+		sq[i] = s
+		std := float32(math.Sqrt(float64(s + eps)))
+		delta := float32(math.Sqrt(float64(acc[i]+eps))) / std * gi
+		acc[i] = rho*acc[i] + c*delta*delta
+		p[i] -= lr * delta
+	}
+}

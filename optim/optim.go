@@ -1,0 +1,376 @@
+// Package optim provides PyTorch's optimizers and learning-rate schedulers
+// for gotrain parameters.
+//
+// Every optimizer is one shared core (parameters, learning rate,
+// per-parameter state, state dicts) with a small update rule:
+// NewSGD, NewAdam, NewAdamW and NewAdadelta follow torch.optim's algorithms
+// step for step, so a training run here tracks the same run in PyTorch.
+// Parameters whose gradient is nil are skipped by Step, as in PyTorch.
+//
+// Optimizer and scheduler state round-trips through State, which the
+// checkpoint package writes next to the model so that training resumes on
+// exactly the trajectory it left.
+package optim
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gotrain/gotrain/tensor"
+)
+
+// ErrStateDict is wrapped by errors from LoadStateDict when the state does
+// not fit the optimizer or scheduler it is loaded into.
+var ErrStateDict = errors.New("optim: state dict does not match")
+
+// Optimizer updates parameters from their gradients.
+type Optimizer interface {
+	// Step applies one update to every parameter that has a gradient.
+	Step()
+	// ZeroGrad sets every gradient to zero in place, keeping its storage
+	// (DDP's gradients are views into its communication buckets).
+	ZeroGrad()
+	// LR returns the current learning rate.
+	LR() float64
+	// SetLR changes the learning rate used by later steps.
+	SetLR(lr float64)
+	// StateDict returns a copy of the optimizer's state and hyper-parameters.
+	StateDict() State
+	// LoadStateDict replaces the state and hyper-parameters with st, which
+	// must come from the same kind of optimizer over parameters of the same
+	// shapes. On error the optimizer is unchanged.
+	LoadStateDict(st State) error
+}
+
+// State is a serialisable snapshot of an optimizer or scheduler.
+//
+// Tensors holds per-parameter buffers named like PyTorch's state dict,
+// "state.<i>.<buffer>" with i the parameter's index (for example
+// "state.0.momentum_buffer", "state.3.exp_avg_sq"). Meta holds
+// hyper-parameters and counters as strings ("lr", "betas",
+// "state.0.step", ...) with floats formatted to round-trip exactly.
+type State struct {
+	Tensors map[string]*tensor.Tensor
+	Meta    map[string]string
+}
+
+// hyper is one named hyper-parameter, stored in Meta.
+type hyper struct {
+	name string
+	f    *float64 // exactly one of f, b is set
+	b    *bool
+}
+
+// updateFunc applies one step to parameter p with gradient g. slots holds
+// the parameter's state buffers (zeroed on its first step) in the order of
+// core.slots; step is the parameter's step count including this one.
+type updateFunc func(p, g []float32, slots [][]float32, step int64)
+
+// core is the machinery every optimizer shares.
+type core struct {
+	kind   string // "SGD", "Adam", ...: checked by LoadStateDict
+	params []*tensor.Tensor
+	lr     float64
+	hypers []hyper
+	slots  []string // state buffer names, e.g. "exp_avg"
+	// state[i] holds parameter i's buffers; nil until its first step.
+	state [][][]float32
+	steps []int64
+	// scratch is reused by update rules that need a temporary gradient.
+	scratch []float32
+	update  updateFunc
+}
+
+func newCore(kind string, params []*tensor.Tensor, lr float64, slots []string) core {
+	if lr < 0 {
+		panic(fmt.Sprintf("optim: %s: invalid learning rate %v", kind, lr))
+	}
+	for i, p := range params {
+		if p == nil {
+			panic(fmt.Sprintf("optim: %s: parameter %d is nil", kind, i))
+		}
+	}
+	return core{
+		kind:   kind,
+		params: slices.Clone(params),
+		lr:     lr,
+		slots:  slots,
+		state:  make([][][]float32, len(params)),
+		steps:  make([]int64, len(params)),
+	}
+}
+
+// Step applies one update to every parameter that has a gradient.
+func (c *core) Step() {
+	for i, p := range c.params {
+		g := p.Grad()
+		if g == nil {
+			continue
+		}
+		if c.state[i] == nil {
+			c.state[i] = make([][]float32, len(c.slots))
+			for k := range c.slots {
+				c.state[i][k] = make([]float32, p.Len())
+			}
+		}
+		c.steps[i]++
+		c.update(p.Data(), g.Data(), c.state[i], c.steps[i])
+	}
+}
+
+// ZeroGrad sets every gradient to zero in place.
+func (c *core) ZeroGrad() {
+	for _, p := range c.params {
+		p.ZeroGrad()
+	}
+}
+
+// LR returns the current learning rate.
+func (c *core) LR() float64 { return c.lr }
+
+// SetLR changes the learning rate used by later steps.
+func (c *core) SetLR(lr float64) {
+	if lr < 0 {
+		panic(fmt.Sprintf("optim: %s: invalid learning rate %v", c.kind, lr))
+	}
+	c.lr = lr
+}
+
+// tmp returns a scratch buffer of n elements.
+func (c *core) tmp(n int) []float32 {
+	if cap(c.scratch) < n {
+		c.scratch = make([]float32, n)
+	}
+	return c.scratch[:n]
+}
+
+func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+// StateDict returns a copy of the optimizer's state and hyper-parameters.
+func (c *core) StateDict() State {
+	st := State{Tensors: map[string]*tensor.Tensor{}, Meta: map[string]string{
+		"optimizer": c.kind,
+		"lr":        formatFloat(c.lr),
+		"params":    strconv.Itoa(len(c.params)),
+	}}
+	for _, h := range c.hypers {
+		if h.f != nil {
+			st.Meta[h.name] = formatFloat(*h.f)
+		} else {
+			st.Meta[h.name] = strconv.FormatBool(*h.b)
+		}
+	}
+	for i, bufs := range c.state {
+		if bufs == nil {
+			continue
+		}
+		st.Meta[fmt.Sprintf("state.%d.step", i)] = strconv.FormatInt(c.steps[i], 10)
+		for k, name := range c.slots {
+			st.Tensors[fmt.Sprintf("state.%d.%s", i, name)] = tensor.New(slices.Clone(bufs[k]), c.params[i].Shape()...)
+		}
+	}
+	return st
+}
+
+// LoadStateDict replaces state and hyper-parameters with st.
+func (c *core) LoadStateDict(st State) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s: "+format, append([]any{ErrStateDict, c.kind}, args...)...)
+	}
+	if kind := st.Meta["optimizer"]; kind != c.kind {
+		return bad("state is for optimizer %q", kind)
+	}
+	if n := st.Meta["params"]; n != strconv.Itoa(len(c.params)) {
+		return bad("state has %s parameters, optimizer has %d", n, len(c.params))
+	}
+	lr, err := metaFloat(st.Meta, "lr")
+	if err != nil {
+		return bad("%v", err)
+	}
+	// Parse everything before changing anything, so a bad state leaves
+	// the optimizer as it was.
+	floats := make([]float64, len(c.hypers))
+	bools := make([]bool, len(c.hypers))
+	for k, h := range c.hypers {
+		if h.f != nil {
+			floats[k], err = metaFloat(st.Meta, h.name)
+		} else {
+			bools[k], err = metaBool(st.Meta, h.name)
+		}
+		if err != nil {
+			return bad("%v", err)
+		}
+	}
+	used := map[string]bool{}
+	state := make([][][]float32, len(c.params))
+	steps := make([]int64, len(c.params))
+	for i, p := range c.params {
+		key := fmt.Sprintf("state.%d.step", i)
+		s, ok := st.Meta[key]
+		if !ok {
+			continue
+		}
+		steps[i], err = strconv.ParseInt(s, 10, 64)
+		if err != nil || steps[i] < 1 {
+			return bad("%s = %q is not a positive integer", key, s)
+		}
+		state[i] = make([][]float32, len(c.slots))
+		for k, name := range c.slots {
+			key := fmt.Sprintf("state.%d.%s", i, name)
+			t := st.Tensors[key]
+			if t == nil {
+				return bad("missing tensor %s", key)
+			}
+			if !slices.Equal(t.Shape(), p.Shape()) {
+				return bad("tensor %s has shape %v, parameter %d has %v", key, t.Shape(), i, p.Shape())
+			}
+			state[i][k] = slices.Clone(t.Data())
+			used[key] = true
+		}
+	}
+	var unexpected []string
+	for key := range st.Tensors {
+		if !used[key] {
+			unexpected = append(unexpected, key)
+		}
+	}
+	if len(unexpected) > 0 {
+		slices.Sort(unexpected)
+		return bad("unexpected tensors %s", strings.Join(unexpected, ", "))
+	}
+	c.lr = lr
+	for k, h := range c.hypers {
+		if h.f != nil {
+			*h.f = floats[k]
+		} else {
+			*h.b = bools[k]
+		}
+	}
+	c.state, c.steps = state, steps
+	return nil
+}
+
+func metaFloat(meta map[string]string, key string) (float64, error) {
+	s, ok := meta[key]
+	if !ok {
+		return 0, fmt.Errorf("missing %s", key)
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s = %q is not a number", key, s)
+	}
+	return v, nil
+}
+
+func metaBool(meta map[string]string, key string) (bool, error) {
+	s, ok := meta[key]
+	if !ok {
+		return false, fmt.Errorf("missing %s", key)
+	}
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, fmt.Errorf("%s = %q is not a boolean", key, s)
+	}
+	return v, nil
+}
+
+func metaInt(meta map[string]string, key string) (int, error) {
+	s, ok := meta[key]
+	if !ok {
+		return 0, fmt.Errorf("missing %s", key)
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s = %q is not an integer", key, s)
+	}
+	return v, nil
+}
+
+// Option sets an optimizer hyper-parameter. Options that an optimizer does
+// not have (Rho for SGD, say) make its constructor panic.
+type Option func(*config)
+
+type config struct {
+	momentum, dampening, weightDecay float64
+	beta1, beta2, eps, rho           float64
+	nesterov, maximize               bool
+	set                              map[string]bool
+}
+
+func (c *config) mark(name string) {
+	if c.set == nil {
+		c.set = map[string]bool{}
+	}
+	c.set[name] = true
+}
+
+// Momentum sets SGD's momentum factor (default 0).
+func Momentum(m float64) Option {
+	return func(c *config) { c.momentum = m; c.mark("Momentum") }
+}
+
+// Dampening sets SGD's dampening of the momentum (default 0).
+func Dampening(d float64) Option {
+	return func(c *config) { c.dampening = d; c.mark("Dampening") }
+}
+
+// Nesterov enables SGD's Nesterov momentum; it needs a positive momentum
+// and zero dampening.
+func Nesterov(on bool) Option {
+	return func(c *config) { c.nesterov = on; c.mark("Nesterov") }
+}
+
+// WeightDecay sets the weight decay: an L2 penalty added to the gradient for
+// SGD, Adam and Adadelta (default 0), decoupled for AdamW (default 0.01).
+func WeightDecay(wd float64) Option {
+	return func(c *config) { c.weightDecay = wd; c.mark("WeightDecay") }
+}
+
+// Betas sets Adam's and AdamW's moment decay rates (default 0.9, 0.999).
+func Betas(beta1, beta2 float64) Option {
+	return func(c *config) { c.beta1, c.beta2 = beta1, beta2; c.mark("Betas") }
+}
+
+// Eps sets the term added to denominators for numerical stability
+// (default 1e-8 for Adam and AdamW, 1e-6 for Adadelta).
+func Eps(eps float64) Option {
+	return func(c *config) { c.eps = eps; c.mark("Eps") }
+}
+
+// Rho sets Adadelta's decay rate of the running averages (default 0.9).
+func Rho(rho float64) Option {
+	return func(c *config) { c.rho = rho; c.mark("Rho") }
+}
+
+// Maximize makes the optimizer ascend rather than descend the gradient.
+func Maximize(on bool) Option {
+	return func(c *config) { c.maximize = on; c.mark("Maximize") }
+}
+
+// apply runs opts over defaults and panics if one is not in allowed.
+func (c config) apply(kind string, opts []Option, allowed ...string) config {
+	for _, o := range opts {
+		o(&c)
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.set)) {
+		if !slices.Contains(allowed, name) {
+			panic(fmt.Sprintf("optim: %s has no option %s", kind, name))
+		}
+	}
+	check := func(ok bool, what string, v float64) {
+		if !ok {
+			panic(fmt.Sprintf("optim: %s: invalid %s %v", kind, what, v))
+		}
+	}
+	check(c.momentum >= 0, "momentum", c.momentum)
+	check(c.weightDecay >= 0, "weight decay", c.weightDecay)
+	check(c.eps >= 0, "eps", c.eps)
+	check(c.beta1 >= 0 && c.beta1 < 1, "beta1", c.beta1)
+	check(c.beta2 >= 0 && c.beta2 < 1, "beta2", c.beta2)
+	check(c.rho >= 0 && c.rho <= 1, "rho", c.rho)
+	return c
+}

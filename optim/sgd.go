@@ -1,0 +1,79 @@
+package optim
+
+import (
+	"fmt"
+
+	"github.com/gotrain/gotrain/internal/kernels"
+	"github.com/gotrain/gotrain/tensor"
+)
+
+// SGD is stochastic gradient descent with optional momentum, dampening,
+// Nesterov momentum and weight decay, exactly as torch.optim.SGD:
+//
+//	g = ∇ + weight_decay·p
+//	buf = g on the first step, then buf = momentum·buf + (1−dampening)·g
+//	g = g + momentum·buf (Nesterov) or g = buf
+//	p = p − lr·g
+type SGD struct {
+	core
+	momentum, dampening, weightDecay float64
+	nesterov, maximize               bool
+}
+
+// NewSGD returns SGD over params with learning rate lr. It accepts the
+// options Momentum, Dampening, Nesterov, WeightDecay and Maximize, and
+// panics, like PyTorch, on Nesterov without momentum or with dampening.
+func NewSGD(params []*tensor.Tensor, lr float64, opts ...Option) *SGD {
+	c := config{}.apply("SGD", opts, "Momentum", "Dampening", "Nesterov", "WeightDecay", "Maximize")
+	if c.nesterov && (c.momentum <= 0 || c.dampening != 0) {
+		panic(fmt.Sprintf("optim: SGD: Nesterov momentum requires a momentum > 0 and zero dampening (momentum %v, dampening %v)", c.momentum, c.dampening))
+	}
+	var slots []string
+	if c.momentum != 0 {
+		slots = []string{"momentum_buffer"}
+	}
+	o := &SGD{
+		core:     newCore("SGD", params, lr, slots),
+		momentum: c.momentum, dampening: c.dampening, weightDecay: c.weightDecay,
+		nesterov: c.nesterov, maximize: c.maximize,
+	}
+	o.hypers = []hyper{
+		{name: "momentum", f: &o.momentum},
+		{name: "dampening", f: &o.dampening},
+		{name: "weight_decay", f: &o.weightDecay},
+		{name: "nesterov", b: &o.nesterov},
+		{name: "maximize", b: &o.maximize},
+	}
+	o.update = o.updateParam
+	return o
+}
+
+func (o *SGD) updateParam(p, grad []float32, slots [][]float32, step int64) {
+	d := grad
+	if o.weightDecay != 0 || o.maximize || o.nesterov {
+		// The gradient itself must stay untouched, as in PyTorch.
+		d = o.tmp(len(grad))
+		copy(d, grad)
+		if o.maximize {
+			kernels.Scale(-1, d)
+		}
+		if o.weightDecay != 0 {
+			kernels.Axpy(float32(o.weightDecay), p, d)
+		}
+	}
+	if o.momentum != 0 {
+		buf := slots[0]
+		if step == 1 {
+			copy(buf, d)
+		} else {
+			kernels.Scale(float32(o.momentum), buf)
+			kernels.Axpy(float32(1-o.dampening), d, buf)
+		}
+		if o.nesterov {
+			kernels.Axpy(float32(o.momentum), buf, d)
+		} else {
+			d = buf
+		}
+	}
+	kernels.Axpy(float32(-o.lr), d, p)
+}
