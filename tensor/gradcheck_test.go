@@ -215,3 +215,202 @@ func TestGradLinearAndLosses(t *testing.T) {
 		gradCheck(t, "MSELoss "+red, defaultGC, func() *Tensor { return MSELoss(p, q, red) }, p, q)
 	}
 }
+
+func TestGradConv2d(t *testing.T) {
+	rng := NewRNG(6)
+	cases := []struct {
+		name            string
+		x, w            []int
+		stride, padding [2]int
+		bias            bool
+	}{
+		{"3x3", []int{2, 2, 5, 5}, []int{3, 2, 3, 3}, [2]int{1, 1}, [2]int{0, 0}, true},
+		{"stride 2 pad 1", []int{2, 3, 6, 5}, []int{2, 3, 3, 3}, [2]int{2, 2}, [2]int{1, 1}, true},
+		{"asymmetric", []int{1, 2, 7, 6}, []int{2, 2, 3, 2}, [2]int{2, 1}, [2]int{1, 0}, false},
+		{"1x1", []int{2, 3, 3, 4}, []int{4, 3, 1, 1}, [2]int{1, 1}, [2]int{0, 0}, true},
+	}
+	for _, c := range cases {
+		x := randT(rng, -1, 1, c.x...)
+		w := randT(rng, -1, 1, c.w...)
+		var b *Tensor
+		ins := []*Tensor{x, w}
+		if c.bias {
+			b = randT(rng, -1, 1, c.w[0])
+			ins = append(ins, b)
+		}
+		gradCheck(t, "Conv2d "+c.name, defaultGC, func() *Tensor { return Conv2d(x, w, b, c.stride, c.padding) }, ins...)
+	}
+}
+
+// TestGradConv2dParallel runs a batch big enough to use several goroutines
+// with per-worker weight gradients.
+func TestGradConv2dParallel(t *testing.T) {
+	rng := NewRNG(16)
+	x := randT(rng, -1, 1, 8, 8, 12, 12)
+	w := randT(rng, -1, 1, 16, 8, 3, 3)
+	b := randT(rng, -1, 1, 16)
+	want := conv2dRef(x, w, b, [2]int{1, 1}, [2]int{1, 1})
+	x.SetRequiresGrad(true)
+	w.SetRequiresGrad(true)
+	y := Conv2d(x, w, b, [2]int{1, 1}, [2]int{1, 1})
+	for i, v := range y.data {
+		if math.Abs(float64(v)-want[i]) > 1e-4*(1+math.Abs(want[i])) {
+			t.Fatalf("Conv2d[%d] = %v, float64 reference %v", i, v, want[i])
+		}
+	}
+	if err := Sum(y, false).Backward(); err != nil {
+		t.Fatal(err)
+	}
+	// With an all-ones output gradient, dW[o,c,i,j] is the sum of the input
+	// values that tap (i,j) meets over the batch.
+	gw := w.Grad().data
+	for oc := 0; oc < 16; oc++ {
+		for ci := 0; ci < 8; ci++ {
+			for ki := 0; ki < 3; ki++ {
+				for kj := 0; kj < 3; kj++ {
+					var s float64
+					for n := 0; n < 8; n++ {
+						for oy := 0; oy < 12; oy++ {
+							for ox := 0; ox < 12; ox++ {
+								iy, ix := oy+ki-1, ox+kj-1
+								if iy >= 0 && iy < 12 && ix >= 0 && ix < 12 {
+									s += float64(x.data[((n*8+ci)*12+iy)*12+ix])
+								}
+							}
+						}
+					}
+					got := float64(gw[((oc*8+ci)*3+ki)*3+kj])
+					if math.Abs(got-s) > 1e-3*(1+math.Abs(s)) {
+						t.Fatalf("dW[%d,%d,%d,%d] = %v, want %v", oc, ci, ki, kj, got, s)
+					}
+				}
+			}
+		}
+	}
+}
+
+// conv2dRef is a direct float64 convolution.
+func conv2dRef(x, w, b *Tensor, stride, pad [2]int) []float64 {
+	n, c, h, wd := x.shape[0], x.shape[1], x.shape[2], x.shape[3]
+	o, kh, kw := w.shape[0], w.shape[2], w.shape[3]
+	oh := (h+2*pad[0]-kh)/stride[0] + 1
+	ow := (wd+2*pad[1]-kw)/stride[1] + 1
+	out := make([]float64, n*o*oh*ow)
+	for i := 0; i < n; i++ {
+		for oc := 0; oc < o; oc++ {
+			for oy := 0; oy < oh; oy++ {
+				for ox := 0; ox < ow; ox++ {
+					var s float64
+					if b != nil {
+						s = float64(b.data[oc])
+					}
+					for ci := 0; ci < c; ci++ {
+						for ky := 0; ky < kh; ky++ {
+							for kx := 0; kx < kw; kx++ {
+								iy, ix := oy*stride[0]+ky-pad[0], ox*stride[1]+kx-pad[1]
+								if iy < 0 || iy >= h || ix < 0 || ix >= wd {
+									continue
+								}
+								s += float64(x.data[((i*c+ci)*h+iy)*wd+ix]) * float64(w.data[((oc*c+ci)*kh+ky)*kw+kx])
+							}
+						}
+					}
+					out[((i*o+oc)*oh+oy)*ow+ox] = s
+				}
+			}
+		}
+	}
+	return out
+}
+
+// distinct returns a tensor whose values are a random permutation of
+// multiples of 0.05, so window maxima are unique and far apart.
+func distinct(rng *RNG, shape ...int) *Tensor {
+	x := Zeros(shape...)
+	for i, p := range rng.Perm(len(x.data)) {
+		x.data[i] = float32(p)*0.05 - 1
+	}
+	return x
+}
+
+func TestGradPooling(t *testing.T) {
+	rng := NewRNG(7)
+	cases := []struct {
+		name                    string
+		kernel, stride, padding [2]int
+	}{
+		{"2x2", [2]int{2, 2}, [2]int{2, 2}, [2]int{0, 0}},
+		{"3x3 s2 p1", [2]int{3, 3}, [2]int{2, 2}, [2]int{1, 1}},
+		{"overlap", [2]int{3, 2}, [2]int{1, 2}, [2]int{1, 0}},
+	}
+	gc := gradCheckOpts{eps: 1e-3, rtol: 2e-3, atol: 2e-3}
+	for _, c := range cases {
+		x := distinct(rng, 2, 2, 6, 5)
+		gradCheck(t, "MaxPool2d "+c.name, gc, func() *Tensor { return MaxPool2d(x, c.kernel, c.stride, c.padding) }, x)
+		gradCheck(t, "AvgPool2d "+c.name, defaultGC, func() *Tensor { return AvgPool2d(x, c.kernel, c.stride, c.padding) }, x)
+	}
+}
+
+func TestGradBatchNorm(t *testing.T) {
+	rng := NewRNG(8)
+	for _, shape := range [][]int{{5, 3}, {2, 3, 2, 3}} {
+		x := randT(rng, -1, 2, shape...)
+		w := randT(rng, 0.5, 1.5, 3)
+		b := randT(rng, -1, 1, 3)
+		rm, rv := randT(rng, -0.5, 0.5, 3), randT(rng, 0.5, 2, 3)
+		name := fmt.Sprint(shape)
+		train := func() *Tensor {
+			// Fresh running stats each call: training updates them.
+			return BatchNorm(x, w, b, rm.Clone(), rv.Clone(), true, 0.1, 1e-5)
+		}
+		gradCheck(t, "BatchNorm train "+name, defaultGC, train, x, w, b)
+		gradCheck(t, "BatchNorm train no affine "+name, defaultGC, func() *Tensor {
+			return BatchNorm(x, nil, nil, nil, nil, true, 0.1, 1e-5)
+		}, x)
+		gradCheck(t, "BatchNorm eval "+name, defaultGC, func() *Tensor {
+			return BatchNorm(x, w, b, rm, rv, false, 0.1, 1e-5)
+		}, x, w, b)
+	}
+}
+
+func TestBatchNormRunningStats(t *testing.T) {
+	x := New([]float32{1, 10, 3, 20, 5, 30, 7, 40}, 4, 2)
+	rm, rv := Zeros(2), Full(1, 2)
+	y := BatchNorm(x, nil, nil, rm, rv, true, 0.1, 0)
+	// Channel 0: mean 4, biased var 5, unbiased 20/3.
+	if got, want := rm.data[0], float32(0.1*4); math.Abs(float64(got-want)) > 1e-6 {
+		t.Errorf("running mean %v, want %v", got, want)
+	}
+	if got, want := rv.data[0], float32(0.9+0.1*20.0/3); math.Abs(float64(got-want)) > 1e-6 {
+		t.Errorf("running var %v, want %v", got, want)
+	}
+	if got, want := y.data[0], float32(-3/math.Sqrt(5)); math.Abs(float64(got-want)) > 1e-6 {
+		t.Errorf("normalised %v, want %v", got, want)
+	}
+	if rm.RequiresGrad() || rm.Grad() != nil {
+		t.Error("running stats must not be tracked")
+	}
+}
+
+func TestGradDropout(t *testing.T) {
+	rng := NewRNG(9)
+	x := randT(rng, -1, 1, 4, 50)
+	// A fresh generator with one seed gives the same mask every call.
+	gradCheck(t, "Dropout", defaultGC, func() *Tensor { return Dropout(x, 0.3, true, NewRNG(5)) }, x)
+	y := Dropout(x, 0.3, true, NewRNG(5))
+	zeros := 0
+	for i, v := range y.data {
+		switch {
+		case v == 0:
+			zeros++
+		case math.Abs(float64(v-x.data[i]/0.7)) > 1e-6:
+			t.Fatalf("kept value %v, want %v/0.7", v, x.data[i])
+		}
+	}
+	if zeros < 30 || zeros > 90 { // 200 draws at p=0.3: mean 60, sd 6.5
+		t.Errorf("%d of 200 dropped at p=0.3", zeros)
+	}
+	if Dropout(x, 0.3, false, rng) != x {
+		t.Error("eval Dropout must return its input")
+	}
+}

@@ -1,0 +1,160 @@
+package tensor
+
+import (
+	"fmt"
+
+	"github.com/gotrain/gotrain/internal/kernels"
+)
+
+// convGeom is the geometry of one Conv2d call.
+type convGeom struct {
+	n, c, h, w     int // input
+	o, kh, kw      int // weight
+	sh, sw, ph, pw int // stride, padding
+	oh, ow         int // output
+}
+
+func (g convGeom) ckk() int    { return g.c * g.kh * g.kw }
+func (g convGeom) plane() int  { return g.oh * g.ow }
+func (g convGeom) inSize() int { return g.c * g.h * g.w }
+
+// direct reports whether the im2col matrix of an image is the image itself
+// (1×1 kernel, stride 1, no padding), so it need not be built.
+func (g convGeom) direct() bool {
+	return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0
+}
+
+// im2col returns image i's column matrix [ckk, plane], built in buf unless
+// the image can be used as it is.
+func (g convGeom) im2col(x []float32, i int, buf []float32) []float32 {
+	img := x[i*g.inSize() : (i+1)*g.inSize()]
+	if g.direct() {
+		return img
+	}
+	kernels.Im2col(img, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, buf)
+	return buf
+}
+
+// convMinFlops is the per-goroutine work below which Conv2d stays on one
+// goroutine.
+const convMinFlops = 1 << 20
+
+// Conv2d is PyTorch's 2-d convolution (cross-correlation): x is [N, C, H, W],
+// w is [O, C, KH, KW], b is [O] or nil; the result is [N, O, OH, OW] with
+// OH = (H + 2·padding[0] − KH)/stride[0] + 1 and likewise OW. Each image is
+// unrolled with im2col and multiplied by the weight matrix [O, C·KH·KW];
+// images are spread over goroutines when the batch is large enough.
+func Conv2d(x, w, b *Tensor, stride, padding [2]int) *Tensor {
+	if x.Dim() != 4 || w.Dim() != 4 || x.shape[1] != w.shape[1] {
+		panic(fmt.Sprintf("tensor: Conv2d: input %v ([N, C, H, W]) does not match weight %v ([O, C, KH, KW])", x.shape, w.shape))
+	}
+	if b != nil && (b.Dim() != 1 || b.shape[0] != w.shape[0]) {
+		panic(fmt.Sprintf("tensor: Conv2d: bias %v does not match weight %v", b.shape, w.shape))
+	}
+	if stride[0] < 1 || stride[1] < 1 || padding[0] < 0 || padding[1] < 0 {
+		panic(fmt.Sprintf("tensor: Conv2d: invalid stride %v or padding %v", stride, padding))
+	}
+	g := convGeom{
+		n: x.shape[0], c: x.shape[1], h: x.shape[2], w: x.shape[3],
+		o: w.shape[0], kh: w.shape[2], kw: w.shape[3],
+		sh: stride[0], sw: stride[1], ph: padding[0], pw: padding[1],
+	}
+	if g.h+2*g.ph < g.kh || g.w+2*g.pw < g.kw {
+		panic(fmt.Sprintf("tensor: Conv2d: kernel %dx%d larger than padded input %v (padding %v)", g.kh, g.kw, x.shape, padding))
+	}
+	g.oh = (g.h+2*g.ph-g.kh)/g.sh + 1
+	g.ow = (g.w+2*g.pw-g.kw)/g.sw + 1
+	out := Zeros(g.n, g.o, g.oh, g.ow)
+	ckk, p := g.ckk(), g.plane()
+	perImage := 2 * g.o * ckk * p
+	parallelFor(g.n, convMinFlops/max(perImage, 1)+1, func(_, lo, hi int) {
+		col := getBuf(ckk * p)
+		for i := lo; i < hi; i++ {
+			yi := out.data[i*g.o*p : (i+1)*g.o*p]
+			beta := float32(0)
+			if b != nil {
+				for oc, bv := range b.data {
+					row := yi[oc*p : (oc+1)*p]
+					for j := range row {
+						row[j] = bv
+					}
+				}
+				beta = 1
+			}
+			kernels.Sgemm(false, false, g.o, p, ckk, 1, w.data, ckk, g.im2col(x.data, i, col), p, beta, yi, p)
+		}
+		putBuf(col)
+	})
+	inputs := []*Tensor{x, w}
+	if b != nil {
+		inputs = append(inputs, b)
+	}
+	return record(out, "conv2d", func(grad []float32) { conv2dBackward(g, x, w, b, grad) }, inputs...)
+}
+
+func conv2dBackward(g convGeom, x, w, b *Tensor, grad []float32) {
+	ckk, p := g.ckk(), g.plane()
+	if b.needsGrad() {
+		gb := b.accGrad()
+		for i := 0; i < g.n; i++ {
+			for oc := range gb {
+				gb[oc] += kernels.Sum(grad[(i*g.o+oc)*p : (i*g.o+oc+1)*p])
+			}
+		}
+	}
+	needX, needW := x.needsGrad(), w.needsGrad()
+	if !needX && !needW {
+		return
+	}
+	var gx, gw []float32
+	if needX {
+		gx = x.accGrad()
+	}
+	if needW {
+		gw = w.accGrad()
+	}
+	perImage := 2 * g.o * ckk * p * 2
+	// Workers other than 0 sum dW privately and merge at the end, so no two
+	// goroutines write one buffer.
+	var partial [][]float32
+	workers := min(kernels.NumThreads(), g.n)
+	if needW && workers > 1 {
+		partial = make([][]float32, workers)
+	}
+	used := parallelFor(g.n, convMinFlops/max(perImage, 1)+1, func(worker, lo, hi int) {
+		col := getBuf(ckk * p)
+		var dcol []float32
+		if needX {
+			dcol = getBuf(ckk * p)
+		}
+		dw := gw
+		if needW && worker > 0 {
+			dw = getBuf(len(gw))
+			clear(dw)
+			partial[worker] = dw
+		}
+		for i := lo; i < hi; i++ {
+			gi := grad[i*g.o*p : (i+1)*g.o*p]
+			if needW { // dW[O, ckk] += g_i[O, p] · col_iᵀ
+				kernels.Sgemm(false, true, g.o, ckk, p, 1, gi, p, g.im2col(x.data, i, col), p, 1, dw, ckk)
+			}
+			if needX { // dcol = Wᵀ · g_i, folded back into the image
+				dxi := gx[i*g.inSize() : (i+1)*g.inSize()]
+				if g.direct() {
+					kernels.Sgemm(true, false, ckk, p, g.o, 1, w.data, ckk, gi, p, 1, dxi, p)
+					continue
+				}
+				kernels.Sgemm(true, false, ckk, p, g.o, 1, w.data, ckk, gi, p, 0, dcol, p)
+				kernels.Col2im(dcol, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, dxi)
+			}
+		}
+		putBuf(col)
+		if needX {
+			putBuf(dcol)
+		}
+	})
+	for wk := 1; wk < used && partial != nil; wk++ {
+		addTo(gw, partial[wk])
+		putBuf(partial[wk])
+	}
+}
