@@ -1,0 +1,126 @@
+package nn
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/gotrain/gotrain/tensor"
+)
+
+// ReLULayer applies max(0, x) elementwise, PyTorch's nn.ReLU.
+type ReLULayer struct{ Base }
+
+// ReLU returns a ReLU activation layer.
+func ReLU() *ReLULayer { return &ReLULayer{} }
+
+// Forward returns max(0, x).
+func (*ReLULayer) Forward(x *tensor.Tensor) *tensor.Tensor { return tensor.ReLU(x) }
+
+// String returns "ReLU()".
+func (*ReLULayer) String() string { return "ReLU()" }
+
+// GELULayer applies the exact (erf) GELU elementwise, PyTorch's nn.GELU.
+type GELULayer struct{ Base }
+
+// GELU returns a GELU activation layer.
+func GELU() *GELULayer { return &GELULayer{} }
+
+// Forward returns x·Φ(x).
+func (*GELULayer) Forward(x *tensor.Tensor) *tensor.Tensor { return tensor.GELU(x) }
+
+// String returns "GELU()".
+func (*GELULayer) String() string { return "GELU()" }
+
+// SoftmaxLayer is Softmax or LogSoftmax along one dimension.
+type SoftmaxLayer struct {
+	Base
+	Dim int  // negative counts from the end
+	Log bool // LogSoftmax
+}
+
+// Softmax returns a layer computing softmax along dim, PyTorch's
+// nn.Softmax(dim).
+func Softmax(dim int) *SoftmaxLayer { return &SoftmaxLayer{Dim: dim} }
+
+// LogSoftmax returns a layer computing log-softmax along dim, PyTorch's
+// nn.LogSoftmax(dim).
+func LogSoftmax(dim int) *SoftmaxLayer { return &SoftmaxLayer{Dim: dim, Log: true} }
+
+// Forward applies the (log-)softmax along Dim.
+func (s *SoftmaxLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
+	if d := s.Dim; d >= x.Dim() || d < -x.Dim() {
+		panic(fmt.Sprintf("nn: %s: dim %d out of range for input %v", s, s.Dim, x.Shape()))
+	}
+	if s.Log {
+		return tensor.LogSoftmax(x, s.Dim)
+	}
+	return tensor.Softmax(x, s.Dim)
+}
+
+// String returns "Softmax(dim=…)" or "LogSoftmax(dim=…)".
+func (s *SoftmaxLayer) String() string {
+	if s.Log {
+		return fmt.Sprintf("LogSoftmax(dim=%d)", s.Dim)
+	}
+	return fmt.Sprintf("Softmax(dim=%d)", s.Dim)
+}
+
+// FlattenLayer merges dimensions StartDim..end into one, PyTorch's
+// nn.Flatten. It shares the input's data.
+type FlattenLayer struct {
+	Base
+	StartDim int
+}
+
+// Flatten returns a layer flattening every dimension after the batch
+// dimension: [N, C, H, W] becomes [N, C·H·W].
+func Flatten() *FlattenLayer { return &FlattenLayer{StartDim: 1} }
+
+// FlattenFrom returns a layer flattening dimensions start..end.
+func FlattenFrom(start int) *FlattenLayer { return &FlattenLayer{StartDim: start} }
+
+// Forward reshapes x to x.Shape()[:StartDim] + [product of the rest],
+// sharing x's data.
+func (f *FlattenLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
+	return tensor.Flatten(x, f.StartDim)
+}
+
+// String returns "Flatten(start_dim=…)".
+func (f *FlattenLayer) String() string { return fmt.Sprintf("Flatten(start_dim=%d)", f.StartDim) }
+
+// SequentialLayer runs its children in order, each one's output the next
+// one's input, PyTorch's nn.Sequential. Children are named "0", "1", …, so
+// parameters are named "0.weight", "2.bias" and so on.
+type SequentialLayer struct {
+	Base
+	layers []Module
+}
+
+// Sequential returns a container running mods in order.
+func Sequential(mods ...Module) *SequentialLayer {
+	s := &SequentialLayer{}
+	for _, m := range mods {
+		s.Append(m)
+	}
+	return s
+}
+
+// Append adds m as the next child, named by its index.
+func (s *SequentialLayer) Append(m Module) {
+	s.Register(strconv.Itoa(len(s.layers)), m)
+	s.layers = append(s.layers, m)
+}
+
+// Len returns the number of children.
+func (s *SequentialLayer) Len() int { return len(s.layers) }
+
+// At returns child i.
+func (s *SequentialLayer) At(i int) Module { return s.layers[i] }
+
+// Forward runs the children in order; an empty Sequential returns x.
+func (s *SequentialLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
+	for _, m := range s.layers {
+		x = m.Forward(x)
+	}
+	return x
+}
