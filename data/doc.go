@@ -1,0 +1,25 @@
+// Package data feeds training loops: a Dataset of fixed-shape examples, a
+// Sampler that orders one epoch's indices, and a Loader that assembles
+// batches on a background goroutine into reusable buffers.
+//
+// DistributedSampler shards a dataset across data-parallel replicas with
+// PyTorch's torch.utils.data.distributed.DistributedSampler semantics
+// (seed+epoch shuffling, padding by repeating from the start, drop_last,
+// rank r takes indices[r:total:replicas]); only the permutation itself
+// differs from torch.randperm. Samplers are resumable: State and Restore
+// save and restore the position within an epoch as plain, JSON-friendly
+// integers, so a job restarted from a checkpoint skips the samples it has
+// already trained on.
+//
+// A typical loop:
+//
+//	sampler, err := data.NewDistributedSampler(ds.Len(), worldSize, rank)
+//	if err != nil { return err }
+//	loader := data.NewLoader(ds, 64, sampler)
+//	for epoch := range epochs {
+//		sampler.SetEpoch(epoch)
+//		for b := range loader.Batches() {
+//			// b.X is [n, shape...], b.Y the labels; valid until the body returns.
+//		}
+//	}
+package data

@@ -1,0 +1,223 @@
+package data
+
+import (
+	"fmt"
+	"iter"
+	"runtime/debug"
+	"sync/atomic"
+
+	"github.com/gotrain/gotrain/tensor"
+)
+
+// Batch is a batch of examples assembled by a Loader.
+//
+// X, Y and Indices live in the Loader's reusable buffers: they are valid
+// until the loop body that received the batch returns. Copy what must
+// outlive it (tensor.Clone, slices.Clone).
+type Batch struct {
+	// X holds the features, of shape [n, example shape...].
+	X *tensor.Tensor
+	// Y holds the n labels.
+	Y []int
+	// Indices holds the n dataset indices the examples came from.
+	Indices []int
+}
+
+// Loader assembles batches of a Dataset in the order of a Sampler.
+//
+// With prefetching (the default), a background goroutine fills the next
+// batches while the training loop runs. Buffers are reused: a Loader holds
+// Prefetch(n)+1 batches in memory, whatever the number of epochs. A Loader
+// may be ranged over again and again, but by one loop at a time.
+type Loader struct {
+	ds        Dataset
+	sampler   Sampler
+	batchSize int
+	cfg       loaderConfig
+	shape     []int // example shape
+	feature   int   // values per example
+
+	// active guards against two loops ranging over Batches at once, which
+	// would share buffers.
+	active atomic.Bool
+	// bufs are the reusable batch buffers, created on first use.
+	bufs []*batchBuffer
+	// order is scratch for the epoch's indices.
+	order []int
+}
+
+type batchBuffer struct {
+	x       []float32
+	y       []int
+	indices []int
+}
+
+// NewLoader returns a Loader of batches of batchSize examples of ds, in the
+// order sampler gives. Options: DropLast (default false), Prefetch
+// (default 2). It panics if ds or sampler is nil or batchSize <= 0.
+func NewLoader(ds Dataset, batchSize int, sampler Sampler, opts ...LoaderOption) *Loader {
+	if ds == nil || sampler == nil {
+		panic("data: NewLoader: nil dataset or sampler")
+	}
+	if batchSize <= 0 {
+		panic(fmt.Sprintf("data: NewLoader: batch size %d must be positive", batchSize))
+	}
+	cfg := loaderConfig{prefetch: 2}
+	for _, o := range opts {
+		o.applyLoader(&cfg)
+	}
+	shape := append([]int(nil), ds.Shape()...)
+	feature := 1
+	for _, d := range shape {
+		feature *= d
+	}
+	return &Loader{ds: ds, sampler: sampler, batchSize: batchSize, cfg: cfg, shape: shape, feature: feature}
+}
+
+// Len returns the number of batches in one full epoch.
+func (l *Loader) Len() int { return l.numBatches(l.sampler.Len()) }
+
+// BatchSize returns the number of examples in a full batch.
+func (l *Loader) BatchSize() int { return l.batchSize }
+
+func (l *Loader) numBatches(samples int) int {
+	if l.cfg.dropLast {
+		return samples / l.batchSize
+	}
+	return (samples + l.batchSize - 1) / l.batchSize
+}
+
+// Batches returns an iterator over one epoch's batches: each time it is
+// ranged over, it asks the sampler for the current epoch's indices. Each
+// batch is valid until the loop body that received it returns. Breaking
+// out of the loop (or a panic in it) stops the background goroutine before
+// the loop statement completes.
+//
+// If the sampler is a ResumableSampler, each batch is counted as seen
+// (Advance) as it is handed to the loop body. A panic in the Dataset's
+// Example is re-raised in the ranging goroutine.
+func (l *Loader) Batches() iter.Seq[Batch] {
+	return func(yield func(Batch) bool) {
+		if !l.active.CompareAndSwap(false, true) {
+			panic("data: Loader.Batches ranged over by two loops at once")
+		}
+		defer l.active.Store(false)
+
+		l.order = l.sampler.AppendIndices(l.order[:0])
+		nb := l.numBatches(len(l.order))
+		if nb == 0 {
+			return
+		}
+		resumable, _ := l.sampler.(ResumableSampler)
+		if l.cfg.prefetch == 0 || nb == 1 {
+			l.runSync(nb, resumable, yield)
+			return
+		}
+		l.runPrefetch(nb, resumable, yield)
+	}
+}
+
+// buffers returns n batch buffers, allocating the missing ones.
+func (l *Loader) buffers(n int) []*batchBuffer {
+	for len(l.bufs) < n {
+		l.bufs = append(l.bufs, &batchBuffer{
+			x:       make([]float32, l.batchSize*l.feature),
+			y:       make([]int, l.batchSize),
+			indices: make([]int, l.batchSize),
+		})
+	}
+	return l.bufs[:n]
+}
+
+// batchIndices returns the indices of batch k of the epoch.
+func (l *Loader) batchIndices(k int) []int {
+	return l.order[k*l.batchSize : min((k+1)*l.batchSize, len(l.order))]
+}
+
+// fill copies the examples at idx into b.
+func (l *Loader) fill(b *batchBuffer, idx []int) {
+	for j, i := range idx {
+		b.y[j] = l.ds.Example(i, b.x[j*l.feature:(j+1)*l.feature])
+		b.indices[j] = i
+	}
+}
+
+func (l *Loader) batch(b *batchBuffer, n int) Batch {
+	shape := make([]int, 0, 1+len(l.shape))
+	shape = append(append(shape, n), l.shape...)
+	return Batch{X: tensor.New(b.x[:n*l.feature], shape...), Y: b.y[:n], Indices: b.indices[:n]}
+}
+
+func (l *Loader) runSync(nb int, resumable ResumableSampler, yield func(Batch) bool) {
+	b := l.buffers(1)[0]
+	for k := range nb {
+		idx := l.batchIndices(k)
+		l.fill(b, idx)
+		if resumable != nil {
+			resumable.Advance(len(idx))
+		}
+		if !yield(l.batch(b, len(idx))) {
+			return
+		}
+	}
+}
+
+// runPrefetch fills batches on a producer goroutine. Buffers circulate
+// between two channels: free (owned by nobody) and ready (filled, in
+// order). The buffer held by the loop body is in neither, so it cannot be
+// overwritten until the body returns.
+func (l *Loader) runPrefetch(nb int, resumable ResumableSampler, yield func(Batch) bool) {
+	bufs := l.buffers(l.cfg.prefetch + 1)
+	free := make(chan *batchBuffer, len(bufs))
+	for _, b := range bufs {
+		free <- b
+	}
+	ready := make(chan *batchBuffer, l.cfg.prefetch)
+	stop := make(chan struct{})
+	exited := make(chan struct{})
+	var workerPanic string // written before ready is closed
+
+	go func() {
+		defer close(exited)
+		defer close(ready)
+		defer func() {
+			if r := recover(); r != nil {
+				workerPanic = fmt.Sprintf("data: Loader: panic while assembling a batch: %v\n\nworker goroutine stack:\n%s", r, debug.Stack())
+			}
+		}()
+		for k := range nb {
+			var b *batchBuffer
+			select {
+			case b = <-free:
+			case <-stop:
+				return
+			}
+			l.fill(b, l.batchIndices(k))
+			select {
+			case ready <- b:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-exited
+	}()
+
+	for k := range nb {
+		b, ok := <-ready
+		if !ok {
+			<-exited
+			panic(workerPanic)
+		}
+		n := len(l.batchIndices(k))
+		if resumable != nil {
+			resumable.Advance(n)
+		}
+		if !yield(l.batch(b, n)) {
+			return
+		}
+		free <- b // never blocks: free has room for every buffer
+	}
+}
