@@ -101,9 +101,15 @@ func TestAgainstPyTorch(t *testing.T) {
 		{"batch_norm_1d_train", batchNorm},
 		{"batch_norm_1d_eval", batchNorm},
 		{"gelu", func(_ *testing.T, _ *fixture, in map[string]*Tensor) *Tensor { return GELU(in["x"]) }},
-		{"log_softmax_dim0", func(_ *testing.T, f *fixture, in map[string]*Tensor) *Tensor { return LogSoftmax(in["x"], f.Params.Dim) }},
-		{"log_softmax_dim1", func(_ *testing.T, f *fixture, in map[string]*Tensor) *Tensor { return LogSoftmax(in["x"], f.Params.Dim) }},
-		{"linear", func(_ *testing.T, _ *fixture, in map[string]*Tensor) *Tensor { return Linear(in["x"], in["w"], in["b"]) }},
+		{"log_softmax_dim0", func(_ *testing.T, f *fixture, in map[string]*Tensor) *Tensor {
+			return LogSoftmax(in["x"], f.Params.Dim)
+		}},
+		{"log_softmax_dim1", func(_ *testing.T, f *fixture, in map[string]*Tensor) *Tensor {
+			return LogSoftmax(in["x"], f.Params.Dim)
+		}},
+		{"linear", func(_ *testing.T, _ *fixture, in map[string]*Tensor) *Tensor {
+			return Linear(in["x"], in["w"], in["b"])
+		}},
 		{"cross_entropy_mean", crossEntropy},
 		{"cross_entropy_sum", crossEntropy},
 	}
