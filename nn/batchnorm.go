@@ -1,0 +1,107 @@
+package nn
+
+import (
+	"fmt"
+
+	"github.com/gotrain/gotrain/tensor"
+)
+
+// BatchNormLayer is batch normalisation over the channel dimension 1,
+// PyTorch's nn.BatchNorm1d ([N, C] or [N, C, L] inputs) and nn.BatchNorm2d
+// ([N, C, H, W]), with an affine transform and tracked running statistics.
+//
+// State dict entries, in PyTorch's order: parameters "weight" and "bias"
+// [C]; buffers "running_mean" and "running_var" [C] and
+// "num_batches_tracked", a 0-d counter whose PyTorch type is int64 (its
+// Named.Dtype is Int64; the value is held as a float32).
+//
+// In training mode Forward normalises with the batch's statistics and
+// updates the running ones (running = (1−momentum)·running +
+// momentum·batch, with the unbiased batch variance) and counts the batch;
+// in eval mode it normalises with the running statistics.
+type BatchNormLayer struct {
+	Base
+	Dims              int // 1 for BatchNorm1d, 2 for BatchNorm2d
+	Features          int
+	Momentum, Eps     float32
+	Weight, Bias      *tensor.Tensor // [Features]
+	RunningMean       *tensor.Tensor // [Features]
+	RunningVar        *tensor.Tensor // [Features]
+	NumBatchesTracked *tensor.Tensor // 0-d
+}
+
+// BatchNorm1d returns batch normalisation for [N, C] or [N, C, L] inputs
+// with C = features. Options: Momentum (default 0.1), Eps (default 1e-5).
+func BatchNorm1d(features int, opts ...Option) *BatchNormLayer {
+	return newBatchNorm(1, features, opts)
+}
+
+// BatchNorm2d returns batch normalisation for [N, C, H, W] inputs with
+// C = features. Options: Momentum (default 0.1), Eps (default 1e-5).
+func BatchNorm2d(features int, opts ...Option) *BatchNormLayer {
+	return newBatchNorm(2, features, opts)
+}
+
+func newBatchNorm(dims, features int, opts []Option) *BatchNormLayer {
+	name := fmt.Sprintf("BatchNorm%dd", dims)
+	if features < 1 {
+		panic(fmt.Sprintf("nn: %s(%d): features must be positive", name, features))
+	}
+	o := applyOptions(name, layerOptions{momentum: 0.1, eps: 1e-5}, opts, "Momentum", "Eps")
+	b := &BatchNormLayer{Dims: dims, Features: features, Momentum: o.momentum, Eps: o.eps}
+	b.Weight = b.RegisterParameter("weight", tensor.Zeros(features))
+	b.Bias = b.RegisterParameter("bias", tensor.Zeros(features))
+	b.RunningMean = b.RegisterBuffer("running_mean", tensor.Zeros(features), Float32)
+	b.RunningVar = b.RegisterBuffer("running_var", tensor.Zeros(features), Float32)
+	b.NumBatchesTracked = b.RegisterBuffer("num_batches_tracked", tensor.Scalar(0), Int64)
+	b.ResetParameters(nil)
+	return b
+}
+
+// ResetParameters sets weight to 1, bias to 0, the running statistics to
+// mean 0 and variance 1 and the batch count to 0; it draws nothing from
+// rng, which may be nil.
+func (b *BatchNormLayer) ResetParameters(*tensor.RNG) {
+	fill(b.Weight, 1)
+	fill(b.Bias, 0)
+	fill(b.RunningMean, 0)
+	fill(b.RunningVar, 1)
+	fill(b.NumBatchesTracked, 0)
+}
+
+func (b *BatchNormLayer) name() string { return fmt.Sprintf("BatchNorm%dd(%d)", b.Dims, b.Features) }
+
+// String describes the layer like PyTorch's repr.
+func (b *BatchNormLayer) String() string {
+	return fmt.Sprintf("BatchNorm%dd(%d, eps=%g, momentum=%g, affine=True, track_running_stats=True)",
+		b.Dims, b.Features, b.Eps, b.Momentum)
+}
+
+// Forward normalises x. It panics, naming the layer and the input shape,
+// if x's rank or channel count does not fit, or if a training batch has a
+// single value per channel (its variance is undefined).
+func (b *BatchNormLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
+	shape := x.Shape()
+	okRank := len(shape) == 4
+	if b.Dims == 1 {
+		okRank = len(shape) == 2 || len(shape) == 3
+	}
+	if !okRank {
+		want := "[N, C, H, W]"
+		if b.Dims == 1 {
+			want = "[N, C] or [N, C, L]"
+		}
+		panic(fmt.Sprintf("nn: %s: input %v is not %s", b.name(), shape, want))
+	}
+	if shape[1] != b.Features {
+		panic(fmt.Sprintf("nn: %s: input %v does not match num_features %d", b.name(), shape, b.Features))
+	}
+	training := b.Training()
+	if training {
+		if perChannel := x.Len() / b.Features; perChannel < 2 {
+			panic(fmt.Sprintf("nn: %s: input %v has %d value per channel; training needs more than 1", b.name(), shape, perChannel))
+		}
+		b.NumBatchesTracked.Data()[0]++
+	}
+	return tensor.BatchNorm(x, b.Weight, b.Bias, b.RunningMean, b.RunningVar, training, b.Momentum, b.Eps)
+}

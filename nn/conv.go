@@ -1,0 +1,149 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gotrain/gotrain/tensor"
+)
+
+// Conv2dLayer is a 2-d convolution over [N, C, H, W] inputs, PyTorch's
+// nn.Conv2d (no dilation or groups). State dict entries: "weight"
+// [Out, In, Kernel, Kernel] and "bias" [Out].
+type Conv2dLayer struct {
+	Base
+	In, Out, Kernel int
+	Stride, Padding [2]int         // (vertical, horizontal)
+	Weight          *tensor.Tensor // [Out, In, Kernel, Kernel]
+	Bias            *tensor.Tensor // [Out]; nil when built with NoBias
+}
+
+// Conv2d returns a convolution from in to out channels with a square
+// kernel, initialised like PyTorch (kaiming-uniform a=√5 and bias
+// U(±1/√fan_in), fan_in = in·kernel²). Options: Stride (default 1),
+// Padding (default 0), NoBias.
+func Conv2d(in, out, kernel int, opts ...Option) *Conv2dLayer {
+	if in < 1 || out < 1 || kernel < 1 {
+		panic(fmt.Sprintf("nn: Conv2d(%d, %d, kernel %d): sizes must be positive", in, out, kernel))
+	}
+	o := applyOptions("Conv2d", layerOptions{stride: [2]int{1, 1}}, opts, "Stride", "Padding", "NoBias")
+	c := &Conv2dLayer{In: in, Out: out, Kernel: kernel, Stride: o.stride, Padding: o.padding}
+	c.Weight = c.RegisterParameter("weight", tensor.Zeros(out, in, kernel, kernel))
+	if !o.noBias {
+		c.Bias = c.RegisterParameter("bias", tensor.Zeros(out))
+	}
+	withInitRNG(c.ResetParameters)
+	return c
+}
+
+// ResetParameters redraws the weight and bias from rng as Conv2d does.
+func (c *Conv2dLayer) ResetParameters(rng *tensor.RNG) {
+	KaimingUniform(rng, c.Weight, math.Sqrt(5))
+	if c.Bias != nil {
+		biasInit(rng, c.Bias, FanIn(c.Weight.Shape()))
+	}
+}
+
+// String describes the layer like PyTorch's repr.
+func (c *Conv2dLayer) String() string {
+	return fmt.Sprintf("Conv2d(%d, %d, kernel_size=(%d, %d), stride=(%d, %d), padding=(%d, %d), bias=%t)",
+		c.In, c.Out, c.Kernel, c.Kernel, c.Stride[0], c.Stride[1], c.Padding[0], c.Padding[1], c.Bias != nil)
+}
+
+// Forward convolves x of shape [N, In, H, W] (or unbatched [In, H, W]) into
+// [N, Out, H', W'] with H' = (H + 2·pad − kernel)/stride + 1. It panics,
+// naming the layer and the input shape, if x has the wrong rank or channel
+// count or is smaller than the kernel.
+func (c *Conv2dLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
+	shape := x.Shape()
+	name := fmt.Sprintf("Conv2d(%d→%d, kernel %d)", c.In, c.Out, c.Kernel)
+	if len(shape) == 3 {
+		y := c.Forward(x.Reshape(append([]int{1}, shape...)...))
+		return y.Reshape(y.Shape()[1:]...)
+	}
+	if len(shape) != 4 {
+		panic(fmt.Sprintf("nn: %s: input %v is not [N, C, H, W]", name, shape))
+	}
+	if shape[1] != c.In {
+		panic(fmt.Sprintf("nn: %s: input %v does not match in_channels %d", name, shape, c.In))
+	}
+	checkWindow(name, shape, c.Kernel, c.Padding)
+	return tensor.Conv2d(x, c.Weight, c.Bias, c.Stride, c.Padding)
+}
+
+// checkWindow panics if a kernel does not fit the padded input.
+func checkWindow(name string, shape []int, kernel int, padding [2]int) {
+	h, w := shape[2]+2*padding[0], shape[3]+2*padding[1]
+	if h < kernel || w < kernel {
+		panic(fmt.Sprintf("nn: %s: input %v (padded %dx%d) is smaller than the kernel %dx%d", name, shape, h, w, kernel, kernel))
+	}
+}
+
+// Pool2dLayer is MaxPool2d or AvgPool2d: a pooling window over [N, C, H, W]
+// inputs, with no parameters.
+type Pool2dLayer struct {
+	Base
+	Max             bool // max pooling; average pooling otherwise
+	Kernel          int
+	Stride, Padding [2]int
+}
+
+// MaxPool2d returns max pooling with a square window, PyTorch's
+// nn.MaxPool2d. Options: Stride (default: the kernel size), Padding
+// (default 0; padded cells never win, and padding must be at most half
+// the kernel).
+func MaxPool2d(kernel int, opts ...Option) *Pool2dLayer {
+	return newPool("MaxPool2d", true, kernel, opts)
+}
+
+// AvgPool2d returns average pooling with a square window, PyTorch's
+// nn.AvgPool2d (padded zeros count in the average, as with PyTorch's
+// default count_include_pad). Options as for MaxPool2d.
+func AvgPool2d(kernel int, opts ...Option) *Pool2dLayer {
+	return newPool("AvgPool2d", false, kernel, opts)
+}
+
+func newPool(name string, isMax bool, kernel int, opts []Option) *Pool2dLayer {
+	if kernel < 1 {
+		panic(fmt.Sprintf("nn: %s(%d): kernel must be positive", name, kernel))
+	}
+	o := applyOptions(name, layerOptions{}, opts, "Stride", "Padding")
+	if !o.strideSet {
+		o.stride = [2]int{kernel, kernel}
+	}
+	if 2*o.padding[0] > kernel || 2*o.padding[1] > kernel {
+		panic(fmt.Sprintf("nn: %s(%d): padding %v exceeds half the kernel", name, kernel, o.padding))
+	}
+	return &Pool2dLayer{Max: isMax, Kernel: kernel, Stride: o.stride, Padding: o.padding}
+}
+
+func (p *Pool2dLayer) kind() string {
+	if p.Max {
+		return "MaxPool2d"
+	}
+	return "AvgPool2d"
+}
+
+// String describes the layer like PyTorch's repr.
+func (p *Pool2dLayer) String() string {
+	return fmt.Sprintf("%s(kernel_size=%d, stride=%v, padding=%v)", p.kind(), p.Kernel, p.Stride, p.Padding)
+}
+
+// Forward pools x of shape [N, C, H, W] (or unbatched [C, H, W]).
+func (p *Pool2dLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
+	shape := x.Shape()
+	name := fmt.Sprintf("%s(%d)", p.kind(), p.Kernel)
+	if len(shape) == 3 {
+		y := p.Forward(x.Reshape(append([]int{1}, shape...)...))
+		return y.Reshape(y.Shape()[1:]...)
+	}
+	if len(shape) != 4 {
+		panic(fmt.Sprintf("nn: %s: input %v is not [N, C, H, W]", name, shape))
+	}
+	checkWindow(name, shape, p.Kernel, p.Padding)
+	k := [2]int{p.Kernel, p.Kernel}
+	if p.Max {
+		return tensor.MaxPool2d(x, k, p.Stride, p.Padding)
+	}
+	return tensor.AvgPool2d(x, k, p.Stride, p.Padding)
+}

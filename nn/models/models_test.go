@@ -1,0 +1,76 @@
+package models
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/gotrain/gotrain/nn"
+	"github.com/gotrain/gotrain/tensor"
+)
+
+// torchStateDicts reads the state-dict keys PyTorch printed for the same
+// models (written by ../testdata/gen_fixtures.py).
+func torchStateDicts(t *testing.T) map[string][][3]any {
+	t.Helper()
+	raw, err := os.ReadFile("../testdata/fixtures.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		StateDicts map[string][][3]any `json:"state_dicts"`
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		t.Fatal(err)
+	}
+	return f.StateDicts
+}
+
+func TestStateDictsMatchPyTorch(t *testing.T) {
+	want := torchStateDicts(t)
+	for name, m := range map[string]nn.Module{"mlp": MLP(), "mnist_net": MNISTNet()} {
+		t.Run(name, func(t *testing.T) {
+			got := nn.StateDict(m)
+			w := want[name]
+			if len(got) != len(w) {
+				t.Fatalf("%d entries, PyTorch %d", len(got), len(w))
+			}
+			for i, e := range got {
+				shape := fmt.Sprint(e.Tensor.Shape())
+				wantShape := fmt.Sprint(w[i][1])
+				if e.Name != w[i][0] || shape != wantShape || e.Dtype.String() != w[i][2] {
+					t.Errorf("entry %d: %s %s %s, PyTorch %v %s %v", i, e.Name, shape, e.Dtype, w[i][0], wantShape, w[i][2])
+				}
+			}
+		})
+	}
+}
+
+func TestModelsRunForwardAndBackward(t *testing.T) {
+	x := tensor.Rand(tensor.NewRNG(1), 3, 1, 28, 28)
+	target := []int{3, 0, 9}
+	for name, m := range map[string]nn.Module{"mlp": MLP(), "mnist_net": MNISTNet()} {
+		t.Run(name, func(t *testing.T) {
+			y := m.Forward(x)
+			if !slices.Equal(y.Shape(), []int{3, 10}) {
+				t.Fatalf("logits shape %v, want [3 10]", y.Shape())
+			}
+			if err := nn.CrossEntropy(y, target).Backward(); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range nn.NamedParameters(m) {
+				if p.Tensor.Grad() == nil {
+					t.Errorf("%s has no gradient", p.Name)
+				}
+			}
+			// Eval mode disables dropout: two forwards agree.
+			nn.SetTrain(m, false)
+			a := slices.Clone(m.Forward(x).Data())
+			if !slices.Equal(a, m.Forward(x).Data()) {
+				t.Error("eval forward is not deterministic")
+			}
+		})
+	}
+}
