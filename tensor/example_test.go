@@ -1,0 +1,52 @@
+package tensor_test
+
+import (
+	"fmt"
+
+	"github.com/gotrain/gotrain/tensor"
+)
+
+// A grad hook runs as soon as a parameter's gradient is final, before
+// Backward returns; DDP starts its allreduce there. Parameters used last in
+// the forward pass are ready first.
+func ExampleTensor_Backward() {
+	x := tensor.New([]float32{1, 2, 3, 4}, 2, 2)
+	w1 := tensor.New([]float32{0.5, -0.5, 1, 1}, 2, 2).SetRequiresGrad(true)
+	w2 := tensor.New([]float32{1, 2}, 1, 2).SetRequiresGrad(true)
+	for name, p := range map[string]*tensor.Tensor{"w1": w1, "w2": w2} {
+		p.AddGradHook(func(pass *tensor.Pass, p *tensor.Tensor) {
+			fmt.Printf("%s ready: %v\n", name, p.Grad().Data())
+			pass.OnFinish(func() error { fmt.Println("finish after", name); return nil })
+		})
+	}
+	h := tensor.ReLU(tensor.Linear(x, w1, nil))
+	loss := tensor.Sum(tensor.Linear(h, w2, nil), false)
+	if err := loss.Backward(); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println("loss", loss.Item())
+	// Output:
+	// w2 ready: [0 10]
+	// w1 ready: [0 0 8 12]
+	// finish after w2
+	// finish after w1
+	// loss 20
+}
+
+// Linear, CrossEntropy and ArgMax are the pieces of a classifier's step.
+func ExampleCrossEntropy() {
+	rng := tensor.NewRNG(1)
+	x := tensor.Randn(rng, 4, 3)
+	w := tensor.Zeros(2, 3).SetRequiresGrad(true)
+	b := tensor.Zeros(2).SetRequiresGrad(true)
+	target := []int{0, 1, 1, 0}
+	loss := tensor.CrossEntropy(tensor.Linear(x, w, b), target, "mean")
+	if err := loss.Backward(); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Printf("loss %.4f (ln 2), bias grad %v\n", loss.Item(), b.Grad().Data())
+	fmt.Println("predictions", tensor.ArgMax(tensor.Linear(x, w, b), 1))
+	// Output:
+	// loss 0.6931 (ln 2), bias grad [0 0]
+	// predictions [0 0 0 0]
+}
