@@ -46,8 +46,14 @@ func (c *Conv2dLayer) ResetParameters(rng *tensor.RNG) {
 
 // String describes the layer like PyTorch's repr.
 func (c *Conv2dLayer) String() string {
-	return fmt.Sprintf("Conv2d(%d, %d, kernel_size=(%d, %d), stride=(%d, %d), padding=(%d, %d), bias=%t)",
-		c.In, c.Out, c.Kernel, c.Kernel, c.Stride[0], c.Stride[1], c.Padding[0], c.Padding[1], c.Bias != nil)
+	s := fmt.Sprintf("Conv2d(%d, %d, kernel_size=(%d, %d), stride=%s", c.In, c.Out, c.Kernel, c.Kernel, pyPair(c.Stride))
+	if c.Padding != [2]int{} {
+		s += ", padding=" + pyPair(c.Padding)
+	}
+	if c.Bias == nil {
+		s += ", bias=False"
+	}
+	return s + ")"
 }
 
 // Forward convolves x of shape [N, In, H, W] (or unbatched [In, H, W]) into
@@ -56,26 +62,31 @@ func (c *Conv2dLayer) String() string {
 // count or is smaller than the kernel.
 func (c *Conv2dLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 	shape := x.Shape()
-	name := fmt.Sprintf("Conv2d(%d→%d, kernel %d)", c.In, c.Out, c.Kernel)
 	if len(shape) == 3 {
 		y := c.Forward(x.Reshape(append([]int{1}, shape...)...))
 		return y.Reshape(y.Shape()[1:]...)
 	}
 	if len(shape) != 4 {
-		panic(fmt.Sprintf("nn: %s: input %v is not [N, C, H, W]", name, shape))
+		panic(fmt.Sprintf("nn: %s: input %v is not [N, C, H, W]", c.label(), shape))
 	}
 	if shape[1] != c.In {
-		panic(fmt.Sprintf("nn: %s: input %v does not match in_channels %d", name, shape, c.In))
+		panic(fmt.Sprintf("nn: %s: input %v does not match in_channels %d", c.label(), shape, c.In))
 	}
-	checkWindow(name, shape, c.Kernel, c.Padding)
+	checkWindow(c.label, shape, c.Kernel, c.Padding)
 	return tensor.Conv2d(x, c.Weight, c.Bias, c.Stride, c.Padding)
 }
 
-// checkWindow panics if a kernel does not fit the padded input.
-func checkWindow(name string, shape []int, kernel int, padding [2]int) {
+// label names the layer in panic messages.
+func (c *Conv2dLayer) label() string {
+	return fmt.Sprintf("Conv2d(%d→%d, kernel %d)", c.In, c.Out, c.Kernel)
+}
+
+// checkWindow panics if a kernel does not fit the padded input. label is
+// only called then, so that Forward does not format on every call.
+func checkWindow(label func() string, shape []int, kernel int, padding [2]int) {
 	h, w := shape[2]+2*padding[0], shape[3]+2*padding[1]
 	if h < kernel || w < kernel {
-		panic(fmt.Sprintf("nn: %s: input %v (padded %dx%d) is smaller than the kernel %dx%d", name, shape, h, w, kernel, kernel))
+		panic(fmt.Sprintf("nn: %s: input %v (padded %dx%d) is smaller than the kernel %dx%d", label(), shape, h, w, kernel, kernel))
 	}
 }
 
@@ -124,23 +135,28 @@ func (p *Pool2dLayer) kind() string {
 	return "AvgPool2d"
 }
 
+func (p *Pool2dLayer) label() string { return fmt.Sprintf("%s(%d)", p.kind(), p.Kernel) }
+
 // String describes the layer like PyTorch's repr.
 func (p *Pool2dLayer) String() string {
-	return fmt.Sprintf("%s(kernel_size=%d, stride=%v, padding=%v)", p.kind(), p.Kernel, p.Stride, p.Padding)
+	s := fmt.Sprintf("%s(kernel_size=%d, stride=%s, padding=%s", p.kind(), p.Kernel, pyIntOrPair(p.Stride), pyIntOrPair(p.Padding))
+	if p.Max {
+		s += ", dilation=1, ceil_mode=False"
+	}
+	return s + ")"
 }
 
 // Forward pools x of shape [N, C, H, W] (or unbatched [C, H, W]).
 func (p *Pool2dLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 	shape := x.Shape()
-	name := fmt.Sprintf("%s(%d)", p.kind(), p.Kernel)
 	if len(shape) == 3 {
 		y := p.Forward(x.Reshape(append([]int{1}, shape...)...))
 		return y.Reshape(y.Shape()[1:]...)
 	}
 	if len(shape) != 4 {
-		panic(fmt.Sprintf("nn: %s: input %v is not [N, C, H, W]", name, shape))
+		panic(fmt.Sprintf("nn: %s: input %v is not [N, C, H, W]", p.label(), shape))
 	}
-	checkWindow(name, shape, p.Kernel, p.Padding)
+	checkWindow(p.label, shape, p.Kernel, p.Padding)
 	k := [2]int{p.Kernel, p.Kernel}
 	if p.Max {
 		return tensor.MaxPool2d(x, k, p.Stride, p.Padding)

@@ -36,5 +36,5 @@ func (d *DropoutLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 	return tensor.Dropout(x, d.P, d.Training(), d.rng)
 }
 
-// String returns "Dropout(p=…)".
-func (d *DropoutLayer) String() string { return fmt.Sprintf("Dropout(p=%g)", d.P) }
+// String returns "Dropout(p=…, inplace=False)".
+func (d *DropoutLayer) String() string { return fmt.Sprintf("Dropout(p=%g, inplace=False)", d.P) }

@@ -17,6 +17,7 @@ type fixtures struct {
 	TorchVersion string              `json:"torch_version"`
 	Cases        []fixCase           `json:"cases"`
 	StateDicts   map[string][][3]any `json:"state_dicts"`
+	Reprs        map[string]string   `json:"reprs"`
 }
 
 type fixTensor struct {

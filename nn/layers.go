@@ -28,8 +28,8 @@ func GELU() *GELULayer { return &GELULayer{} }
 // Forward returns x·Φ(x).
 func (*GELULayer) Forward(x *tensor.Tensor) *tensor.Tensor { return tensor.GELU(x) }
 
-// String returns "GELU()".
-func (*GELULayer) String() string { return "GELU()" }
+// String returns "GELU(approximate='none')".
+func (*GELULayer) String() string { return "GELU(approximate='none')" }
 
 // SoftmaxLayer is Softmax or LogSoftmax along one dimension.
 type SoftmaxLayer struct {
@@ -85,8 +85,10 @@ func (f *FlattenLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 	return tensor.Flatten(x, f.StartDim)
 }
 
-// String returns "Flatten(start_dim=…)".
-func (f *FlattenLayer) String() string { return fmt.Sprintf("Flatten(start_dim=%d)", f.StartDim) }
+// String returns "Flatten(start_dim=…, end_dim=-1)".
+func (f *FlattenLayer) String() string {
+	return fmt.Sprintf("Flatten(start_dim=%d, end_dim=-1)", f.StartDim)
+}
 
 // SequentialLayer runs its children in order, each one's output the next
 // one's input, PyTorch's nn.Sequential. Children are named "0", "1", …, so
@@ -116,6 +118,15 @@ func (s *SequentialLayer) Len() int { return len(s.layers) }
 
 // At returns child i.
 func (s *SequentialLayer) At(i int) Module { return s.layers[i] }
+
+// String describes the container and its children like PyTorch's
+// print(model); see Repr.
+func (s *SequentialLayer) String() string {
+	if len(s.layers) == 0 {
+		return "Sequential()"
+	}
+	return Repr(s)
+}
 
 // Forward runs the children in order; an empty Sequential returns x.
 func (s *SequentialLayer) Forward(x *tensor.Tensor) *tensor.Tensor {

@@ -1,9 +1,9 @@
 package nn
 
 import (
+	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/gotrain/gotrain/tensor"
@@ -40,6 +40,9 @@ func TestStateDictKeysMatchPyTorch(t *testing.T) {
 		m := Sequential(Conv2d(1, 4, 3, Padding(1)), BatchNorm2d(4), ReLU(), MaxPool2d(2), Flatten(),
 			Linear(4*14*14, 16), BatchNorm1d(16), ReLU(), Linear(16, 10))
 		checkStateDictKeys(t, m, f.stateDict(t, "bn_net"))
+		if got := Repr(m); got != f.Reprs["bn_net"] {
+			t.Errorf("Repr:\n%s\nPyTorch:\n%s", got, f.Reprs["bn_net"])
+		}
 		if got := names(NamedBuffers(m)); !slices.Equal(got, []string{
 			"1.running_mean", "1.running_var", "1.num_batches_tracked",
 			"6.running_mean", "6.running_var", "6.num_batches_tracked"}) {
@@ -106,7 +109,7 @@ func TestConvOptionsAndUnbatchedInput(t *testing.T) {
 	if got := MaxPool2d(3, Stride(1)).Forward(tensor.Zeros(2, 5, 5)).Shape(); !slices.Equal(got, []int{2, 3, 3}) {
 		t.Errorf("unbatched pool output %v", got)
 	}
-	if s := Conv2d(1, 2, 3, NoBias()).String(); !strings.HasSuffix(s, "bias=false)") {
+	if s := Conv2d(1, 2, 3, NoBias()).String(); s != "Conv2d(1, 2, kernel_size=(3, 3), stride=(1, 1), bias=False)" {
 		t.Errorf("String %q", s)
 	}
 }
@@ -185,5 +188,26 @@ func TestDropoutTrainEvalAndSeed(t *testing.T) {
 	SetTrain(d, false)
 	if !slices.Equal(d.Forward(x).Data(), x.Data()) {
 		t.Error("dropout in eval mode is not the identity")
+	}
+}
+
+func TestReprOfCustomModule(t *testing.T) {
+	want := `customNet(
+  (fc1): Linear(in_features=10, out_features=8, bias=True)
+  (bn): BatchNorm1d(8, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True)
+  (head): Sequential(
+    (0): ReLU()
+    (1): Linear(in_features=8, out_features=4, bias=False)
+    (2): Linear(in_features=4, out_features=2, bias=True)
+  )
+)`
+	if got := Repr(newCustomNet()); got != want {
+		t.Errorf("Repr:\n%s\nwant:\n%s", got, want)
+	}
+	if got := fmt.Sprint(Sequential()); got != "Sequential()" {
+		t.Errorf("empty Sequential prints %q", got)
+	}
+	if got := Repr(AvgPool2d(3, StrideHW(1, 2))); got != "AvgPool2d(kernel_size=3, stride=(1, 2), padding=0)" {
+		t.Errorf("AvgPool2d prints %q", got)
 	}
 }

@@ -48,7 +48,7 @@ func (l *LinearLayer) ResetParameters(rng *tensor.RNG) {
 
 // String describes the layer like PyTorch's repr.
 func (l *LinearLayer) String() string {
-	return fmt.Sprintf("Linear(in_features=%d, out_features=%d, bias=%t)", l.In, l.Out, l.Bias != nil)
+	return fmt.Sprintf("Linear(in_features=%d, out_features=%d, bias=%s)", l.In, l.Out, pyBool(l.Bias != nil))
 }
 
 // Forward maps x of shape [..., In] to [..., Out]. It panics, naming the

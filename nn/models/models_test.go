@@ -11,9 +11,9 @@ import (
 	"github.com/gotrain/gotrain/tensor"
 )
 
-// torchStateDicts reads the state-dict keys PyTorch printed for the same
-// models (written by ../testdata/gen_fixtures.py).
-func torchStateDicts(t *testing.T) map[string][][3]any {
+// torchStateDicts reads the state-dict keys and print(model) output
+// PyTorch gave for the same models (written by ../testdata/gen_fixtures.py).
+func torchStateDicts(t *testing.T) (map[string][][3]any, map[string]string) {
 	t.Helper()
 	raw, err := os.ReadFile("../testdata/fixtures.json")
 	if err != nil {
@@ -21,17 +21,21 @@ func torchStateDicts(t *testing.T) map[string][][3]any {
 	}
 	var f struct {
 		StateDicts map[string][][3]any `json:"state_dicts"`
+		Reprs      map[string]string   `json:"reprs"`
 	}
 	if err := json.Unmarshal(raw, &f); err != nil {
 		t.Fatal(err)
 	}
-	return f.StateDicts
+	return f.StateDicts, f.Reprs
 }
 
 func TestStateDictsMatchPyTorch(t *testing.T) {
-	want := torchStateDicts(t)
+	want, reprs := torchStateDicts(t)
 	for name, m := range map[string]nn.Module{"mlp": MLP(), "mnist_net": MNISTNet()} {
 		t.Run(name, func(t *testing.T) {
+			if r := nn.Repr(m); r != reprs[name] {
+				t.Errorf("Repr:\n%s\nPyTorch:\n%s", r, reprs[name])
+			}
 			got := nn.StateDict(m)
 			w := want[name]
 			if len(got) != len(w) {

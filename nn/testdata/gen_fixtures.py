@@ -109,7 +109,9 @@ def main():
                           nn.Linear(4 * 14 * 14, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 10))
     state_dicts = {"mlp": keys(mlp), "mnist_net": keys(cnn), "bn_net": keys(bnnet), "custom": keys(Custom())}
 
-    out = {"torch_version": torch.__version__, "cases": cases, "state_dicts": state_dicts}
+    reprs = {"mlp": str(mlp), "mnist_net": str(cnn), "bn_net": str(bnnet)}
+
+    out = {"torch_version": torch.__version__, "cases": cases, "state_dicts": state_dicts, "reprs": reprs}
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures.json")
     with open(path, "w") as f:
         json.dump(out, f, separators=(",", ":"))
