@@ -8,6 +8,8 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 )
 
 // Store is a key-value store shared by all ranks of a job. Every method may
@@ -37,3 +39,51 @@ type Store interface {
 
 // ErrClosed is returned by operations on a closed store.
 var ErrClosed = errors.New("store: closed")
+
+// Size limits, enforced by every implementation so that a program that
+// works on one store works on all of them. The TCP store's frames are
+// bounded accordingly (see MaxFrameSize).
+const (
+	// MaxKeySize is the longest key, in bytes, including any prefix.
+	MaxKeySize = 4096
+	// MaxValueSize is the largest value, in bytes: 64 MiB.
+	MaxValueSize = 64 << 20
+)
+
+// ErrTooLarge is returned for a key longer than MaxKeySize or a value
+// larger than MaxValueSize.
+var ErrTooLarge = errors.New("store: key or value too large")
+
+func checkKey(op, key string) error {
+	if len(key) > MaxKeySize {
+		return fmt.Errorf("%w: %s: key of %d bytes exceeds %d", ErrTooLarge, op, len(key), MaxKeySize)
+	}
+	return nil
+}
+
+func checkValue(op, key string, v []byte) error {
+	if len(v) > MaxValueSize {
+		return fmt.Errorf("%w: %s %q: value of %d bytes exceeds %d", ErrTooLarge, op, key, len(v), MaxValueSize)
+	}
+	return nil
+}
+
+// addInt implements Add's arithmetic on a stored value: absent counts as 0,
+// and values are decimal integers as in PyTorch's stores.
+func addInt(key string, old []byte, present bool, delta int64) (int64, []byte, error) {
+	var cur int64
+	if present {
+		var err error
+		cur, err = strconv.ParseInt(string(old), 10, 64)
+		if err != nil {
+			return 0, nil, fmt.Errorf("store: add %q: stored value %.32q is not a decimal integer", key, old)
+		}
+	}
+	n := cur + delta
+	return n, strconv.AppendInt(nil, n, 10), nil
+}
+
+// waitErr is the error of a Get or Wait that ended with ctx, naming the key.
+func waitErr(ctx context.Context, op, key string) error {
+	return fmt.Errorf("store: %s %q: key not set before the context ended: %w", op, key, context.Cause(ctx))
+}
