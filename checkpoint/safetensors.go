@@ -15,10 +15,28 @@ import (
 	"github.com/gotrain/gotrain/tensor"
 )
 
-// ErrCorrupt is wrapped by every error about a malformed safetensors file:
-// bad header length, invalid JSON, unknown dtype, inconsistent shapes or
-// offsets, truncated data.
+// ErrCorrupt matches (with errors.Is) every error about a malformed
+// safetensors file: bad header length, invalid JSON, unknown dtype,
+// inconsistent shapes or offsets, truncated data. Such errors are
+// *FormatError values.
 var ErrCorrupt = errors.New("checkpoint: corrupt safetensors file")
+
+// FormatError describes what is wrong with a malformed safetensors file.
+type FormatError struct {
+	File   string // the file's path; empty when decoding bytes
+	Reason string
+}
+
+// Error names the file and the problem.
+func (e *FormatError) Error() string {
+	if e.File == "" {
+		return "checkpoint: corrupt safetensors file: " + e.Reason
+	}
+	return "checkpoint: " + e.File + ": corrupt safetensors file: " + e.Reason
+}
+
+// Is reports whether target is ErrCorrupt.
+func (e *FormatError) Is(target error) bool { return target == ErrCorrupt }
 
 // MaxHeaderSize bounds the JSON header of a safetensors file, as the
 // reference implementation does (100 MB), so that a corrupt length field
@@ -225,6 +243,9 @@ func writeJSONString(b *bytes.Buffer, s string) {
 func ReadTensors(data []byte) ([]Entry, map[string]string, error) {
 	entries, meta, err := decode(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
+		if _, ok := err.(*FormatError); ok {
+			return nil, nil, err
+		}
 		return nil, nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	return entries, meta, nil
@@ -244,13 +265,17 @@ func ReadTensorsFile(path string) ([]Entry, map[string]string, error) {
 	}
 	entries, meta, err := decode(f, fi.Size())
 	if err != nil {
+		if fe, ok := err.(*FormatError); ok {
+			fe.File = path
+			return nil, nil, fe
+		}
 		return nil, nil, fmt.Errorf("checkpoint: %s: %w", path, err)
 	}
 	return entries, meta, nil
 }
 
 func corrupt(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
+	return &FormatError{Reason: fmt.Sprintf(format, args...)}
 }
 
 // decode reads a safetensors file of the given size from r.
@@ -270,7 +295,7 @@ func decode(r io.ReaderAt, size int64) ([]Entry, map[string]string, error) {
 		return nil, nil, corrupt("header length %d exceeds the %d bytes after the length field (truncated file?)", n, size-8)
 	}
 	hdrBytes := make([]byte, n)
-	if _, err := r.ReadAt(hdrBytes, 8); err != nil {
+	if _, err := r.ReadAt(hdrBytes, 8); err != nil && n > 0 {
 		return nil, nil, fmt.Errorf("reading header: %w", err)
 	}
 	h, err := parseHeader(hdrBytes, size-8-int64(n))
@@ -284,7 +309,7 @@ func decode(r io.ReaderAt, size int64) ([]Entry, map[string]string, error) {
 		info := h.infos[i]
 		span := info.DataOffsets[1] - info.DataOffsets[0]
 		raw = slices.Grow(raw[:0], int(span))[:span]
-		if _, err := r.ReadAt(raw, base+info.DataOffsets[0]); err != nil {
+		if _, err := r.ReadAt(raw, base+info.DataOffsets[0]); err != nil && span > 0 {
 			return nil, nil, fmt.Errorf("reading tensor %q: %w", name, err)
 		}
 		shape := make([]int, len(info.Shape))

@@ -1,0 +1,68 @@
+package checkpoint
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// WriteFileAtomic writes a file at path with the bytes write produces, so
+// that path holds either its previous content or all of the new content,
+// never a mix or a prefix, whatever happens (an error from write, a full
+// disk, a crash or power loss).
+//
+// The data goes to a temporary file in path's directory (a rename is only
+// atomic within one file system), which is fsynced, given mode 0644,
+// renamed over path, and then the directory is fsynced so that the rename
+// itself survives a crash. On error the temporary file is removed and path
+// is untouched.
+func WriteFileAtomic(path string, write func(w io.Writer) error) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("checkpoint: writing %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	bw := bufio.NewWriterSize(f, 1<<20)
+	if err := write(bw); err != nil {
+		return fmt.Errorf("checkpoint: writing %s: %w", path, err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("checkpoint: writing %s: %w", path, err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		return fmt.Errorf("checkpoint: writing %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("checkpoint: writing %s: fsync: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("checkpoint: writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("checkpoint: writing %s: %w", path, err)
+	}
+	if err := syncDir(dir); err != nil {
+		// The new file is in place; only its durability across a crash
+		// is in doubt. Report it: the caller asked for a durable save.
+		return fmt.Errorf("checkpoint: writing %s: fsync directory: %w", path, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,208 @@
+package checkpoint
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gotrain/gotrain/nn"
+	"github.com/gotrain/gotrain/optim"
+	"github.com/gotrain/gotrain/tensor"
+)
+
+// ErrMismatch is wrapped when a training checkpoint's two files come from
+// different saves (a crash between their renames, or a copied file).
+var ErrMismatch = errors.New("checkpoint: model file does not belong to the training state")
+
+// trainingVersion is the sidecar format; LoadTraining rejects others.
+const trainingVersion = "1"
+
+// TrainingState is everything a training run needs to carry on where it
+// stopped. Model and Optimizer are required; Scheduler is optional.
+type TrainingState struct {
+	Model     nn.Module
+	Optimizer optim.Optimizer
+	Scheduler optim.Scheduler
+
+	// Epoch and Step are the training loop's counters, saved as given.
+	Epoch int
+	Step  int64
+	// Extra is anything else worth resuming (a sampler's position, the
+	// best accuracy so far, an RNG seed...). SaveTraining stores its JSON
+	// encoding; LoadTraining decodes into it, so pass a pointer there.
+	// Nil saves and loads nothing.
+	Extra any
+}
+
+// TrainingPath returns the name of the sidecar file SaveTraining writes
+// beside the model file at path: "run/model.safetensors" →
+// "run/model.train.safetensors".
+func TrainingPath(path string) string {
+	return strings.TrimSuffix(path, ".safetensors") + ".train.safetensors"
+}
+
+// SaveTraining writes a training checkpoint as two files, each atomically:
+//
+//  1. path: the model's state dict, exactly as Save writes it, so the file
+//     loads into PyTorch like any model checkpoint;
+//  2. TrainingPath(path): a safetensors file whose tensors are the
+//     optimizer's state ("state.<i>.<buffer>") and whose metadata holds
+//     the optimizer's hyper-parameters ("optimizer.*"), the scheduler's
+//     state ("scheduler.*"), Epoch, Step, the JSON of Extra, and the
+//     SHA-256 of the model file.
+//
+// The model file is written first and the sidecar second, so the sidecar
+// is the commit point: a crash between the two leaves a new model beside
+// an old sidecar, which LoadTraining detects by the hash (ErrMismatch)
+// instead of resuming from mixed state.
+func SaveTraining(path string, st TrainingState) error {
+	if st.Model == nil || st.Optimizer == nil {
+		return fmt.Errorf("checkpoint: SaveTraining %s: Model and Optimizer are required", path)
+	}
+	extra, err := json.Marshal(st.Extra)
+	if err != nil {
+		return fmt.Errorf("checkpoint: SaveTraining %s: encoding Extra: %w", path, err)
+	}
+	hash := sha256.New()
+	if err := WriteFileAtomic(path, func(w io.Writer) error {
+		return WriteModel(io.MultiWriter(w, hash), st.Model)
+	}); err != nil {
+		return err
+	}
+
+	meta := map[string]string{
+		"gotrain.training": trainingVersion,
+		"model_sha256":     hex.EncodeToString(hash.Sum(nil)),
+		"epoch":            strconv.Itoa(st.Epoch),
+		"step":             strconv.FormatInt(st.Step, 10),
+		"extra":            string(extra),
+	}
+	optState := st.Optimizer.StateDict()
+	for k, v := range optState.Meta {
+		meta["optimizer."+k] = v
+	}
+	if st.Scheduler != nil {
+		for k, v := range st.Scheduler.StateDict().Meta {
+			meta["scheduler."+k] = v
+		}
+	}
+	entries := make([]Entry, 0, len(optState.Tensors))
+	for _, name := range slices.Sorted(maps.Keys(optState.Tensors)) {
+		entries = append(entries, Entry{Name: name, Tensor: optState.Tensors[name]})
+	}
+	return WriteFileAtomic(TrainingPath(path), func(w io.Writer) error {
+		return WriteTensors(w, entries, meta)
+	})
+}
+
+// LoadTraining resumes from the checkpoint SaveTraining wrote at path, in
+// this order: it reads and validates the sidecar, reads the model file and
+// checks its hash against the sidecar's, then loads the model (strictly,
+// as Load), the optimizer's state, the scheduler's state and the counters,
+// and decodes Extra into st.Extra if that is non-nil.
+//
+// A missing file is an error that wraps fs.ErrNotExist (the usual sign
+// that there is nothing to resume yet). A scheduler saved but not given,
+// or given but not saved, is an error. If the model does not fit, nothing
+// is changed; a later failure (an optimizer of another kind, say) leaves
+// the model loaded but the error must end the resume.
+func LoadTraining(path string, st *TrainingState) error {
+	if st == nil || st.Model == nil || st.Optimizer == nil {
+		return fmt.Errorf("checkpoint: LoadTraining %s: Model and Optimizer are required", path)
+	}
+	side := TrainingPath(path)
+	optEntries, meta, err := ReadTensorsFile(side)
+	if err != nil {
+		return err
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("checkpoint: %s: "+format, append([]any{side}, args...)...)
+	}
+	if v := meta["gotrain.training"]; v != trainingVersion {
+		return bad("not a gotrain training state (version %q, want %q)", v, trainingVersion)
+	}
+	epoch, err := strconv.Atoi(meta["epoch"])
+	if err != nil {
+		return bad("epoch %q is not an integer", meta["epoch"])
+	}
+	step, err := strconv.ParseInt(meta["step"], 10, 64)
+	if err != nil {
+		return bad("step %q is not an integer", meta["step"])
+	}
+	extra, ok := meta["extra"]
+	if !ok || !json.Valid([]byte(extra)) {
+		return bad("extra is missing or not JSON")
+	}
+	optState := optim.State{Tensors: map[string]*tensor.Tensor{}, Meta: map[string]string{}}
+	schedMeta := map[string]string{}
+	for k, v := range meta {
+		if name, ok := strings.CutPrefix(k, "optimizer."); ok {
+			optState.Meta[name] = v
+		} else if name, ok := strings.CutPrefix(k, "scheduler."); ok {
+			schedMeta[name] = v
+		}
+	}
+	for _, e := range optEntries {
+		optState.Tensors[e.Name] = e.Tensor
+	}
+	if (len(schedMeta) > 0) != (st.Scheduler != nil) {
+		if st.Scheduler == nil {
+			return bad("holds scheduler state (%s) but no Scheduler was given", schedMeta["scheduler"])
+		}
+		return bad("holds no scheduler state but a Scheduler was given")
+	}
+
+	model, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if sum := sha256.Sum256(model); hex.EncodeToString(sum[:]) != meta["model_sha256"] {
+		return fmt.Errorf("%w: %s does not match %s (saved by a different SaveTraining)", ErrMismatch, path, side)
+	}
+	entries, _, err := readTensorsBytes(path, model)
+	if err != nil {
+		return err
+	}
+	if err := loadEntries(path, st.Model, entries); err != nil {
+		return err
+	}
+	if err := st.Optimizer.LoadStateDict(optState); err != nil {
+		return fmt.Errorf("checkpoint: %s: %w", side, err)
+	}
+	if st.Scheduler != nil {
+		if err := st.Scheduler.LoadStateDict(optim.State{Meta: schedMeta}); err != nil {
+			return fmt.Errorf("checkpoint: %s: %w", side, err)
+		}
+	}
+	st.Epoch, st.Step = epoch, step
+	if st.Extra != nil && extra != "null" {
+		dec := json.NewDecoder(bytes.NewReader([]byte(extra)))
+		if err := dec.Decode(st.Extra); err != nil {
+			return bad("decoding extra into %T: %w", st.Extra, err)
+		}
+	}
+	return nil
+}
+
+// readTensorsBytes decodes a file already read into memory, naming it in
+// errors.
+func readTensorsBytes(path string, data []byte) ([]Entry, map[string]string, error) {
+	entries, meta, err := decode(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		if fe, ok := err.(*FormatError); ok {
+			fe.File = path
+			return nil, nil, fe
+		}
+		return nil, nil, fmt.Errorf("checkpoint: %s: %w", path, err)
+	}
+	return entries, meta, nil
+}
