@@ -26,15 +26,18 @@ func modelEntries(m nn.Module) []Entry {
 // WriteModel writes m's state dict to w as a safetensors file with the
 // metadata {"format": "pt"} that PyTorch's safetensors loader expects.
 func WriteModel(w io.Writer, m nn.Module) error {
-	return WriteTensors(w, modelEntries(m), map[string]string{"format": "pt"})
+	return WriteTensors(w, modelEntries(m), modelMeta)
 }
+
+var modelMeta = map[string]string{"format": "pt"}
 
 // Save writes m's state dict (PyTorch names and layouts) to path as a
 // safetensors file, atomically: path holds the old file or the new one,
 // never a partial file. The file loads into the same PyTorch model with
 // model.load_state_dict(safetensors.torch.load_file(path)).
 func Save(path string, m nn.Module) error {
-	return WriteFileAtomic(path, func(w io.Writer) error { return WriteModel(w, m) })
+	entries := modelEntries(m)
+	return WriteFileAtomic(path, func(w io.Writer) error { return writeTensors(w, entries, modelMeta) })
 }
 
 // Load reads the safetensors file at path into m, strictly: every key of

@@ -122,6 +122,15 @@ type header struct {
 // "__metadata__" first, the header padded with spaces to a multiple of 8
 // bytes. Names must be unique and non-empty.
 func WriteTensors(w io.Writer, entries []Entry, metadata map[string]string) error {
+	if err := writeTensors(w, entries, metadata); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
+}
+
+// writeTensors is WriteTensors with errors left unprefixed for callers
+// that add their own context.
+func writeTensors(w io.Writer, entries []Entry, metadata map[string]string) error {
 	sorted := make([]Entry, len(entries))
 	copy(sorted, entries)
 	for i := range sorted {
@@ -130,13 +139,13 @@ func WriteTensors(w io.Writer, entries []Entry, metadata map[string]string) erro
 		}
 		e := sorted[i]
 		if e.Name == "" || e.Name == "__metadata__" {
-			return fmt.Errorf("checkpoint: invalid tensor name %q", e.Name)
+			return fmt.Errorf("invalid tensor name %q", e.Name)
 		}
 		if e.Tensor == nil {
-			return fmt.Errorf("checkpoint: tensor %q is nil", e.Name)
+			return fmt.Errorf("tensor %q is nil", e.Name)
 		}
 		if e.DType != F32 && e.DType != I64 {
-			return fmt.Errorf("checkpoint: tensor %q: writing dtype %s is not supported (F32 or I64)", e.Name, e.DType)
+			return fmt.Errorf("tensor %q: writing dtype %s is not supported (F32 or I64)", e.Name, e.DType)
 		}
 	}
 	slices.SortStableFunc(sorted, func(a, b Entry) int {
@@ -147,7 +156,7 @@ func WriteTensors(w io.Writer, entries []Entry, metadata map[string]string) erro
 	})
 	for i := 1; i < len(sorted); i++ {
 		if sorted[i].Name == sorted[i-1].Name {
-			return fmt.Errorf("checkpoint: duplicate tensor name %q", sorted[i].Name)
+			return fmt.Errorf("duplicate tensor name %q", sorted[i].Name)
 		}
 	}
 
@@ -198,10 +207,10 @@ func WriteTensors(w io.Writer, entries []Entry, metadata map[string]string) erro
 	var lenBuf [8]byte
 	binary.LittleEndian.PutUint64(lenBuf[:], uint64(hdr.Len()))
 	if _, err := w.Write(lenBuf[:]); err != nil {
-		return fmt.Errorf("checkpoint: writing header: %w", err)
+		return fmt.Errorf("writing header: %w", err)
 	}
 	if _, err := w.Write(hdr.Bytes()); err != nil {
-		return fmt.Errorf("checkpoint: writing header: %w", err)
+		return fmt.Errorf("writing header: %w", err)
 	}
 	// Encode in chunks so that a large tensor needs only a small buffer.
 	buf := make([]byte, 0, 64<<10)
@@ -213,7 +222,7 @@ func WriteTensors(w io.Writer, entries []Entry, metadata map[string]string) erro
 			for _, v := range data[start:end] {
 				if e.DType == I64 {
 					if v != float32(math.Trunc(float64(v))) {
-						return fmt.Errorf("checkpoint: tensor %q: value %v is not an integer (dtype I64)", e.Name, v)
+						return fmt.Errorf("tensor %q: value %v is not an integer (dtype I64)", e.Name, v)
 					}
 					buf = binary.LittleEndian.AppendUint64(buf, uint64(int64(v)))
 				} else {
@@ -221,7 +230,7 @@ func WriteTensors(w io.Writer, entries []Entry, metadata map[string]string) erro
 				}
 			}
 			if _, err := w.Write(buf); err != nil {
-				return fmt.Errorf("checkpoint: writing tensor %q: %w", e.Name, err)
+				return fmt.Errorf("writing tensor %q: %w", e.Name, err)
 			}
 			start = end
 		}

@@ -73,8 +73,9 @@ func SaveTraining(path string, st TrainingState) error {
 		return fmt.Errorf("checkpoint: SaveTraining %s: encoding Extra: %w", path, err)
 	}
 	hash := sha256.New()
+	model := modelEntries(st.Model)
 	if err := WriteFileAtomic(path, func(w io.Writer) error {
-		return WriteModel(io.MultiWriter(w, hash), st.Model)
+		return writeTensors(io.MultiWriter(w, hash), model, modelMeta)
 	}); err != nil {
 		return err
 	}
@@ -100,7 +101,7 @@ func SaveTraining(path string, st TrainingState) error {
 		entries = append(entries, Entry{Name: name, Tensor: optState.Tensors[name]})
 	}
 	return WriteFileAtomic(TrainingPath(path), func(w io.Writer) error {
-		return WriteTensors(w, entries, meta)
+		return writeTensors(w, entries, meta)
 	})
 }
 
