@@ -1,0 +1,336 @@
+// Package tcp is gotrain's TCP transport: a full mesh with one connection
+// per pair of ranks, rendezvoused through a store and authenticated with
+// the versioned HMAC handshake of package auth.
+//
+// The rule that avoids duplicate-connect races: the higher rank dials, the
+// lower rank accepts, so each pair is connected exactly once. Every
+// connection has TCP_NODELAY set and, optionally, large socket buffers.
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gotrain/gotrain/dist/auth"
+	"github.com/gotrain/gotrain/dist/store"
+	"github.com/gotrain/gotrain/dist/transport"
+)
+
+// Options configures Connect.
+type Options struct {
+	// Rank and Size of this process in the mesh.
+	Rank, Size int
+	// Store is where ranks publish their addresses (key "addr/<rank>");
+	// the caller namespaces it per job and group.
+	Store store.Store
+	// Token is the shared secret of the handshake.
+	Token []byte
+	// JobID must match on every connection.
+	JobID string
+	// ListenHost is the interface to listen on; "" means all interfaces.
+	ListenHost string
+	// AdvertiseHost is the host other ranks dial; "" means ListenHost, or
+	// the loopback address if that is empty too.
+	AdvertiseHost string
+	// PortMin and PortMax bound the listen port (inclusive); both zero
+	// means any free port.
+	PortMin, PortMax int
+	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF; 0 leaves the kernel's
+	// automatic tuning on.
+	SocketBuffer int
+	// Logger receives refused connections; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Mesh is a connected full mesh. It implements transport.Mesh.
+type Mesh struct {
+	rank, size int
+	pairs      []*pair // pairs[rank] is nil
+	log        *slog.Logger
+
+	mu  sync.Mutex // mu guards err
+	err error
+
+	readers sync.WaitGroup
+}
+
+var _ transport.Mesh = (*Mesh)(nil)
+
+// Connect listens, publishes this rank's address, connects to every other
+// rank and returns the mesh once all Size-1 connections are up and
+// authenticated. ctx bounds the whole rendezvous (the connect timeout).
+func Connect(ctx context.Context, o Options) (*Mesh, error) {
+	if o.Size < 1 || o.Rank < 0 || o.Rank >= o.Size {
+		return nil, fmt.Errorf("tcp: rank %d is outside world size %d", o.Rank, o.Size)
+	}
+	m := &Mesh{rank: o.Rank, size: o.Size, pairs: make([]*pair, o.Size), log: o.Logger}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	if o.Size == 1 {
+		return m, nil
+	}
+	ln, err := listen(o.ListenHost, o.PortMin, o.PortMax)
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	host := o.AdvertiseHost
+	if host == "" {
+		host = o.ListenHost
+	}
+	if host == "" || net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	self := net.JoinHostPort(host, strconv.Itoa(port))
+	if err := o.Store.Set(ctx, addrKey(o.Rank), []byte(self)); err != nil {
+		return nil, fmt.Errorf("tcp: rank %d: publish address %s: %w", o.Rank, self, err)
+	}
+
+	conns := make([]net.Conn, o.Size)
+	addrs := make([]string, o.Size)
+	var mu sync.Mutex // mu guards conns and addrs during setup
+	errs := make(chan error, o.Size)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+
+	// Lower ranks dial us.
+	nAccept := o.Size - 1 - o.Rank
+	go func() { errs <- m.acceptAll(ctx, ln, o, nAccept, conns, addrs, &mu) }()
+	// We dial lower ranks.
+	for peer := 0; peer < o.Rank; peer++ {
+		go func() {
+			c, addr, err := dialPeer(ctx, o, peer)
+			if err == nil {
+				mu.Lock()
+				conns[peer], addrs[peer] = c, addr
+				mu.Unlock()
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for i := 0; i < o.Rank+1; i++ {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			cancel()
+		}
+	}
+	if first != nil {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+		return nil, first
+	}
+	for peer, c := range conns {
+		if peer == o.Rank {
+			continue
+		}
+		tc := c.(*net.TCPConn)
+		tc.SetNoDelay(true)
+		if o.SocketBuffer > 0 {
+			tc.SetReadBuffer(o.SocketBuffer)
+			tc.SetWriteBuffer(o.SocketBuffer)
+		}
+		m.pairs[peer] = newPair(m, peer, addrs[peer], tc)
+	}
+	for _, p := range m.pairs {
+		if p != nil {
+			m.readers.Add(1)
+			go p.readLoop()
+		}
+	}
+	return m, nil
+}
+
+func addrKey(rank int) string { return "addr/" + strconv.Itoa(rank) }
+
+// listen binds host on the first free port in [min, max].
+func listen(host string, min, max int) (net.Listener, error) {
+	if min == 0 && max == 0 {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("tcp: listen on %q: %w", host, err)
+		}
+		return ln, nil
+	}
+	if min <= 0 || max < min || max > 65535 {
+		return nil, fmt.Errorf("tcp: bad listen port range %d-%d", min, max)
+	}
+	var last error
+	for port := min; port <= max; port++ {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err == nil {
+			return ln, nil
+		}
+		last = err
+	}
+	return nil, fmt.Errorf("tcp: no free port in %d-%d on %q: %w", min, max, host, last)
+}
+
+// acceptAll accepts and authenticates n connections from higher ranks.
+// Connections that fail the handshake (wrong token, wrong job, stray
+// clients) are logged and dropped; the rendezvous goes on.
+func (m *Mesh) acceptAll(ctx context.Context, ln net.Listener, o Options, n int, conns []net.Conn, addrs []string, mu *sync.Mutex) error {
+	hello := auth.Hello{Role: auth.RoleData, JobID: o.JobID, Rank: o.Rank, WorldSize: o.Size}
+	for got := 0; got < n; {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("tcp: rank %d: waiting for %d more connections from higher ranks: %w", o.Rank, n-got, context.Cause(ctx))
+			}
+			return fmt.Errorf("tcp: rank %d: accept: %w", o.Rank, err)
+		}
+		peer, err := auth.Server(ctx, c, o.Token, hello, func(p auth.Hello) error {
+			switch {
+			case p.JobID != o.JobID:
+				return fmt.Errorf("job %q, this rank is in job %q", p.JobID, o.JobID)
+			case p.WorldSize != o.Size:
+				return fmt.Errorf("rank %d says world size %d, rank %d says %d", p.Rank, p.WorldSize, o.Rank, o.Size)
+			case p.Rank <= o.Rank || p.Rank >= o.Size:
+				return fmt.Errorf("rank %d may not dial rank %d (world size %d)", p.Rank, o.Rank, o.Size)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if conns[p.Rank] != nil {
+				return fmt.Errorf("duplicate rank %d: already connected from %s", p.Rank, addrs[p.Rank])
+			}
+			return nil
+		})
+		if err != nil {
+			c.Close()
+			if ctx.Err() != nil {
+				return fmt.Errorf("tcp: rank %d: handshake: %w", o.Rank, context.Cause(ctx))
+			}
+			m.log.Warn("tcp: refused data-plane connection", "rank", o.Rank, "remote", c.RemoteAddr().String(), "err", err)
+			continue
+		}
+		mu.Lock()
+		if conns[peer.Rank] != nil { // lost a race with a duplicate
+			mu.Unlock()
+			c.Close()
+			continue
+		}
+		conns[peer.Rank], addrs[peer.Rank] = c, c.RemoteAddr().String()
+		mu.Unlock()
+		got++
+	}
+	return nil
+}
+
+// dialPeer looks up peer's address, dials it (retrying refused
+// connections until ctx ends) and authenticates.
+func dialPeer(ctx context.Context, o Options, peer int) (net.Conn, string, error) {
+	b, err := o.Store.Get(ctx, addrKey(peer))
+	if err != nil {
+		return nil, "", fmt.Errorf("tcp: rank %d: look up address of rank %d: %w", o.Rank, peer, err)
+	}
+	addr := string(b)
+	var d net.Dialer
+	backoff := 10 * time.Millisecond
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			hello := auth.Hello{Role: auth.RoleData, JobID: o.JobID, Rank: o.Rank, WorldSize: o.Size}
+			srv, err := auth.Client(ctx, c, o.Token, hello)
+			if err != nil {
+				c.Close()
+				return nil, "", fmt.Errorf("tcp: rank %d: handshake with rank %d at %s: %w", o.Rank, peer, addr, err)
+			}
+			if srv.Rank != peer || srv.WorldSize != o.Size || srv.JobID != o.JobID {
+				c.Close()
+				return nil, "", fmt.Errorf("tcp: rank %d: %s answered as rank %d of %d in job %q, want rank %d of %d in job %q",
+					o.Rank, addr, srv.Rank, srv.WorldSize, srv.JobID, peer, o.Size, o.JobID)
+			}
+			return c, addr, nil
+		}
+		if ctx.Err() != nil {
+			return nil, "", fmt.Errorf("tcp: rank %d: connect to rank %d at %s: %w", o.Rank, peer, addr, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, "", fmt.Errorf("tcp: rank %d: connect to rank %d at %s: %w", o.Rank, peer, addr, err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// Rank implements transport.Mesh.
+func (m *Mesh) Rank() int { return m.rank }
+
+// Size implements transport.Mesh.
+func (m *Mesh) Size() int { return m.size }
+
+// Pair implements transport.Mesh.
+func (m *Mesh) Pair(peer int) transport.Pair { return m.pairs[peer] }
+
+// Err implements transport.Mesh.
+func (m *Mesh) Err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.err
+}
+
+// abortWriteTimeout bounds the best-effort abort frame to each peer.
+const abortWriteTimeout = 200 * time.Millisecond
+
+// Fail implements transport.Mesh.
+func (m *Mesh) Fail(code int, err error) {
+	m.mu.Lock()
+	if m.err != nil {
+		m.mu.Unlock()
+		return
+	}
+	m.err = err
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range m.pairs {
+		if p == nil {
+			continue
+		}
+		p.failQueued(err)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.abort(code, err)
+			p.conn.Close()
+		}()
+	}
+	wg.Wait()
+}
+
+// Close implements transport.Mesh. If the mesh has not failed, each peer
+// gets a goodbye frame: its operations that still need this rank fail
+// with ErrPeerLost, the others complete.
+func (m *Mesh) Close() error {
+	m.Fail(transport.AbortClosed, fmt.Errorf("rank %d destroyed the group: %w", m.rank, transport.ErrClosed))
+	m.readers.Wait()
+	return nil
+}
+
+// failPeer fails the mesh because of an error on p's connection.
+func (m *Mesh) failPeer(p *pair, err error) {
+	if m.Err() != nil {
+		return // the mesh is already failed; this is the fallout
+	}
+	var ab *transport.AbortError
+	code := transport.AbortPeerLost
+	if errors.As(err, &ab) {
+		code = ab.Code
+	} else if errors.Is(err, transport.ErrMismatch) {
+		code = transport.AbortMismatch
+	}
+	m.Fail(code, &transport.PeerError{Rank: p.peer, Addr: p.addr, Err: err})
+}
