@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gotrain/gotrain/dist/store"
+)
+
+// tokenEnv names the environment variable holding the job's shared token.
+const tokenEnv = "GOTRAIN_TOKEN"
+
+// storeCmd serves a standalone TCP rendezvous store, for jobs whose store
+// should outlive any one worker (elastic restarts, multi-node).
+var storeCmd = &cobra.Command{
+	Use:   "store --addr host:port",
+	Short: "Serve a standalone TCP rendezvous store",
+	Long: `Serve a standalone TCP rendezvous store, the one rank 0 would otherwise
+host. Workers reach it with MASTER_ADDR/MASTER_PORT (or tcp://host:port)
+and must present the same token: set ` + tokenEnv + ` or pass --token-file.
+On SIGINT or SIGTERM the server stops accepting, waits up to --grace for
+connected clients to leave, then exits.`,
+	Args: cobra.NoArgs,
+	RunE: func(cmd *cobra.Command, _ []string) error {
+		addr, _ := cmd.Flags().GetString("addr")
+		tokenFile, _ := cmd.Flags().GetString("token-file")
+		grace, _ := cmd.Flags().GetDuration("grace")
+		token, err := loadToken(tokenFile)
+		if err != nil {
+			return err
+		}
+		return serveStore(cmd.Context(), cmd.OutOrStdout(), addr, token, grace)
+	},
+}
+
+func init() {
+	storeCmd.Flags().String("addr", ":29500", "listen address host:port (port 0 picks a free port)")
+	storeCmd.Flags().String("token-file", "", "read the shared token from this file instead of $"+tokenEnv)
+	storeCmd.Flags().Duration("grace", 5*time.Second, "on shutdown, how long to wait for clients to disconnect")
+	rootCmd.AddCommand(storeCmd)
+}
+
+// serveStore runs the store server until ctx ends, printing its address
+// to out.
+func serveStore(ctx context.Context, out io.Writer, addr string, token []byte, grace time.Duration) error {
+	srv, err := store.Listen(addr, token)
+	if err != nil {
+		return err
+	}
+	// The address line is the interface for scripts (port 0).
+	fmt.Fprintf(out, "gotrain store listening on %s\n", srv.Addr())
+	slog.Info("store: serving", "addr", srv.Addr())
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// loadToken returns the shared token from tokenFile if given, else from
+// $GOTRAIN_TOKEN. A standalone server faces the network, so it refuses to
+// run without a token.
+func loadToken(tokenFile string) ([]byte, error) {
+	if tokenFile != "" {
+		fi, err := os.Stat(tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("token file: %w", err)
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			slog.Warn("token file is readable by other users; chmod 600 it", "file", tokenFile, "mode", fi.Mode().Perm())
+		}
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("token file: %w", err)
+		}
+		// Files written by echo or an editor end in a newline that is not
+		// part of the token.
+		b = bytes.TrimRight(b, "\r\n")
+		if len(b) == 0 {
+			return nil, fmt.Errorf("token file %s is empty", tokenFile)
+		}
+		return b, nil
+	}
+	if t := os.Getenv(tokenEnv); t != "" {
+		return []byte(t), nil
+	}
+	return nil, fmt.Errorf("no token: set %s or pass --token-file (every worker needs the same token; e.g. head -c 32 /dev/urandom | base64)", tokenEnv)
+}
