@@ -62,7 +62,11 @@ func (t *Tensor) accGrad() []float32 {
 		return t.grad.data
 	}
 	if t.passGrad == nil {
-		t.passGrad = make([]float32, len(t.data))
+		// Pass-local buffers are recycled: a training step needs the same
+		// sizes every time, and large fresh allocations cost page faults
+		// and zeroing.
+		t.passGrad = getBuf(len(t.data))
+		clear(t.passGrad)
 	}
 	return t.passGrad
 }
@@ -149,6 +153,7 @@ func (t *Tensor) BackwardWith(grad *Tensor) error {
 		n := order[i]
 		if n.passGrad != nil {
 			n.node.backward(n.passGrad)
+			putBuf(n.passGrad)
 		}
 		n.passGrad = nil
 		for _, in := range n.node.inputs {

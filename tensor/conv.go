@@ -66,10 +66,23 @@ func Conv2d(x, w, b *Tensor, stride, padding [2]int) *Tensor {
 	g.ow = (g.w+2*g.pw-g.kw)/g.sw + 1
 	out := Zeros(g.n, g.o, g.oh, g.ow)
 	ckk, p := g.ckk(), g.plane()
+	// The weight gradient needs every image's columns again; keeping them
+	// from the forward pass saves a second im2col per image.
+	var cols []float32
+	if GradEnabled() && w.requiresGrad && !g.direct() {
+		cols = getBuf(g.n * ckk * p)
+	}
 	perImage := 2 * g.o * ckk * p
 	parallelFor(g.n, convMinFlops/max(perImage, 1)+1, func(_, lo, hi int) {
-		col := getBuf(ckk * p)
+		var scratch []float32
+		if cols == nil && !g.direct() {
+			scratch = getBuf(ckk * p)
+		}
 		for i := lo; i < hi; i++ {
+			col := scratch
+			if cols != nil {
+				col = cols[i*ckk*p : (i+1)*ckk*p]
+			}
 			yi := out.data[i*g.o*p : (i+1)*g.o*p]
 			beta := float32(0)
 			if b != nil {
@@ -83,16 +96,25 @@ func Conv2d(x, w, b *Tensor, stride, padding [2]int) *Tensor {
 			}
 			kernels.Sgemm(false, false, g.o, p, ckk, 1, w.data, ckk, g.im2col(x.data, i, col), p, beta, yi, p)
 		}
-		putBuf(col)
+		if scratch != nil {
+			putBuf(scratch)
+		}
 	})
 	inputs := []*Tensor{x, w}
 	if b != nil {
 		inputs = append(inputs, b)
 	}
-	return record(out, "conv2d", func(grad []float32) { conv2dBackward(g, x, w, b, grad) }, inputs...)
+	return record(out, "conv2d", func(grad []float32) {
+		conv2dBackward(g, x, w, b, cols, grad)
+		if cols != nil {
+			putBuf(cols)
+		}
+	}, inputs...)
 }
 
-func conv2dBackward(g convGeom, x, w, b *Tensor, grad []float32) {
+// conv2dBackward accumulates Conv2d's input, weight and bias gradients;
+// cols holds the forward pass's im2col matrices or is nil.
+func conv2dBackward(g convGeom, x, w, b *Tensor, cols, grad []float32) {
 	ckk, p := g.ckk(), g.plane()
 	if b.needsGrad() {
 		gb := b.accGrad()
@@ -122,9 +144,11 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, grad []float32) {
 		partial = make([][]float32, workers)
 	}
 	used := parallelFor(g.n, convMinFlops/max(perImage, 1)+1, func(worker, lo, hi int) {
-		col := getBuf(ckk * p)
-		var dcol []float32
-		if needX {
+		var scratch, dcol []float32
+		if needW && cols == nil && !g.direct() {
+			scratch = getBuf(ckk * p)
+		}
+		if needX && !g.direct() {
 			dcol = getBuf(ckk * p)
 		}
 		dw := gw
@@ -136,7 +160,13 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, grad []float32) {
 		for i := lo; i < hi; i++ {
 			gi := grad[i*g.o*p : (i+1)*g.o*p]
 			if needW { // dW[O, ckk] += g_i[O, p] · col_iᵀ
-				kernels.Sgemm(false, true, g.o, ckk, p, 1, gi, p, g.im2col(x.data, i, col), p, 1, dw, ckk)
+				var col []float32
+				if cols != nil {
+					col = cols[i*ckk*p : (i+1)*ckk*p]
+				} else {
+					col = g.im2col(x.data, i, scratch)
+				}
+				kernels.Sgemm(false, true, g.o, ckk, p, 1, gi, p, col, p, 1, dw, ckk)
 			}
 			if needX { // dcol = Wᵀ · g_i, folded back into the image
 				dxi := gx[i*g.inSize() : (i+1)*g.inSize()]
@@ -148,8 +178,10 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, grad []float32) {
 				kernels.Col2im(dcol, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, dxi)
 			}
 		}
-		putBuf(col)
-		if needX {
+		if scratch != nil {
+			putBuf(scratch)
+		}
+		if dcol != nil {
 			putBuf(dcol)
 		}
 	})

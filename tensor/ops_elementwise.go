@@ -8,6 +8,10 @@ import (
 
 func addTo(dst, src []float32) { kernels.Add(dst, src) }
 
+// elemMinItems is the number of elements per goroutine below which an
+// elementwise op stays on one goroutine (a few tens of µs of work).
+const elemMinItems = 1 << 16
+
 // binary evaluates f elementwise over the broadcast of a and b. The
 // backward closure gets the output gradient, the broadcast shape and the
 // operands and must accumulate into their gradients.
@@ -191,9 +195,14 @@ func sigmoid(v float32) float32 {
 // ReLU returns max(x, 0) elementwise.
 func ReLU(x *Tensor) *Tensor {
 	out := Zeros(x.shape...)
-	kernels.Relu(out.data, x.data)
+	parallelFor(len(x.data), elemMinItems, func(_, lo, hi int) {
+		kernels.Relu(out.data[lo:hi], x.data[lo:hi])
+	})
 	return record(out, "relu", func(g []float32) {
-		kernels.ReluBackward(x.accGrad(), g, out.data)
+		gx := x.accGrad()
+		parallelFor(len(g), elemMinItems, func(_, lo, hi int) {
+			kernels.ReluBackward(gx[lo:hi], g[lo:hi], out.data[lo:hi])
+		})
 	}, x)
 }
 

@@ -32,19 +32,26 @@ func parallelFor(n, minItems int, fn func(worker, lo, hi int)) int {
 	return workers
 }
 
-// bufPool recycles large float32 scratch buffers (im2col columns, partial
-// gradients) between ops and steps.
-var bufPool sync.Pool
+// bufPools recycles large float32 scratch buffers (im2col columns, partial
+// gradients) between ops and steps, one sync.Pool per length: a training
+// loop asks for the same few sizes every step.
+var bufPools sync.Map // int -> *sync.Pool of *[]float32
 
 // getBuf returns a scratch slice of length n with unspecified contents.
 func getBuf(n int) []float32 {
-	if p, ok := bufPool.Get().(*[]float32); ok && cap(*p) >= n {
-		return (*p)[:n]
+	if p, ok := bufPools.Load(n); ok {
+		if b, ok := p.(*sync.Pool).Get().(*[]float32); ok {
+			return *b
+		}
 	}
 	return make([]float32, n)
 }
 
 // putBuf returns a slice obtained from getBuf for reuse.
 func putBuf(b []float32) {
-	bufPool.Put(&b)
+	p, ok := bufPools.Load(len(b))
+	if !ok {
+		p, _ = bufPools.LoadOrStore(len(b), new(sync.Pool))
+	}
+	p.(*sync.Pool).Put(&b)
 }
