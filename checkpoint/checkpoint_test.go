@@ -337,6 +337,17 @@ func TestLoadTrainingErrors(t *testing.T) {
 	}
 	sameState(t, st.Model, trainedModel(1))
 
+	// A sidecar whose model file is gone is not "nothing to resume".
+	if err := os.Rename(path, path+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	if err := LoadTraining(path, &st); err == nil || errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "is missing beside") {
+		t.Fatalf("model file missing: err = %v", err)
+	}
+	if err := os.Rename(path+".moved", path); err != nil {
+		t.Fatal(err)
+	}
+
 	// A sidecar that is a plain model file.
 	if err := Save(TrainingPath(path), trainedModel(1)); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"slices"
@@ -111,8 +112,9 @@ func SaveTraining(path string, st TrainingState) error {
 // as Load), the optimizer's state, the scheduler's state and the counters,
 // and decodes Extra into st.Extra if that is non-nil.
 //
-// A missing file is an error that wraps fs.ErrNotExist (the usual sign
-// that there is nothing to resume yet). A scheduler saved but not given,
+// A missing sidecar is an error that wraps fs.ErrNotExist (the usual sign
+// that there is nothing to resume yet); a sidecar without its model file
+// is an error that does not. A scheduler saved but not given,
 // or given but not saved, is an error. If the model does not fit, nothing
 // is changed; a later failure (an optimizer of another kind, say) leaves
 // the model loaded but the error must end the resume.
@@ -163,6 +165,11 @@ func LoadTraining(path string, st *TrainingState) error {
 	}
 
 	model, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		// Not fs.ErrNotExist: that would read as "nothing to resume" and
+		// silently restart a run whose model file was lost.
+		return fmt.Errorf("checkpoint: model file %s is missing beside training state %s", path, side)
+	}
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}

@@ -89,10 +89,16 @@ func newCore(kind string, params []*tensor.Tensor, lr float64, slots []string) c
 	if lr < 0 {
 		panic(fmt.Sprintf("optim: %s: invalid learning rate %v", kind, lr))
 	}
+	seen := make(map[*tensor.Tensor]int, len(params))
 	for i, p := range params {
 		if p == nil {
 			panic(fmt.Sprintf("optim: %s: parameter %d is nil", kind, i))
 		}
+		// A repeated parameter would be updated twice per step.
+		if j, ok := seen[p]; ok {
+			panic(fmt.Sprintf("optim: %s: parameter %d is also parameter %d", kind, i, j))
+		}
+		seen[p] = i
 	}
 	return core{
 		kind:   kind,

@@ -355,6 +355,7 @@ func TestConstructorPanics(t *testing.T) {
 	expectPanic(t, "invalid beta2", func() { NewAdam(ps, 0.1, Betas(0.9, 1)) })
 	expectPanic(t, "invalid rho", func() { NewAdadelta(ps, 1, Rho(1.5)) })
 	expectPanic(t, "invalid momentum", func() { NewSGD(ps, 0.1, Momentum(-1)) })
+	expectPanic(t, "parameter 1 is also parameter 0", func() { NewSGD([]*tensor.Tensor{ps[0], ps[0]}, 0.1) })
 	expectPanic(t, "step size", func() { NewStepLR(NewSGD(ps, 0.1), 0, 0.1) })
 	expectPanic(t, "T_max", func() { NewCosineAnnealingLR(NewSGD(ps, 0.1), 0, 0) })
 }
