@@ -134,5 +134,5 @@ func Cat(xs []*Tensor, dim int) *Tensor {
 				addTo(gx[o*run:(o+1)*run], g[o*orow+offs[j]:o*orow+offs[j]+run])
 			}
 		}
-	}, xs...)
+	}, append([]*Tensor(nil), xs...)...)
 }

@@ -1,0 +1,112 @@
+package tensor
+
+import (
+	"math"
+	"slices"
+	"testing"
+)
+
+func TestRNGDeterministic(t *testing.T) {
+	a, b := NewRNG(42), NewRNG(42)
+	for i := 0; i < 100; i++ {
+		if a.Uint64() != b.Uint64() {
+			t.Fatal("same seed gave different streams")
+		}
+	}
+	if NewRNG(1).Uint64() == NewRNG(2).Uint64() {
+		t.Fatal("seeds 1 and 2 start alike")
+	}
+	x, y := Randn(NewRNG(7), 3, 4), Randn(NewRNG(7), 3, 4)
+	if !slices.Equal(x.Data(), y.Data()) {
+		t.Fatal("Randn not reproducible")
+	}
+}
+
+func TestRNGDistributions(t *testing.T) {
+	r := NewRNG(3)
+	const n = 20000
+	x := Zeros(n)
+	r.FillNormal(x, 2, 0.5)
+	mean, std := moments(x.Data())
+	// Standard errors: 0.5/√n ≈ 0.0035 for the mean.
+	if math.Abs(mean-2) > 0.02 || math.Abs(std-0.5) > 0.02 {
+		t.Errorf("FillNormal(2, 0.5): mean %.4f std %.4f", mean, std)
+	}
+	r.FillUniform(x, -3, 1)
+	for _, v := range x.Data() {
+		if v < -3 || v >= 1 {
+			t.Fatalf("FillUniform(-3, 1) gave %v", v)
+		}
+	}
+	mean, std = moments(x.Data())
+	if math.Abs(mean+1) > 0.05 || math.Abs(std-4/math.Sqrt(12)) > 0.05 {
+		t.Errorf("FillUniform(-3, 1): mean %.4f std %.4f", mean, std)
+	}
+	u := Rand(r, n)
+	for _, v := range u.Data() {
+		if v < 0 || v >= 1 {
+			t.Fatalf("Rand gave %v", v)
+		}
+	}
+	hits := 0
+	for i := 0; i < n; i++ {
+		if r.Bernoulli(0.3) {
+			hits++
+		}
+		if v := r.Uniform(5, 6); v < 5 || v >= 6 {
+			t.Fatalf("Uniform(5, 6) gave %v", v)
+		}
+	}
+	if p := float64(hits) / n; math.Abs(p-0.3) > 0.015 {
+		t.Errorf("Bernoulli(0.3) rate %.4f", p)
+	}
+	var s float64
+	for i := 0; i < n; i++ {
+		s += float64(r.Normal())
+	}
+	if m := s / n; math.Abs(m) > 0.03 {
+		t.Errorf("Normal mean %.4f", m)
+	}
+	p := r.Perm(50)
+	q := slices.Clone(p)
+	slices.Sort(q)
+	for i, v := range q {
+		if v != i {
+			t.Fatalf("Perm(50) = %v is not a permutation", p)
+		}
+	}
+}
+
+func moments(x []float32) (mean, std float64) {
+	for _, v := range x {
+		mean += float64(v)
+	}
+	mean /= float64(len(x))
+	for _, v := range x {
+		d := float64(v) - mean
+		std += d * d
+	}
+	return mean, math.Sqrt(std / float64(len(x)))
+}
+
+func TestDropoutRateAndEdgeCases(t *testing.T) {
+	x := Full(1, 100000)
+	y := Dropout(x, 0.25, true, NewRNG(1))
+	kept := 0
+	for _, v := range y.Data() {
+		if v != 0 {
+			kept++
+		}
+	}
+	if r := float64(kept) / 100000; math.Abs(r-0.75) > 0.01 {
+		t.Errorf("kept %.4f at p=0.25", r)
+	}
+	if got := Dropout(x, 0, true, NewRNG(1)); got != x {
+		t.Error("p=0 must return the input")
+	}
+	for _, v := range Dropout(Full(1, 7), 1, true, NewRNG(1)).Data() {
+		if v != 0 {
+			t.Fatal("p=1 must zero everything")
+		}
+	}
+}
