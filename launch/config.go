@@ -1,0 +1,220 @@
+package launch
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults of the zero Config, as torchrun has them.
+const (
+	DefaultMasterAddr      = "127.0.0.1"
+	DefaultMasterPort      = 29500
+	DefaultMonitorInterval = 100 * time.Millisecond
+	DefaultStopTimeout     = 3 * time.Second
+)
+
+// Sentinel errors of the launcher. Errors that Run and Config checks return
+// wrap one of these, so callers can test for them with errors.Is.
+var (
+	// ErrConfig is wrapped by every error about an invalid Config or flag.
+	ErrConfig = errors.New("launch: invalid configuration")
+	// ErrProgramNotFound means the program to launch does not exist or is
+	// not executable.
+	ErrProgramNotFound = errors.New("launch: program not found")
+	// ErrInterrupted means ctx ended before the job did; the workers were
+	// stopped.
+	ErrInterrupted = errors.New("launch: interrupted")
+)
+
+// Config describes one node's share of a job: which program to run, how many
+// workers, and where this node sits among the nodes. Its zero value runs one
+// worker on one node; only Program is required.
+type Config struct {
+	// Program is the worker executable, looked up in the launcher's PATH
+	// unless it contains a slash. Any program will do, not only Go ones.
+	Program string
+	// Args are the worker's arguments, without the program name.
+	Args []string
+
+	// NProcPerNode is the number of workers on this node (0 means 1).
+	NProcPerNode int
+	// NNodes is the number of nodes in the job (0 means 1). Every node
+	// runs its own launcher with the same NNodes, NProcPerNode, MasterAddr,
+	// MasterPort and GOTRAIN_TOKEN, and its own NodeRank.
+	NNodes int
+	// NodeRank is this node's rank in [0, NNodes). Worker global ranks are
+	// NodeRank·NProcPerNode + local rank (torchrun's static rendezvous).
+	NodeRank int
+	// MasterAddr is the address of node 0, where rank 0 serves the
+	// rendezvous store ("" means 127.0.0.1).
+	MasterAddr string
+	// MasterPort is the store's port: 0 means 29500, or with Standalone a
+	// free local port chosen by the launcher.
+	MasterPort int
+	// Standalone runs a single-node job on a free local port and a random
+	// run id, like torchrun --standalone. It requires NNodes ≤ 1.
+	Standalone bool
+
+	// MaxRestarts is how many times the whole group of workers is restarted
+	// after a worker fails (0: the first failure ends the job).
+	MaxRestarts int
+	// MonitorInterval is how often the launcher polls, while it stops
+	// workers, whether their process groups are empty yet (0 means 100 ms).
+	// Worker exits themselves are noticed at once through wait(2), not by
+	// polling as torchrun does.
+	MonitorInterval time.Duration
+	// StopTimeout is how long stopped workers get between the stop signal
+	// (SIGTERM, or the signal from a SignalError cause) and SIGKILL
+	// (0 means 3 s).
+	StopTimeout time.Duration
+	// RunID names the job (TORCHELASTIC_RUN_ID, GOTRAIN_RUN_ID): "" means a
+	// random id with Standalone and "none" otherwise, as in torchrun.
+	RunID string
+	// LogDir, if set, receives each worker's raw stdout and stderr in
+	// LogDir/<run id>_<random>/attempt_<restart>/<local rank>/{stdout,stderr}.log,
+	// besides the console.
+	LogDir string
+
+	// Env is the environment the workers inherit, before the launcher adds
+	// its variables; nil means os.Environ(). GOTRAIN_TOKEN, OMP_NUM_THREADS
+	// and GOTRAIN_NUM_THREADS already in it are kept.
+	Env []string
+	// Stdout and Stderr receive the workers' output, each line prefixed with
+	// "[rank<N>]: "; nil means os.Stdout and os.Stderr. Writes are whole
+	// lines, one Write call each, never concurrent.
+	Stdout, Stderr io.Writer
+	// Logger receives the launcher's own messages; nil means text records
+	// written to Stderr, serialized with the workers' lines.
+	Logger *slog.Logger
+}
+
+// withDefaults returns c with its zero fields replaced by their documented
+// defaults (except the random ones, which Run fills in).
+func (c Config) withDefaults() Config {
+	if c.NProcPerNode == 0 {
+		c.NProcPerNode = 1
+	}
+	if c.NNodes == 0 {
+		c.NNodes = 1
+	}
+	if c.MasterAddr == "" {
+		c.MasterAddr = DefaultMasterAddr
+	}
+	if c.MasterPort == 0 && !c.Standalone {
+		c.MasterPort = DefaultMasterPort
+	}
+	if c.MonitorInterval == 0 {
+		c.MonitorInterval = DefaultMonitorInterval
+	}
+	if c.StopTimeout == 0 {
+		c.StopTimeout = DefaultStopTimeout
+	}
+	if c.RunID == "" && !c.Standalone {
+		c.RunID = "none"
+	}
+	return c
+}
+
+// validate checks a Config after withDefaults. It does not look the program
+// up; Run does.
+func (c Config) validate() error {
+	switch {
+	case c.Program == "":
+		return fmt.Errorf("%w: no program to run", ErrConfig)
+	case c.NProcPerNode < 0:
+		return fmt.Errorf("%w: nproc-per-node must be at least 1, got %d", ErrConfig, c.NProcPerNode)
+	case c.NNodes < 0:
+		return fmt.Errorf("%w: nnodes must be at least 1, got %d", ErrConfig, c.NNodes)
+	case c.NodeRank < 0 || c.NodeRank >= c.NNodes:
+		return fmt.Errorf("%w: node-rank %d out of range [0, %d) for nnodes %d", ErrConfig, c.NodeRank, c.NNodes, c.NNodes)
+	case c.Standalone && c.NNodes > 1:
+		return fmt.Errorf("%w: standalone runs a single node, but nnodes is %d", ErrConfig, c.NNodes)
+	case c.MasterPort < 0 || c.MasterPort > 65535:
+		return fmt.Errorf("%w: master-port %d out of range [1, 65535]", ErrConfig, c.MasterPort)
+	case c.MaxRestarts < 0:
+		return fmt.Errorf("%w: max-restarts must be at least 0, got %d", ErrConfig, c.MaxRestarts)
+	case c.MonitorInterval < 0:
+		return fmt.Errorf("%w: monitor-interval must be positive, got %v", ErrConfig, c.MonitorInterval)
+	case c.StopTimeout < 0:
+		return fmt.Errorf("%w: stop-timeout must be positive, got %v", ErrConfig, c.StopTimeout)
+	case strings.ContainsAny(c.MasterAddr, " \t\n/"):
+		return fmt.Errorf("%w: master-addr %q is not a host name or IP address", ErrConfig, c.MasterAddr)
+	}
+	return nil
+}
+
+// ParseNProcPerNode parses torchrun's --nproc-per-node: a positive integer,
+// or "auto" or "cpu" for the number of CPUs this process may use. "gpu" is
+// refused: gotrain trains on CPUs.
+func ParseNProcPerNode(s string) (int, error) {
+	switch s {
+	case "auto", "cpu":
+		return runtime.NumCPU(), nil
+	case "gpu":
+		return 0, fmt.Errorf("%w: nproc-per-node gpu: gotrain has no GPU support; use a number, auto or cpu", ErrConfig)
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: nproc-per-node %q is not a number, auto or cpu", ErrConfig, s)
+	}
+	if n <= 0 {
+		return 0, fmt.Errorf("%w: nproc-per-node must be at least 1, got %d", ErrConfig, n)
+	}
+	return n, nil
+}
+
+// ParseNNodes parses torchrun's --nnodes: N, or MIN:MAX with MIN = MAX.
+// Elastic ranges (MIN < MAX) are refused: the launcher does static
+// rendezvous only.
+func ParseNNodes(s string) (int, error) {
+	lo, hi, isRange := strings.Cut(s, ":")
+	parse := func(v string) (int, error) {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, fmt.Errorf("%w: nnodes %q is not N or MIN:MAX", ErrConfig, s)
+		}
+		if n <= 0 {
+			return 0, fmt.Errorf("%w: nnodes must be at least 1, got %q", ErrConfig, s)
+		}
+		return n, nil
+	}
+	minNodes, err := parse(lo)
+	if err != nil || !isRange {
+		return minNodes, err
+	}
+	maxNodes, err := parse(hi)
+	if err != nil {
+		return 0, err
+	}
+	if minNodes != maxNodes {
+		return 0, fmt.Errorf("%w: nnodes %s: elastic training (MIN < MAX) is not supported; use a fixed --nnodes N", ErrConfig, s)
+	}
+	return minNodes, nil
+}
+
+// maxIntervalSeconds bounds ParseInterval so seconds always fit a Duration.
+const maxIntervalSeconds = 1e6
+
+// ParseInterval parses a duration given as torchrun does, in seconds
+// ("0.1"), or as a Go duration ("100ms"). It must be positive.
+func ParseInterval(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		secs, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || math.IsNaN(secs) || secs > maxIntervalSeconds {
+			return 0, fmt.Errorf("%w: %q is neither seconds nor a duration like 100ms", ErrConfig, s)
+		}
+		d = time.Duration(secs * float64(time.Second))
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("%w: duration %q must be positive", ErrConfig, s)
+	}
+	return d, nil
+}

@@ -1,0 +1,358 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+const (
+	// killWait bounds the wait for workers to be reaped after SIGKILL; only
+	// a process stuck in the kernel outlives it.
+	killWait = 5 * time.Second
+	// drainWait bounds the wait for a stopped worker's last output.
+	drainWait = time.Second
+)
+
+// SignalError is a context cancellation cause that names the signal the
+// launcher received. When Run's ctx is cancelled with a SignalError cause
+// (context.WithCancelCause), Run forwards that signal to the workers instead
+// of SIGTERM and reports 128+signal, as a shell would.
+type SignalError struct {
+	Signal syscall.Signal
+}
+
+func (e *SignalError) Error() string { return e.Signal.String() + " signal received" }
+
+// Is makes a SignalError match context.Canceled, as the causes of
+// signal.NotifyContext do: the context was cancelled, for this reason.
+func (e *SignalError) Is(target error) bool { return target == context.Canceled }
+
+// Run runs one node's share of a job: cfg.NProcPerNode copies of
+// cfg.Program, each in its own process group with the torchrun environment
+// (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK,
+// ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT,
+// TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID) plus GOTRAIN_RESTART_COUNT,
+// GOTRAIN_RUN_ID, GOTRAIN_TOKEN (inherited, or a fresh random one for a
+// single-node job) and the thread counts GOTRAIN_NUM_THREADS and
+// OMP_NUM_THREADS (max(1, CPUs / NProcPerNode) unless inherited). Each line
+// a worker writes to stdout or stderr goes to cfg.Stdout or cfg.Stderr
+// prefixed with "[rank<N>]: ".
+//
+// Run returns when the job ends:
+//   - every worker exited 0: (0, nil);
+//   - a worker failed and no restart remains: the first failed worker's
+//     exit code (128+signal if a signal killed it) and a nil error, after
+//     stopping the other workers (SIGTERM to their process groups, SIGKILL
+//     after cfg.StopTimeout). With restarts left, all workers are stopped
+//     and started again with the restart count one higher;
+//   - ctx ended: the workers get SIGTERM (or the signal of a SignalError
+//     cause), SIGKILL after cfg.StopTimeout, and Run returns 128+signal and
+//     an error wrapping ErrInterrupted and the cause;
+//   - the job could not start (bad Config, program not found, no token for
+//     a multi-node job, a log directory that cannot be created): 1 and an
+//     error wrapping ErrConfig, ErrProgramNotFound or the I/O error.
+//
+// Run leaves no worker process, no worker's child in its process group and
+// no goroutine behind, unless a process survives SIGKILL for killWait.
+func Run(ctx context.Context, cfg Config) (exitCode int, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return 1, err
+	}
+	path, err := exec.LookPath(cfg.Program)
+	if err != nil {
+		var ee *exec.Error
+		if errors.As(err, &ee) {
+			err = ee.Err
+		}
+		return 1, fmt.Errorf("%w: %s: %w", ErrProgramNotFound, cfg.Program, err)
+	}
+	inherited := cfg.Env
+	if inherited == nil {
+		inherited = os.Environ()
+	}
+	if cfg.Standalone {
+		if cfg.RunID == "" {
+			cfg.RunID = randomRunID()
+		}
+		if cfg.MasterPort == 0 {
+			if cfg.MasterPort, err = freePort(cfg.MasterAddr); err != nil {
+				return 1, err
+			}
+		}
+	}
+	je, err := newJobEnv(cfg, inherited)
+	if err != nil {
+		return 1, err
+	}
+
+	var mu sync.Mutex
+	j := &job{
+		cfg:    cfg,
+		env:    je,
+		path:   path,
+		stdout: lockedWriter{&mu, orStd(cfg.Stdout, os.Stdout)},
+		stderr: lockedWriter{&mu, orStd(cfg.Stderr, os.Stderr)},
+		log:    cfg.Logger,
+	}
+	if j.log == nil {
+		j.log = slog.New(slog.NewTextHandler(j.stderr, nil))
+	}
+	if cfg.LogDir != "" {
+		if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
+			return 1, fmt.Errorf("launch: log directory: %w", err)
+		}
+		if j.logRoot, err = os.MkdirTemp(cfg.LogDir, cfg.RunID+"_"); err != nil {
+			return 1, fmt.Errorf("launch: log directory: %w", err)
+		}
+		j.log.Info("launch: writing worker logs", "dir", j.logRoot)
+	}
+	return j.run(ctx)
+}
+
+// job is one Run call. Only Run's goroutine uses it.
+type job struct {
+	cfg     Config
+	env     *jobEnv
+	path    string
+	stdout  lockedWriter
+	stderr  lockedWriter
+	log     *slog.Logger
+	logRoot string // "" without LogDir
+}
+
+// outcome is how one attempt (a start of all workers) ended.
+type outcome struct {
+	failed      *worker        // the first worker that failed, or nil
+	interrupted syscall.Signal // the signal forwarded on ctx's end, or 0
+}
+
+func (j *job) run(ctx context.Context) (int, error) {
+	c := j.cfg
+	for restart := 0; ; restart++ {
+		if ctx.Err() != nil {
+			return j.interrupted(ctx, stopSignal(ctx))
+		}
+		j.log.Info("launch: starting workers",
+			"program", c.Program, "nproc_per_node", c.NProcPerNode, "node_rank", c.NodeRank,
+			"nnodes", c.NNodes, "world_size", c.NNodes*c.NProcPerNode,
+			"master_addr", c.MasterAddr, "master_port", c.MasterPort,
+			"run_id", c.RunID, "restart_count", restart)
+		out, err := j.attempt(ctx, restart)
+		switch {
+		case err != nil:
+			return 1, err
+		case out.interrupted != 0:
+			return j.interrupted(ctx, out.interrupted)
+		case out.failed == nil:
+			j.log.Info("launch: all workers finished", "restart_count", restart)
+			return 0, nil
+		case restart < c.MaxRestarts:
+			j.log.Warn("launch: restarting workers",
+				"failed_rank", out.failed.rank, "exit_code", out.failed.code,
+				"restart_count", restart+1, "max_restarts", c.MaxRestarts)
+		default:
+			j.log.Error("launch: job failed",
+				"rank", out.failed.rank, "local_rank", out.failed.localRank,
+				"exit_code", out.failed.code, "cause", describeExit(out.failed.code),
+				"restarts", restart, "max_restarts", c.MaxRestarts)
+			return out.failed.code, nil
+		}
+	}
+}
+
+func (j *job) interrupted(ctx context.Context, sig syscall.Signal) (int, error) {
+	return 128 + int(sig), fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx))
+}
+
+// exitEvent reports that workers[idx] exited with code.
+type exitEvent struct {
+	idx  int
+	code int
+}
+
+// attempt starts all workers and watches them until they all succeed, one
+// fails, or ctx ends; either way no worker is left running when it returns.
+func (j *job) attempt(ctx context.Context, restart int) (outcome, error) {
+	n := j.cfg.NProcPerNode
+	var workers []*worker
+	// Buffered for every worker, so wait goroutines never block and never leak.
+	exits := make(chan exitEvent, n)
+	logDir := ""
+	if j.logRoot != "" {
+		logDir = filepath.Join(j.logRoot, "attempt_"+strconv.Itoa(restart))
+	}
+	for local := range n {
+		w, err := startWorker(workerSpec{
+			path:      j.path,
+			argv0:     j.cfg.Program,
+			args:      j.cfg.Args,
+			env:       j.env.environ(local, restart),
+			localRank: local,
+			rank:      j.cfg.NodeRank*n + local,
+			stdout:    j.stdout,
+			stderr:    j.stderr,
+			logDir:    logDir,
+		})
+		if err != nil {
+			j.stop(workers, exits, syscall.SIGKILL)
+			return outcome{}, err
+		}
+		workers = append(workers, w)
+		go func() {
+			_ = w.cmd.Wait() // the exit status is in ProcessState; pipes are ours, so no copy errors
+			exits <- exitEvent{idx: local, code: exitCode(w.cmd.ProcessState)}
+		}()
+	}
+
+	var out outcome
+	for running := n; running > 0 && out == (outcome{}); {
+		select {
+		case <-ctx.Done():
+			out.interrupted = stopSignal(ctx)
+			j.log.Warn("launch: interrupted, stopping workers", "signal", out.interrupted.String(), "cause", context.Cause(ctx))
+			j.stop(workers, exits, out.interrupted)
+		case ev := <-exits:
+			w := workers[ev.idx]
+			w.exited, w.code = true, ev.code
+			running--
+			if ev.code != 0 {
+				out.failed = w
+				j.log.Warn("launch: worker failed, stopping the others",
+					"rank", w.rank, "local_rank", w.localRank, "pid", w.pid(),
+					"exit_code", ev.code, "cause", describeExit(ev.code))
+				j.stop(workers, exits, syscall.SIGTERM)
+			}
+		}
+	}
+	if out == (outcome{}) {
+		// All exited 0; children they left in their process groups go too.
+		j.stop(workers, exits, syscall.SIGTERM)
+	}
+	for _, w := range workers {
+		w.finishOutput(drainWait)
+	}
+	return out, nil
+}
+
+// stop sends sig to every worker's process group that still has processes,
+// waits until the groups are empty (polling every MonitorInterval) or
+// StopTimeout passes, then SIGKILLs what is left and waits for the workers
+// to be reaped.
+func (j *job) stop(workers []*worker, exits <-chan exitEvent, sig syscall.Signal) {
+	signalled := false
+	for _, w := range workers {
+		if w.groupAlive() {
+			if w.exited {
+				j.log.Warn("launch: worker exited but left processes in its group; stopping them", "rank", w.rank, "pgid", w.pid())
+			}
+			w.signalGroup(sig)
+			signalled = true
+		}
+	}
+	if !signalled && allExited(workers) {
+		return
+	}
+	deadline := time.NewTimer(j.cfg.StopTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(j.cfg.MonitorInterval)
+	defer tick.Stop()
+	record := func(ev exitEvent) {
+		workers[ev.idx].exited, workers[ev.idx].code = true, ev.code
+	}
+	for !allExited(workers) || anyGroupAlive(workers) {
+		select {
+		case ev := <-exits:
+			record(ev)
+		case <-tick.C:
+		case <-deadline.C:
+			var killed []int
+			for _, w := range workers {
+				if w.groupAlive() {
+					w.signalGroup(syscall.SIGKILL)
+					killed = append(killed, w.rank)
+				}
+			}
+			j.log.Warn("launch: workers did not stop in time, killed them",
+				"ranks", killed, "stop_timeout", j.cfg.StopTimeout)
+			giveUp := time.After(killWait)
+			for !allExited(workers) {
+				select {
+				case ev := <-exits:
+					record(ev)
+				case <-giveUp:
+					j.log.Error("launch: workers survive SIGKILL", "wait", killWait)
+					return
+				}
+			}
+			return
+		}
+	}
+}
+
+func allExited(workers []*worker) bool {
+	for _, w := range workers {
+		if !w.exited {
+			return false
+		}
+	}
+	return true
+}
+
+func anyGroupAlive(workers []*worker) bool {
+	for _, w := range workers {
+		if w.groupAlive() {
+			return true
+		}
+	}
+	return false
+}
+
+// stopSignal is the signal to forward when ctx has ended: the one in a
+// SignalError cause, else SIGTERM.
+func stopSignal(ctx context.Context) syscall.Signal {
+	var se *SignalError
+	if errors.As(context.Cause(ctx), &se) && se.Signal != 0 {
+		return se.Signal
+	}
+	return syscall.SIGTERM
+}
+
+// describeExit says in words what an exit code means.
+func describeExit(code int) string {
+	if code > 128 && code < 128+65 {
+		return "killed by signal " + syscall.Signal(code-128).String()
+	}
+	return "exit status " + strconv.Itoa(code)
+}
+
+// freePort asks the kernel for a free TCP port on addr. Another process
+// could take it before rank 0 listens on it; torchrun --standalone has the
+// same window.
+func freePort(addr string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("launch: find a free port on %s: %w", addr, err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// orStd returns w, or std if w is nil.
+func orStd(w, std io.Writer) io.Writer {
+	if w == nil {
+		return std
+	}
+	return w
+}

@@ -1,0 +1,577 @@
+package launch_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gotrain/gotrain/launch"
+)
+
+// job is one launch.Run of the test binary as worker, with its output kept.
+type job struct {
+	cfg                 launch.Config
+	stdout, stderr, log bytes.Buffer
+}
+
+// newJob configures a standalone job of nproc test workers doing action,
+// with per-rank overrides, leaving their files in dir.
+func newJob(t *testing.T, nproc int, action string, perRank map[int]string) *job {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := withoutKeys(os.Environ(), append([]string{envWorker, envAction, envDir, envPeers}, contractVars...)...)
+	env = append(env, envWorker+"=1", envAction+"="+action, envDir+"="+t.TempDir())
+	for r, a := range perRank {
+		env = append(env, fmt.Sprintf("%s_%d=%s", envAction, r, a))
+	}
+	j := &job{cfg: launch.Config{
+		Program:         exe,
+		Env:             env,
+		NProcPerNode:    nproc,
+		Standalone:      true,
+		MonitorInterval: 10 * time.Millisecond,
+		StopTimeout:     2 * time.Second,
+	}}
+	j.cfg.Stdout, j.cfg.Stderr = &j.stdout, &j.stderr
+	// Only Run's goroutine logs, so the buffer needs no lock.
+	j.cfg.Logger = slog.New(slog.NewTextHandler(&j.log, nil))
+	return j
+}
+
+func (j *job) dir() string { v, _ := lookup(j.cfg.Env, envDir); return v }
+
+func (j *job) setEnv(kv ...string) { j.cfg.Env = append(j.cfg.Env, kv...) }
+
+// run runs the job and reports how long Run took.
+func (j *job) run(t *testing.T, ctx context.Context) (int, error, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	code, err := launch.Run(ctx, j.cfg)
+	elapsed := time.Since(start)
+	t.Cleanup(func() {
+		if t.Failed() || os.Getenv("LAUNCH_TEST_VERBOSE") != "" {
+			t.Logf("stdout:\n%s\nstderr:\n%s\nlauncher log:\n%s", j.stdout.String(), j.stderr.String(), j.log.String())
+		}
+	})
+	return code, err, elapsed
+}
+
+// linesOf splits prefixed console output into each rank's lines, failing
+// the test on a line without a rank prefix.
+func linesOf(t *testing.T, out string) map[int][]string {
+	t.Helper()
+	re := regexp.MustCompile(`^\[rank(\d+)\]: (.*)$`)
+	byRank := map[int][]string{}
+	for line := range strings.Lines(out) {
+		m := re.FindStringSubmatch(strings.TrimSuffix(line, "\n"))
+		if m == nil {
+			t.Fatalf("line without rank prefix: %.200q", line)
+		}
+		r, _ := strconv.Atoi(m[1])
+		byRank[r] = append(byRank[r], m[2])
+	}
+	return byRank
+}
+
+func envOf(t *testing.T, lines []string) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, l := range lines {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok {
+			t.Fatalf("not KEY=VALUE: %q", l)
+		}
+		env[k] = v
+	}
+	return env
+}
+
+func withoutKeys(env []string, keys ...string) []string {
+	drop := map[string]bool{}
+	for _, k := range keys {
+		drop[k] = true
+	}
+	var out []string
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if !drop[k] && !strings.HasPrefix(k, envAction+"_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func lookup(env []string, key string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// pidsIn reads the pid files a job's workers left in dir.
+func pidsIn(t *testing.T, dir string) []int {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "pid-*"))
+	var pids []int
+	for _, f := range files {
+		if strings.HasSuffix(f, ".tmp") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, err := strconv.Atoi(string(b))
+		if err != nil {
+			t.Fatalf("pid file %s: %v", f, err)
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// assertGone fails if any of pids is still a live process. Zombies count
+// as gone: Run reaps its workers, but orphaned children are reaped by init,
+// which in some containers takes a while.
+func assertGone(t *testing.T, pids []int) {
+	t.Helper()
+	for _, pid := range pids {
+		deadline := time.Now().Add(2 * time.Second)
+		for isLive(pid) {
+			if time.Now().After(deadline) {
+				t.Errorf("process %d still runs after Run returned", pid)
+				syscall.Kill(pid, syscall.SIGKILL)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// isLive reports whether pid is a process and not a zombie.
+func isLive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist) || runtime.GOOS != "linux"
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || len(stat) < i+3 || stat[i+2] != 'Z'
+}
+
+// waitForFiles waits until n pid files exist in dir, or reports failure
+// after 10 s. It may run on any goroutine.
+func waitForFiles(t *testing.T, dir string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		files, _ := filepath.Glob(filepath.Join(dir, "pid-*[0-9]"))
+		if len(files) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("workers did not start: %d of %d pid files", len(files), n)
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestEnvContractTwoNodes runs a 2 nodes × 2 workers job as two launchers
+// (node ranks 0 and 1) and checks every worker's environment.
+func TestEnvContractTwoNodes(t *testing.T) {
+	var jobs [2]*job
+	for node := range jobs {
+		j := newJob(t, 2, "env", nil)
+		j.cfg.Standalone = false
+		j.cfg.NNodes, j.cfg.NodeRank = 2, node
+		j.cfg.MasterAddr, j.cfg.MasterPort = "10.9.8.7", 29555
+		j.cfg.RunID, j.cfg.MaxRestarts = "job7", 2
+		// Inherited values: the token and OMP_NUM_THREADS are kept, RANK is
+		// the launcher's to set.
+		j.setEnv("GOTRAIN_TOKEN=shared-secret", "OMP_NUM_THREADS=5", "RANK=99")
+		jobs[node] = j
+	}
+	var wg sync.WaitGroup
+	codes, errs := [2]int{}, [2]error{}
+	for node, j := range jobs {
+		wg.Go(func() { codes[node], errs[node], _ = j.run(t, context.Background()) })
+	}
+	wg.Wait()
+	threads := strconv.Itoa(max(1, runtime.NumCPU()/2))
+	for node, j := range jobs {
+		if codes[node] != 0 || errs[node] != nil {
+			t.Fatalf("node %d: Run = %d, %v", node, codes[node], errs[node])
+		}
+		byRank := linesOf(t, j.stdout.String())
+		if len(byRank) != 2 {
+			t.Fatalf("node %d: output from ranks %v, want 2 ranks", node, byRank)
+		}
+		for local := range 2 {
+			rank := node*2 + local
+			got := envOf(t, byRank[rank])
+			want := map[string]string{
+				"RANK": strconv.Itoa(rank), "LOCAL_RANK": strconv.Itoa(local),
+				"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
+				"GROUP_RANK": strconv.Itoa(node), "GROUP_WORLD_SIZE": "2",
+				"ROLE_NAME": "default", "ROLE_RANK": strconv.Itoa(rank), "ROLE_WORLD_SIZE": "4",
+				"MASTER_ADDR": "10.9.8.7", "MASTER_PORT": "29555",
+				"TORCHELASTIC_RESTART_COUNT": "0", "GOTRAIN_RESTART_COUNT": "0",
+				"TORCHELASTIC_MAX_RESTARTS": "2",
+				"TORCHELASTIC_RUN_ID": "job7", "GOTRAIN_RUN_ID": "job7",
+				"TORCHELASTIC_USE_AGENT_STORE": "False",
+				"GOTRAIN_TOKEN":                "shared-secret",
+				"OMP_NUM_THREADS":              "5", "GOTRAIN_NUM_THREADS": threads,
+			}
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("rank %d: %s=%q, want %q", rank, k, got[k], v)
+				}
+			}
+		}
+	}
+}
+
+func TestStandaloneEnv(t *testing.T) {
+	tokens := map[string]bool{}
+	for range 2 {
+		j := newJob(t, 2, "env", nil)
+		code, err, _ := j.run(t, context.Background())
+		if code != 0 || err != nil {
+			t.Fatalf("Run = %d, %v", code, err)
+		}
+		byRank := linesOf(t, j.stdout.String())
+		e0, e1 := envOf(t, byRank[0]), envOf(t, byRank[1])
+		if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(e0["GOTRAIN_TOKEN"]) {
+			t.Errorf("token %q is not 32 random bytes in hex", e0["GOTRAIN_TOKEN"])
+		}
+		if e0["GOTRAIN_TOKEN"] != e1["GOTRAIN_TOKEN"] {
+			t.Errorf("ranks got different tokens")
+		}
+		tokens[e0["GOTRAIN_TOKEN"]] = true
+		if !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`).MatchString(e0["GOTRAIN_RUN_ID"]) {
+			t.Errorf("standalone run id %q is not a random UUID", e0["GOTRAIN_RUN_ID"])
+		}
+		port, _ := strconv.Atoi(e0["MASTER_PORT"])
+		if port <= 0 || port > 65535 || e0["MASTER_PORT"] != e1["MASTER_PORT"] {
+			t.Errorf("MASTER_PORT %q, %q: want one free port", e0["MASTER_PORT"], e1["MASTER_PORT"])
+		}
+		threads := strconv.Itoa(max(1, runtime.NumCPU()/2))
+		if e0["OMP_NUM_THREADS"] != threads || e0["GOTRAIN_NUM_THREADS"] != threads {
+			t.Errorf("threads OMP=%q GOTRAIN=%q, want %s", e0["OMP_NUM_THREADS"], e0["GOTRAIN_NUM_THREADS"], threads)
+		}
+		if e0["MASTER_ADDR"] != "127.0.0.1" || e0["WORLD_SIZE"] != "2" || e1["RANK"] != "1" {
+			t.Errorf("MASTER_ADDR=%q WORLD_SIZE=%q RANK(1)=%q", e0["MASTER_ADDR"], e0["WORLD_SIZE"], e1["RANK"])
+		}
+	}
+	if len(tokens) != 2 {
+		t.Errorf("two jobs got the same token")
+	}
+}
+
+func TestMultiNodeNeedsToken(t *testing.T) {
+	j := newJob(t, 1, "env", nil)
+	j.cfg.Standalone, j.cfg.NNodes = false, 2
+	code, err, _ := j.run(t, context.Background())
+	if !errors.Is(err, launch.ErrConfig) || !strings.Contains(err.Error(), "GOTRAIN_TOKEN") || code != 1 {
+		t.Fatalf("Run = %d, %v; want a configuration error naming GOTRAIN_TOKEN", code, err)
+	}
+	if j.stdout.Len() != 0 {
+		t.Errorf("workers ran: %q", j.stdout.String())
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*launch.Config)
+		want string
+	}{
+		{"no program", func(c *launch.Config) { c.Program = "" }, "no program"},
+		{"negative nproc", func(c *launch.Config) { c.NProcPerNode = -1 }, "nproc-per-node"},
+		{"node rank too big", func(c *launch.Config) { c.Standalone, c.NNodes, c.NodeRank = false, 2, 2 }, "node-rank 2 out of range"},
+		{"negative node rank", func(c *launch.Config) { c.NodeRank = -1 }, "node-rank -1"},
+		{"port too big", func(c *launch.Config) { c.MasterPort = 70000 }, "master-port 70000"},
+		{"negative port", func(c *launch.Config) { c.MasterPort = -5 }, "master-port -5"},
+		{"standalone two nodes", func(c *launch.Config) { c.NNodes = 2 }, "standalone"},
+		{"negative restarts", func(c *launch.Config) { c.MaxRestarts = -1 }, "max-restarts"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJob(t, 1, "env", nil)
+			tc.edit(&j.cfg)
+			code, err := launch.Run(context.Background(), j.cfg)
+			if !errors.Is(err, launch.ErrConfig) || !strings.Contains(err.Error(), tc.want) || code != 1 {
+				t.Fatalf("Run = %d, %v; want ErrConfig mentioning %q", code, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestProgramNotFound(t *testing.T) {
+	for _, prog := range []string{"gotrain-no-such-program", "./no/such/prog", "/"} {
+		j := newJob(t, 1, "env", nil)
+		j.cfg.Program = prog
+		code, err := launch.Run(context.Background(), j.cfg)
+		if !errors.Is(err, launch.ErrProgramNotFound) || !strings.Contains(err.Error(), prog) || code != 1 {
+			t.Errorf("Run(%q) = %d, %v; want ErrProgramNotFound naming it", prog, code, err)
+		}
+	}
+}
+
+// TestOutputPrefixes has three workers write lines in pieces at the same
+// time; every console line must be one whole line of one worker.
+func TestOutputPrefixes(t *testing.T) {
+	j := newJob(t, 3, "lines", nil)
+	j.cfg.LogDir = t.TempDir()
+	code, err, _ := j.run(t, context.Background())
+	if code != 0 || err != nil {
+		t.Fatalf("Run = %d, %v", code, err)
+	}
+	lineRE := regexp.MustCompile(`^r=(\d+) i=(\d+) n=(\d+) ([a-z]+)$`)
+	byRank := linesOf(t, j.stdout.String())
+	for rank := range 3 {
+		lines := byRank[rank]
+		next := 0
+		var long strings.Builder
+		for _, l := range lines {
+			if m := lineRE.FindStringSubmatch(l); m != nil {
+				r, _ := strconv.Atoi(m[1])
+				i, _ := strconv.Atoi(m[2])
+				n, _ := strconv.Atoi(m[3])
+				want := strings.Repeat(string(rune('a'+i%26)), 1+(i*37)%900)
+				if r != rank || i != next || n != len(m[4]) || m[4] != want {
+					t.Fatalf("rank %d: line %d is mangled: %.120q", rank, next, l)
+				}
+				next++
+				continue
+			}
+			if strings.HasPrefix(l, "long ") || long.Len() > 0 && strings.Trim(l, "y") == "" {
+				long.WriteString(l)
+				continue
+			}
+			if l != "tail-"+strconv.Itoa(rank) {
+				t.Fatalf("rank %d: unexpected line %.120q", rank, l)
+			}
+		}
+		if next != linesPerWorker {
+			t.Errorf("rank %d: %d whole lines, want %d", rank, next, linesPerWorker)
+		}
+		if want := "long r=" + strconv.Itoa(rank) + " " + strings.Repeat("y", longLineLen); long.String() != want {
+			t.Errorf("rank %d: long line rebuilt from its pieces has %d bytes, want %d", rank, long.Len(), len(want))
+		}
+		if last := lines[len(lines)-1]; last != "tail-"+strconv.Itoa(rank) {
+			t.Errorf("rank %d: last line %.60q, want the unterminated tail", rank, last)
+		}
+		if !strings.Contains(j.stderr.String(), fmt.Sprintf("[rank%d]: err r=%d i=250\n", rank, rank)) {
+			t.Errorf("rank %d: stderr line missing", rank)
+		}
+	}
+
+	// The log files hold each worker's raw output, without prefixes.
+	roots, _ := filepath.Glob(filepath.Join(j.cfg.LogDir, "*_*"))
+	if len(roots) != 1 {
+		t.Fatalf("log dir holds %v, want one run directory", roots)
+	}
+	raw, err := os.ReadFile(filepath.Join(roots[0], "attempt_0", "1", "stdout.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(raw, []byte("r=1 i=0 n=1 a\n")) || !bytes.HasSuffix(raw, []byte("y\ntail-1")) {
+		t.Errorf("stdout.log of local rank 1 is not the raw output: starts %.40q, ends %q", raw, raw[max(0, len(raw)-10):])
+	}
+	rawErr, err := os.ReadFile(filepath.Join(roots[0], "attempt_0", "2", "stderr.log"))
+	if err != nil || !bytes.HasPrefix(rawErr, []byte("err r=2 i=0\n")) {
+		t.Errorf("stderr.log of local rank 2: %.40q, %v", rawErr, err)
+	}
+}
+
+// TestExitCodePropagation: a worker's exit status becomes the job's, and
+// the other workers get SIGTERM.
+func TestExitCodePropagation(t *testing.T) {
+	j := newJob(t, 3, "sleep", map[int]string{1: "exit:7"})
+	code, err, elapsed := j.run(t, context.Background())
+	if code != 7 || err != nil {
+		t.Fatalf("Run = %d, %v; want 7, nil", code, err)
+	}
+	if elapsed > 5*time.Second {
+		t.Errorf("Run took %v to stop the job", elapsed)
+	}
+	// A worker that had not installed its handler yet dies of SIGTERM
+	// silently; the others report it.
+	if out := j.stdout.String(); strings.Contains(out, "got interrupt") {
+		t.Errorf("workers got SIGINT, want SIGTERM:\n%s", out)
+	}
+	if !strings.Contains(j.stderr.String(), "[rank1]: exiting with 7") {
+		t.Errorf("failed worker's output missing")
+	}
+	if !strings.Contains(j.log.String(), "rank=1") || !strings.Contains(j.log.String(), "exit_code=7") {
+		t.Errorf("launcher log does not name rank 1 and code 7:\n%s", j.log.String())
+	}
+	assertGone(t, pidsIn(t, j.dir()))
+}
+
+// TestWorkerKilled: one worker SIGKILLs itself once the others (and a child
+// of one of them) sleep; they are all stopped within 5 s and the job exits
+// 128+9.
+func TestWorkerKilled(t *testing.T) {
+	j := newJob(t, 3, "sleep", map[int]string{0: "killself", 2: "spawn"})
+	j.setEnv(envPeers + "=2")
+	code, err, elapsed := j.run(t, context.Background())
+	if code != 128+int(syscall.SIGKILL) || err != nil {
+		t.Fatalf("Run = %d, %v; want %d, nil", code, err, 128+int(syscall.SIGKILL))
+	}
+	if elapsed > 5*time.Second {
+		t.Errorf("the others were stopped after %v, want within 5 s", elapsed)
+	}
+	for _, r := range []int{1, 2} {
+		if !strings.Contains(j.stdout.String(), fmt.Sprintf("[rank%d]: rank %d got terminated", r, r)) {
+			t.Errorf("rank %d did not report SIGTERM", r)
+		}
+	}
+	if !strings.Contains(j.log.String(), "killed by signal killed") {
+		t.Errorf("launcher log does not say rank 0 was killed:\n%s", j.log.String())
+	}
+	pids := append(pidsIn(t, j.dir()), pidsIn(t, filepath.Join(j.dir(), "child"))...)
+	if len(pids) != 3 {
+		t.Fatalf("%d pid files, want 2 workers and 1 child", len(pids))
+	}
+	assertGone(t, pids)
+}
+
+// TestStopEscalatesToKill: a worker that ignores SIGTERM is SIGKILLed after
+// StopTimeout.
+func TestStopEscalatesToKill(t *testing.T) {
+	j := newJob(t, 2, "sleep-ignore", map[int]string{1: "killself"})
+	j.setEnv(envPeers + "=1")
+	j.cfg.StopTimeout = 300 * time.Millisecond
+	code, err, elapsed := j.run(t, context.Background())
+	if code != 137 || err != nil {
+		t.Fatalf("Run = %d, %v; want 137, nil", code, err)
+	}
+	if elapsed > 4*time.Second {
+		t.Errorf("Run took %v with a 300ms stop timeout", elapsed)
+	}
+	if !strings.Contains(j.log.String(), "did not stop in time") {
+		t.Errorf("no escalation logged:\n%s", j.log.String())
+	}
+	assertGone(t, pidsIn(t, j.dir()))
+}
+
+// TestRestartOnce: with --max-restarts 1 a worker that dies once is
+// restarted with all the others, and sees restart count 1.
+func TestRestartOnce(t *testing.T) {
+	j := newJob(t, 2, "restart", map[int]string{1: "dieonce"})
+	j.cfg.MaxRestarts = 1
+	code, err, _ := j.run(t, context.Background())
+	if code != 0 || err != nil {
+		t.Fatalf("Run = %d, %v; want 0, nil", code, err)
+	}
+	out := j.stdout.String()
+	for _, want := range []string{"[rank1]: dying once", "[rank1]: restart=1", "[rank0]: restart=1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "[rank1]: restart=0") {
+		t.Errorf("rank 1 succeeded in attempt 0")
+	}
+	if !strings.Contains(j.log.String(), "restarting workers") {
+		t.Errorf("restart not logged:\n%s", j.log.String())
+	}
+}
+
+func TestRestartsExhausted(t *testing.T) {
+	j := newJob(t, 2, "restart", map[int]string{0: "exit:5"})
+	j.cfg.MaxRestarts = 2
+	code, err, _ := j.run(t, context.Background())
+	if code != 5 || err != nil {
+		t.Fatalf("Run = %d, %v; want 5, nil", code, err)
+	}
+	if n := strings.Count(j.stderr.String(), "[rank0]: exiting with 5"); n != 3 {
+		t.Errorf("rank 0 ran %d times, want 3 (1 + 2 restarts)", n)
+	}
+}
+
+// TestContextCancel: ending ctx sends the workers SIGTERM (or the signal a
+// SignalError cause names) and Run returns promptly with 128+signal.
+func TestContextCancel(t *testing.T) {
+	for _, tc := range []struct {
+		cause error
+		sig   syscall.Signal
+	}{
+		{nil, syscall.SIGTERM},
+		{&launch.SignalError{Signal: syscall.SIGINT}, syscall.SIGINT},
+	} {
+		t.Run(tc.sig.String(), func(t *testing.T) {
+			j := newJob(t, 2, "sleep", nil)
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			go func() {
+				waitForFiles(t, j.dir(), 2)
+				cancel(tc.cause)
+			}()
+			code, err, elapsed := j.run(t, ctx)
+			if code != 128+int(tc.sig) || !errors.Is(err, launch.ErrInterrupted) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("Run = %d, %v; want %d and ErrInterrupted", code, err, 128+int(tc.sig))
+			}
+			if elapsed > 5*time.Second {
+				t.Errorf("Run took %v", elapsed)
+			}
+			for r := range 2 {
+				if want := fmt.Sprintf("[rank%d]: rank %d got %v", r, r, tc.sig); !strings.Contains(j.stdout.String(), want) {
+					t.Errorf("output lacks %q", want)
+				}
+			}
+			assertGone(t, pidsIn(t, j.dir()))
+		})
+	}
+}
+
+// TestLeftoverChildrenStopped: a worker that exits 0 but leaves a child in
+// its process group does not leave it running after the job.
+func TestLeftoverChildrenStopped(t *testing.T) {
+	j := newJob(t, 1, "spawn-exit", nil)
+	code, err, _ := j.run(t, context.Background())
+	if code != 0 || err != nil {
+		t.Fatalf("Run = %d, %v", code, err)
+	}
+	pids := pidsIn(t, filepath.Join(j.dir(), "child"))
+	if len(pids) != 1 {
+		t.Fatalf("%d child pid files, want 1", len(pids))
+	}
+	assertGone(t, pids)
+	if !strings.Contains(j.log.String(), "left processes") {
+		t.Errorf("leftover not logged:\n%s", j.log.String())
+	}
+}
+
+func TestAnyProgram(t *testing.T) {
+	j := newJob(t, 2, "", nil)
+	j.cfg.Program, j.cfg.Args = "sh", []string{"-c", `echo "$RANK/$WORLD_SIZE"; exit $((3 * RANK))`}
+	code, err, _ := j.run(t, context.Background())
+	if code != 3 || err != nil {
+		t.Fatalf("Run = %d, %v; want rank 1's 3", code, err)
+	}
+	if !strings.Contains(j.stdout.String(), "[rank1]: 1/2\n") {
+		t.Errorf("stdout %q", j.stdout.String())
+	}
+}

@@ -1,0 +1,175 @@
+package launch
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// worker is one running worker process. The goroutine running the attempt
+// owns it; only the pump goroutines and the wait goroutine touch their own
+// parts (readEnds, cmd.Wait).
+type worker struct {
+	localRank, rank int
+	cmd             *exec.Cmd
+	pumps           sync.WaitGroup
+	readEnds        []*os.File // the launcher's ends of the stdout and stderr pipes
+	logFiles        []*os.File
+
+	exited    bool // the wait goroutine reported the exit
+	code      int  // exit code, 128+signal if killed by a signal
+	groupGone bool // exited and its process group seen empty: never signal it again
+}
+
+// workerSpec is what startWorker needs to start one worker.
+type workerSpec struct {
+	path      string // resolved program path
+	argv0     string // the program as the user named it
+	args      []string
+	env       []string
+	localRank int
+	rank      int
+	stdout    io.Writer // console, already serialized
+	stderr    io.Writer
+	logDir    string // "" for no log files
+}
+
+// startWorker starts one worker in its own process group, with its output
+// pumped to the console (and log files). On error nothing is left running.
+func startWorker(s workerSpec) (w *worker, err error) {
+	w = &worker{localRank: s.localRank, rank: s.rank}
+	var childEnds []*os.File
+	defer func() {
+		// The child holds its own copies of the write ends; ours must go so
+		// the pumps see EOF when the worker (and its children) exit.
+		for _, f := range childEnds {
+			f.Close()
+		}
+		if err != nil {
+			w.closeFiles()
+		}
+	}()
+
+	var logs [2]io.Writer
+	if s.logDir != "" {
+		dir := filepath.Join(s.logDir, strconv.Itoa(s.localRank))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("launch: log directory for rank %d: %w", s.rank, err)
+		}
+		for i, name := range []string{"stdout.log", "stderr.log"} {
+			f, err := os.Create(filepath.Join(dir, name))
+			if err != nil {
+				return nil, fmt.Errorf("launch: log file for rank %d: %w", s.rank, err)
+			}
+			w.logFiles = append(w.logFiles, f)
+			logs[i] = f
+		}
+	}
+	for range 2 {
+		r, wr, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("launch: output pipe for rank %d: %w", s.rank, err)
+		}
+		w.readEnds = append(w.readEnds, r)
+		childEnds = append(childEnds, wr)
+	}
+
+	cmd := exec.Command(s.path, s.args...)
+	cmd.Args[0] = s.argv0
+	cmd.Env = s.env
+	cmd.Stdout = childEnds[0]
+	cmd.Stderr = childEnds[1]
+	cmd.SysProcAttr = workerSysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("launch: start rank %d (%s): %w", s.rank, s.argv0, err)
+	}
+	w.cmd = cmd
+
+	prefix := "[rank" + strconv.Itoa(s.rank) + "]: "
+	consoles := [2]io.Writer{s.stdout, s.stderr}
+	for i, r := range w.readEnds {
+		w.pumps.Go(func() { pumpLines(r, prefix, consoles[i], logs[i]) })
+	}
+	return w, nil
+}
+
+// pid is the worker's process id, also its process group id.
+func (w *worker) pid() int { return w.cmd.Process.Pid }
+
+// signalGroup sends sig to every process in the worker's process group, so
+// the worker's own children get it too. A group already gone is no error.
+func (w *worker) signalGroup(sig syscall.Signal) {
+	if w.groupGone {
+		return
+	}
+	_ = syscall.Kill(-w.pid(), sig) // ESRCH: nothing left to signal
+}
+
+// groupAlive reports whether any process remains in the worker's group,
+// including the worker itself before it is reaped. Once the worker is
+// reaped and its group empty, the group id is never used again: the pid
+// may be reused by an unrelated process group.
+func (w *worker) groupAlive() bool {
+	if w.groupGone {
+		return false
+	}
+	err := syscall.Kill(-w.pid(), 0)
+	// EPERM: a member we may not signal (a setuid child) still exists.
+	alive := err == nil || errors.Is(err, syscall.EPERM)
+	if alive {
+		if live, ok := groupHasLiveProcess(w.pid()); ok {
+			alive = live // zombies are dead already: no need to wait for them
+		}
+	}
+	if !alive && w.exited {
+		w.groupGone = true
+	}
+	return alive
+}
+
+// finishOutput waits up to patience for the worker's output to drain, then
+// closes the pipes: a grandchild that escaped the process group (setsid)
+// may hold them open forever, and must not hold up the launcher.
+func (w *worker) finishOutput(patience time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		w.pumps.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(patience):
+	}
+	for _, f := range w.readEnds {
+		f.Close() // unblocks the pumps' reads with os.ErrClosed
+	}
+	<-done
+	w.closeFiles()
+}
+
+// closeFiles closes the launcher's pipe ends and the log files; the pumps
+// must be done.
+func (w *worker) closeFiles() {
+	for _, f := range w.readEnds {
+		f.Close()
+	}
+	for _, f := range w.logFiles {
+		f.Close()
+	}
+}
+
+// exitCode is the worker's exit code as a shell reports it: the status it
+// exited with, or 128+n after death by signal n.
+func exitCode(state *os.ProcessState) int {
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return state.ExitCode()
+}

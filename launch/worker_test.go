@@ -1,0 +1,177 @@
+package launch_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// The test binary doubles as the launched worker: with envWorker set it runs
+// testWorker instead of the tests, its behaviour chosen per rank.
+const (
+	envWorker = "LAUNCH_TEST_WORKER"     // set: act as a worker
+	envAction = "LAUNCH_TEST_ACTION"     // default action; LAUNCH_TEST_ACTION_<rank> overrides it
+	envDir    = "LAUNCH_TEST_DIR"        // where workers leave pid and marker files
+	envPeers  = "LAUNCH_TEST_WAIT_PEERS" // killself waits for this many pid files first
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envWorker) != "" {
+		os.Exit(testWorker())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// contractVars are the variables the env action prints.
+var contractVars = []string{
+	"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+	"ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+	"TORCHELASTIC_RESTART_COUNT", "GOTRAIN_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+	"TORCHELASTIC_RUN_ID", "GOTRAIN_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "GOTRAIN_TOKEN",
+	"OMP_NUM_THREADS", "GOTRAIN_NUM_THREADS",
+}
+
+// testWorker acts out the action named for this worker's rank:
+//
+//	env          print the contract variables as KEY=VALUE lines
+//	exit:N       exit with status N at once
+//	sleep        leave a pid file, then sleep until a signal, reporting it
+//	sleep-ignore leave a pid file and sleep, ignoring SIGTERM and SIGINT
+//	killself     wait for LAUNCH_TEST_WAIT_PEERS pid files, then SIGKILL itself
+//	spawn        start a sleeping child (pid file child-<rank>), then sleep
+//	spawn-exit   start a sleeping child, then exit 0
+//	dieonce      exit 3 the first time (marker file), else print the restart count
+//	restart      print the restart count, exit 0
+//	lines        write interleaving-prone lines, a long line and an unterminated one
+func testWorker() int {
+	rank := os.Getenv("RANK")
+	action := os.Getenv(envAction + "_" + rank)
+	if action == "" {
+		action = os.Getenv(envAction)
+	}
+	dir := os.Getenv(envDir)
+	pidFile := filepath.Join(dir, "pid-"+rank)
+	switch {
+	case action == "env":
+		for _, k := range contractVars {
+			v, ok := os.LookupEnv(k)
+			if !ok {
+				v = "<unset>"
+			}
+			fmt.Printf("%s=%s\n", k, v)
+		}
+		return 0
+	case strings.HasPrefix(action, "exit:"):
+		code, _ := strconv.Atoi(strings.TrimPrefix(action, "exit:"))
+		fmt.Fprintf(os.Stderr, "exiting with %d\n", code)
+		return code
+	case action == "sleep":
+		return sleepUntilSignal(rank, pidFile)
+	case action == "sleep-ignore":
+		signal.Ignore(syscall.SIGTERM, syscall.SIGINT)
+		writePid(pidFile)
+		time.Sleep(time.Minute)
+		return 0
+	case action == "killself":
+		want, _ := strconv.Atoi(os.Getenv(envPeers))
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if m, _ := filepath.Glob(filepath.Join(dir, "pid-*")); len(m) >= want {
+				break
+			}
+		}
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		time.Sleep(time.Minute)
+		return 0
+	case action == "spawn", action == "spawn-exit":
+		os.MkdirAll(filepath.Join(dir, "child"), 0o755)
+		child := exec.Command(os.Args[0])
+		child.Env = append(os.Environ(), envAction+"_"+rank+"=sleep")
+		child.Env = append(child.Env, envDir+"="+filepath.Join(dir, "child"))
+		if err := child.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "spawn:", err)
+			return 2
+		}
+		// The child's pid file appears in dir/child; wait for it so the
+		// test sees both.
+		for i := 0; i < 1000; i++ {
+			if _, err := os.Stat(filepath.Join(dir, "child", "pid-"+rank)); err == nil {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if action == "spawn-exit" {
+			return 0
+		}
+		return sleepUntilSignal(rank, pidFile)
+	case action == "dieonce":
+		marker := filepath.Join(dir, "marker-"+rank)
+		if _, err := os.Stat(marker); err != nil {
+			os.WriteFile(marker, nil, 0o644)
+			fmt.Println("dying once")
+			return 3
+		}
+		fmt.Println("restart=" + os.Getenv("GOTRAIN_RESTART_COUNT"))
+		return 0
+	case action == "restart":
+		fmt.Println("restart=" + os.Getenv("GOTRAIN_RESTART_COUNT"))
+		return 0
+	case action == "lines":
+		writeLines(rank)
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "unknown test action %q\n", action)
+	return 99
+}
+
+func writePid(path string) {
+	// Written to a temporary name and renamed so readers never see it empty.
+	tmp := path + ".tmp"
+	os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())), 0o644)
+	os.Rename(tmp, path)
+}
+
+func sleepUntilSignal(rank, pidFile string) int {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	writePid(pidFile)
+	select {
+	case s := <-ch:
+		fmt.Printf("rank %s got %v\n", rank, s)
+		return 128 + int(s.(syscall.Signal))
+	case <-time.After(time.Minute):
+		return 0
+	}
+}
+
+// Line shapes written by the lines action and checked by TestOutputPrefixes.
+const (
+	linesPerWorker = 300
+	longLineLen    = 200_000
+)
+
+// writeLines writes each line in three write calls, so that a launcher that
+// copied bytes instead of whole lines would interleave workers mid-line.
+func writeLines(rank string) {
+	for i := range linesPerWorker {
+		payload := strings.Repeat(string(rune('a'+i%26)), 1+(i*37)%900)
+		head := fmt.Sprintf("r=%s i=%d n=%d ", rank, i, len(payload))
+		os.Stdout.WriteString(head)
+		os.Stdout.WriteString(payload)
+		os.Stdout.WriteString("\n")
+		if i%50 == 0 {
+			os.Stderr.WriteString("err r=" + rank + " ")
+			os.Stderr.WriteString("i=" + strconv.Itoa(i) + "\n")
+		}
+	}
+	os.Stdout.WriteString("long r=" + rank + " " + strings.Repeat("y", longLineLen) + "\n")
+	os.Stdout.WriteString("tail-" + rank) // no newline
+}
