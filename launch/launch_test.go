@@ -237,7 +237,7 @@ func TestEnvContractTwoNodes(t *testing.T) {
 				"MASTER_ADDR": "10.9.8.7", "MASTER_PORT": "29555",
 				"TORCHELASTIC_RESTART_COUNT": "0", "GOTRAIN_RESTART_COUNT": "0",
 				"TORCHELASTIC_MAX_RESTARTS": "2",
-				"TORCHELASTIC_RUN_ID": "job7", "GOTRAIN_RUN_ID": "job7",
+				"TORCHELASTIC_RUN_ID":       "job7", "GOTRAIN_RUN_ID": "job7",
 				"TORCHELASTIC_USE_AGENT_STORE": "False",
 				"GOTRAIN_TOKEN":                "shared-secret",
 				"OMP_NUM_THREADS":              "5", "GOTRAIN_NUM_THREADS": threads,
