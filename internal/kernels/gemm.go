@@ -7,13 +7,14 @@ import (
 	"unsafe"
 )
 
-// microKernel computes one mr×nr tile of C from a packed A micro-panel
-// (k steps of mr floats) and a packed B micro-panel (k steps of nr floats):
+// microKernel computes one mr×nr tile of C:
 //
-//	c[i*ldc+j] = alpha·Σ_p a[p*mr+i]·b[p*nr+j] + beta·c[i*ldc+j]
+//	c[i*ldc+j] = alpha·Σ_p a[i*aRow+p*aCol]·b[p*bRow+j] + beta·c[i*ldc+j]
 //
+// A packed A micro-panel (k steps of mr floats) has aRow=1, aCol=mr, a
+// packed B micro-panel bRow=nr; other strides read an operand in place.
 // When beta is ±0 it must not read c.
-type microKernel func(k int, a, b, c *float32, ldc int, alpha, beta float32)
+type microKernel func(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)
 
 // gemmImpl is one SGEMM implementation: a micro-kernel with its register
 // block (mr×nr) and the cache blocking that suits it. Loops follow BLIS:
@@ -24,8 +25,13 @@ type gemmImpl struct {
 	mr, nr     int
 	kc, mc, nc int
 	kernel     microKernel
+	// rowsOuter loops over A micro-panels outside B micro-panels: the
+	// small A micro-panel stays in L1 while the B block streams from L2.
+	rowsOuter bool
+	// narrow, if set, replaces this implementation when n ≤ narrow.nr.
+	narrow *gemmImpl
 	// packBT packs a transposed B panel faster than the Go loop, or is nil.
-	packBT func(dst []float32, b []float32, ldb, p0, kc, j0, nr int)
+	packBT func(dst []float32, b []float32, ldb, p0, kc, j0, cols, nr int)
 }
 
 // gemm is the implementation Sgemm uses, chosen at init from CPU features.
@@ -92,6 +98,9 @@ const parallelMinFlops = 2 << 20
 func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
+	}
+	if impl.narrow != nil && n <= impl.narrow.nr {
+		impl = impl.narrow
 	}
 	if k == 0 || alpha == 0 {
 		scaleC(m, n, beta, c, ldc)
@@ -214,6 +223,12 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 	ws.tile = grow(ws.tile, mr*nr)
 	kernel := impl.kernel
 
+	// Packing pays only when a micro-panel is reused: read A in place when
+	// there are at most two B panels, and B (if not transposed; packing
+	// absorbs the transpose) when there are at most two A panels.
+	directA := n <= 2*nr
+	directB := !transB && m <= 2*mr
+
 	for jc := 0; jc < n; jc += impl.nc {
 		nc := min(impl.nc, n-jc)
 		for pc := 0; pc < k; pc += impl.kc {
@@ -223,40 +238,67 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 				betaEff = 1
 			}
 			for jr := 0; jr < nc; jr += nr {
+				cols := min(nr, nc-jr)
+				if directB && cols == nr {
+					continue
+				}
 				dst := ws.b[jr*kc : (jr+nr)*kc]
-				if transB {
-					if impl.packBT != nil && nc-jr >= nr {
-						impl.packBT(dst, b, ldb, pc, kc, jc+jr, nr)
-					} else {
-						packBTrans(dst, b, ldb, pc, kc, jc+jr, min(nr, nc-jr), nr)
-					}
-				} else {
-					packBNoTrans(dst, b, ldb, pc, kc, jc+jr, min(nr, nc-jr), nr)
+				switch {
+				case !transB:
+					packBNoTrans(dst, b, ldb, pc, kc, jc+jr, cols, nr)
+				case impl.packBT != nil:
+					impl.packBT(dst, b, ldb, pc, kc, jc+jr, cols, nr)
+				default:
+					packBTrans(dst, b, ldb, pc, kc, jc+jr, cols, nr)
 				}
 			}
 			for ic := 0; ic < m; ic += impl.mc {
 				mc := min(impl.mc, m-ic)
 				for ir := 0; ir < mc; ir += mr {
+					rows := min(mr, mc-ir)
+					if directA && rows == mr {
+						continue
+					}
 					dst := ws.a[ir*kc : (ir+mr)*kc]
 					if transA {
-						packATrans(dst, a, lda, ic+ir, min(mr, mc-ir), pc, kc, mr)
+						packATrans(dst, a, lda, ic+ir, rows, pc, kc, mr)
 					} else {
-						packANoTrans(dst, a, lda, ic+ir, min(mr, mc-ir), pc, kc, mr)
+						packANoTrans(dst, a, lda, ic+ir, rows, pc, kc, mr)
 					}
 				}
-				for jr := 0; jr < nc; jr += nr {
-					nrEff := min(nr, nc-jr)
-					bp := &ws.b[jr*kc]
-					for ir := 0; ir < mc; ir += mr {
-						mrEff := min(mr, mc-ir)
-						ap := &ws.a[ir*kc]
-						ci := (ic+ir)*ldc + jc + jr
-						if mrEff == mr && nrEff == nr {
-							kernel(kc, ap, bp, &c[ci], ldc, alpha, betaEff)
-							continue
+				tile := func(ir, jr int) {
+					mrEff, nrEff := min(mr, mc-ir), min(nr, nc-jr)
+					ap, aRow, aCol := &ws.a[ir*kc], 1, mr
+					if directA && mrEff == mr {
+						if transA {
+							ap, aRow, aCol = &a[pc*lda+ic+ir], 1, lda
+						} else {
+							ap, aRow, aCol = &a[(ic+ir)*lda+pc], lda, 1
 						}
-						kernel(kc, ap, bp, &ws.tile[0], nr, 1, 0)
-						mergeTile(ws.tile, nr, mrEff, nrEff, alpha, betaEff, c[ci:], ldc)
+					}
+					bp, bRow := &ws.b[jr*kc], nr
+					if directB && nrEff == nr {
+						bp, bRow = &b[pc*ldb+jc+jr], ldb
+					}
+					ci := (ic+ir)*ldc + jc + jr
+					if mrEff == mr && nrEff == nr {
+						kernel(kc, ap, aRow, aCol, bp, bRow, &c[ci], ldc, alpha, betaEff)
+						return
+					}
+					kernel(kc, ap, aRow, aCol, bp, bRow, &ws.tile[0], nr, 1, 0)
+					mergeTile(ws.tile, nr, mrEff, nrEff, alpha, betaEff, c[ci:], ldc)
+				}
+				if impl.rowsOuter {
+					for ir := 0; ir < mc; ir += mr {
+						for jr := 0; jr < nc; jr += nr {
+							tile(ir, jr)
+						}
+					}
+				} else {
+					for jr := 0; jr < nc; jr += nr {
+						for ir := 0; ir < mc; ir += mr {
+							tile(ir, jr)
+						}
 					}
 				}
 			}

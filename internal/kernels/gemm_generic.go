@@ -5,15 +5,18 @@ import "unsafe"
 // microGeneric is the portable micro-kernel for genericGemm (mr=4, nr=16).
 // Four rows of accumulators live in fixed-size arrays so the compiler
 // drops bounds checks in the inner loop.
-func microGeneric(k int, a, b, c *float32, ldc int, alpha, beta float32) {
+func microGeneric(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32) {
 	const mr, nr = 4, 16
-	ap := unsafe.Slice(a, k*mr)
-	bp := unsafe.Slice(b, k*nr)
+	if k == 0 {
+		return
+	}
+	ap := unsafe.Slice(a, (mr-1)*aRow+(k-1)*aCol+1)
+	bp := unsafe.Slice(b, (k-1)*bRow+nr)
 	var c0, c1, c2, c3 [nr]float32
 	for p := 0; p < k; p++ {
-		av := (*[mr]float32)(ap[p*mr:])
-		bv := (*[nr]float32)(bp[p*nr:])
-		a0, a1, a2, a3 := av[0], av[1], av[2], av[3]
+		bv := (*[nr]float32)(bp[p*bRow:])
+		o := p * aCol
+		a0, a1, a2, a3 := ap[o], ap[o+aRow], ap[o+2*aRow], ap[o+3*aRow]
 		for j, x := range bv {
 			c0[j] += a0 * x
 			c1[j] += a1 * x

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"strings"
 )
 
 type asm struct{ bytes.Buffer }
@@ -27,8 +28,11 @@ func (w *asm) header() {
 func main() {
 	var g asm
 	g.header()
-	gemmAVX512(&g, 8, 3)
-	gemmAVX2(&g, 6, 2)
+	gemmKernel(&g, "AVX512", 6, 4)
+	gemmKernel(&g, "AVX512", 8, 3)
+	gemmKernel(&g, "AVX512", 8, 1)
+	gemmKernel(&g, "AVX2", 6, 2)
+	transposePack16(&g)
 	write("gemm_amd64.s", &g)
 
 	var v asm
@@ -43,86 +47,114 @@ func write(name string, w *asm) {
 	}
 }
 
-// gemmAVX512 emits sgemmKernel{mr}x{16·nv}AVX512: C[mr×16nv] = alpha·A·B
-// (+ beta·C) for one packed A micro-panel (k×mr, mr floats per step) and one
-// packed B micro-panel (k×16nv). Accumulators Z0..Z(mr·nv−1), B vectors in
-// Z24.., broadcasts alternate Z30/Z31.
-func gemmAVX512(w *asm, mr, nv int) {
-	nr := 16 * nv
-	name := fmt.Sprintf("sgemmKernel%dx%dAVX512", mr, nr)
-	acc := func(i, v int) string { return fmt.Sprintf("Z%d", i*nv+v) }
-	bz := func(v int) string { return fmt.Sprintf("Z%d", 24+v) }
+// gemmKernel emits sgemmKernel{mr}x{nr}{isa}:
+//
+//	c[i*ldc+j] = alpha·Σ_p a[i*aRow+p*aCol]·b[p*bRow+j] + beta·c[i*ldc+j]
+//
+// for i < mr, j < nr, p < k. A packed micro-panel has aRow=1, aCol=mr and
+// bRow=nr; the same kernel reads an operand in place by passing its own
+// strides, which saves packing when the operand is used only a few times.
+// A beta of ±0 does not read C. Accumulators are registers 0..mr·nv−1, B
+// vectors follow at bBase, broadcasts alternate the last two registers.
+func gemmKernel(w *asm, isa string, mr, nv int) {
+	vec, width, nregs, bBase := "Z", 16, 32, 24
+	if isa == "AVX2" {
+		vec, width, nregs, bBase = "Y", 8, 16, 12
+	}
+	if mr > 8 || mr*nv > bBase || bBase+nv > nregs-2 {
+		log.Fatalf("gemmKernel %s %dx%d: does not fit the registers", isa, mr, nv)
+	}
+	nr := width * nv
+	vbytes := 4 * width
+	name := fmt.Sprintf("sgemmKernel%dx%d%s", mr, nr, isa)
+	acc := func(i, v int) string { return fmt.Sprintf("%s%d", vec, i*nv+v) }
+	bv := func(v int) string { return fmt.Sprintf("%s%d", vec, bBase+v) }
+	bc0, bc1 := fmt.Sprintf("%s%d", vec, nregs-2), fmt.Sprintf("%s%d", vec, nregs-1)
+	// Row i of A relative to AX: R8=aRow, R9=3·aRow, R10=5·aRow, R12=7·aRow (bytes).
+	aAddr := [...]string{"(AX)", "(AX)(R8*1)", "(AX)(R8*2)", "(AX)(R9*1)", "(AX)(R8*4)", "(AX)(R10*1)", "(AX)(R9*2)", "(AX)(R12*1)"}
 	w.f("")
-	w.f("// func %s(k int, a, b, c *float32, ldc int, alpha, beta float32)", name)
-	w.f("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+	w.f("// func %s(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-72", name)
 	w.f("\tMOVQ k+0(FP), CX")
 	w.f("\tMOVQ a+8(FP), AX")
-	w.f("\tMOVQ b+16(FP), BX")
-	w.f("\tMOVQ c+24(FP), DX")
-	w.f("\tMOVQ ldc+32(FP), SI")
+	w.f("\tMOVQ aRow+16(FP), R8")
+	w.f("\tSHLQ $2, R8")
+	w.f("\tMOVQ aCol+24(FP), R11")
+	w.f("\tSHLQ $2, R11")
+	w.f("\tLEAQ (R8)(R8*2), R9")
+	w.f("\tLEAQ (R8)(R8*4), R10")
+	w.f("\tLEAQ (R9)(R8*4), R12")
+	w.f("\tMOVQ b+32(FP), BX")
+	w.f("\tMOVQ bRow+40(FP), R13")
+	w.f("\tSHLQ $2, R13")
+	w.f("\tMOVQ c+48(FP), DX")
+	w.f("\tMOVQ ldc+56(FP), SI")
 	w.f("\tSHLQ $2, SI")
 	for i := 0; i < mr*nv; i++ {
-		w.f("\tVPXORD Z%d, Z%d, Z%d", i, i, i)
+		if vec == "Z" {
+			w.f("\tVPXORD Z%d, Z%d, Z%d", i, i, i)
+		} else {
+			w.f("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
+		}
 	}
 	// Prefetch the C tile: it is written at the end and usually cold.
 	w.f("\tMOVQ DX, DI")
 	for i := 0; i < mr; i++ {
-		w.f("\tPREFETCHT0 (DI)")
+		for off := 0; off < 4*nr; off += 64 {
+			w.f("\tPREFETCHT0 %d(DI)", off)
+		}
 		w.f("\tPREFETCHT0 %d(DI)", 4*nr-4)
 		if i < mr-1 {
 			w.f("\tADDQ SI, DI")
 		}
 	}
-	step := func(off int) {
+	step := func() {
 		for v := 0; v < nv; v++ {
-			w.f("\tVMOVUPS %d(BX), %s", 4*(off*nr+16*v), bz(v))
+			w.f("\tVMOVUPS %d(BX), %s", vbytes*v, bv(v))
 		}
 		for i := 0; i < mr; i++ {
-			bc := fmt.Sprintf("Z%d", 30+i%2)
-			w.f("\tVBROADCASTSS %d(AX), %s", 4*(off*mr+i), bc)
+			bc := bc0
+			if i%2 == 1 {
+				bc = bc1
+			}
+			w.f("\tVBROADCASTSS %s, %s", aAddr[i], bc)
 			for v := 0; v < nv; v++ {
-				w.f("\tVFMADD231PS %s, %s, %s", bz(v), bc, acc(i, v))
+				w.f("\tVFMADD231PS %s, %s, %s", bv(v), bc, acc(i, v))
 			}
 		}
+		w.f("\tADDQ R11, AX")
+		w.f("\tADDQ R13, BX")
 	}
-	const unroll = 4
-	w.f("\tMOVQ CX, R8")
-	w.f("\tSHRQ $2, R8")
+	w.f("\tMOVQ CX, R14")
+	w.f("\tSHRQ $2, R14")
 	w.f("\tJZ %s_tail", name)
 	w.f("%s_loop4:", name)
-	w.f("\tPREFETCHT0 %d(BX)", 4*nr*unroll*4)
-	w.f("\tPREFETCHT0 %d(BX)", 4*nr*unroll*4+64)
-	w.f("\tPREFETCHT0 %d(BX)", 4*nr*unroll*4+128)
-	for u := 0; u < unroll; u++ {
-		step(u)
+	for u := 0; u < 4; u++ {
+		step()
 	}
-	w.f("\tADDQ $%d, AX", 4*mr*unroll)
-	w.f("\tADDQ $%d, BX", 4*nr*unroll)
-	w.f("\tDECQ R8")
+	w.f("\tDECQ R14")
 	w.f("\tJNZ %s_loop4", name)
 	w.f("%s_tail:", name)
 	w.f("\tANDQ $3, CX")
 	w.f("\tJZ %s_store", name)
 	w.f("%s_loop1:", name)
-	step(0)
-	w.f("\tADDQ $%d, AX", 4*mr)
-	w.f("\tADDQ $%d, BX", 4*nr)
+	step()
 	w.f("\tDECQ CX")
 	w.f("\tJNZ %s_loop1", name)
 	w.f("%s_store:", name)
-	w.f("\tVBROADCASTSS alpha+40(FP), Z30")
+	w.f("\tVBROADCASTSS alpha+64(FP), %s", bc0)
 	for i := 0; i < mr*nv; i++ {
-		w.f("\tVMULPS Z30, Z%d, Z%d", i, i)
+		w.f("\tVMULPS %s, %s%d, %s%d", bc0, vec, i, vec, i)
 	}
 	// beta == ±0 must not read C: test the bits without the sign.
-	w.f("\tMOVL beta+44(FP), R9")
+	w.f("\tMOVL beta+68(FP), R9")
 	w.f("\tSHLL $1, R9")
 	w.f("\tJZ %s_beta0", name)
-	w.f("\tVBROADCASTSS beta+44(FP), Z31")
+	w.f("\tVBROADCASTSS beta+68(FP), %s", bc1)
 	for i := 0; i < mr; i++ {
 		for v := 0; v < nv; v++ {
-			w.f("\tVFMADD231PS %d(DX), Z31, %s", 64*v, acc(i, v))
-			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), 64*v)
+			w.f("\tVFMADD231PS %d(DX), %s, %s", vbytes*v, bc1, acc(i, v))
+			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), vbytes*v)
 		}
 		if i < mr-1 {
 			w.f("\tADDQ SI, DX")
@@ -133,96 +165,7 @@ func gemmAVX512(w *asm, mr, nv int) {
 	w.f("%s_beta0:", name)
 	for i := 0; i < mr; i++ {
 		for v := 0; v < nv; v++ {
-			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), 64*v)
-		}
-		if i < mr-1 {
-			w.f("\tADDQ SI, DX")
-		}
-	}
-	w.f("\tVZEROUPPER")
-	w.f("\tRET")
-}
-
-// gemmAVX2 emits sgemmKernel{mr}x{8·nv}AVX2 with the same contract as the
-// AVX-512 kernel, on 16 Y registers: accumulators Y0.., B vectors Y12..,
-// broadcasts Y14/Y15.
-func gemmAVX2(w *asm, mr, nv int) {
-	nr := 8 * nv
-	name := fmt.Sprintf("sgemmKernel%dx%dAVX2", mr, nr)
-	acc := func(i, v int) string { return fmt.Sprintf("Y%d", i*nv+v) }
-	bz := func(v int) string { return fmt.Sprintf("Y%d", 12+v) }
-	if mr*nv+nv+2 > 16 {
-		log.Fatalf("%s: too many registers", name)
-	}
-	w.f("")
-	w.f("// func %s(k int, a, b, c *float32, ldc int, alpha, beta float32)", name)
-	w.f("TEXT ·%s(SB), NOSPLIT, $0-48", name)
-	w.f("\tMOVQ k+0(FP), CX")
-	w.f("\tMOVQ a+8(FP), AX")
-	w.f("\tMOVQ b+16(FP), BX")
-	w.f("\tMOVQ c+24(FP), DX")
-	w.f("\tMOVQ ldc+32(FP), SI")
-	w.f("\tSHLQ $2, SI")
-	for i := 0; i < mr*nv; i++ {
-		w.f("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
-	}
-	step := func(off int) {
-		for v := 0; v < nv; v++ {
-			w.f("\tVMOVUPS %d(BX), %s", 4*(off*nr+8*v), bz(v))
-		}
-		for i := 0; i < mr; i++ {
-			bc := fmt.Sprintf("Y%d", 14+i%2)
-			w.f("\tVBROADCASTSS %d(AX), %s", 4*(off*mr+i), bc)
-			for v := 0; v < nv; v++ {
-				w.f("\tVFMADD231PS %s, %s, %s", bz(v), bc, acc(i, v))
-			}
-		}
-	}
-	w.f("\tMOVQ CX, R8")
-	w.f("\tSHRQ $2, R8")
-	w.f("\tJZ %s_tail", name)
-	w.f("%s_loop4:", name)
-	w.f("\tPREFETCHT0 %d(BX)", 4*nr*16)
-	for u := 0; u < 4; u++ {
-		step(u)
-	}
-	w.f("\tADDQ $%d, AX", 4*mr*4)
-	w.f("\tADDQ $%d, BX", 4*nr*4)
-	w.f("\tDECQ R8")
-	w.f("\tJNZ %s_loop4", name)
-	w.f("%s_tail:", name)
-	w.f("\tANDQ $3, CX")
-	w.f("\tJZ %s_store", name)
-	w.f("%s_loop1:", name)
-	step(0)
-	w.f("\tADDQ $%d, AX", 4*mr)
-	w.f("\tADDQ $%d, BX", 4*nr)
-	w.f("\tDECQ CX")
-	w.f("\tJNZ %s_loop1", name)
-	w.f("%s_store:", name)
-	w.f("\tVBROADCASTSS alpha+40(FP), Y14")
-	for i := 0; i < mr*nv; i++ {
-		w.f("\tVMULPS Y14, Y%d, Y%d", i, i)
-	}
-	w.f("\tMOVL beta+44(FP), R9")
-	w.f("\tSHLL $1, R9")
-	w.f("\tJZ %s_beta0", name)
-	w.f("\tVBROADCASTSS beta+44(FP), Y15")
-	for i := 0; i < mr; i++ {
-		for v := 0; v < nv; v++ {
-			w.f("\tVFMADD231PS %d(DX), Y15, %s", 32*v, acc(i, v))
-			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), 32*v)
-		}
-		if i < mr-1 {
-			w.f("\tADDQ SI, DX")
-		}
-	}
-	w.f("\tVZEROUPPER")
-	w.f("\tRET")
-	w.f("%s_beta0:", name)
-	for i := 0; i < mr; i++ {
-		for v := 0; v < nv; v++ {
-			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), 32*v)
+			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), vbytes*v)
 		}
 		if i < mr-1 {
 			w.f("\tADDQ SI, DX")
@@ -233,3 +176,184 @@ func gemmAVX2(w *asm, mr, nv int) {
 }
 
 func vecOps(w *asm) {}
+
+// lanes models a Z register as the (row, col) of the source element in each
+// of its 16 floats, so the generator can prove its shuffle network is a
+// transpose and find which register ends up holding which output row.
+type lanes [16][2]int
+
+func unpckLPS(a, b lanes) (d lanes) {
+	for l := 0; l < 4; l++ {
+		d[4*l], d[4*l+1], d[4*l+2], d[4*l+3] = a[4*l], b[4*l], a[4*l+1], b[4*l+1]
+	}
+	return
+}
+
+func unpckHPS(a, b lanes) (d lanes) {
+	for l := 0; l < 4; l++ {
+		d[4*l], d[4*l+1], d[4*l+2], d[4*l+3] = a[4*l+2], b[4*l+2], a[4*l+3], b[4*l+3]
+	}
+	return
+}
+
+func unpckLPD(a, b lanes) (d lanes) {
+	for l := 0; l < 4; l++ {
+		d[4*l], d[4*l+1], d[4*l+2], d[4*l+3] = a[4*l], a[4*l+1], b[4*l], b[4*l+1]
+	}
+	return
+}
+
+func unpckHPD(a, b lanes) (d lanes) {
+	for l := 0; l < 4; l++ {
+		d[4*l], d[4*l+1], d[4*l+2], d[4*l+3] = a[4*l+2], a[4*l+3], b[4*l+2], b[4*l+3]
+	}
+	return
+}
+
+func shufF32x4(imm int, a, b lanes) (d lanes) {
+	src := [4]lanes{a, a, b, b}
+	for l := 0; l < 4; l++ {
+		sel := imm >> (2 * l) & 3
+		copy(d[4*l:4*l+4], src[l][4*sel:4*sel+4])
+	}
+	return
+}
+
+// transposePack16 emits transposePack16AVX512(dst *float32, dstStride int,
+// src *float32, srcStride int, k int): for p < k (a multiple of 16) and
+// r < 16, dst[p*dstStride+r] = src[r*srcStride+p]. It packs a transposed B
+// operand 16×16 blocks at a time with an in-register transpose.
+func transposePack16(w *asm) {
+	const name = "transposePack16AVX512"
+	var reg [32]lanes
+	for r := 0; r < 16; r++ {
+		for c := 0; c < 16; c++ {
+			reg[r][c] = [2]int{r, c}
+		}
+	}
+	var code []string
+	op := func(ins string, dst, a, b int, imm int, f func(a, b lanes) lanes) {
+		reg[dst] = f(reg[a], reg[b])
+		if imm >= 0 {
+			code = append(code, fmt.Sprintf("\t%s $%d, Z%d, Z%d, Z%d", ins, imm, b, a, dst))
+		} else {
+			code = append(code, fmt.Sprintf("\t%s Z%d, Z%d, Z%d", ins, b, a, dst))
+		}
+	}
+	for i := 0; i < 8; i++ {
+		op("VUNPCKLPS", 16+2*i, 2*i, 2*i+1, -1, unpckLPS)
+		op("VUNPCKHPS", 16+2*i+1, 2*i, 2*i+1, -1, unpckHPS)
+	}
+	for g := 0; g < 4; g++ {
+		t := 16 + 4*g
+		op("VUNPCKLPD", 4*g, t, t+2, -1, unpckLPD)
+		op("VUNPCKHPD", 4*g+1, t, t+2, -1, unpckHPD)
+		op("VUNPCKLPD", 4*g+2, t+1, t+3, -1, unpckLPD)
+		op("VUNPCKHPD", 4*g+3, t+1, t+3, -1, unpckHPD)
+	}
+	for _, base := range []int{0, 8} {
+		for i := base; i < base+4; i++ {
+			op("VSHUFF32X4", 16+i, i, i+4, 0x88, func(a, b lanes) lanes { return shufF32x4(0x88, a, b) })
+			op("VSHUFF32X4", 16+i+4, i, i+4, 0xdd, func(a, b lanes) lanes { return shufF32x4(0xdd, a, b) })
+		}
+	}
+	for i := 0; i < 8; i++ {
+		op("VSHUFF32X4", i, 16+i, 16+i+8, 0x88, func(a, b lanes) lanes { return shufF32x4(0x88, a, b) })
+		op("VSHUFF32X4", i+8, 16+i, 16+i+8, 0xdd, func(a, b lanes) lanes { return shufF32x4(0xdd, a, b) })
+	}
+	// outReg[c] is the register holding source column c in row order.
+	var outReg [16]int
+	for c := 0; c < 16; c++ {
+		outReg[c] = -1
+		for r := 0; r < 16; r++ {
+			ok := true
+			for e := 0; e < 16; e++ {
+				if reg[r][e] != [2]int{e, c} {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				outReg[c] = r
+			}
+		}
+		if outReg[c] < 0 {
+			log.Fatalf("%s: shuffle network is not a transpose (column %d)", name, c)
+		}
+	}
+	// Row r of a block at (base)(index*scale): rows 0..7 from SI, 8..15 from DI
+	// with R8=stride, R9=3·stride, R10=5·stride, R11=7·stride.
+	rowAddr := func(r int) string {
+		base := "SI"
+		if r >= 8 {
+			base = "DI"
+			r -= 8
+		}
+		switch r {
+		case 0:
+			return "(" + base + ")"
+		case 1:
+			return "(" + base + ")(R8*1)"
+		case 2:
+			return "(" + base + ")(R8*2)"
+		case 3:
+			return "(" + base + ")(R9*1)"
+		case 4:
+			return "(" + base + ")(R8*4)"
+		case 5:
+			return "(" + base + ")(R10*1)"
+		case 6:
+			return "(" + base + ")(R9*2)"
+		default:
+			return "(" + base + ")(R11*1)"
+		}
+	}
+	w.f("")
+	w.f("// func %s(dst *float32, dstStride int, src *float32, srcStride int, k int)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+	w.f("\tMOVQ k+32(FP), CX")
+	w.f("\tSHRQ $4, CX")
+	w.f("\tJZ %s_done", name)
+	// Source side: SI, DI, R8..R11.
+	w.f("\tMOVQ src+16(FP), SI")
+	w.f("\tMOVQ srcStride+24(FP), R8")
+	w.f("\tSHLQ $2, R8")
+	w.f("\tLEAQ (R8)(R8*2), R9")
+	w.f("\tLEAQ (R8)(R8*4), R10")
+	w.f("\tLEAQ (R9)(R8*4), R11")
+	w.f("\tLEAQ (SI)(R8*8), DI")
+	// Destination side: DX, BX with R12=stride, R13=3·stride, R14=5·stride, R15=7·stride.
+	w.f("\tMOVQ dst+0(FP), DX")
+	w.f("\tMOVQ dstStride+8(FP), R12")
+	w.f("\tSHLQ $2, R12")
+	w.f("\tLEAQ (R12)(R12*2), R13")
+	w.f("\tLEAQ (R12)(R12*4), R14")
+	w.f("\tLEAQ (R13)(R12*4), R15")
+	w.f("\tLEAQ (DX)(R12*8), BX")
+	w.f("%s_loop:", name)
+	for r := 0; r < 16; r++ {
+		w.f("\tVMOVUPS %s, Z%d", rowAddr(r), r)
+	}
+	for _, c := range code {
+		w.f("%s", c)
+	}
+	dstAddr := func(c int) string {
+		a := rowAddr(c)
+		a = strings.NewReplacer("SI", "DX", "DI", "BX", "R8", "R12", "R9", "R13", "R10", "R14", "R11", "R15").Replace(a)
+		return a
+	}
+	for c := 0; c < 16; c++ {
+		w.f("\tVMOVUPS Z%d, %s", outReg[c], dstAddr(c))
+	}
+	w.f("\tADDQ $64, SI")
+	w.f("\tADDQ $64, DI")
+	w.f("\tLEAQ (DX)(R12*8), DX")
+	w.f("\tLEAQ (DX)(R12*8), DX")
+	w.f("\tLEAQ (BX)(R12*8), BX")
+	w.f("\tLEAQ (BX)(R12*8), BX")
+	w.f("\tDECQ CX")
+	w.f("\tJNZ %s_loop", name)
+	w.f("\tVZEROUPPER")
+	w.f("%s_done:", name)
+	w.f("\tRET")
+}
