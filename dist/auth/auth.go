@@ -251,7 +251,14 @@ func versionErr(peer net.Addr, peerVersion, ours int) error {
 // ioErr wraps a read/write failure, naming ctx's error when ctx is why the
 // deadline fired.
 func ioErr(ctx context.Context, what string, peer net.Addr, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
+	cerr := ctx.Err()
+	// The conn's deadline is ctx's, and may fire a moment before ctx's own
+	// timer does.
+	var ne net.Error
+	if d, ok := ctx.Deadline(); cerr == nil && ok && errors.As(err, &ne) && ne.Timeout() && !time.Now().Before(d) {
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil {
 		return fmt.Errorf("auth: handshake: %s %v: %w (%w)", what, peer, cerr, err)
 	}
 	return fmt.Errorf("auth: handshake: %s %v: %w", what, peer, err)
@@ -263,9 +270,15 @@ func bindContext(ctx context.Context, conn net.Conn) (stop func()) {
 	if d, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(d)
 	}
-	cancel := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	fired := make(chan struct{})
+	cancel := context.AfterFunc(ctx, func() {
+		conn.SetDeadline(time.Unix(1, 0))
+		close(fired)
+	})
 	return func() {
-		cancel()
+		if !cancel() {
+			<-fired // so its past deadline cannot land after our reset
+		}
 		conn.SetDeadline(time.Time{})
 	}
 }

@@ -40,7 +40,8 @@ var _ Store = (*Client)(nil)
 // with token. Like torchrun's workers, it retries until the server is up
 // (or ctx ends): workers may start before rank 0's server. Without a
 // deadline in ctx it retries until ctx is cancelled. A refused handshake
-// (wrong token, other protocol version) is not retried.
+// (wrong token, other protocol version) or a peer that does not speak the
+// gotrain protocol is not retried.
 func Dial(ctx context.Context, addr string, token []byte) (*Client, error) {
 	start := time.Now()
 	d := net.Dialer{KeepAliveConfig: keepAlive}
@@ -54,7 +55,10 @@ func Dial(ctx context.Context, addr string, token []byte) (*Client, error) {
 				return newClient(addr, conn), nil
 			}
 			conn.Close()
-			if errors.Is(err, auth.ErrAuth) || errors.Is(err, auth.ErrVersion) || errors.Is(err, auth.ErrRejected) {
+			// A refusal, or something that is not a gotrain store on that
+			// port, will not change by retrying.
+			if errors.Is(err, auth.ErrAuth) || errors.Is(err, auth.ErrVersion) ||
+				errors.Is(err, auth.ErrRejected) || errors.Is(err, auth.ErrProtocol) {
 				return nil, fmt.Errorf("store: connect to %s: %w", addr, err)
 			}
 		}

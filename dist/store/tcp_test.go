@@ -17,10 +17,6 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
-
 var testToken = []byte("test token")
 
 func startServer(t *testing.T) *Server {
