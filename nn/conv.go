@@ -9,7 +9,8 @@ import (
 
 // Conv2dLayer is a 2-d convolution over [N, C, H, W] inputs, PyTorch's
 // nn.Conv2d (no dilation or groups). State dict entries: "weight"
-// [Out, In, Kernel, Kernel] and "bias" [Out].
+// [Out, In, Kernel, Kernel] and "bias" [Out]. As for LinearLayer, change
+// the exported tensors' values, never the pointers.
 type Conv2dLayer struct {
 	Base
 	In, Out, Kernel int

@@ -9,6 +9,9 @@ import (
 
 // LinearLayer is a fully connected layer, y = x·Wᵀ + b, PyTorch's
 // nn.Linear. Its state dict entries are "weight" [out, in] and "bias" [out].
+//
+// The exported tensors are the registered ones that state dicts,
+// optimizers and DDP see: change their values, never the pointers.
 type LinearLayer struct {
 	Base
 	In, Out int

@@ -1,0 +1,36 @@
+package models
+
+import (
+	"testing"
+
+	"github.com/gotrain/gotrain/nn"
+	"github.com/gotrain/gotrain/tensor"
+)
+
+// benchStep times the model part of one training step at batch 64: zero
+// the gradients, forward, cross-entropy, backward (the optimizer update
+// lives in package optim). Reports samples/s next to ns/op.
+func benchStep(b *testing.B, m nn.Module) {
+	const batch = 64
+	rng := tensor.NewRNG(1)
+	x := tensor.Rand(rng, batch, 1, 28, 28)
+	target := make([]int, batch)
+	for i := range target {
+		target[i] = rng.Intn(10)
+	}
+	params := nn.Parameters(m)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		for _, p := range params {
+			p.ZeroGrad()
+		}
+		if err := nn.CrossEntropy(m.Forward(x), target).Backward(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "samples/s")
+}
+
+func BenchmarkMLPStep(b *testing.B)      { benchStep(b, MLP()) }
+func BenchmarkMNISTNetStep(b *testing.B) { benchStep(b, MNISTNet()) }
