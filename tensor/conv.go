@@ -116,33 +116,23 @@ func Conv2d(x, w, b *Tensor, stride, padding [2]int) *Tensor {
 // cols holds the forward pass's im2col matrices or is nil.
 func conv2dBackward(g convGeom, x, w, b *Tensor, cols, grad []float32) {
 	ckk, p := g.ckk(), g.plane()
-	if b.needsGrad() {
-		gb := b.accGrad()
-		for i := 0; i < g.n; i++ {
-			for oc := range gb {
-				gb[oc] += kernels.Sum(grad[(i*g.o+oc)*p : (i*g.o+oc+1)*p])
-			}
-		}
-	}
-	needX, needW := x.needsGrad(), w.needsGrad()
-	if !needX && !needW {
-		return
-	}
-	var gx, gw []float32
+	needX, needW, needB := x.needsGrad(), w.needsGrad(), b.needsGrad()
+	var gx, gw, gb []float32
 	if needX {
 		gx = x.accGrad()
 	}
 	if needW {
 		gw = w.accGrad()
 	}
-	perImage := 2 * g.o * ckk * p * 2
-	// Workers other than 0 sum dW privately and merge at the end, so no two
-	// goroutines write one buffer.
-	var partial [][]float32
-	workers := min(kernels.NumThreads(), g.n)
-	if needW && workers > 1 {
-		partial = make([][]float32, workers)
+	if needB {
+		gb = b.accGrad()
 	}
+	perImage := 2 * g.o * ckk * p * 2
+	// Workers other than 0 sum dW and db privately and merge at the end, so
+	// no two goroutines write one buffer.
+	workers := min(kernels.NumThreads(), g.n)
+	partialW := make([][]float32, workers)
+	partialB := make([][]float32, workers)
 	used := parallelFor(g.n, convMinFlops/max(perImage, 1)+1, func(worker, lo, hi int) {
 		var scratch, dcol []float32
 		if needW && cols == nil && !g.direct() {
@@ -151,14 +141,25 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, cols, grad []float32) {
 		if needX && !g.direct() {
 			dcol = getBuf(ckk * p)
 		}
-		dw := gw
-		if needW && worker > 0 {
-			dw = getBuf(len(gw))
-			clear(dw)
-			partial[worker] = dw
+		dw, db := gw, gb
+		if worker > 0 {
+			if needW {
+				dw = getBuf(len(gw))
+				clear(dw)
+				partialW[worker] = dw
+			}
+			if needB {
+				db = make([]float32, len(gb))
+				partialB[worker] = db
+			}
 		}
 		for i := lo; i < hi; i++ {
 			gi := grad[i*g.o*p : (i+1)*g.o*p]
+			if needB {
+				for oc := range db {
+					db[oc] += kernels.Sum(gi[oc*p : (oc+1)*p])
+				}
+			}
 			if needW { // dW[O, ckk] += g_i[O, p] · col_iᵀ
 				var col []float32
 				if cols != nil {
@@ -185,8 +186,13 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, cols, grad []float32) {
 			putBuf(dcol)
 		}
 	})
-	for wk := 1; wk < used && partial != nil; wk++ {
-		addTo(gw, partial[wk])
-		putBuf(partial[wk])
+	for wk := 1; wk < used; wk++ {
+		if partialW[wk] != nil {
+			addTo(gw, partialW[wk])
+			putBuf(partialW[wk])
+		}
+		if partialB[wk] != nil {
+			addTo(gb, partialB[wk])
+		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"testing"
+
+	"github.com/gotrain/gotrain/internal/kernels"
 )
 
 // gradCheckOpts tunes a finite-difference check.
@@ -250,8 +252,10 @@ func TestGradConv2dParallel(t *testing.T) {
 	w := randT(rng, -1, 1, 16, 8, 3, 3)
 	b := randT(rng, -1, 1, 16)
 	want := conv2dRef(x, w, b, [2]int{1, 1}, [2]int{1, 1})
+	defer kernels.SetNumThreads(kernels.SetNumThreads(3)) // force several workers
 	x.SetRequiresGrad(true)
 	w.SetRequiresGrad(true)
+	b.SetRequiresGrad(true)
 	y := Conv2d(x, w, b, [2]int{1, 1}, [2]int{1, 1})
 	for i, v := range y.data {
 		if math.Abs(float64(v)-want[i]) > 1e-4*(1+math.Abs(want[i])) {
@@ -260,6 +264,37 @@ func TestGradConv2dParallel(t *testing.T) {
 	}
 	if err := Sum(y, false).Backward(); err != nil {
 		t.Fatal(err)
+	}
+	for oc, v := range b.Grad().data {
+		if v != 8*12*12 {
+			t.Fatalf("db[%d] = %v, want %d outputs", oc, v, 8*12*12)
+		}
+	}
+	// With an all-ones output gradient, dx[n,c,y,x] sums the weights whose
+	// tap lands on (y, x) from a valid output position.
+	gx := x.Grad().data
+	for ci := 0; ci < 8; ci++ {
+		for iy := 0; iy < 12; iy++ {
+			for ix := 0; ix < 12; ix++ {
+				var s float64
+				for oc := 0; oc < 16; oc++ {
+					for ki := 0; ki < 3; ki++ {
+						for kj := 0; kj < 3; kj++ {
+							oy, ox := iy-ki+1, ix-kj+1
+							if oy >= 0 && oy < 12 && ox >= 0 && ox < 12 {
+								s += float64(w.data[((oc*8+ci)*3+ki)*3+kj])
+							}
+						}
+					}
+				}
+				for n := 0; n < 8; n++ {
+					got := float64(gx[((n*8+ci)*12+iy)*12+ix])
+					if math.Abs(got-s) > 1e-4*(1+math.Abs(s)) {
+						t.Fatalf("dx[%d,%d,%d,%d] = %v, want %v", n, ci, iy, ix, got, s)
+					}
+				}
+			}
+		}
 	}
 	// With an all-ones output gradient, dW[o,c,i,j] is the sum of the input
 	// values that tap (i,j) meets over the batch.
