@@ -207,6 +207,9 @@ func (j *job) attempt(ctx context.Context, restart int) (outcome, error) {
 		})
 		if err != nil {
 			j.stop(workers, exits, syscall.SIGKILL)
+			for _, w := range workers {
+				w.finishOutput(drainWait)
+			}
 			return outcome{}, err
 		}
 		workers = append(workers, w)

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/gotrain/gotrain/launch"
+)
+
+// runFlags are `gotrain run`'s flags, named as torchrun names them.
+type runFlags struct {
+	nprocPerNode    string
+	nnodes          string
+	nodeRank        int
+	masterAddr      string
+	masterPort      int
+	standalone      bool
+	maxRestarts     int
+	monitorInterval string
+	stopTimeout     string
+	logDir          string
+	runID           string
+	noPython        bool
+}
+
+var runOpts runFlags
+
+var runCmd = &cobra.Command{
+	Use:   "run [flags] PROGRAM [ARGS...]",
+	Short: "Launch a program's distributed workers, like torchrun",
+	Long: `Run starts --nproc-per-node copies of PROGRAM on this node, each with
+torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT, ...), a
+shared random GOTRAIN_TOKEN and GOTRAIN_NUM_THREADS/OMP_NUM_THREADS set to
+CPUs / nproc-per-node. Each output line is prefixed with "[rank<N>]: ".
+
+When a worker fails, the others are stopped (SIGTERM, SIGKILL after
+--stop-timeout) and either all are restarted (up to --max-restarts) or gotrain
+exits with the failed worker's exit code (128+signal if a signal killed it).
+SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the workers.
+
+PROGRAM is any executable; flags after it are its own. For several nodes run
+gotrain run on each with the same --nnodes, --nproc-per-node, --master-addr,
+--master-port and GOTRAIN_TOKEN, and its own --node-rank.`,
+	Example: `  gotrain run --nproc-per-node 4 ./mytrainer --epochs 5
+  gotrain run --standalone --nproc-per-node 2 -- sh -c 'echo $RANK of $WORLD_SIZE'
+  GOTRAIN_TOKEN=$(openssl rand -hex 32) gotrain run --nnodes 2 --node-rank 0 \
+      --nproc-per-node 2 --master-addr 10.0.0.1 ./mytrainer`,
+	Args: func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return errors.New("run: missing PROGRAM to launch (usage: gotrain run [flags] PROGRAM [ARGS...])")
+		}
+		return nil
+	},
+	RunE: runRun,
+}
+
+func init() {
+	f := runCmd.Flags()
+	// Everything after PROGRAM belongs to PROGRAM, as with torchrun.
+	f.SetInterspersed(false)
+	// torchrun accepts --nproc_per_node as well as --nproc-per-node, and
+	// --rdzv-id for the run id.
+	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		name = strings.ReplaceAll(name, "_", "-")
+		if name == "rdzv-id" {
+			name = "run-id"
+		}
+		return pflag.NormalizedName(name)
+	})
+	o := &runOpts
+	f.StringVar(&o.nprocPerNode, "nproc-per-node", "1", "workers on this node: a number, or auto/cpu for one per CPU")
+	f.StringVar(&o.nnodes, "nnodes", "1", "number of nodes (N, or MIN:MAX with MIN = MAX; elastic ranges are not supported)")
+	f.IntVar(&o.nodeRank, "node-rank", 0, "this node's rank in [0, nnodes)")
+	f.StringVar(&o.masterAddr, "master-addr", launch.DefaultMasterAddr, "address of node 0, where rank 0 serves the rendezvous store")
+	f.IntVar(&o.masterPort, "master-port", launch.DefaultMasterPort, "port of the rendezvous store on master-addr")
+	f.BoolVar(&o.standalone, "standalone", false, "single-node job on a free local port with a random run id")
+	f.IntVar(&o.maxRestarts, "max-restarts", 0, "how many times to restart all workers after a failure")
+	f.StringVar(&o.monitorInterval, "monitor-interval", "0.1", "poll period while stopping workers, in seconds or as a duration (100ms)")
+	f.StringVar(&o.stopTimeout, "stop-timeout", "3s", "grace period between SIGTERM and SIGKILL when stopping workers")
+	f.StringVar(&o.logDir, "log-dir", "", "also write each worker's stdout and stderr to files under this directory")
+	f.StringVar(&o.runID, "run-id", "", `job id given to the workers (default: random with --standalone, "none" otherwise)`)
+	f.BoolVar(&o.noPython, "no-python", false, "accepted for torchrun compatibility: PROGRAM is always run directly")
+	_ = f.MarkHidden("no-python") // the flag exists; cannot fail
+	rootCmd.AddCommand(runCmd)
+}
+
+// runConfig turns the flags and arguments into a launch.Config.
+func runConfig(f *pflag.FlagSet, o runFlags, args []string) (launch.Config, error) {
+	cfg := launch.Config{
+		Program:     args[0],
+		Args:        args[1:],
+		NodeRank:    o.nodeRank,
+		MasterAddr:  o.masterAddr,
+		MasterPort:  o.masterPort,
+		Standalone:  o.standalone,
+		MaxRestarts: o.maxRestarts,
+		LogDir:      o.logDir,
+		RunID:       o.runID,
+	}
+	var err error
+	if cfg.NProcPerNode, err = launch.ParseNProcPerNode(o.nprocPerNode); err != nil {
+		return cfg, err
+	}
+	if cfg.NNodes, err = launch.ParseNNodes(o.nnodes); err != nil {
+		return cfg, err
+	}
+	if cfg.MonitorInterval, err = launch.ParseInterval(o.monitorInterval); err != nil {
+		return cfg, fmt.Errorf("--monitor-interval: %w", err)
+	}
+	if cfg.StopTimeout, err = launch.ParseInterval(o.stopTimeout); err != nil {
+		return cfg, fmt.Errorf("--stop-timeout: %w", err)
+	}
+	if o.masterPort <= 0 || o.masterPort > 65535 {
+		return cfg, fmt.Errorf("%w: master-port %d out of range [1, 65535]", launch.ErrConfig, o.masterPort)
+	}
+	if o.standalone && !f.Changed("master-port") {
+		cfg.MasterPort = 0 // a free port
+	}
+	return cfg, nil
+}
+
+func runRun(cmd *cobra.Command, args []string) error {
+	cfg, err := runConfig(cmd.Flags(), runOpts, args)
+	if err != nil {
+		return err
+	}
+	// main's context is cancelled by SIGINT and SIGTERM without saying
+	// which; the workers should get the very signal the user sent, so
+	// catch the signals here and pass them on as the cancellation cause.
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(cmd.Context()))
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case s := <-sigs:
+			cancel(&launch.SignalError{Signal: s.(syscall.Signal)})
+		case <-ctx.Done():
+		}
+	}()
+
+	code, err := launch.Run(ctx, cfg)
+	if err != nil && !errors.Is(err, launch.ErrInterrupted) {
+		return err
+	}
+	if code != 0 {
+		// Run has logged which rank failed or which signal stopped the job.
+		return exitCodeError(code)
+	}
+	return nil
+}

@@ -1,0 +1,99 @@
+package launch
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// writeRecorder records each Write call separately.
+type writeRecorder struct{ writes []string }
+
+func (w *writeRecorder) Write(p []byte) (int, error) {
+	w.writes = append(w.writes, string(p))
+	return len(p), nil
+}
+
+func TestPumpLines(t *testing.T) {
+	long := strings.Repeat("z", 2*maxLine+10)
+	for _, tc := range []struct {
+		name, in string
+		want     []string
+	}{
+		{"empty", "", nil},
+		{"lines", "a\nbb\n", []string{"[r]: a\n", "[r]: bb\n"}},
+		{"unterminated tail", "a\ntail", []string{"[r]: a\n", "[r]: tail\n"}},
+		{"empty lines", "\n\n", []string{"[r]: \n", "[r]: \n"}},
+		{"carriage return kept", "10%\r20%\n", []string{"[r]: 10%\r20%\n"}},
+		{"long line cut in pieces", long + "\nend\n", []string{
+			"[r]: " + long[:maxLine] + "\n", "[r]: " + long[maxLine:2*maxLine] + "\n", "[r]: " + long[2*maxLine:] + "\n", "[r]: end\n"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var console writeRecorder
+			var file bytes.Buffer
+			// iotest-style one-byte reads would be slow for the long case;
+			// a pipe with small writes exercises partial reads instead.
+			r, w := io.Pipe()
+			go func() {
+				for s := tc.in; len(s) > 0; {
+					n := min(len(s), 7)
+					w.Write([]byte(s[:n]))
+					s = s[n:]
+				}
+				w.Close()
+			}()
+			pumpLines(r, "[r]: ", &console, &file)
+			if len(console.writes) != len(tc.want) {
+				t.Fatalf("%d writes, want %d", len(console.writes), len(tc.want))
+			}
+			for i := range tc.want {
+				if console.writes[i] != tc.want[i] {
+					t.Errorf("write %d = %.40q..., want %.40q...", i, console.writes[i], tc.want[i])
+				}
+			}
+			if file.String() != tc.in {
+				t.Errorf("file got %d bytes, want the %d raw bytes", file.Len(), len(tc.in))
+			}
+		})
+	}
+}
+
+// failingWriter fails every write, as a closed console would.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
+
+// TestPumpLinesKeepsDraining: a console that fails must not stop the copy,
+// or a worker would block on a full pipe.
+func TestPumpLinesKeepsDraining(t *testing.T) {
+	var file bytes.Buffer
+	in := strings.Repeat("line\n", 10000)
+	pumpLines(strings.NewReader(in), "[r]: ", failingWriter{}, &file)
+	if file.String() != in {
+		t.Errorf("log file got %d bytes, want %d", file.Len(), len(in))
+	}
+}
+
+// TestLockedWriterWholeLines: lines from concurrent pumps sharing a mutex
+// arrive whole.
+func TestLockedWriterWholeLines(t *testing.T) {
+	var mu sync.Mutex
+	var out writeRecorder
+	var wg sync.WaitGroup
+	for _, p := range []string{"[a]: ", "[b]: ", "[c]: "} {
+		wg.Go(func() {
+			pumpLines(strings.NewReader(strings.Repeat("0123456789\n", 500)), p, lockedWriter{&mu, &out}, nil)
+		})
+	}
+	wg.Wait()
+	if len(out.writes) != 1500 {
+		t.Fatalf("%d writes, want 1500", len(out.writes))
+	}
+	for _, w := range out.writes {
+		if len(w) != 16 || w[len(w)-11:] != "0123456789\n" {
+			t.Fatalf("torn line %q", w)
+		}
+	}
+}
