@@ -1,11 +1,19 @@
 // Package tensor provides float32 N-dimensional tensors and reverse-mode
 // automatic differentiation.
 //
-// Tensors are row-major and always contiguous: Reshape and View share data,
-// transposes are materialised or expressed as flags on MatMul. A tensor
-// created by an op on inputs that require gradients records a backward
-// closure; Backward walks those closures in reverse topological order and
-// accumulates gradients into the leaves' Grad.
+// Tensors are row-major and always contiguous: Reshape and Flatten share
+// data, transposes are materialised or expressed as flags on MatMul. A
+// tensor created by an op on inputs that require gradients records a
+// backward closure; Backward walks those closures in reverse topological
+// order and accumulates gradients into the leaves' Grad.
+//
+// The ops are package functions: elementwise arithmetic with NumPy
+// broadcasting (Add, Mul, …), activations (ReLU, GELU, …), reductions (Sum,
+// Mean, Var, Max), shape ops (Permute, Narrow, Cat), and fused layer
+// primitives with hand-written backward passes (Linear, Conv2d, MaxPool2d,
+// AvgPool2d, BatchNorm, Dropout, CrossEntropy). Only primitives have
+// derivatives; composites such as Mean and Var are built from them. Large
+// ops spread over up to kernels.NumThreads goroutines (GOTRAIN_NUM_THREADS).
 //
 // Shape mistakes are programming errors and panic with a message that starts
 // with "tensor:"; Backward returns an error for everything else.
