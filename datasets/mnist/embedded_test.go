@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"crypto/md5"
 	"encoding/hex"
+	"fmt"
 	"math"
 	"os"
 	"path"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gotrain/gotrain/data"
 )
 
 // TestShippedChecksums checks the embedded files against the published
@@ -138,5 +141,32 @@ func BenchmarkExample(b *testing.B) {
 	for b.Loop() {
 		d.Example(i%d.Len(), x)
 		i++
+	}
+}
+
+// BenchmarkLoaderEpoch iterates over rank 0's half of the training split
+// in batches of 64, as one of 2 DDP workers does each epoch (compare with
+// data/testdata/bench_torch_loader.py).
+func BenchmarkLoaderEpoch(b *testing.B) {
+	train, err := Embedded(Train, Normalize(0.1307, 0.3081))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, prefetch := range []int{0, 2} {
+		b.Run(fmt.Sprintf("prefetch=%d", prefetch), func(b *testing.B) {
+			sampler, err := data.NewDistributedSampler(train.Len(), 2, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			loader := data.NewLoader(train, 64, sampler, data.Prefetch(prefetch))
+			epoch := 0
+			for b.Loop() {
+				sampler.SetEpoch(epoch)
+				epoch++
+				for range loader.Batches() {
+				}
+			}
+			b.ReportMetric(float64(sampler.Len()*b.N)/b.Elapsed().Seconds(), "samples/s")
+		})
 	}
 }

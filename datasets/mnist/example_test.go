@@ -1,7 +1,10 @@
 package mnist_test
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 
 	"github.com/gotrain/gotrain/data"
 	"github.com/gotrain/gotrain/datasets/mnist"
@@ -42,8 +45,8 @@ func Example() {
 // Load reads the IDX files from a directory, for example one filled by
 // Download or by torchvision.
 func ExampleLoad() {
-	_, err := mnist.Load("/nonexistent/mnist", mnist.Train)
-	fmt.Println(err)
+	_, err := mnist.Load(filepath.Join("nonexistent", "mnist"), mnist.Train)
+	fmt.Println("missing:", errors.Is(err, fs.ErrNotExist))
 	// Output:
-	// mnist: data directory: stat /nonexistent/mnist: no such file or directory
+	// missing: true
 }
