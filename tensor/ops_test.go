@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"testing"
+
+	"github.com/gotrain/gotrain/internal/kernels"
 )
 
 func TestArgMaxAndMax(t *testing.T) {
@@ -121,5 +123,46 @@ func TestLinearMatchesFloat64(t *testing.T) {
 				t.Fatalf("Linear[%d,%d] = %v, want %v", i, o, got, want)
 			}
 		}
+	}
+}
+
+// TestPoolingLargeBatch covers the multi-goroutine and 2×2 fast paths
+// against a direct reference.
+func TestPoolingLargeBatch(t *testing.T) {
+	defer kernels.SetNumThreads(kernels.SetNumThreads(3))
+	x := Randn(NewRNG(13), 8, 32, 24, 24).SetRequiresGrad(true)
+	for _, k := range [][2]int{{2, 2}, {3, 3}} {
+		y := MaxPool2d(x, k, k, [2]int{0, 0})
+		a := AvgPool2d(x, k, k, [2]int{0, 0})
+		oh := 24 / k[0]
+		for pl := 0; pl < 8*32; pl++ {
+			for oy := 0; oy < oh; oy++ {
+				for ox := 0; ox < oh; ox++ {
+					best, sum := float32(math.Inf(-1)), 0.0
+					for i := 0; i < k[0]; i++ {
+						for j := 0; j < k[1]; j++ {
+							v := x.data[pl*576+(oy*k[0]+i)*24+ox*k[1]+j]
+							best = max(best, v)
+							sum += float64(v)
+						}
+					}
+					o := (pl*oh+oy)*oh + ox
+					if y.data[o] != best {
+						t.Fatalf("k=%v MaxPool2d[%d] = %v, want %v", k, o, y.data[o], best)
+					}
+					if want := sum / float64(k[0]*k[1]); math.Abs(float64(a.data[o])-want) > 1e-5 {
+						t.Fatalf("k=%v AvgPool2d[%d] = %v, want %v", k, o, a.data[o], want)
+					}
+				}
+			}
+		}
+	}
+	// Each 2×2 window passes its gradient to exactly one input.
+	x.SetGrad(nil)
+	if err := Sum(MaxPool2d(x, [2]int{2, 2}, [2]int{2, 2}, [2]int{0, 0}), false).Backward(); err != nil {
+		t.Fatal(err)
+	}
+	if got := kernels.Sum(x.Grad().data); got != 8*32*12*12 {
+		t.Fatalf("MaxPool2d gradient mass %v, want %d", got, 8*32*12*12)
 	}
 }

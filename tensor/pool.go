@@ -79,12 +79,14 @@ func MaxPool2d(x *Tensor, kernel, stride, padding [2]int) *Tensor {
 	})
 	return record(out, "max_pool2d", func(grad []float32) {
 		gx := x.accGrad()
-		for pl := 0; pl < g.planes; pl++ {
-			gp := gx[pl*inP : (pl+1)*inP]
-			for j, i := range arg[pl*outP : (pl+1)*outP] {
-				gp[i] += grad[pl*outP+j]
+		parallelFor(g.planes, poolMinItems/max(inP, 1)+1, func(_, lo, hi int) {
+			for pl := lo; pl < hi; pl++ {
+				gp := gx[pl*inP : (pl+1)*inP]
+				for j, i := range arg[pl*outP : (pl+1)*outP] {
+					gp[i] += grad[pl*outP+j]
+				}
 			}
-		}
+		})
 	}, x)
 }
 
@@ -144,21 +146,23 @@ func AvgPool2d(x *Tensor, kernel, stride, padding [2]int) *Tensor {
 	})
 	return record(out, "avg_pool2d", func(grad []float32) {
 		gx := x.accGrad()
-		for pl := 0; pl < g.planes; pl++ {
-			gp := gx[pl*inP : (pl+1)*inP]
-			gr := grad[pl*outP : (pl+1)*outP]
-			for oy := 0; oy < g.oh; oy++ {
-				y0 := oy*g.sh - g.ph
-				for ox := 0; ox < g.ow; ox++ {
-					x0 := ox*g.sw - g.pw
-					v := gr[oy*g.ow+ox] * inv
-					for ky := max(y0, 0); ky < min(y0+g.kh, g.h); ky++ {
-						for kx := max(x0, 0); kx < min(x0+g.kw, g.w); kx++ {
-							gp[ky*g.w+kx] += v
+		parallelFor(g.planes, poolMinItems/max(inP, 1)+1, func(_, lo, hi int) {
+			for pl := lo; pl < hi; pl++ {
+				gp := gx[pl*inP : (pl+1)*inP]
+				gr := grad[pl*outP : (pl+1)*outP]
+				for oy := 0; oy < g.oh; oy++ {
+					y0 := oy*g.sh - g.ph
+					for ox := 0; ox < g.ow; ox++ {
+						x0 := ox*g.sw - g.pw
+						v := gr[oy*g.ow+ox] * inv
+						for ky := max(y0, 0); ky < min(y0+g.kh, g.h); ky++ {
+							for kx := max(x0, 0); kx < min(x0+g.kw, g.w); kx++ {
+								gp[ky*g.w+kx] += v
+							}
 						}
 					}
 				}
 			}
-		}
+		})
 	}, x)
 }
