@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -574,4 +575,59 @@ func TestAnyProgram(t *testing.T) {
 	if !strings.Contains(j.stdout.String(), "[rank1]: 1/2\n") {
 		t.Errorf("stdout %q", j.stdout.String())
 	}
+}
+
+// TestStartFailure: a program that exists but cannot be executed is a
+// launcher error naming it, and leaves nothing running.
+func TestStartFailure(t *testing.T) {
+	prog := filepath.Join(t.TempDir(), "not-a-program")
+	if err := os.WriteFile(prog, []byte("\x00\x01garbage"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	j := newJob(t, 2, "env", nil)
+	j.cfg.Program = prog
+	code, err, _ := j.run(t, context.Background())
+	if code != 1 || err == nil || !strings.Contains(err.Error(), prog) || !strings.Contains(err.Error(), "rank 0") {
+		t.Fatalf("Run = %d, %v; want 1 and an error naming the program and rank 0", code, err)
+	}
+}
+
+func TestLogDirNotCreatable(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j := newJob(t, 1, "env", nil)
+	j.cfg.LogDir = filepath.Join(file, "logs")
+	code, err, _ := j.run(t, context.Background())
+	if code != 1 || err == nil || !strings.Contains(err.Error(), "log directory") {
+		t.Fatalf("Run = %d, %v; want 1 and a log directory error", code, err)
+	}
+}
+
+// TestLauncherKilled: workers do not outlive a launcher that is SIGKILLed
+// (and so cannot stop them itself).
+func TestLauncherKilled(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("parent-death signal is Linux only")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(exe)
+	cmd.Env = append(withoutKeys(os.Environ(), append([]string{envWorker, envAction, envDir}, contractVars...)...),
+		envLauncher+"=1", envAction+"=sleep", envDir+"="+dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitForFiles(t, dir, 2)
+	cmd.Process.Kill()
+	cmd.Wait()
+	pids := pidsIn(t, dir)
+	if len(pids) != 2 {
+		t.Fatalf("%d worker pid files, want 2", len(pids))
+	}
+	assertGone(t, pids)
 }

@@ -43,8 +43,8 @@ type workerSpec struct {
 
 // startWorker starts one worker in its own process group, with its output
 // pumped to the console (and log files). On error nothing is left running.
-func startWorker(s workerSpec) (w *worker, err error) {
-	w = &worker{localRank: s.localRank, rank: s.rank}
+func startWorker(s workerSpec) (_ *worker, err error) {
+	w := &worker{localRank: s.localRank, rank: s.rank}
 	var childEnds []*os.File
 	defer func() {
 		// The child holds its own copies of the write ends; ours must go so

@@ -1,11 +1,13 @@
 package launch_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/gotrain/gotrain/launch"
 )
 
 // The test binary doubles as the launched worker: with envWorker set it runs
@@ -22,9 +26,22 @@ const (
 	envAction = "LAUNCH_TEST_ACTION"     // default action; LAUNCH_TEST_ACTION_<rank> overrides it
 	envDir    = "LAUNCH_TEST_DIR"        // where workers leave pid and marker files
 	envPeers  = "LAUNCH_TEST_WAIT_PEERS" // killself waits for this many pid files first
+	// envLauncher set: act as a launcher of two test workers (a nested
+	// launch.Run), so a test can kill the launcher itself.
+	envLauncher = "LAUNCH_TEST_LAUNCHER"
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envLauncher) != "" {
+		env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, envLauncher+"=") })
+		code, err := launch.Run(context.Background(), launch.Config{
+			Program: os.Args[0], Env: append(env, envWorker+"=1"), NProcPerNode: 2, Standalone: true,
+		})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+		os.Exit(code)
+	}
 	if os.Getenv(envWorker) != "" {
 		os.Exit(testWorker())
 	}
