@@ -19,6 +19,12 @@ import "fmt"
 // Fisher–Yates, see NewRandomSampler), not torch.randperm's. It is
 // identical on every rank and machine for the same seed and epoch.
 //
+// The shuffled order is that of NewRandomSampler(n, seed) for the same
+// epoch, so with replicas dividing n, step k's batches of size B on all
+// ranks together hold exactly batch k of size replicas·B of a single
+// process using a RandomSampler: data-parallel training sees the same
+// samples per step as single-process training with the larger batch.
+//
 // Call SetEpoch at the start of every epoch, as in PyTorch; otherwise every
 // epoch repeats the same order.
 type DistributedSampler struct {

@@ -277,3 +277,34 @@ func TestPermutationUniform(t *testing.T) {
 		t.Fatalf("chi-square %.1f: permutations not uniform: %v", chi2, counts)
 	}
 }
+
+// TestDistributedStepsMatchSingleProcess checks the property DDP
+// equivalence tests rely on: per step, the ranks' batches together are the
+// single process's batch of replicas× the size.
+func TestDistributedStepsMatchSingleProcess(t *testing.T) {
+	const n, batch, seed, epoch = 1000, 32, 3, 1
+	ds := indexDataset(n)
+	for _, replicas := range []int{1, 2, 4, 5} {
+		single := NewRandomSampler(n, seed)
+		single.SetEpoch(epoch)
+		var want [][]int
+		for b := range NewLoader(ds, batch*replicas, single).Batches() {
+			want = append(want, slices.Sorted(slices.Values(b.Indices)))
+		}
+		got := make([][]int, len(want))
+		for rank := range replicas {
+			s := mustSampler(t, n, replicas, rank, Seed(seed))
+			s.SetEpoch(epoch)
+			k := 0
+			for b := range NewLoader(ds, batch, s).Batches() {
+				got[k] = append(got[k], b.Indices...)
+				k++
+			}
+		}
+		for k := range want {
+			if slices.Sort(got[k]); !slices.Equal(got[k], want[k]) {
+				t.Fatalf("replicas %d step %d: ranks' batches %v, single process %v", replicas, k, got[k], want[k])
+			}
+		}
+	}
+}

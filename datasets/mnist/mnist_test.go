@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"math"
@@ -230,4 +231,44 @@ func TestExamplePanicsOnWrongBuffer(t *testing.T) {
 		}
 	}()
 	d.Example(0, make([]float32, 10))
+}
+
+// TestMatchesTorchvision checks the converted pixels are bit for bit those
+// of torchvision's ToTensor and ToTensor+Normalize((0.1307,), (0.3081,))
+// (testdata/gen_torchvision_transform.py).
+func TestMatchesTorchvision(t *testing.T) {
+	raw, err := os.ReadFile("testdata/torchvision_transform.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want struct {
+		ToTensor   []uint32 `json:"to_tensor"`
+		Normalized []uint32 `json:"normalized"`
+	}
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatal(err)
+	}
+	img := make([]byte, pixels)
+	for j := range img {
+		img[j] = byte(j) // pixels 0..255, then again from 0
+	}
+	x := make([]float32, pixels)
+	for _, c := range []struct {
+		name string
+		opts []Option
+		want []uint32
+	}{
+		{"ToTensor", nil, want.ToTensor},
+		{"Normalize", []Option{Normalize(0.1307, 0.3081)}, want.Normalized},
+	} {
+		if len(c.want) != 256 {
+			t.Fatalf("%s: fixture has %d values", c.name, len(c.want))
+		}
+		newDataset(Test, img, []byte{0}, c.opts).Example(0, x)
+		for p := range 256 {
+			if got := math.Float32bits(x[p]); got != c.want[p] {
+				t.Errorf("%s: pixel %d gives %v, torchvision %v", c.name, p, x[p], math.Float32frombits(c.want[p]))
+			}
+		}
+	}
 }
