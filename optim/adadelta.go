@@ -37,7 +37,7 @@ func NewAdadelta(params []*tensor.Tensor, lr float64, opts ...Option) *Adadelta 
 }
 
 // updateParam is one fused pass per element over p, g and both averages.
-func (o *Adadelta) updateParam(p, g []float32, slots [][]float32, _ int64) {
+func (o *Adadelta) updateParam(p, g, _ []float32, slots [][]float32, _ int64) {
 	sq, acc := slots[0][:len(p)], slots[1][:len(p)]
 	g = g[:len(p)]
 	rho, c := float32(o.rho), float32(1-o.rho)

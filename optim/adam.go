@@ -3,7 +3,6 @@ package optim
 import (
 	"math"
 
-	"github.com/gotrain/gotrain/internal/kernels"
 	"github.com/gotrain/gotrain/tensor"
 )
 
@@ -27,8 +26,8 @@ func NewAdam(params []*tensor.Tensor, lr float64, opts ...Option) *Adam {
 	o := &Adam{core: newCore("Adam", params, lr, []string{"exp_avg", "exp_avg_sq"})}
 	o.beta1, o.beta2, o.eps, o.weightDecay, o.maximize = c.beta1, c.beta2, c.eps, c.weightDecay, c.maximize
 	o.hypers = adamHypers(&o.beta1, &o.beta2, &o.eps, &o.weightDecay, &o.maximize)
-	o.update = func(p, g []float32, slots [][]float32, step int64) {
-		adamUpdate(p, g, slots[0], slots[1], step, o.lr, o.beta1, o.beta2, o.eps, o.weightDecay, o.maximize)
+	o.update = func(p, g, _ []float32, slots [][]float32, step int64) {
+		adamUpdate(p, g, slots[0], slots[1], step, o.lr, o.beta1, o.beta2, o.eps, o.weightDecay, 1, o.maximize)
 	}
 	return o
 }
@@ -50,11 +49,8 @@ func NewAdamW(params []*tensor.Tensor, lr float64, opts ...Option) *AdamW {
 	o := &AdamW{core: newCore("AdamW", params, lr, []string{"exp_avg", "exp_avg_sq"})}
 	o.beta1, o.beta2, o.eps, o.weightDecay, o.maximize = c.beta1, c.beta2, c.eps, c.weightDecay, c.maximize
 	o.hypers = adamHypers(&o.beta1, &o.beta2, &o.eps, &o.weightDecay, &o.maximize)
-	o.update = func(p, g []float32, slots [][]float32, step int64) {
-		if o.weightDecay != 0 {
-			kernels.Scale(float32(1-o.lr*o.weightDecay), p)
-		}
-		adamUpdate(p, g, slots[0], slots[1], step, o.lr, o.beta1, o.beta2, o.eps, 0, o.maximize)
+	o.update = func(p, g, _ []float32, slots [][]float32, step int64) {
+		adamUpdate(p, g, slots[0], slots[1], step, o.lr, o.beta1, o.beta2, o.eps, 0, float32(1-o.lr*o.weightDecay), o.maximize)
 	}
 	return o
 }
@@ -71,8 +67,9 @@ func adamHypers(beta1, beta2, eps, wd *float64, maximize *bool) []hyper {
 
 // adamUpdate is one fused pass over a parameter: one read of p, g, m and v
 // and one write of p, m and v per element, instead of the six passes of
-// PyTorch's single-tensor path.
-func adamUpdate(p, g, m, v []float32, step int64, lr, beta1, beta2, eps, wd float64, maximize bool) {
+// PyTorch's single-tensor path. wd is Adam's L2 weight decay; decay
+// multiplies p first (AdamW's decoupled decay, 1 for Adam).
+func adamUpdate(p, g, m, v []float32, step int64, lr, beta1, beta2, eps, wd float64, decay float32, maximize bool) {
 	bc1 := 1 - math.Pow(beta1, float64(step))
 	bc2 := 1 - math.Pow(beta2, float64(step))
 	stepSize := float32(lr / bc1)
@@ -86,14 +83,12 @@ func adamUpdate(p, g, m, v []float32, step int64, lr, beta1, beta2, eps, wd floa
 	}
 	g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
 	for i := range p {
-		gi := sign * g[i]
-		if w != 0 {
-			gi += w * p[i]
-		}
+		pi := p[i] * decay
+		gi := sign*g[i] + w*pi
 		mi := b1*m[i] + c1*gi
 		vi := b2*v[i] + c2*gi*gi
 		m[i], v[i] = mi, vi
 		denom := float32(math.Sqrt(float64(vi)))*invBC2Sqrt + e
-		p[i] -= stepSize * mi / denom
+		p[i] = pi - stepSize*mi/denom
 	}
 }

@@ -19,7 +19,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
+	"github.com/gotrain/gotrain/internal/kernels"
 	"github.com/gotrain/gotrain/tensor"
 )
 
@@ -67,8 +69,10 @@ type hyper struct {
 
 // updateFunc applies one step to parameter p with gradient g. slots holds
 // the parameter's state buffers (zeroed on its first step) in the order of
-// core.slots; step is the parameter's step count including this one.
-type updateFunc func(p, g []float32, slots [][]float32, step int64)
+// core.slots; scratch is a temporary buffer of len(p); step is the
+// parameter's step count including this one. Update rules are elementwise:
+// Step may call one on disjoint chunks of a parameter concurrently.
+type updateFunc func(p, g, scratch []float32, slots [][]float32, step int64)
 
 // core is the machinery every optimizer shares.
 type core struct {
@@ -80,7 +84,7 @@ type core struct {
 	// state[i] holds parameter i's buffers; nil until its first step.
 	state [][][]float32
 	steps []int64
-	// scratch is reused by update rules that need a temporary gradient.
+	// scratch is handed to update rules that need a temporary gradient.
 	scratch []float32
 	update  updateFunc
 }
@@ -124,8 +128,40 @@ func (c *core) Step() {
 			}
 		}
 		c.steps[i]++
-		c.update(p.Data(), g.Data(), c.state[i], c.steps[i])
+		c.apply(p.Data(), g.Data(), c.state[i], c.steps[i])
 	}
+}
+
+// parallelMin is the fewest elements worth a goroutine of their own: below
+// it, starting and joining goroutines costs more than the update.
+const parallelMin = 1 << 15
+
+// apply runs the update rule on one parameter, split into contiguous
+// chunks over up to kernels.NumThreads goroutines when it is large. The
+// rules are elementwise, so the result does not depend on the split.
+func (c *core) apply(p, g []float32, slots [][]float32, step int64) {
+	n := len(p)
+	if cap(c.scratch) < n {
+		c.scratch = make([]float32, n)
+	}
+	scratch := c.scratch[:n]
+	workers := min(kernels.NumThreads(), n/parallelMin)
+	if workers <= 1 {
+		c.update(p, g, scratch, slots, step)
+		return
+	}
+	chunk := (n + workers - 1) / workers
+	chunk = (chunk + 15) &^ 15 // whole cache lines per goroutine
+	var wg sync.WaitGroup
+	for a := 0; a < n; a += chunk {
+		b := min(a+chunk, n)
+		sub := make([][]float32, len(slots))
+		for k, s := range slots {
+			sub[k] = s[a:b]
+		}
+		wg.Go(func() { c.update(p[a:b], g[a:b], scratch[a:b], sub, step) })
+	}
+	wg.Wait()
 }
 
 // ZeroGrad sets every gradient to zero in place.
@@ -144,14 +180,6 @@ func (c *core) SetLR(lr float64) {
 		panic(fmt.Sprintf("optim: %s: invalid learning rate %v", c.kind, lr))
 	}
 	c.lr = lr
-}
-
-// tmp returns a scratch buffer of n elements.
-func (c *core) tmp(n int) []float32 {
-	if cap(c.scratch) < n {
-		c.scratch = make([]float32, n)
-	}
-	return c.scratch[:n]
 }
 
 func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }

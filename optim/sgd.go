@@ -48,11 +48,11 @@ func NewSGD(params []*tensor.Tensor, lr float64, opts ...Option) *SGD {
 	return o
 }
 
-func (o *SGD) updateParam(p, grad []float32, slots [][]float32, step int64) {
+func (o *SGD) updateParam(p, grad, scratch []float32, slots [][]float32, step int64) {
 	d := grad
 	if o.weightDecay != 0 || o.maximize || o.nesterov {
 		// The gradient itself must stay untouched, as in PyTorch.
-		d = o.tmp(len(grad))
+		d = scratch
 		copy(d, grad)
 		if o.maximize {
 			kernels.Scale(-1, d)
