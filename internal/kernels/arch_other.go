@@ -5,3 +5,7 @@ package kernels
 func defaultGemm() *gemmImpl { return genericGemm }
 
 func allArchGemms() []*gemmImpl { return nil }
+
+func defaultVec() *vecImpl { return genericVec }
+
+func allArchVecs() []*vecImpl { return nil }

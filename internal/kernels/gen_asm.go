@@ -175,7 +175,155 @@ func gemmKernel(w *asm, isa string, mr, nv int) {
 	w.f("\tRET")
 }
 
-func vecOps(w *asm) {}
+// vop describes one element-wise vector operation for vecKernel.
+type vop struct {
+	name   string   // Go name without the ISA suffix
+	ptrs   []string // pointer arguments; the first is the output
+	scalar string   // name of a scalar argument broadcast to the constant register, or ""
+	f64    bool     // float64 elements
+	// body emits the operation on chunk registers r(0..2) already loaded
+	// from ptrs (r(i) holds ptrs[i]); the result must end in r(0).
+	body func(w *asm, r func(int) string, zero, alpha string, avx512 bool)
+}
+
+func vecOps(w *asm) {
+	bin := func(ins string) func(w *asm, r func(int) string, zero, alpha string, avx512 bool) {
+		// "INS r0, r1, r0" is r0 = r1 INS r0, i.e. Intel INS(x1=src, x2=dst): for
+		// MIN/MAX that is src<dst ? src : dst (or >), the generic loops' rule,
+		// including NaN and ±0.
+		return func(w *asm, r func(int) string, zero, alpha string, avx512 bool) {
+			w.f("\t%s %s, %s, %s", ins, r(0), r(1), r(0))
+		}
+	}
+	ops := []vop{
+		{name: "addF32", ptrs: []string{"dst", "src"}, body: bin("VADDPS")},
+		{name: "mulF32", ptrs: []string{"dst", "src"}, body: bin("VMULPS")},
+		{name: "minF32", ptrs: []string{"dst", "src"}, body: bin("VMINPS")},
+		{name: "maxF32", ptrs: []string{"dst", "src"}, body: bin("VMAXPS")},
+		{name: "addF64", ptrs: []string{"dst", "src"}, f64: true, body: bin("VADDPD")},
+		{name: "mulF64", ptrs: []string{"dst", "src"}, f64: true, body: bin("VMULPD")},
+		{name: "minF64", ptrs: []string{"dst", "src"}, f64: true, body: bin("VMINPD")},
+		{name: "maxF64", ptrs: []string{"dst", "src"}, f64: true, body: bin("VMAXPD")},
+		{name: "axpy", ptrs: []string{"y", "x"}, scalar: "alpha", body: func(w *asm, r func(int) string, zero, alpha string, avx512 bool) {
+			w.f("\tVFMADD231PS %s, %s, %s", r(1), alpha, r(0))
+		}},
+		{name: "scale", ptrs: []string{"x"}, scalar: "alpha", body: func(w *asm, r func(int) string, zero, alpha string, avx512 bool) {
+			w.f("\tVMULPS %s, %s, %s", alpha, r(0), r(0))
+		}},
+		{name: "relu", ptrs: []string{"dst", "src"}, body: func(w *asm, r func(int) string, zero, alpha string, avx512 bool) {
+			// MAXPS(x1=src, x2=0) = src>0 ? src : 0, so NaN and -0 give +0.
+			w.f("\tVMAXPS %s, %s, %s", zero, r(1), r(0))
+		}},
+		{name: "reluBackward", ptrs: []string{"dx", "dy", "x"}, body: func(w *asm, r func(int) string, zero, alpha string, avx512 bool) {
+			// Predicate 0x1e is GT_OQ: x > 0, false for NaN.
+			if avx512 {
+				w.f("\tVCMPPS $0x1e, %s, %s, K2", zero, r(2))
+				w.f("\tVADDPS %s, %s, K2, %s", r(1), r(0), r(0))
+			} else {
+				// Blend rather than add a masked 0: dx = -0 must stay -0.
+				w.f("\tVCMPPS $0x1e, %s, %s, %s", zero, r(2), r(2))
+				w.f("\tVADDPS %s, %s, %s", r(1), r(0), r(1))
+				w.f("\tVBLENDVPS %s, %s, %s, %s", r(2), r(1), r(0), r(0))
+			}
+		}},
+	}
+	for _, op := range ops {
+		vecKernel(w, op, true)
+		vecKernel(w, op, false)
+	}
+}
+
+// vecKernel emits {name}AVX512 or {name}AVX2 over n elements: four vectors
+// per iteration, then one, then (AVX-512 only) a masked tail. The AVX2
+// version handles only whole vectors; its Go wrapper finishes the tail.
+func vecKernel(w *asm, op vop, avx512 bool) {
+	isa, vec, width, zero, alpha := "AVX2", "Y", 8, "Y14", "Y15"
+	if avx512 {
+		isa, vec, width, zero, alpha = "AVX512", "Z", 16, "Z30", "Z31"
+	}
+	esize, suffix, typ := 4, "S", "float32"
+	if op.f64 {
+		esize, suffix, typ = 8, "D", "float64"
+		width /= 2
+	}
+	name := op.name + isa
+	regs := []string{"DI", "SI", "DX"}
+	sig := ""
+	off := 0
+	if op.scalar != "" {
+		sig += op.scalar + " " + typ + ", "
+		off = 8
+	}
+	for i, p := range op.ptrs {
+		if i > 0 {
+			sig += ", "
+		}
+		sig += p
+	}
+	sig += " *" + typ + ", n int"
+	frame := off + 8*len(op.ptrs) + 8
+	w.f("")
+	w.f("// func %s(%s)", name, sig)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-%d", name, frame)
+	for i, p := range op.ptrs {
+		w.f("\tMOVQ %s+%d(FP), %s", p, off+8*i, regs[i])
+	}
+	w.f("\tMOVQ n+%d(FP), CX", off+8*len(op.ptrs))
+	if op.scalar != "" {
+		w.f("\tVBROADCASTS%s %s+0(FP), %s", suffix, op.scalar, alpha)
+	}
+	w.f("\tVXORPS %s, %s, %s", zero, zero, zero)
+	mov := "VMOVUP" + suffix
+	chunk := func(u int, masked bool) {
+		r := func(i int) string { return fmt.Sprintf("%s%d", vec, 3*u+i) }
+		for i := range op.ptrs {
+			if masked {
+				w.f("\t%s.Z %d(%s), K1, %s", mov, u*width*esize, regs[i], r(i))
+			} else {
+				w.f("\t%s %d(%s), %s", mov, u*width*esize, regs[i], r(i))
+			}
+		}
+		op.body(w, r, zero, alpha, avx512)
+		if masked {
+			w.f("\t%s %s, K1, %d(%s)", mov, r(0), u*width*esize, regs[0])
+		} else {
+			w.f("\t%s %s, %d(%s)", mov, r(0), u*width*esize, regs[0])
+		}
+	}
+	advance := func(elems int) {
+		for i := range op.ptrs {
+			w.f("\tADDQ $%d, %s", elems*esize, regs[i])
+		}
+		w.f("\tSUBQ $%d, CX", elems)
+	}
+	w.f("%s_loop4:", name)
+	w.f("\tCMPQ CX, $%d", 4*width)
+	w.f("\tJL %s_loop1", name)
+	for u := 0; u < 4; u++ {
+		chunk(u, false)
+	}
+	advance(4 * width)
+	w.f("\tJMP %s_loop4", name)
+	w.f("%s_loop1:", name)
+	w.f("\tCMPQ CX, $%d", width)
+	w.f("\tJL %s_tail", name)
+	chunk(0, false)
+	advance(width)
+	w.f("\tJMP %s_loop1", name)
+	w.f("%s_tail:", name)
+	if avx512 {
+		w.f("\tTESTQ CX, CX")
+		w.f("\tJZ %s_done", name)
+		w.f("\tMOVQ $1, AX")
+		w.f("\tSHLQ CX, AX")
+		w.f("\tDECQ AX")
+		w.f("\tKMOVW AX, K1")
+		chunk(0, true)
+		w.f("%s_done:", name)
+	}
+	w.f("\tVZEROUPPER")
+	w.f("\tRET")
+}
 
 // lanes models a Z register as the (row, col) of the source element in each
 // of its 16 floats, so the generator can prove its shuffle network is a

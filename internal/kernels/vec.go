@@ -1,29 +1,44 @@
 package kernels
 
-// Axpy computes y[i] += alpha·x[i]. len(x) must equal len(y).
+// vecImpl is one set of element-wise kernels. Every function takes slices
+// already checked to have equal lengths.
+type vecImpl struct {
+	name                       string
+	add, mul, min, max         func(dst, src []float32)
+	add64, mul64, min64, max64 func(dst, src []float64)
+	axpy                       func(alpha float32, x, y []float32)
+	scale                      func(alpha float32, x []float32)
+	relu                       func(dst, src []float32)
+	reluBackward               func(dx, dy, x []float32)
+}
+
+// vec is the implementation the exported functions use, chosen at init.
+var vec = defaultVec()
+
+// Axpy computes y[i] += alpha·x[i]. len(y) must be at least len(x).
 func Axpy(alpha float32, x, y []float32) {
 	y = y[:len(x)]
-	for i, v := range x {
-		y[i] += alpha * v
+	if len(x) > 0 {
+		vec.axpy(alpha, x, y)
 	}
 }
 
 // Scale computes x[i] *= alpha.
 func Scale(alpha float32, x []float32) {
-	for i := range x {
-		x[i] *= alpha
+	if len(x) > 0 {
+		vec.scale(alpha, x)
 	}
 }
 
-// Add computes dst[i] += src[i] (float32). len(src) must equal len(dst).
+// Add computes dst[i] += src[i] (float32). len(dst) must be at least len(src).
 func Add(dst, src []float32) {
 	dst = dst[:len(src)]
-	for i, v := range src {
-		dst[i] += v
+	if len(src) > 0 {
+		vec.add(dst, src)
 	}
 }
 
-// Sum returns Σ x[i].
+// Sum returns Σ x[i], accumulated in order.
 func Sum(x []float32) float32 {
 	var s float32
 	for _, v := range x {
@@ -35,76 +50,65 @@ func Sum(x []float32) float32 {
 // Mul computes dst[i] *= src[i].
 func Mul(dst, src []float32) {
 	dst = dst[:len(src)]
-	for i, v := range src {
-		dst[i] *= v
+	if len(src) > 0 {
+		vec.mul(dst, src)
 	}
 }
 
-// Min computes dst[i] = min(dst[i], src[i]).
+// Min computes dst[i] = min(dst[i], src[i]): src[i] if src[i] < dst[i],
+// else dst[i] (so a NaN in dst stays, a NaN in src is ignored).
 func Min(dst, src []float32) {
 	dst = dst[:len(src)]
-	for i, v := range src {
-		if v < dst[i] {
-			dst[i] = v
-		}
+	if len(src) > 0 {
+		vec.min(dst, src)
 	}
 }
 
-// Max computes dst[i] = max(dst[i], src[i]).
+// Max computes dst[i] = max(dst[i], src[i]) with Min's NaN rule.
 func Max(dst, src []float32) {
 	dst = dst[:len(src)]
-	for i, v := range src {
-		if v > dst[i] {
-			dst[i] = v
-		}
+	if len(src) > 0 {
+		vec.max(dst, src)
 	}
 }
 
 // Add64 computes dst[i] += src[i] (float64).
 func Add64(dst, src []float64) {
 	dst = dst[:len(src)]
-	for i, v := range src {
-		dst[i] += v
+	if len(src) > 0 {
+		vec.add64(dst, src)
 	}
 }
 
 // Mul64 computes dst[i] *= src[i] (float64).
 func Mul64(dst, src []float64) {
 	dst = dst[:len(src)]
-	for i, v := range src {
-		dst[i] *= v
+	if len(src) > 0 {
+		vec.mul64(dst, src)
 	}
 }
 
-// Min64 computes dst[i] = min(dst[i], src[i]) (float64).
+// Min64 computes dst[i] = min(dst[i], src[i]) (float64) with Min's NaN rule.
 func Min64(dst, src []float64) {
 	dst = dst[:len(src)]
-	for i, v := range src {
-		if v < dst[i] {
-			dst[i] = v
-		}
+	if len(src) > 0 {
+		vec.min64(dst, src)
 	}
 }
 
-// Max64 computes dst[i] = max(dst[i], src[i]) (float64).
+// Max64 computes dst[i] = max(dst[i], src[i]) (float64) with Min's NaN rule.
 func Max64(dst, src []float64) {
 	dst = dst[:len(src)]
-	for i, v := range src {
-		if v > dst[i] {
-			dst[i] = v
-		}
+	if len(src) > 0 {
+		vec.max64(dst, src)
 	}
 }
 
-// Relu computes dst[i] = max(src[i], 0).
+// Relu computes dst[i] = max(src[i], 0) (NaN and −0 give +0).
 func Relu(dst, src []float32) {
 	dst = dst[:len(src)]
-	for i, v := range src {
-		if v > 0 {
-			dst[i] = v
-		} else {
-			dst[i] = 0
-		}
+	if len(src) > 0 {
+		vec.relu(dst, src)
 	}
 }
 
@@ -112,25 +116,31 @@ func Relu(dst, src []float32) {
 func ReluBackward(dx, dy, x []float32) {
 	dx = dx[:len(x)]
 	dy = dy[:len(x)]
-	for i, v := range x {
-		if v > 0 {
-			dx[i] += dy[i]
-		}
+	if len(x) > 0 {
+		vec.reluBackward(dx, dy, x)
 	}
 }
 
 // AddBias adds bias[j] to every row of the rows×len(bias) matrix x.
 func AddBias(x []float32, rows int, bias []float32) {
 	n := len(bias)
+	if n == 0 {
+		return
+	}
+	_ = x[rows*n-1]
 	for r := 0; r < rows; r++ {
-		Add(x[r*n:(r+1)*n], bias)
+		vec.add(x[r*n:(r+1)*n], bias)
 	}
 }
 
 // SumRows accumulates dst[j] += Σ_r x[r*len(dst)+j] (the bias gradient).
 func SumRows(dst, x []float32, rows int) {
 	n := len(dst)
+	if n == 0 {
+		return
+	}
+	_ = x[rows*n-1]
 	for r := 0; r < rows; r++ {
-		Add(dst, x[r*n:(r+1)*n])
+		vec.add(dst, x[r*n:(r+1)*n])
 	}
 }

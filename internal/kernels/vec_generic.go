@@ -1,0 +1,76 @@
+package kernels
+
+// genericVec is the portable implementation of the element-wise kernels;
+// each loop is also the reference the assembly versions are tested against.
+var genericVec = &vecImpl{
+	name: "generic",
+	add:  addGeneric[float32], mul: mulGeneric[float32], min: minGeneric[float32], max: maxGeneric[float32],
+	add64: addGeneric[float64], mul64: mulGeneric[float64], min64: minGeneric[float64], max64: maxGeneric[float64],
+	axpy: axpyGeneric, scale: scaleGeneric, relu: reluGeneric, reluBackward: reluBackwardGeneric,
+}
+
+func addGeneric[T float32 | float64](dst, src []T) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		dst[i] += v
+	}
+}
+
+func mulGeneric[T float32 | float64](dst, src []T) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		dst[i] *= v
+	}
+}
+
+func minGeneric[T float32 | float64](dst, src []T) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		if v < dst[i] {
+			dst[i] = v
+		}
+	}
+}
+
+func maxGeneric[T float32 | float64](dst, src []T) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		if v > dst[i] {
+			dst[i] = v
+		}
+	}
+}
+
+func axpyGeneric(alpha float32, x, y []float32) {
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] += alpha * v
+	}
+}
+
+func scaleGeneric(alpha float32, x []float32) {
+	for i := range x {
+		x[i] *= alpha
+	}
+}
+
+func reluGeneric(dst, src []float32) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		if v > 0 {
+			dst[i] = v
+		} else {
+			dst[i] = 0
+		}
+	}
+}
+
+func reluBackwardGeneric(dx, dy, x []float32) {
+	dx = dx[:len(x)]
+	dy = dy[:len(x)]
+	for i, v := range x {
+		if v > 0 {
+			dx[i] += dy[i]
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package kernels
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func vecImpls() []*vecImpl { return append([]*vecImpl{genericVec}, allArchVecs()...) }
+
+// vecLengths covers every tail length of a 4×16 unrolled loop plus large sizes.
+func vecLengths() []int {
+	var ns []int
+	for n := 0; n <= 67; n++ {
+		ns = append(ns, n)
+	}
+	return append(ns, 128, 1000, 4099)
+}
+
+// specialFill fills x with normal values salted with NaN, ±Inf, ±0 so the
+// comparison and NaN rules of the assembly are checked, not just arithmetic.
+func specialFill[T float32 | float64](r *rand.Rand, x []T) {
+	specials := []float64{math.NaN(), math.Inf(1), math.Inf(-1), 0, math.Copysign(0, -1)}
+	for i := range x {
+		if r.IntN(8) == 0 {
+			x[i] = T(specials[r.IntN(len(specials))])
+		} else {
+			x[i] = T(r.NormFloat64())
+		}
+	}
+}
+
+func sameBits[T float32 | float64](a, b T) bool {
+	if a != a && b != b {
+		return true // NaN payloads may differ
+	}
+	return a == b && math.Signbit(float64(a)) == math.Signbit(float64(b))
+}
+
+// checkSame compares got with want element by element, and that the guard
+// elements after n (which the kernel must not touch) are unchanged.
+func checkSame[T float32 | float64](t *testing.T, what string, n int, got, want []T) {
+	t.Helper()
+	for i := range got {
+		if !sameBits(got[i], want[i]) {
+			t.Fatalf("%s n=%d: element %d = %v, want %v", what, n, i, got[i], want[i])
+		}
+	}
+}
+
+func testBinary[T float32 | float64](t *testing.T, name string, impl *vecImpl, f, ref func(dst, src []T)) {
+	r := rand.New(rand.NewPCG(7, 9))
+	for _, n := range vecLengths() {
+		for _, off := range []int{0, 1, 3} {
+			src := make([]T, off+n)
+			dst := make([]T, off+n+5) // 5 guard elements
+			specialFill(r, src)
+			specialFill(r, dst)
+			want := append([]T(nil), dst...)
+			ref(want[off:off+n], src[off:])
+			f(dst[off:off+n], src[off:])
+			checkSame(t, impl.name+" "+name, n, dst, want)
+		}
+	}
+}
+
+func TestVecBinary(t *testing.T) {
+	for _, impl := range vecImpls() {
+		testBinary(t, "add", impl, impl.add, addGeneric[float32])
+		testBinary(t, "mul", impl, impl.mul, mulGeneric[float32])
+		testBinary(t, "min", impl, impl.min, minGeneric[float32])
+		testBinary(t, "max", impl, impl.max, maxGeneric[float32])
+		testBinary(t, "relu", impl, impl.relu, reluGeneric)
+		testBinary(t, "add64", impl, impl.add64, addGeneric[float64])
+		testBinary(t, "mul64", impl, impl.mul64, mulGeneric[float64])
+		testBinary(t, "min64", impl, impl.min64, minGeneric[float64])
+		testBinary(t, "max64", impl, impl.max64, maxGeneric[float64])
+	}
+}
+
+func TestVecScaleReluBackward(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, impl := range vecImpls() {
+		for _, n := range vecLengths() {
+			x := make([]float32, n+3)
+			specialFill(r, x)
+			want := append([]float32(nil), x...)
+			scaleGeneric(-1.75, want[:n])
+			impl.scale(-1.75, x[:n])
+			checkSame(t, impl.name+" scale", n, x, want)
+
+			dx, dy, xv := make([]float32, n+3), make([]float32, n), make([]float32, n)
+			specialFill(r, dx)
+			specialFill(r, dy)
+			specialFill(r, xv)
+			want = append([]float32(nil), dx...)
+			reluBackwardGeneric(want[:n], dy, xv)
+			impl.reluBackward(dx[:n], dy, xv)
+			checkSame(t, impl.name+" reluBackward", n, dx, want)
+		}
+	}
+}
+
+// TestVecAxpy allows rounding differences: assembly fuses the multiply-add.
+func TestVecAxpy(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, impl := range vecImpls() {
+		for _, n := range vecLengths() {
+			x := randSlice(r, n)
+			y := randSlice(r, n+3)
+			y0 := append([]float32(nil), y...)
+			impl.axpy(0.3, x, y[:n])
+			for i := range y {
+				if i >= n {
+					if y[i] != y0[i] {
+						t.Fatalf("%s axpy n=%d: guard %d changed", impl.name, n, i)
+					}
+					continue
+				}
+				want := float64(y0[i]) + 0.3*float64(x[i])
+				scale := math.Abs(float64(y0[i])) + math.Abs(0.3*float64(x[i]))
+				if math.Abs(float64(y[i])-want) > 1e-6*scale {
+					t.Fatalf("%s axpy n=%d: y[%d]=%g want %g", impl.name, n, i, y[i], want)
+				}
+			}
+		}
+	}
+}
+
+func TestAddBiasSumRows(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 1))
+	rows, n := 5, 37
+	x := randSlice(r, rows*n)
+	bias := randSlice(r, n)
+	want := append([]float32(nil), x...)
+	for i := 0; i < rows; i++ {
+		for j := 0; j < n; j++ {
+			want[i*n+j] += bias[j]
+		}
+	}
+	AddBias(x, rows, bias)
+	checkSame(t, "AddBias", n, x, want)
+
+	dst := randSlice(r, n)
+	wantSum := make([]float64, n)
+	for j := range wantSum {
+		wantSum[j] = float64(dst[j])
+		for i := 0; i < rows; i++ {
+			wantSum[j] += float64(x[i*n+j])
+		}
+	}
+	SumRows(dst, x, rows)
+	for j, v := range dst {
+		if math.Abs(float64(v)-wantSum[j]) > 1e-5*(1+math.Abs(wantSum[j])) {
+			t.Fatalf("SumRows[%d]=%g want %g", j, v, wantSum[j])
+		}
+	}
+}
+
+func BenchmarkVec(b *testing.B) {
+	const n = 1 << 16
+	x, y := make([]float32, n), make([]float32, n)
+	for _, impl := range vecImpls() {
+		b.Run(impl.name+"/add", func(b *testing.B) {
+			b.SetBytes(3 * 4 * n)
+			for b.Loop() {
+				impl.add(y, x)
+			}
+		})
+		b.Run(impl.name+"/axpy", func(b *testing.B) {
+			b.SetBytes(3 * 4 * n)
+			for b.Loop() {
+				impl.axpy(0.5, x, y)
+			}
+		})
+		b.Run(impl.name+"/reluBackward", func(b *testing.B) {
+			b.SetBytes(4 * 4 * n)
+			for b.Loop() {
+				impl.reluBackward(y, x, x)
+			}
+		})
+	}
+}
