@@ -61,6 +61,9 @@ func (d *TensorDataset) Example(i int, x []float32) int {
 	if len(x) != d.feature {
 		panic(fmt.Sprintf("data: TensorDataset.Example: buffer of %d values for an example of shape %v", len(x), d.shape))
 	}
+	if uint(i) >= uint(len(d.y)) {
+		panic(fmt.Sprintf("data: TensorDataset.Example: index %d outside [0, %d)", i, len(d.y)))
+	}
 	copy(x, d.x[i*d.feature:(i+1)*d.feature])
 	return d.y[i]
 }

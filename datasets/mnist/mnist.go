@@ -112,6 +112,9 @@ func (d *Dataset) Example(i int, x []float32) int {
 	if len(x) != pixels {
 		panic(fmt.Sprintf("mnist: Example: buffer of %d values for a 28x28 image", len(x)))
 	}
+	if uint(i) >= uint(len(d.labels)) {
+		panic(fmt.Sprintf("mnist: Example: index %d outside [0, %d)", i, len(d.labels)))
+	}
 	img := d.images[i*pixels : (i+1)*pixels]
 	x = x[:len(img)]
 	for j, p := range img {

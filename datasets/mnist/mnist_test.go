@@ -223,14 +223,22 @@ func TestNormalizeTable(t *testing.T) {
 	}
 }
 
-func TestExamplePanicsOnWrongBuffer(t *testing.T) {
+func TestExamplePanicsOnMistakes(t *testing.T) {
 	d := newDataset(Test, make([]byte, pixels), []byte{3}, nil)
-	defer func() {
-		if r, _ := recover().(string); !strings.HasPrefix(r, "mnist: ") {
-			t.Fatalf("recovered %q", r)
-		}
-	}()
-	d.Example(0, make([]float32, 10))
+	for name, f := range map[string]func(){
+		"short buffer": func() { d.Example(0, make([]float32, 10)) },
+		"index":        func() { d.Example(1, make([]float32, pixels)) },
+		"negative":     func() { d.Example(-1, make([]float32, pixels)) },
+	} {
+		func() {
+			defer func() {
+				if r, _ := recover().(string); !strings.HasPrefix(r, "mnist: Example: ") {
+					t.Errorf("%s: recovered %q", name, r)
+				}
+			}()
+			f()
+		}()
+	}
 }
 
 // TestMatchesTorchvision checks the converted pixels are bit for bit those
