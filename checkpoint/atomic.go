@@ -2,10 +2,12 @@ package checkpoint
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // WriteFileAtomic writes a file at path with the bytes write produces, so
@@ -64,5 +66,11 @@ func syncDir(dir string) error {
 		return err
 	}
 	defer d.Close()
-	return d.Sync()
+	err = d.Sync()
+	if errors.Is(err, syscall.EINVAL) || errors.Is(err, errors.ErrUnsupported) {
+		// Some file systems cannot fsync a directory; the rename is as
+		// durable as they can make it.
+		return nil
+	}
+	return err
 }

@@ -2,6 +2,7 @@ package optim
 
 import (
 	"errors"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -359,6 +360,7 @@ func TestConstructorPanics(t *testing.T) {
 	expectPanic(t, "parameter 1 is also parameter 0", func() { NewSGD([]*tensor.Tensor{ps[0], ps[0]}, 0.1) })
 	expectPanic(t, "step size", func() { NewStepLR(NewSGD(ps, 0.1), 0, 0.1) })
 	expectPanic(t, "T_max", func() { NewCosineAnnealingLR(NewSGD(ps, 0.1), 0, 0) })
+	expectPanic(t, "eta_min", func() { NewCosineAnnealingLR(NewSGD(ps, 0.1), 5, -1) })
 }
 
 // TestChunkedStepIsExact checks that splitting a large parameter over
@@ -381,5 +383,40 @@ func TestChunkedStepIsExact(t *testing.T) {
 		if one, four := run(c, 1), run(c, 4); !slices.Equal(one, four) {
 			t.Errorf("%s: 4 goroutines differ from 1", c.name)
 		}
+	}
+}
+
+func TestSchedulerLoadStateDictErrors(t *testing.T) {
+	opt := NewSGD([]*tensor.Tensor{tensor.Zeros(1)}, 0.1)
+	src := NewStepLR(opt, 3, 0.5)
+	src.Step()
+	good := src.StateDict().Meta
+	for _, c := range []struct{ key, value, want string }{
+		{"last_epoch", "", "missing last_epoch"},
+		{"last_epoch", "1.5", "not an integer"},
+		{"base_lr", "nan?", "not a number"},
+		{"step_size", "0", "step_size 0 < 1"},
+		{"gamma", "", "missing gamma"},
+	} {
+		meta := maps.Clone(good)
+		if c.value == "" {
+			delete(meta, c.key)
+		} else {
+			meta[c.key] = c.value
+		}
+		dst := NewStepLR(opt, 7, 0.9)
+		err := dst.LoadStateDict(State{Meta: meta})
+		if !errors.Is(err, ErrStateDict) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s=%q: err = %v, want one containing %q", c.key, c.value, err, c.want)
+		}
+		if dst.stepSize != 7 || dst.gamma != 0.9 || dst.lastEpoch != 0 {
+			t.Errorf("%s=%q: failed load changed the scheduler", c.key, c.value)
+		}
+	}
+	cos := NewCosineAnnealingLR(opt, 4, 0)
+	meta := cos.StateDict().Meta
+	meta["eta_min"] = "-1"
+	if err := NewCosineAnnealingLR(opt, 4, 0).LoadStateDict(State{Meta: meta}); err == nil || !strings.Contains(err.Error(), "eta_min") {
+		t.Errorf("negative eta_min: err = %v", err)
 	}
 }

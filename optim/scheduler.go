@@ -144,10 +144,13 @@ type CosineAnnealingLR struct {
 }
 
 // NewCosineAnnealingLR returns a cosine schedule over opt. It panics if
-// tMax < 1.
+// tMax < 1 or etaMin < 0.
 func NewCosineAnnealingLR(opt Optimizer, tMax int, etaMin float64) *CosineAnnealingLR {
 	if tMax < 1 {
 		panic(fmt.Sprintf("optim: CosineAnnealingLR: T_max %d < 1", tMax))
+	}
+	if etaMin < 0 {
+		panic(fmt.Sprintf("optim: CosineAnnealingLR: eta_min %v < 0", etaMin))
 	}
 	return &CosineAnnealingLR{schedule: newSchedule("CosineAnnealingLR", opt), tMax: tMax, etaMin: etaMin}
 }
@@ -181,6 +184,9 @@ func (s *CosineAnnealingLR) LoadStateDict(st State) error {
 		etaMin, err := metaFloat(st.Meta, "eta_min")
 		if err != nil {
 			return err
+		}
+		if etaMin < 0 {
+			return fmt.Errorf("eta_min %v < 0", etaMin)
 		}
 		s.tMax, s.etaMin = tMax, etaMin
 		return nil
