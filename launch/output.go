@@ -1,8 +1,7 @@
 package launch
 
 import (
-	"bufio"
-	"errors"
+	"bytes"
 	"io"
 	"sync"
 )
@@ -28,28 +27,61 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 }
 
 // pumpLines copies r to console line by line, each line prefixed, and the
-// raw bytes to file if it is not nil. A final line without a newline gets
-// one on the console. Write errors do not stop the copy: a worker must never
-// block on a full pipe because the launcher's output went away. pumpLines
-// returns at EOF, or when r is closed under it.
+// raw bytes to file if it is not nil. A line ends at '\n' or at '\r', so a
+// worker's progress bar (which redraws with '\r') updates in place with its
+// prefix instead of waiting for the final newline; the '\n' of a "\r\n" goes
+// out bare. A final line without a newline gets one on the console. Write
+// errors do not stop the copy: a worker must never block on a full pipe
+// because the launcher's output went away. pumpLines returns at EOF, on a
+// read error, or when r is closed under it.
 func pumpLines(r io.Reader, prefix string, console, file io.Writer) {
-	br := bufio.NewReaderSize(r, maxLine)
-	line := make([]byte, 0, len(prefix)+maxLine+1)
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if len(chunk) > 0 {
-			if file != nil {
-				_, _ = file.Write(chunk) // a full disk must not stop the job; the console still has the line
-			}
-			line = append(append(line[:0], prefix...), chunk...)
-			if line[len(line)-1] != '\n' {
-				line = append(line, '\n')
-			}
-			_, _ = console.Write(line)
+	buf := make([]byte, maxLine)
+	out := make([]byte, 0, len(prefix)+maxLine+1)
+	emit := func(seg []byte, addNewline bool) {
+		out = append(append(out[:0], prefix...), seg...)
+		if addNewline {
+			out = append(out, '\n')
 		}
-		// io.EOF, os.ErrClosed (the launcher gave up on a pipe held open
-		// by an escaped grandchild) and read errors all end the copy.
-		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+		_, _ = console.Write(out)
+	}
+	start, end := 0, 0 // buf[start:end] is read but not yet written out
+	afterCR := false   // the last segment written ended with '\r'
+	for {
+		n, err := r.Read(buf[end:])
+		if n > 0 && file != nil {
+			_, _ = file.Write(buf[end : end+n]) // a full disk must not stop the job; the console still has it
+		}
+		end += n
+		for {
+			i := bytes.IndexAny(buf[start:end], "\r\n")
+			if i < 0 {
+				break
+			}
+			seg := buf[start : start+i+1]
+			if afterCR && i == 0 && seg[0] == '\n' {
+				_, _ = console.Write(seg) // the rest of a "\r\n": ends the line already shown
+			} else {
+				emit(seg, false)
+			}
+			afterCR = seg[i] == '\r'
+			start += i + 1
+		}
+		switch {
+		case start == end:
+			start, end = 0, 0
+		case end == len(buf) && start > 0:
+			end = copy(buf, buf[start:end])
+			start = 0
+		case end == len(buf):
+			emit(buf, true) // a line longer than maxLine goes out in pieces
+			start, end, afterCR = 0, 0, false
+		}
+		if err != nil {
+			// io.EOF, os.ErrClosed (the launcher gave up on a pipe held
+			// open by an escaped grandchild) and read errors all end the copy.
+			if start < end {
+				emit(buf[start:end], true)
+			}
 			return
 		}
 	}

@@ -26,7 +26,9 @@ func TestPumpLines(t *testing.T) {
 		{"lines", "a\nbb\n", []string{"[r]: a\n", "[r]: bb\n"}},
 		{"unterminated tail", "a\ntail", []string{"[r]: a\n", "[r]: tail\n"}},
 		{"empty lines", "\n\n", []string{"[r]: \n", "[r]: \n"}},
-		{"carriage return kept", "10%\r20%\n", []string{"[r]: 10%\r20%\n"}},
+		{"carriage return ends a line", "10%\r20%\r100%\n", []string{"[r]: 10%\r", "[r]: 20%\r", "[r]: 100%\n"}},
+		{"crlf", "a\r\nb\r\n\r\n", []string{"[r]: a\r", "\n", "[r]: b\r", "\n", "[r]: \r", "\n"}},
+		{"lone newline after text", "a\n\n", []string{"[r]: a\n", "[r]: \n"}},
 		{"long line cut in pieces", long + "\nend\n", []string{
 			"[r]: " + long[:maxLine] + "\n", "[r]: " + long[maxLine:2*maxLine] + "\n", "[r]: " + long[2*maxLine:] + "\n", "[r]: end\n"}},
 	} {
