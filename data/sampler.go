@@ -19,7 +19,9 @@ var ErrInvalidState = errors.New("data: invalid sampler state")
 //
 // A Loader calls AppendIndices once at the start of every pass over its
 // Batches; the sampler decides which epoch that is (see SetEpoch on the
-// samplers of this package).
+// samplers of this package). The samplers of this package are not safe for
+// concurrent use: call their methods from the goroutine that ranges over
+// the Loader.
 type Sampler interface {
 	// Len returns the number of indices in one full epoch.
 	Len() int
