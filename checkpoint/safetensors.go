@@ -212,10 +212,17 @@ func writeTensors(w io.Writer, entries []Entry, metadata map[string]string) erro
 	if _, err := w.Write(hdr.Bytes()); err != nil {
 		return fmt.Errorf("writing header: %w", err)
 	}
-	// Encode in chunks so that a large tensor needs only a small buffer.
+	// Encode in chunks so that a large tensor needs only a small buffer;
+	// float32 data on a little-endian host is written as it is.
 	buf := make([]byte, 0, 64<<10)
 	for _, e := range sorted {
 		data := e.Tensor.Data()
+		if e.DType == F32 && nativeLittleEndian {
+			if _, err := w.Write(float32Bytes(data)); err != nil {
+				return fmt.Errorf("writing tensor %q: %w", e.Name, err)
+			}
+			continue
+		}
 		for start := 0; start < len(data); {
 			buf = buf[:0]
 			end := min(start+cap(buf)/8, len(data))
@@ -317,15 +324,25 @@ func decode(r io.ReaderAt, size int64) ([]Entry, map[string]string, error) {
 	for i, name := range h.names {
 		info := h.infos[i]
 		span := info.DataOffsets[1] - info.DataOffsets[0]
-		raw = slices.Grow(raw[:0], int(span))[:span]
-		if _, err := r.ReadAt(raw, base+info.DataOffsets[0]); err != nil && span > 0 {
-			return nil, nil, fmt.Errorf("reading tensor %q: %w", name, err)
-		}
 		shape := make([]int, len(info.Shape))
 		for j, d := range info.Shape {
 			shape[j] = int(d)
 		}
-		entries[i] = Entry{Name: name, DType: info.DType, Tensor: tensor.New(toFloat32(raw, info.DType), shape...)}
+		var values []float32
+		if info.DType == F32 && nativeLittleEndian {
+			// Read straight into the tensor's storage.
+			values = make([]float32, span/4)
+			if _, err := r.ReadAt(float32Bytes(values), base+info.DataOffsets[0]); err != nil && span > 0 {
+				return nil, nil, fmt.Errorf("reading tensor %q: %w", name, err)
+			}
+		} else {
+			raw = slices.Grow(raw[:0], int(span))[:span]
+			if _, err := r.ReadAt(raw, base+info.DataOffsets[0]); err != nil && span > 0 {
+				return nil, nil, fmt.Errorf("reading tensor %q: %w", name, err)
+			}
+			values = toFloat32(raw, info.DType)
+		}
+		entries[i] = Entry{Name: name, DType: info.DType, Tensor: tensor.New(values, shape...)}
 	}
 	return entries, h.metadata, nil
 }
