@@ -1,7 +1,6 @@
 package mnist
 
 import (
-	"bytes"
 	"embed"
 	"fmt"
 	"path"
@@ -29,14 +28,17 @@ var embeddedSplits = [...]func() (decoded, error){
 func decodeShipped(split Split) (decoded, error) {
 	imagesName := path.Join("data", split.imagesFile()+".gz")
 	labelsName := path.Join("data", split.labelsFile()+".gz")
-	imagesGz, err := shipped.ReadFile(imagesName)
+	// Open streams from the binary's read-only data; ReadFile would copy.
+	imagesGz, err := shipped.Open(imagesName)
 	if err != nil {
 		return decoded{}, fmt.Errorf("mnist: shipped copy: %w", err)
 	}
-	labelsGz, err := shipped.ReadFile(labelsName)
+	defer imagesGz.Close()
+	labelsGz, err := shipped.Open(labelsName)
 	if err != nil {
 		return decoded{}, fmt.Errorf("mnist: shipped copy: %w", err)
 	}
+	defer labelsGz.Close()
 	// The labels are tiny; decode the images on a second goroutine anyway
 	// so the two gunzips overlap.
 	var (
@@ -44,8 +46,8 @@ func decodeShipped(split Split) (decoded, error) {
 		imagesErr error
 		wg        sync.WaitGroup
 	)
-	wg.Go(func() { images, imagesErr = readImages(bytes.NewReader(imagesGz), "shipped "+imagesName) })
-	labels, labelsErr := readLabels(bytes.NewReader(labelsGz), "shipped "+labelsName)
+	wg.Go(func() { images, imagesErr = readImages(imagesGz, "shipped "+imagesName) })
+	labels, labelsErr := readLabels(labelsGz, "shipped "+labelsName)
 	wg.Wait()
 	if imagesErr != nil {
 		return decoded{}, imagesErr
