@@ -278,6 +278,17 @@ func TestTrainingResumeMatchesUninterrupted(t *testing.T) {
 		t.Fatalf("lr %v after resume, %v uninterrupted", opt2.LR(), opt.LR())
 	}
 
+	// Extra that cannot take the saved value: an error, nothing changed.
+	wrong := []int{1}
+	st = TrainingState{Model: interopModel(), Optimizer: optim.NewAdam(nn.Parameters(interopModel()), 0.5), Scheduler: optim.NewStepLR(opt2, 9, 0.1), Extra: &wrong}
+	if err := LoadTraining(path, &st); err == nil || !strings.Contains(err.Error(), "decoding extra into *[]int") || wrong[0] != 1 {
+		t.Fatalf("wrong Extra type: err = %v, value %v", err, wrong)
+	}
+	st.Extra = extras{}
+	if err := LoadTraining(path, &st); err == nil || !strings.Contains(err.Error(), "need a non-nil pointer") {
+		t.Fatalf("non-pointer Extra: err = %v", err)
+	}
+
 	// The model file alone is a plain model checkpoint.
 	plain := interopModel()
 	if err := Load(path, plain); err != nil {
@@ -319,6 +330,23 @@ func TestLoadTrainingErrors(t *testing.T) {
 	st.Scheduler = optim.NewCosineAnnealingLR(st.Optimizer, 10, 0)
 	if err := LoadTraining(path, &st); !errors.Is(err, optim.ErrStateDict) || !strings.Contains(err.Error(), `state is for optimizer "SGD"`) {
 		t.Fatalf("wrong optimizer: err = %v", err)
+	}
+	sameState(t, st.Model, trainedModel(1)) // the model was loaded, then restored
+
+	// A scheduler of another kind fails last: model and optimizer restored.
+	st = newState(true)
+	st.Scheduler = optim.NewStepLR(st.Optimizer, 2, 0.5)
+	st.Extra = &extras{SamplerEpoch: 42}
+	optBefore := st.Optimizer.StateDict()
+	if err := LoadTraining(path, &st); !errors.Is(err, optim.ErrStateDict) {
+		t.Fatalf("wrong scheduler: err = %v", err)
+	}
+	sameState(t, st.Model, trainedModel(1))
+	if optAfter := st.Optimizer.StateDict(); len(optAfter.Tensors) != len(optBefore.Tensors) || optAfter.Meta["lr"] != optBefore.Meta["lr"] {
+		t.Fatalf("optimizer changed by a failed resume: %v", optAfter.Meta)
+	}
+	if st.Extra.(*extras).SamplerEpoch != 42 || st.Epoch != 0 {
+		t.Fatal("Extra or counters changed by a failed resume")
 	}
 	var wrongExtra chan int
 	st = newState(true)

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,14 +111,14 @@ func SaveTraining(path string, st TrainingState) error {
 // this order: it reads and validates the sidecar, reads the model file and
 // checks its hash against the sidecar's, then loads the model (strictly,
 // as Load), the optimizer's state, the scheduler's state and the counters,
-// and decodes Extra into st.Extra if that is non-nil.
+// and, if st.Extra is a non-nil pointer, replaces the value it points to
+// with the saved Extra.
 //
 // A missing sidecar is an error that wraps fs.ErrNotExist (the usual sign
 // that there is nothing to resume yet); a sidecar without its model file
-// is an error that does not. A scheduler saved but not given,
-// or given but not saved, is an error. If the model does not fit, nothing
-// is changed; a later failure (an optimizer of another kind, say) leaves
-// the model loaded but the error must end the resume.
+// is an error that does not. A scheduler saved but not given, or given but
+// not saved, is an error. On any error nothing is changed: not the model,
+// the optimizer, the scheduler, the counters nor Extra.
 func LoadTraining(path string, st *TrainingState) error {
 	if st == nil || st.Model == nil || st.Optimizer == nil {
 		return fmt.Errorf("checkpoint: LoadTraining %s: Model and Optimizer are required", path)
@@ -180,25 +181,63 @@ func LoadTraining(path string, st *TrainingState) error {
 	if err != nil {
 		return err
 	}
+	// Decode Extra into a fresh value first, so that a failure cannot
+	// leave the caller's half-filled.
+	var extraVal reflect.Value
+	if st.Extra != nil && extra != "null" {
+		rv := reflect.ValueOf(st.Extra)
+		if rv.Kind() != reflect.Pointer || rv.IsNil() {
+			return bad("cannot decode extra into %T: need a non-nil pointer", st.Extra)
+		}
+		extraVal = reflect.New(rv.Elem().Type())
+		if err := json.Unmarshal([]byte(extra), extraVal.Interface()); err != nil {
+			return bad("decoding extra into %T: %w", st.Extra, err)
+		}
+	}
+
+	// Each Load below is all-or-nothing; snapshots undo the earlier ones
+	// if a later one fails, so a failed resume changes nothing.
+	modelBefore := snapshotModel(st.Model)
+	optBefore := st.Optimizer.StateDict()
 	if err := loadEntries(path, st.Model, entries); err != nil {
 		return err
 	}
 	if err := st.Optimizer.LoadStateDict(optState); err != nil {
+		restoreModel(st.Model, modelBefore)
 		return fmt.Errorf("checkpoint: %s: %w", side, err)
 	}
 	if st.Scheduler != nil {
 		if err := st.Scheduler.LoadStateDict(optim.State{Meta: schedMeta}); err != nil {
+			restoreModel(st.Model, modelBefore)
+			if rerr := st.Optimizer.LoadStateDict(optBefore); rerr != nil {
+				panic("checkpoint: restoring the optimizer's own state failed: " + rerr.Error())
+			}
 			return fmt.Errorf("checkpoint: %s: %w", side, err)
 		}
 	}
 	st.Epoch, st.Step = epoch, step
-	if st.Extra != nil && extra != "null" {
-		dec := json.NewDecoder(bytes.NewReader([]byte(extra)))
-		if err := dec.Decode(st.Extra); err != nil {
-			return bad("decoding extra into %T: %w", st.Extra, err)
-		}
+	if extraVal.IsValid() {
+		reflect.ValueOf(st.Extra).Elem().Set(extraVal.Elem())
 	}
 	return nil
+}
+
+// snapshotModel copies m's state dict.
+func snapshotModel(m nn.Module) map[string]*tensor.Tensor {
+	sd := nn.StateDict(m)
+	out := make(map[string]*tensor.Tensor, len(sd))
+	for _, e := range sd {
+		out[e.Name] = e.Tensor.Clone()
+	}
+	return out
+}
+
+// restoreModel puts back a snapshot taken of the same model, which cannot
+// fail to fit.
+func restoreModel(m nn.Module, snap map[string]*tensor.Tensor) {
+	if err := nn.LoadStateDict(m, snap, true); err != nil {
+		panic("checkpoint: restoring the model's own state failed: " + err.Error())
+	}
 }
 
 // readTensorsBytes decodes a file already read into memory, naming it in
