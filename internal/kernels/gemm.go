@@ -13,8 +13,10 @@ import (
 //
 // A packed A micro-panel (k steps of mr floats) has aRow=1, aCol=mr, a
 // packed B micro-panel bRow=nr; other strides read an operand in place.
-// When beta is ±0 it must not read c.
-type microKernel func(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)
+// When beta is ±0 it must not read c. A kernel of a masked implementation
+// touches only the columns of c selected by masks (bits 16v..16v+15 for the
+// v-th 16-float vector of the row); other kernels ignore masks.
+type microKernel func(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32, masks uint64)
 
 // gemmImpl is one SGEMM implementation: a micro-kernel with its register
 // block (mr×nr) and the cache blocking that suits it. Loops follow BLIS:
@@ -24,7 +26,11 @@ type gemmImpl struct {
 	name       string
 	mr, nr     int
 	kc, mc, nc int
-	kernel     microKernel
+	// kernels[r] computes r rows of a tile; kernels[mr] is the full tile.
+	// Entries below mr may be nil: edge tiles then go through a scratch tile.
+	kernels []microKernel
+	// masked kernels store only the columns that exist (see microKernel).
+	masked bool
 	// rowsOuter loops over A micro-panels outside B micro-panels: the
 	// small A micro-panel stays in L1 while the B block streams from L2.
 	rowsOuter bool
@@ -38,7 +44,7 @@ type gemmImpl struct {
 var gemm = defaultGemm()
 
 // genericGemm is the portable implementation (pure Go micro-kernel).
-var genericGemm = &gemmImpl{name: "generic", mr: 4, nr: 16, kc: 256, mc: 128, nc: 2048, kernel: microGeneric}
+var genericGemm = &gemmImpl{name: "generic", mr: 4, nr: 16, kc: 256, mc: 128, nc: 2048, kernels: []microKernel{4: microGeneric}}
 
 // Sgemm computes C = alpha·op(A)·op(B) + beta·C on row-major matrices, where
 // op(X) is X or Xᵀ as transA/transB say. op(A) is m×k, op(B) is k×n and C is
@@ -211,6 +217,12 @@ func grow(buf []float32, n int) []float32 {
 	return raw[off : off+n : off+n]
 }
 
+// Thresholds (in micro-panels of the other operand) below which an operand
+// is read in place rather than packed. B is never read in place with a
+// row stride of a multiple of 4 KiB: its rows would all map to the same
+// L1 sets.
+var directAMaxPanels, directBMaxPanels = 2, 16
+
 func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	mr, nr := impl.mr, impl.nr
 	ws := workspaces.Get().(*workspace)
@@ -221,13 +233,13 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 	ws.b = grow(ws.b, kcMax*roundUp(ncMax, nr))
 	ws.a = grow(ws.a, kcMax*mcMax)
 	ws.tile = grow(ws.tile, mr*nr)
-	kernel := impl.kernel
+	kernel := impl.kernels[mr]
 
 	// Packing pays only when a micro-panel is reused: read A in place when
 	// there are at most two B panels, and B (if not transposed; packing
 	// absorbs the transpose) when there are at most two A panels.
-	directA := n <= 2*nr
-	directB := !transB && m <= 2*mr
+	directA := n <= directAMaxPanels*nr
+	directB := !transB && m <= directBMaxPanels*mr && (ldb*4)%4096 != 0
 
 	for jc := 0; jc < n; jc += impl.nc {
 		nc := min(impl.nc, n-jc)
@@ -256,7 +268,7 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 				mc := min(impl.mc, m-ic)
 				for ir := 0; ir < mc; ir += mr {
 					rows := min(mr, mc-ir)
-					if directA && rows == mr {
+					if directA && (rows == mr || impl.masked && impl.kernels[rows] != nil) {
 						continue
 					}
 					dst := ws.a[ir*kc : (ir+mr)*kc]
@@ -269,7 +281,7 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 				tile := func(ir, jr int) {
 					mrEff, nrEff := min(mr, mc-ir), min(nr, nc-jr)
 					ap, aRow, aCol := &ws.a[ir*kc], 1, mr
-					if directA && mrEff == mr {
+					if directA && (mrEff == mr || impl.masked && impl.kernels[mrEff] != nil) {
 						if transA {
 							ap, aRow, aCol = &a[pc*lda+ic+ir], 1, lda
 						} else {
@@ -282,10 +294,14 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 					}
 					ci := (ic+ir)*ldc + jc + jr
 					if mrEff == mr && nrEff == nr {
-						kernel(kc, ap, aRow, aCol, bp, bRow, &c[ci], ldc, alpha, betaEff)
+						kernel(kc, ap, aRow, aCol, bp, bRow, &c[ci], ldc, alpha, betaEff, allColumns)
 						return
 					}
-					kernel(kc, ap, aRow, aCol, bp, bRow, &ws.tile[0], nr, 1, 0)
+					if impl.masked && impl.kernels[mrEff] != nil {
+						impl.kernels[mrEff](kc, ap, aRow, aCol, bp, bRow, &c[ci], ldc, alpha, betaEff, columnMasks(nrEff))
+						return
+					}
+					kernel(kc, ap, aRow, aCol, bp, bRow, &ws.tile[0], nr, 1, 0, allColumns)
 					mergeTile(ws.tile, nr, mrEff, nrEff, alpha, betaEff, c[ci:], ldc)
 				}
 				if impl.rowsOuter {
@@ -304,6 +320,17 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 			}
 		}
 	}
+}
+
+// allColumns selects every column of a tile (see microKernel).
+const allColumns = ^uint64(0)
+
+// columnMasks returns the microKernel masks selecting the first n columns.
+func columnMasks(n int) uint64 {
+	if n >= 64 {
+		return allColumns
+	}
+	return 1<<n - 1
 }
 
 // mergeTile writes C = alpha·T + beta·C for the valid mr×nr corner of tile

@@ -5,7 +5,7 @@ import "unsafe"
 // microGeneric is the portable micro-kernel for genericGemm (mr=4, nr=16).
 // Four rows of accumulators live in fixed-size arrays so the compiler
 // drops bounds checks in the inner loop.
-func microGeneric(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32) {
+func microGeneric(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32, _ uint64) {
 	const mr, nr = 4, 16
 	if k == 0 {
 		return

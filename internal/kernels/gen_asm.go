@@ -28,9 +28,13 @@ func (w *asm) header() {
 func main() {
 	var g asm
 	g.header()
-	gemmKernel(&g, "AVX512", 6, 4)
-	gemmKernel(&g, "AVX512", 8, 3)
-	gemmKernel(&g, "AVX512", 8, 1)
+	// Full tiles and, for the edges of C, every smaller row count.
+	for mr := 6; mr >= 1; mr-- {
+		gemmKernel(&g, "AVX512", mr, 4)
+	}
+	for mr := 8; mr >= 1; mr-- {
+		gemmKernel(&g, "AVX512", mr, 1)
+	}
 	gemmKernel(&g, "AVX2", 6, 2)
 	transposePack16(&g)
 	write("gemm_amd64.s", &g)
@@ -73,8 +77,16 @@ func gemmKernel(w *asm, isa string, mr, nv int) {
 	// Row i of A relative to AX: R8=aRow, R9=3·aRow, R10=5·aRow, R12=7·aRow (bytes).
 	aAddr := [...]string{"(AX)", "(AX)(R8*1)", "(AX)(R8*2)", "(AX)(R9*1)", "(AX)(R8*4)", "(AX)(R10*1)", "(AX)(R9*2)", "(AX)(R12*1)"}
 	w.f("")
-	w.f("// func %s(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)", name)
-	w.f("TEXT ·%s(SB), NOSPLIT, $0-72", name)
+	if vec == "Z" {
+		w.f("// func %s(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32, masks uint64)", name)
+	} else {
+		w.f("// func %s(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)", name)
+	}
+	if vec == "Z" {
+		w.f("TEXT ·%s(SB), NOSPLIT, $0-80", name)
+	} else {
+		w.f("TEXT ·%s(SB), NOSPLIT, $0-72", name)
+	}
 	w.f("\tMOVQ k+0(FP), CX")
 	w.f("\tMOVQ a+8(FP), AX")
 	w.f("\tMOVQ aRow+16(FP), R8")
@@ -146,6 +158,27 @@ func gemmKernel(w *asm, isa string, mr, nv int) {
 	for i := 0; i < mr*nv; i++ {
 		w.f("\tVMULPS %s, %s%d, %s%d", bc0, vec, i, vec, i)
 	}
+	// AVX-512: bits 16v..16v+15 of masks select the columns of vector v
+	// that exist in C (K1..K4), so edge tiles are stored in place.
+	store := func(i, v int) {
+		if vec == "Z" {
+			w.f("\tVMOVUPS %s, K%d, %d(DX)", acc(i, v), v+1, vbytes*v)
+		} else {
+			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), vbytes*v)
+		}
+	}
+	if vec == "Z" {
+		if nv > 4 {
+			log.Fatalf("%s: at most 4 vectors per row with masks", name)
+		}
+		w.f("\tMOVQ masks+72(FP), R9")
+		for v := 0; v < nv; v++ {
+			w.f("\tKMOVW R9, K%d", v+1)
+			if v < nv-1 {
+				w.f("\tSHRQ $16, R9")
+			}
+		}
+	}
 	// beta == ±0 must not read C: test the bits without the sign.
 	w.f("\tMOVL beta+68(FP), R9")
 	w.f("\tSHLL $1, R9")
@@ -153,8 +186,13 @@ func gemmKernel(w *asm, isa string, mr, nv int) {
 	w.f("\tVBROADCASTSS beta+68(FP), %s", bc1)
 	for i := 0; i < mr; i++ {
 		for v := 0; v < nv; v++ {
-			w.f("\tVFMADD231PS %d(DX), %s, %s", vbytes*v, bc1, acc(i, v))
-			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), vbytes*v)
+			if vec == "Z" {
+				w.f("\tVMOVUPS.Z %d(DX), K%d, %s", vbytes*v, v+1, bc0)
+				w.f("\tVFMADD231PS %s, %s, %s", bc0, bc1, acc(i, v))
+			} else {
+				w.f("\tVFMADD231PS %d(DX), %s, %s", vbytes*v, bc1, acc(i, v))
+			}
+			store(i, v)
 		}
 		if i < mr-1 {
 			w.f("\tADDQ SI, DX")
@@ -165,7 +203,7 @@ func gemmKernel(w *asm, isa string, mr, nv int) {
 	w.f("%s_beta0:", name)
 	for i := 0; i < mr; i++ {
 		for v := 0; v < nv; v++ {
-			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), vbytes*v)
+			store(i, v)
 		}
 		if i < mr-1 {
 			w.f("\tADDQ SI, DX")
