@@ -134,7 +134,7 @@ func (c *Client) call(ctx context.Context, r request, blocking bool) (frame, err
 	c.pending[r.id] = ch
 	c.mu.Unlock()
 
-	if err := c.write(ctx, encodeRequest(r)); err != nil {
+	if err := c.write(ctx, encodeRequest(r).buffers()); err != nil {
 		c.forget(r.id)
 		return frame{}, err
 	}
@@ -160,7 +160,7 @@ func (c *Client) call(ctx context.Context, r request, blocking bool) (frame, err
 			// Best effort, bounded: if it cannot be sent the connection is
 			// in trouble anyway.
 			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			c.write(cctx, newFrame(r.id, opCancel, 0).finish())
+			c.write(cctx, newFrame(r.id, opCancel, 0).buffers())
 			cancel()
 		}
 		return frame{}, ctx.Err()
@@ -176,7 +176,7 @@ func (c *Client) forget(id uint64) {
 // write sends one frame. A write cut short would leave half a frame on the
 // wire, so a write that misses ctx's deadline (or writeTimeout, whichever
 // is sooner) stops the client.
-func (c *Client) write(ctx context.Context, b []byte) error {
+func (c *Client) write(ctx context.Context, bufs net.Buffers) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -187,7 +187,7 @@ func (c *Client) write(ctx context.Context, b []byte) error {
 		deadline = d
 	}
 	c.conn.SetWriteDeadline(deadline)
-	if _, err := c.conn.Write(b); err != nil {
+	if _, err := bufs.WriteTo(c.conn); err != nil {
 		err = fmt.Errorf("%w: %s: write: %w", ErrConnLost, c.addr, err)
 		c.fail(err)
 		c.mu.Lock()

@@ -379,3 +379,23 @@ func TestPrefixConformance(t *testing.T) {
 		return Prefix(m, "job/a"), Prefix(m, "job/a")
 	})
 }
+
+func TestPrefixKeys(t *testing.T) {
+	m := NewMem()
+	defer m.Close()
+	ctx := ctxFor(t, time.Second)
+	Prefix(m, "a").Set(ctx, "k", []byte("1"))
+	Prefix(m, "b/").Set(ctx, "k", []byte("2"))
+	Prefix(Prefix(m, "c"), "d").Set(ctx, "k", []byte("3"))
+	for key, want := range map[string]string{"a/k": "1", "b/k": "2", "c/d/k": "3"} {
+		mustGet(t, m, key, want)
+	}
+	if n, _ := Prefix(m, "a").NumKeys(ctx); n != 3 {
+		t.Fatalf("NumKeys through a prefix = %d; want all 3 keys of the store", n)
+	}
+	p := Prefix(m, "a")
+	p.Close()
+	if _, err := m.Get(ctx, "a/k"); err != nil {
+		t.Fatalf("closing a prefix view closed the store: %v", err)
+	}
+}

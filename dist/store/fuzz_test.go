@@ -10,7 +10,7 @@ import (
 // frame past the bound, and a declared length it did not receive is an
 // error.
 func FuzzReadFrame(f *testing.F) {
-	f.Add(encodeRequest(request{id: 1, op: opSet, key: "k", value: []byte("v")}))
+	f.Add(encodeRequest(request{id: 1, op: opSet, key: "k", value: []byte("v")}).finish())
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{0x01, 0, 0, 0, 1, 2, 3}) // claims 16 MiB, sends 3 bytes
 	f.Add([]byte{0, 0, 0, 0})
@@ -43,7 +43,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		{id: 7, op: opNumKeys},
 		{id: 8, op: opCancel},
 	} {
-		f.Add(encodeRequest(r)[4:])
+		f.Add(encodeRequest(r).finish()[4:])
 	}
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		if len(payload) < 9 {
@@ -57,7 +57,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if got := encodeRequest(r)[4:]; !bytes.Equal(got, payload) {
+		if got := encodeRequest(r).finish()[4:]; !bytes.Equal(got, payload) {
 			t.Fatalf("request %x re-encodes as %x", payload, got)
 		}
 	})

@@ -47,13 +47,21 @@ func (m *Mem) setLocked(key string, v []byte) {
 
 // Set implements Store.
 func (m *Mem) Set(ctx context.Context, key string, value []byte) error {
+	v := bytes.Clone(value)
+	if v == nil {
+		v = []byte{}
+	}
+	return m.setOwned(key, v)
+}
+
+// setOwned is Set of a value the store may keep without a copy.
+func (m *Mem) setOwned(key string, v []byte) error {
 	if err := checkKey("set", key); err != nil {
 		return err
 	}
-	if err := checkValue("set", key, value); err != nil {
+	if err := checkValue("set", key, v); err != nil {
 		return err
 	}
-	v := bytes.Clone(value)
 	if v == nil {
 		v = []byte{}
 	}
@@ -69,6 +77,13 @@ func (m *Mem) Set(ctx context.Context, key string, value []byte) error {
 // Get implements Store. The error of a Get that ends with ctx names the key
 // and wraps ctx's error (context.DeadlineExceeded or its cause).
 func (m *Mem) Get(ctx context.Context, key string) ([]byte, error) {
+	v, err := m.getShared(ctx, key)
+	return bytes.Clone(v), err
+}
+
+// getShared is Get returning the stored slice itself, which the caller must
+// not modify. (Stored slices are replaced, never written to.)
+func (m *Mem) getShared(ctx context.Context, key string) ([]byte, error) {
 	if err := checkKey("get", key); err != nil {
 		return nil, err
 	}
@@ -80,7 +95,7 @@ func (m *Mem) Get(ctx context.Context, key string) ([]byte, error) {
 		}
 		if v, ok := m.data[key]; ok {
 			m.mu.Unlock()
-			return bytes.Clone(v), nil
+			return v, nil
 		}
 		w := m.waiters[key]
 		if w == nil {

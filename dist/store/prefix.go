@@ -3,18 +3,22 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 )
 
 // Prefix returns a view of s whose keys are namespaced as prefix + "/" +
-// key, like PyTorch's PrefixStore; sub-groups and restarts use it so their
-// keys cannot collide.
+// key (prefix + key if prefix already ends in "/"), like PyTorch's
+// PrefixStore; sub-groups and restarts use it so their keys cannot collide.
 //
 // NumKeys counts every key of s, not only those under prefix, as in
 // PyTorch (no Store can enumerate its keys). Close marks only the view
 // closed: s belongs to its owner, who closes it.
 func Prefix(s Store, prefix string) Store {
-	return &prefixed{s: s, prefix: prefix + "/", done: make(chan struct{})}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return &prefixed{s: s, prefix: prefix, done: make(chan struct{})}
 }
 
 type prefixed struct {

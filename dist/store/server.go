@@ -276,28 +276,32 @@ func (sc *serverConn) serve() error {
 
 // write sends one response frame; a failed write closes the connection,
 // which ends serve.
-func (sc *serverConn) write(frame []byte) {
+func (sc *serverConn) write(frame net.Buffers) {
 	sc.wmu.Lock()
 	defer sc.wmu.Unlock()
 	sc.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if _, err := sc.conn.Write(frame); err != nil {
+	if _, err := frame.WriteTo(sc.conn); err != nil {
 		sc.conn.Close()
 	}
 }
 
 // exec runs req against the server's data and returns the response frame.
-func (s *Server) exec(ctx context.Context, r request) []byte {
+func (s *Server) exec(ctx context.Context, r request) net.Buffers {
 	var e *encoder
 	var err error
 	switch r.op {
 	case opSet:
-		if err = s.data.Set(ctx, r.key, r.value); err == nil {
+		// The value aliases a frame buffer read for this request alone, so
+		// the store may keep it without a copy.
+		if err = s.data.setOwned(r.key, r.value); err == nil {
 			e = newFrame(r.id, statusOK, 0)
 		}
 	case opGet:
 		var v []byte
-		if v, err = s.data.Get(ctx, r.key); err == nil {
-			e = newFrame(r.id, statusOK, len(v)+4).bytes(v)
+		// Stored values are never modified in place, so the reply can be
+		// written from the stored slice.
+		if v, err = s.data.getShared(ctx, r.key); err == nil {
+			e = newFrame(r.id, statusOK, 4).tailBytes(v)
 		}
 	case opAdd:
 		var n int64
@@ -336,5 +340,5 @@ func (s *Server) exec(ctx context.Context, r request) []byte {
 		msg := err.Error()
 		e = newFrame(r.id, statusErr, len(msg)).bytes([]byte(msg))
 	}
-	return e.finish()
+	return e.buffers()
 }

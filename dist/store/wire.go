@@ -2,11 +2,12 @@ package store
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"slices"
 )
 
 // The TCP store speaks length-prefixed frames after the dist/auth
@@ -67,9 +68,8 @@ type frame struct {
 	body []byte
 }
 
-// readFrame reads one frame of at most max bytes. Large frames are read in
-// chunks so a peer that announces a big frame and sends little makes us
-// allocate only what it actually sent.
+// readFrame reads one frame of at most max bytes into a new buffer, which
+// the returned frame's body aliases.
 func readFrame(r *bufio.Reader, max int) (frame, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -79,19 +79,23 @@ func readFrame(r *bufio.Reader, max int) (frame, error) {
 	if n < frameHeader-4 || n > int64(max) {
 		return frame{}, fmt.Errorf("%w: length %d outside %d..%d", errMalformed, n, frameHeader-4, max)
 	}
-	var b []byte
-	if n <= 1<<20 {
-		b = make([]byte, n)
-		if _, err := io.ReadFull(r, b); err != nil {
+	// Up to 4 MiB is read in one piece; a larger frame grows its buffer as
+	// bytes arrive, so a peer that announces a big frame and sends little
+	// makes us allocate only about what it actually sent.
+	b := make([]byte, min(n, 4<<20))
+	if _, err := io.ReadFull(r, b); err != nil {
+		return frame{}, noEOF(err)
+	}
+	for int64(len(b)) < n {
+		have := len(b)
+		b = slices.Grow(b, int(min(n-int64(have), int64(have))))
+		b = b[:cap(b)]
+		if int64(len(b)) > n {
+			b = b[:n]
+		}
+		if _, err := io.ReadFull(r, b[have:]); err != nil {
 			return frame{}, noEOF(err)
 		}
-	} else {
-		var buf bytes.Buffer
-		buf.Grow(1 << 20)
-		if _, err := io.CopyN(&buf, r, n); err != nil {
-			return frame{}, noEOF(err)
-		}
-		b = buf.Bytes()
 	}
 	return frame{id: binary.BigEndian.Uint64(b), code: b[8], body: b[9:]}, nil
 }
@@ -103,8 +107,12 @@ func noEOF(err error) error {
 	return err
 }
 
-// encoder builds one frame.
-type encoder struct{ b []byte }
+// encoder builds one frame. A large value may be kept as the frame's tail
+// and written straight from the caller's slice (writev), not copied.
+type encoder struct {
+	b    []byte
+	tail []byte
+}
 
 func newFrame(id uint64, code byte, sizeHint int) *encoder {
 	e := &encoder{b: make([]byte, 4, frameHeader+sizeHint)}
@@ -116,6 +124,17 @@ func newFrame(id uint64, code byte, sizeHint int) *encoder {
 func (e *encoder) bytes(v []byte) *encoder {
 	e.b = binary.BigEndian.AppendUint32(e.b, uint32(len(v)))
 	e.b = append(e.b, v...)
+	return e
+}
+
+// tailBytes encodes v like bytes, as the last field. A large v is not
+// copied; a small one is, since one buffer makes one TCP segment.
+func (e *encoder) tailBytes(v []byte) *encoder {
+	if len(v) < 64<<10 {
+		return e.bytes(v)
+	}
+	e.b = binary.BigEndian.AppendUint32(e.b, uint32(len(v)))
+	e.tail = v
 	return e
 }
 
@@ -135,10 +154,23 @@ func (e *encoder) u8(v byte) *encoder {
 	return e
 }
 
-// finish fills in the length prefix and returns the frame.
+// buffers fills in the length prefix and returns the frame as the pieces
+// to write.
+func (e *encoder) buffers() net.Buffers {
+	binary.BigEndian.PutUint32(e.b, uint32(len(e.b)-4+len(e.tail)))
+	if len(e.tail) == 0 {
+		return net.Buffers{e.b}
+	}
+	return net.Buffers{e.b, e.tail}
+}
+
+// finish returns the frame as one slice.
 func (e *encoder) finish() []byte {
-	binary.BigEndian.PutUint32(e.b, uint32(len(e.b)-4))
-	return e.b
+	bufs := e.buffers()
+	if len(bufs) == 1 {
+		return bufs[0]
+	}
+	return append(bufs[0], bufs[1]...)
 }
 
 // decoder reads a body; the first error sticks.
@@ -249,23 +281,24 @@ func decodeRequest(f frame) (request, error) {
 	return r, d.finish()
 }
 
-// encodeRequest is decodeRequest's inverse.
-func encodeRequest(r request) []byte {
-	e := newFrame(r.id, r.op, len(r.key)+len(r.value)+len(r.expected)+len(r.desired)+16)
+// encodeRequest is decodeRequest's inverse. The request's value (or, for
+// compare-and-set, desired value) is not copied.
+func encodeRequest(r request) *encoder {
+	e := newFrame(r.id, r.op, len(r.key)+len(r.expected)+16)
 	switch r.op {
 	case opSet:
-		e.str(r.key).bytes(r.value)
+		e.str(r.key).tailBytes(r.value)
 	case opGet, opDelete:
 		e.str(r.key)
 	case opAdd:
 		e.str(r.key).i64(r.delta)
 	case opCAS:
-		e.str(r.key).bytes(r.expected).bytes(r.desired)
+		e.str(r.key).bytes(r.expected).tailBytes(r.desired)
 	case opWait:
 		e.b = binary.BigEndian.AppendUint32(e.b, uint32(len(r.keys)))
 		for _, k := range r.keys {
 			e.str(k)
 		}
 	}
-	return e.finish()
+	return e
 }
