@@ -1,6 +1,9 @@
 package tensor
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Dropout zeroes each element of x with probability p while training and
 // scales the survivors by 1/(1−p) (inverted dropout), drawing the mask from
@@ -15,22 +18,7 @@ func Dropout(x *Tensor, p float32, training bool, rng *RNG) *Tensor {
 	out := Zeros(x.shape...)
 	mask := make([]float32, len(x.data))
 	if p < 1 {
-		scale := 1 / (1 - p)
-		keep := bernoulliThreshold(1 - p)
-		// Two 32-bit uniform draws per 64-bit PCG output.
-		i := 0
-		for ; i+1 < len(mask); i += 2 {
-			u := rng.Uint64()
-			if u&0xffffffff < keep {
-				mask[i] = scale
-			}
-			if u>>32 < keep {
-				mask[i+1] = scale
-			}
-		}
-		if i < len(mask) && rng.Uint64()&0xffffffff < keep {
-			mask[i] = scale
-		}
+		dropoutMask(mask, 1/(1-p), bernoulliThreshold(1-p), rng)
 		for j, xv := range x.data {
 			out.data[j] = xv * mask[j]
 		}
@@ -41,4 +29,25 @@ func Dropout(x *Tensor, p float32, training bool, rng *RNG) *Tensor {
 			gx[j] += gv * mask[j]
 		}
 	}, x)
+}
+
+// dropoutMask sets mask[i] to scale where a 32-bit uniform draw is below
+// keep and to 0 elsewhere, two draws per 64-bit PCG output. It selects with
+// bit masks instead of branches: keep-or-drop is a coin toss the branch
+// predictor loses.
+func dropoutMask(mask []float32, scale float32, keep uint64, rng *RNG) {
+	bits := uint64(math.Float32bits(scale))
+	// sel(u) is all ones when u < keep (u, keep ≤ 2³², so u−keep borrows).
+	sel := func(u uint64) float32 {
+		return math.Float32frombits(uint32(-((u - keep) >> 63) & bits))
+	}
+	i := 0
+	for ; i+1 < len(mask); i += 2 {
+		u := rng.Uint64()
+		mask[i] = sel(u & 0xffffffff)
+		mask[i+1] = sel(u >> 32)
+	}
+	if i < len(mask) {
+		mask[i] = sel(rng.Uint64() & 0xffffffff)
+	}
 }

@@ -91,7 +91,9 @@ func MaxPool2d(x *Tensor, kernel, stride, padding [2]int) *Tensor {
 }
 
 // maxPool2x2 is MaxPool2d with kernel 2, stride 2 and no padding on one
-// plane, the CNN's case.
+// plane, the CNN's case. It is written without data-dependent branches
+// (the index updates compile to conditional moves), since which element of
+// a window is largest is a coin toss the branch predictor loses.
 func maxPool2x2(src, dst []float32, arg []int32, w, oh, ow int) {
 	for oy := 0; oy < oh; oy++ {
 		r0 := src[2*oy*w : 2*oy*w+w]
@@ -101,18 +103,22 @@ func maxPool2x2(src, dst []float32, arg []int32, w, oh, ow int) {
 		base := int32(2 * oy * w)
 		for ox := range d {
 			x0 := 2 * ox
-			best, bi := r0[x0], base+int32(x0)
-			if v := r0[x0+1]; v > best || v != v {
-				best, bi = v, base+int32(x0+1)
+			v0, v1, v2, v3 := r0[x0], r0[x0+1], r1[x0], r1[x0+1]
+			i := base + int32(x0)
+			m := v0
+			if v1 > m {
+				i = base + int32(x0+1)
 			}
-			if v := r1[x0]; v > best || v != v {
-				best, bi = v, base+int32(w+x0)
+			m = max(m, v1)
+			if v2 > m {
+				i = base + int32(w+x0)
 			}
-			if v := r1[x0+1]; v > best || v != v {
-				best, bi = v, base+int32(w+x0+1)
+			m = max(m, v2)
+			if v3 > m {
+				i = base + int32(w+x0+1)
 			}
-			d[ox] = best
-			a[ox] = bi
+			d[ox] = max(m, v3)
+			a[ox] = i
 		}
 	}
 }
