@@ -87,8 +87,8 @@ type Config struct {
 	// and GOTRAIN_NUM_THREADS already in it are kept.
 	Env []string
 	// Stdout and Stderr receive the workers' output, each line prefixed with
-	// "[rank<N>]: "; nil means os.Stdout and os.Stderr. Writes are whole
-	// lines, one Write call each, never concurrent.
+	// "[rank<N>]: "; nil means os.Stdout and os.Stderr. Each Write call
+	// holds whole lines only, and calls are never concurrent.
 	Stdout, Stderr io.Writer
 	// Logger receives the launcher's own messages; nil means text records
 	// written to Stderr, serialized with the workers' lines.
