@@ -115,7 +115,7 @@ func allArchGemms() []*gemmImpl {
 // packBTransAVX512 is packBTrans (nr a multiple of 16): 16×16 blocks are
 // transposed in registers; a block of fewer than 16 rows of B is first
 // copied into zeroed scratch rows, and the k tail is done in Go.
-func packBTransAVX512(dst, b []float32, ldb, p0, kc, j0, cols, nr int) {
+func packBTransAVX512(dst, scratch, b []float32, ldb, p0, kc, j0, cols, nr int) {
 	k16 := kc &^ 15
 	dst = dst[:kc*nr]
 	if k16 > 0 {
@@ -127,10 +127,12 @@ func packBTransAVX512(dst, b []float32, ldb, p0, kc, j0, cols, nr int) {
 				transposePack16AVX512(&dst[blk], nr, &b[(j0+blk)*ldb+p0], ldb, k16)
 				continue
 			}
-			scratch := make([]float32, 16*k16)
-			for r := 0; r < max(rows, 0); r++ {
+			scratch := scratch[:16*k16]
+			rows = max(rows, 0)
+			for r := 0; r < rows; r++ {
 				copy(scratch[r*k16:(r+1)*k16], b[(j0+blk+r)*ldb+p0:])
 			}
+			clear(scratch[rows*k16:])
 			transposePack16AVX512(&dst[blk], nr, &scratch[0], k16, k16)
 		}
 	}

@@ -36,8 +36,9 @@ type gemmImpl struct {
 	rowsOuter bool
 	// narrow, if set, replaces this implementation when n ≤ narrow.nr.
 	narrow *gemmImpl
-	// packBT packs a transposed B panel faster than the Go loop, or is nil.
-	packBT func(dst []float32, b []float32, ldb, p0, kc, j0, cols, nr int)
+	// packBT packs a transposed B panel faster than the Go loop, or is nil;
+	// scratch holds at least 16·kc floats.
+	packBT func(dst, scratch, b []float32, ldb, p0, kc, j0, cols, nr int)
 }
 
 // gemm is the implementation Sgemm uses, chosen at init from CPU features.
@@ -198,8 +199,9 @@ func scaleC(m, n int, beta float32, c []float32, ldc int) {
 
 // workspace holds one goroutine's packing buffers.
 type workspace struct {
-	a, b []float32
-	tile []float32
+	a, b    []float32
+	tile    []float32
+	scratch []float32
 }
 
 var workspaces = sync.Pool{New: func() any { return new(workspace) }}
@@ -233,6 +235,7 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 	ws.b = grow(ws.b, kcMax*roundUp(ncMax, nr))
 	ws.a = grow(ws.a, kcMax*mcMax)
 	ws.tile = grow(ws.tile, mr*nr)
+	ws.scratch = grow(ws.scratch, 16*kcMax)
 	kernel := impl.kernels[mr]
 
 	// Packing pays only when a micro-panel is reused: read A in place when
@@ -259,7 +262,7 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 				case !transB:
 					packBNoTrans(dst, b, ldb, pc, kc, jc+jr, cols, nr)
 				case impl.packBT != nil:
-					impl.packBT(dst, b, ldb, pc, kc, jc+jr, cols, nr)
+					impl.packBT(dst, ws.scratch, b, ldb, pc, kc, jc+jr, cols, nr)
 				default:
 					packBTrans(dst, b, ldb, pc, kc, jc+jr, cols, nr)
 				}
