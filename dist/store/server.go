@@ -193,16 +193,29 @@ func (s *Server) serveConn(conn net.Conn) {
 	_, err := auth.Server(hctx, conn, s.token, auth.Hello{Role: auth.RoleStore, Rank: -1, WorldSize: -1}, nil)
 	cancel()
 	if err != nil {
-		if !errors.Is(err, auth.ErrAuth) { // dist/auth logs those itself
+		if !errors.Is(err, auth.ErrAuth) && !s.isClosed() { // dist/auth logs refused tokens itself
 			slog.Warn("store: handshake failed", "remote", conn.RemoteAddr(), "err", err)
 		}
 		return
 	}
 	sc := &serverConn{s: s, conn: conn, pending: make(map[uint64]context.CancelFunc)}
-	if err := sc.serve(); err != nil {
+	if err := sc.serve(); err != nil && !s.isClosed() {
 		slog.Warn("store: closing connection", "remote", conn.RemoteAddr(), "err", err)
 	}
 }
+
+func (s *Server) isClosed() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// maxBlocked bounds the Gets and Waits one connection may have blocked on
+// the server at once (each holds a goroutine); more is a protocol error.
+const maxBlocked = 1 << 16
 
 // serverConn is one authenticated client connection.
 type serverConn struct {
@@ -248,13 +261,18 @@ func (sc *serverConn) serve() error {
 			rctx, rcancel := context.WithCancel(ctx)
 			sc.mu.Lock()
 			_, dup := sc.pending[req.id]
-			if !dup {
+			full := len(sc.pending) >= maxBlocked
+			if !dup && !full {
 				sc.pending[req.id] = rcancel
 			}
 			sc.mu.Unlock()
 			if dup {
 				rcancel()
 				return fmt.Errorf("%w: request id %d already in flight", errMalformed, req.id)
+			}
+			if full {
+				rcancel()
+				return fmt.Errorf("store: client has more than %d blocked Gets and Waits", maxBlocked)
 			}
 			blocked.Add(1)
 			go func() {

@@ -1,8 +1,23 @@
 // Package store is the rendezvous key-value store of gotrain's process
-// groups, with PyTorch's c10d Store semantics: a TCP store served by one
-// process (rank 0, or `gotrain store`), a file store on a shared file
-// system, an in-memory store for tests, and a prefix wrapper that
-// namespaces keys.
+// groups, with PyTorch's c10d Store semantics. Ranks use it to find each
+// other: each publishes its address under a key and Gets the others',
+// which blocks until they are set.
+//
+// Implementations:
+//
+//   - Server and Client (Listen, Serve, Dial): a TCP store served by one
+//     process (rank 0, or `gotrain store`), like PyTorch's TCPStore. Every
+//     connection starts with the dist/auth handshake over the job's token;
+//     one connection multiplexes any number of concurrent calls; a lost
+//     server fails every pending call at once with ErrConnLost.
+//   - File (NewFile): an append-only log on a shared file system guarded by
+//     flock(2), like PyTorch's FileStore; Get polls.
+//   - Mem (NewMem): in-process, for tests and single-process jobs.
+//   - Prefix: a namespacing view of another Store.
+//
+// All of them enforce the same limits (MaxKeySize, MaxValueSize), store
+// Add's counters as decimal text, and report a Get or Wait that outlives
+// its ctx with an error naming the key and wrapping ctx's error.
 package store
 
 import (

@@ -244,6 +244,10 @@ func TestTCPMalformedFrames(t *testing.T) {
 			e.b = binary.BigEndian.AppendUint32(e.b, 1<<31)
 			return e.finish()
 		}(),
+		"duplicate id": func() []byte {
+			get := newFrame(7, opGet, 0).str("never").finish()
+			return append(bytes.Clone(get), get...)
+		}(),
 		"oversized value": func() []byte {
 			e := newFrame(1, opSet, 0).str("k")
 			e.b = binary.BigEndian.AppendUint32(e.b, MaxValueSize+1)
