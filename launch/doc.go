@@ -2,7 +2,8 @@
 // distributed job on one node: gotrain's equivalent of torchrun, behind
 // `gotrain run`.
 //
-// The launcher knows nothing of process groups or training. It runs any
+// The launcher knows nothing of collectives or training (it does not import
+// dist): it runs any
 // program NProcPerNode times and hands each copy its place in the job
 // through the environment, with torchrun's variable names (RANK,
 // LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,

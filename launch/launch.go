@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -113,7 +114,14 @@ func Run(ctx context.Context, cfg Config) (exitCode int, err error) {
 		if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
 			return 1, fmt.Errorf("launch: log directory: %w", err)
 		}
-		if j.logRoot, err = os.MkdirTemp(cfg.LogDir, cfg.RunID+"_"); err != nil {
+		// A unique directory per job, as torchrun's, since run ids repeat ("none").
+		safeID := strings.Map(func(r rune) rune {
+			if r == '/' || r == os.PathSeparator {
+				return '_'
+			}
+			return r
+		}, cfg.RunID)
+		if j.logRoot, err = os.MkdirTemp(cfg.LogDir, safeID+"_"); err != nil {
 			return 1, fmt.Errorf("launch: log directory: %w", err)
 		}
 		j.log.Info("launch: writing worker logs", "dir", j.logRoot)
