@@ -215,9 +215,7 @@ func (j *job) attempt(ctx context.Context, restart int) (outcome, error) {
 		})
 		if err != nil {
 			j.stop(workers, exits, syscall.SIGKILL)
-			for _, w := range workers {
-				w.finishOutput(drainWait)
-			}
+			finishOutput(workers)
 			return outcome{}, err
 		}
 		workers = append(workers, w)
@@ -251,10 +249,17 @@ func (j *job) attempt(ctx context.Context, restart int) (outcome, error) {
 		// All exited 0; children they left in their process groups go too.
 		j.stop(workers, exits, syscall.SIGTERM)
 	}
-	for _, w := range workers {
-		w.finishOutput(drainWait)
-	}
+	finishOutput(workers)
 	return out, nil
+}
+
+// finishOutput lets the workers' last output drain, all within one
+// drainWait.
+func finishOutput(workers []*worker) {
+	deadline := time.Now().Add(drainWait)
+	for _, w := range workers {
+		w.finishOutput(deadline)
+	}
 }
 
 // stop sends sig to every worker's process group that still has processes,

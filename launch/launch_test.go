@@ -631,3 +631,25 @@ func TestLauncherKilled(t *testing.T) {
 	}
 	assertGone(t, pids)
 }
+
+// TestEscapedChildDoesNotHoldUpRun: a worker's child that left its process
+// group (setsid) but holds the stdout pipe cannot be stopped by the
+// launcher, and must not keep Run from returning.
+func TestEscapedChildDoesNotHoldUpRun(t *testing.T) {
+	j := newJob(t, 1, "escape", nil)
+	t.Cleanup(func() {
+		for _, pid := range pidsIn(t, filepath.Join(j.dir(), "child")) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	code, err, elapsed := j.run(t, context.Background())
+	if code != 0 || err != nil {
+		t.Fatalf("Run = %d, %v", code, err)
+	}
+	if elapsed > 4*time.Second {
+		t.Errorf("Run took %v waiting for an escaped child's output", elapsed)
+	}
+	if !strings.Contains(j.stdout.String(), "[rank0]: parent done\n") {
+		t.Errorf("worker output lost: %q", j.stdout.String())
+	}
+}

@@ -134,10 +134,10 @@ func (w *worker) groupAlive() bool {
 	return alive
 }
 
-// finishOutput waits up to patience for the worker's output to drain, then
+// finishOutput waits until deadline for the worker's output to drain, then
 // closes the pipes: a grandchild that escaped the process group (setsid)
 // may hold them open forever, and must not hold up the launcher.
-func (w *worker) finishOutput(patience time.Duration) {
+func (w *worker) finishOutput(deadline time.Time) {
 	done := make(chan struct{})
 	go func() {
 		w.pumps.Wait()
@@ -145,7 +145,7 @@ func (w *worker) finishOutput(patience time.Duration) {
 	}()
 	select {
 	case <-done:
-	case <-time.After(patience):
+	case <-time.After(time.Until(deadline)):
 	}
 	for _, f := range w.readEnds {
 		f.Close() // unblocks the pumps' reads with os.ErrClosed

@@ -66,6 +66,7 @@ var contractVars = []string{
 //	killself     wait for LAUNCH_TEST_WAIT_PEERS pid files, then SIGKILL itself
 //	spawn        start a sleeping child (pid file child-<rank>), then sleep
 //	spawn-exit   start a sleeping child, then exit 0
+//	escape       start a sleeping child in a new session, holding stdout, then exit 0
 //	dieonce      exit 3 the first time (marker file), else print the restart count
 //	restart      print the restart count, exit 0
 //	lines        write interleaving-prone lines, a long line and an unterminated one
@@ -108,9 +109,15 @@ func testWorker() int {
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		time.Sleep(time.Minute)
 		return 0
-	case action == "spawn", action == "spawn-exit":
+	case action == "spawn", action == "spawn-exit", action == "escape":
 		os.MkdirAll(filepath.Join(dir, "child"), 0o755)
 		child := exec.Command(os.Args[0])
+		if action == "escape" {
+			// A child that leaves the worker's process group but keeps its
+			// stdout: the launcher cannot stop it and must not wait for it.
+			child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			child.Stdout = os.Stdout
+		}
 		child.Env = append(os.Environ(), envAction+"_"+rank+"=sleep")
 		child.Env = append(child.Env, envDir+"="+filepath.Join(dir, "child"))
 		if err := child.Start(); err != nil {
@@ -125,7 +132,8 @@ func testWorker() int {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		if action == "spawn-exit" {
+		if action == "spawn-exit" || action == "escape" {
+			fmt.Println("parent done")
 			return 0
 		}
 		return sleepUntilSignal(rank, pidFile)
