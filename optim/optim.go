@@ -10,6 +10,10 @@
 // Optimizer and scheduler state round-trips through State, which the
 // checkpoint package writes next to the model so that training resumes on
 // exactly the trajectory it left.
+//
+// An optimizer and its scheduler belong to the training loop's goroutine;
+// Step itself may spread a large parameter over kernels.NumThreads
+// goroutines, with results independent of that split.
 package optim
 
 import (
