@@ -72,8 +72,8 @@ type Config struct {
 
 // Allreduce algorithm names.
 const (
-	AlgoAuto            = "auto"
-	AlgoRing            = "ring"
+	AlgoAuto              = "auto"
+	AlgoRing              = "ring"
 	AlgoRecursiveDoubling = "recursive-doubling"
 )
 
@@ -153,6 +153,9 @@ func (c Config) resolve() (Config, error) {
 	if !c.AgentStore {
 		c.AgentStore = os.Getenv("GOTRAIN_AGENT_STORE") == "1" || strings.EqualFold(os.Getenv("TORCHELASTIC_USE_AGENT_STORE"), "true")
 	}
+	if c.SocketBuffer == 0 {
+		c.SocketBuffer = envInt0("GOTRAIN_SOCKET_BUFFER", 0)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -169,4 +172,11 @@ func envInt(name string) (int, error) {
 		return 0, fmt.Errorf("%w: %s=%q is not an integer", ErrConfig, name, s)
 	}
 	return v, nil
+}
+
+func envInt0(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
 }

@@ -229,6 +229,8 @@ func (g *Group) execute(w *Work) error {
 	}}
 	if w.op.kind == opSend || w.op.kind == opRecv {
 		c.hdr = transport.Header{Kind: transport.KindP2P, DType: uint8(w.op.dt), Root: -1, Count: uint64(w.op.count), Tag: w.op.tag}
+	} else {
+		g.mesh.Begin(c.hdr)
 	}
 	err := w.run(ctx, c)
 	if err == nil {
@@ -236,6 +238,11 @@ func (g *Group) execute(w *Work) error {
 	}
 	if errors.Is(err, context.DeadlineExceeded) && w.ctx.Err() == nil {
 		err = fmt.Errorf("no progress within the %v operation timeout: %w", g.cfg.Timeout, err)
+	}
+	if cause := g.mesh.Err(); cause != nil {
+		// The group failed while this operation ran (a peer's abort, a
+		// reader's error): that is the cause, this error its fallout.
+		err = cause
 	}
 	sentinel, code := classify(err)
 	oe := g.opError(&w.op, sentinel, err)

@@ -215,4 +215,3 @@ func (g *Group) NewGroup(ctx context.Context, ranks []int) (*Group, error) {
 	g.children = append(g.children, sub)
 	return sub, nil
 }
-

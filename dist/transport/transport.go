@@ -146,6 +146,12 @@ type Mesh interface {
 	Size() int
 	// Pair returns the connection to rank peer (not this rank).
 	Pair(peer int) Pair
+	// Begin announces the collective operation this rank now runs (its
+	// frames' header, Length aside). A reader holding a frame that nothing
+	// was posted for compares it: a frame of an earlier operation, or of
+	// this one with another identity, is a mismatch, detected even when
+	// the two ranks never exchange frames in the mismatched operation.
+	Begin(h Header)
 	// Err returns the error that failed the mesh, or nil.
 	Err() error
 	// Fail marks the mesh failed with err, sends an abort frame with code

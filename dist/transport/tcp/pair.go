@@ -171,14 +171,15 @@ func (p *pair) Post(r *transport.Recv) {
 	}
 }
 
-// nextPosted pops the oldest posted receive, waiting for one. It returns
-// nil once the pair has failed.
-func (p *pair) nextPosted() *transport.Recv {
+// nextPosted pops the oldest posted receive for the frame h, waiting for
+// one. It returns nil once the pair has failed, and a mismatch error if h
+// cannot belong to the operation this rank runs (see Mesh.Begin).
+func (p *pair) nextPosted(h *transport.Header) (*transport.Recv, error) {
 	for {
 		p.qmu.Lock()
 		if p.failed != nil {
 			p.qmu.Unlock()
-			return nil
+			return nil, nil
 		}
 		if len(p.queue) > 0 {
 			r := p.queue[0]
@@ -188,10 +189,20 @@ func (p *pair) nextPosted() *transport.Recv {
 				p.queue = p.queue[:0:0] // let the backing array go
 			}
 			p.qmu.Unlock()
-			return r
+			return r, nil
 		}
 		p.qmu.Unlock()
+		if cur := p.m.current.Load(); cur != nil && (h.Seq < cur.Seq || h.Seq == cur.Seq && !cur.SameOp(h)) {
+			return nil, &transport.MismatchError{Want: *cur, Got: *h}
+		}
 		<-p.signal
+	}
+}
+
+func (p *pair) wake() {
+	select {
+	case p.signal <- struct{}{}:
+	default:
 	}
 }
 
@@ -227,6 +238,7 @@ func (p *pair) failQueued(err error) {
 // readLoop reads frames until the connection fails or the mesh closes.
 func (p *pair) readLoop() {
 	defer p.m.readers.Done()
+	defer p.linger()
 	p.scratch = make([]byte, scratchSize)
 	var hb [transport.HeaderSize]byte
 	for {
@@ -262,7 +274,10 @@ func (p *pair) readLoop() {
 }
 
 func (p *pair) readCollective(h transport.Header) error {
-	r := p.nextPosted()
+	r, err := p.nextPosted(&h)
+	if err != nil {
+		return err
+	}
 	if r == nil {
 		return transport.ErrClosed
 	}
@@ -375,10 +390,29 @@ func (p *pair) readP2P(h transport.Header) error {
 			return fmt.Errorf("%w: read %d-byte p2p payload: %w", transport.ErrPeerLost, h.Length, err)
 		}
 		p.qmu.Lock()
-		if p.failed == nil {
-			p.unexpected[h.Tag] = append(p.unexpected[h.Tag], p2pFrame{h: h, payload: payload})
+		defer p.qmu.Unlock()
+		if p.failed != nil {
+			return nil
 		}
-		p.qmu.Unlock()
+		if rs := p.p2p[h.Tag]; len(rs) > 0 && len(p.unexpected[h.Tag]) == 0 {
+			// A receive was posted while the payload was being read.
+			r := rs[0]
+			if !p2pMatches(r, &h) {
+				return &transport.MismatchError{Want: r.Want, Got: h}
+			}
+			copy(r.Buf[r.Filled:], payload)
+			r.Filled += len(payload)
+			if r.Filled == len(r.Buf) {
+				if len(rs) == 1 {
+					delete(p.p2p, h.Tag)
+				} else {
+					p.p2p[h.Tag] = rs[1:]
+				}
+				r.Finish(nil)
+			}
+			return nil
+		}
+		p.unexpected[h.Tag] = append(p.unexpected[h.Tag], p2pFrame{h: h, payload: payload})
 		return nil
 	}
 	r := posted[0]
@@ -410,4 +444,14 @@ func (p *pair) readP2P(h transport.Header) error {
 		r.Finish(nil)
 	}
 	return nil
+}
+
+// linger discards what the peer still sends after the mesh failed, until
+// it closes or lingerTime passes (see lingerTime).
+func (p *pair) linger() {
+	if p.m.Err() == nil {
+		return
+	}
+	p.conn.SetReadDeadline(time.Now().Add(lingerTime))
+	io.Copy(io.Discard, p.br)
 }

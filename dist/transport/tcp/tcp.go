@@ -15,6 +15,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gotrain/gotrain/dist/auth"
@@ -54,10 +55,13 @@ type Mesh struct {
 	pairs      []*pair // pairs[rank] is nil
 	log        *slog.Logger
 
-	mu  sync.Mutex // mu guards err
-	err error
+	mu       sync.Mutex // mu guards err
+	err      error
+	failDone chan struct{} // closed once the first Fail has told every peer
 
 	readers sync.WaitGroup
+
+	current atomic.Pointer[transport.Header] // the running collective
 }
 
 var _ transport.Mesh = (*Mesh)(nil)
@@ -69,7 +73,7 @@ func Connect(ctx context.Context, o Options) (*Mesh, error) {
 	if o.Size < 1 || o.Rank < 0 || o.Rank >= o.Size {
 		return nil, fmt.Errorf("tcp: rank %d is outside world size %d", o.Rank, o.Size)
 	}
-	m := &Mesh{rank: o.Rank, size: o.Size, pairs: make([]*pair, o.Size), log: o.Logger}
+	m := &Mesh{rank: o.Rank, size: o.Size, pairs: make([]*pair, o.Size), log: o.Logger, failDone: make(chan struct{})}
 	if m.log == nil {
 		m.log = slog.Default()
 	}
@@ -276,6 +280,16 @@ func (m *Mesh) Size() int { return m.size }
 // Pair implements transport.Mesh.
 func (m *Mesh) Pair(peer int) transport.Pair { return m.pairs[peer] }
 
+// Begin implements transport.Mesh.
+func (m *Mesh) Begin(h transport.Header) {
+	m.current.Store(&h)
+	for _, p := range m.pairs {
+		if p != nil {
+			p.wake()
+		}
+	}
+}
+
 // Err implements transport.Mesh.
 func (m *Mesh) Err() error {
 	m.mu.Lock()
@@ -286,26 +300,40 @@ func (m *Mesh) Err() error {
 // abortWriteTimeout bounds the best-effort abort frame to each peer.
 const abortWriteTimeout = 200 * time.Millisecond
 
-// Fail implements transport.Mesh.
+// lingerTime is how long a failed mesh keeps reading (and discarding)
+// what peers still send. Closing a socket with unread data makes the
+// kernel send a reset, which can destroy the abort frame just sent before
+// the peer reads it; reading until the peer closes avoids that.
+const lingerTime = 2 * time.Second
+
+// Fail implements transport.Mesh. Connections stay half open (our side
+// shut for writing, reads drained) until Close or the linger time ends,
+// so every peer gets the abort frame.
 func (m *Mesh) Fail(code int, err error) {
 	m.mu.Lock()
 	if m.err != nil {
 		m.mu.Unlock()
+		// Return only once the peers have been told, so that a caller
+		// who then closes the mesh cannot overtake the abort frames.
+		<-m.failDone
 		return
 	}
 	m.err = err
 	m.mu.Unlock()
+	defer close(m.failDone)
 	var wg sync.WaitGroup
 	for _, p := range m.pairs {
 		if p == nil {
 			continue
 		}
 		p.failQueued(err)
+		// Interrupt the reader: it releases any buffer it is filling.
+		p.conn.SetReadDeadline(time.Unix(1, 0))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			p.abort(code, err)
-			p.conn.Close()
+			p.conn.CloseWrite()
 		}()
 	}
 	wg.Wait()
@@ -316,6 +344,12 @@ func (m *Mesh) Fail(code int, err error) {
 // with ErrPeerLost, the others complete.
 func (m *Mesh) Close() error {
 	m.Fail(transport.AbortClosed, fmt.Errorf("rank %d destroyed the group: %w", m.rank, transport.ErrClosed))
+	for _, p := range m.pairs {
+		if p != nil {
+			p.conn.SetReadDeadline(time.Unix(1, 0))
+			p.conn.Close()
+		}
+	}
 	m.readers.Wait()
 	return nil
 }
