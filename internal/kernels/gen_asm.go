@@ -269,6 +269,67 @@ func vecOps(w *asm) {
 		vecKernel(w, op, true)
 		vecKernel(w, op, false)
 	}
+	rowsKernel(w, "copyRowsAVX512", false)
+	rowsKernel(w, "addRowsAVX512", true)
+}
+
+// rowsKernel emits name(dst *float32, dstStride int, src *float32,
+// srcStride int, rows, cols int): for each of rows rows, dst[0:cols] =
+// src[0:cols] (or +=), then both advance by their strides. The column tail
+// is a masked vector, so short rows (im2col's) cost one call, not one each.
+func rowsKernel(w *asm, name string, add bool) {
+	w.f("")
+	w.f("// func %s(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+	w.f("\tMOVQ dst+0(FP), DI")
+	w.f("\tMOVQ dstStride+8(FP), R12")
+	w.f("\tSHLQ $2, R12")
+	w.f("\tMOVQ src+16(FP), SI")
+	w.f("\tMOVQ srcStride+24(FP), R13")
+	w.f("\tSHLQ $2, R13")
+	w.f("\tMOVQ rows+32(FP), DX")
+	w.f("\tMOVQ cols+40(FP), BX")
+	w.f("\tTESTQ DX, DX")
+	w.f("\tJZ %s_done", name)
+	w.f("\tMOVQ BX, CX")
+	w.f("\tANDQ $15, CX")
+	w.f("\tMOVQ $1, AX")
+	w.f("\tSHLQ CX, AX")
+	w.f("\tDECQ AX")
+	w.f("\tKMOVW AX, K1")
+	w.f("%s_row:", name)
+	w.f("\tMOVQ SI, R10")
+	w.f("\tMOVQ DI, R11")
+	w.f("\tMOVQ BX, R8")
+	w.f("%s_col:", name)
+	w.f("\tCMPQ R8, $16")
+	w.f("\tJL %s_tail", name)
+	w.f("\tVMOVUPS (R10), Z0")
+	if add {
+		w.f("\tVADDPS (R11), Z0, Z0")
+	}
+	w.f("\tVMOVUPS Z0, (R11)")
+	w.f("\tADDQ $64, R10")
+	w.f("\tADDQ $64, R11")
+	w.f("\tSUBQ $16, R8")
+	w.f("\tJMP %s_col", name)
+	w.f("%s_tail:", name)
+	w.f("\tTESTQ R8, R8")
+	w.f("\tJZ %s_next", name)
+	w.f("\tVMOVUPS.Z (R10), K1, Z0")
+	if add {
+		w.f("\tVMOVUPS.Z (R11), K1, Z1")
+		w.f("\tVADDPS Z1, Z0, Z0")
+	}
+	w.f("\tVMOVUPS Z0, K1, (R11)")
+	w.f("%s_next:", name)
+	w.f("\tADDQ R13, SI")
+	w.f("\tADDQ R12, DI")
+	w.f("\tDECQ DX")
+	w.f("\tJNZ %s_row", name)
+	w.f("\tVZEROUPPER")
+	w.f("%s_done:", name)
+	w.f("\tRET")
 }
 
 // vecKernel emits {name}AVX512 or {name}AVX2 over n elements: four vectors

@@ -13,16 +13,32 @@ func Im2col(x []float32, c, h, w, kh, kw, strideH, strideW, padH, padW int, col 
 	for ci := 0; ci < c; ci++ {
 		img := x[ci*h*w : (ci+1)*h*w]
 		for i := 0; i < kh; i++ {
+			y0, y1 := validRange(oh, strideH, h, i-padH)
 			for j := 0; j < kw; j++ {
-				row := col[((ci*kh+i)*kw+j)*oh*ow:]
-				for y := 0; y < oh; y++ {
-					iy := y*strideH + i - padH
-					dst := row[y*ow : (y+1)*ow]
-					if iy < 0 || iy >= h {
-						clear(dst)
-						continue
+				plane := col[((ci*kh+i)*kw+j)*oh*ow : ((ci*kh+i)*kw+j+1)*oh*ow]
+				clear(plane[:y0*ow])
+				clear(plane[y1*ow:])
+				if y0 >= y1 {
+					continue
+				}
+				if strideW == 1 {
+					// Valid rows are one strided block: zero the padded
+					// columns, copy the rest in one call.
+					x0, x1 := validRange(ow, 1, w, j-padW)
+					if x0 > 0 || x1 < ow {
+						for y := y0; y < y1; y++ {
+							clear(plane[y*ow : y*ow+x0])
+							clear(plane[y*ow+x1 : (y+1)*ow])
+						}
 					}
+					iy0 := y0*strideH + i - padH
+					copyRows(false, plane[y0*ow+x0:], ow, img[iy0*w+x0+j-padW:], strideH*w, y1-y0, x1-x0)
+					continue
+				}
+				for y := y0; y < y1; y++ {
+					iy := y*strideH + i - padH
 					src := img[iy*w : (iy+1)*w]
+					dst := plane[y*ow : (y+1)*ow]
 					for xo := range dst {
 						ix := xo*strideW + j - padW
 						if ix < 0 || ix >= w {
@@ -45,14 +61,21 @@ func Col2im(col []float32, c, h, w, kh, kw, strideH, strideW, padH, padW int, dx
 	for ci := 0; ci < c; ci++ {
 		img := dx[ci*h*w : (ci+1)*h*w]
 		for i := 0; i < kh; i++ {
+			y0, y1 := validRange(oh, strideH, h, i-padH)
+			if y0 >= y1 {
+				continue
+			}
 			for j := 0; j < kw; j++ {
-				row := col[((ci*kh+i)*kw+j)*oh*ow:]
-				for y := 0; y < oh; y++ {
+				plane := col[((ci*kh+i)*kw+j)*oh*ow : ((ci*kh+i)*kw+j+1)*oh*ow]
+				if strideW == 1 {
+					x0, x1 := validRange(ow, 1, w, j-padW)
+					iy0 := y0*strideH + i - padH
+					copyRows(true, img[iy0*w+x0+j-padW:], strideH*w, plane[y0*ow+x0:], ow, y1-y0, x1-x0)
+					continue
+				}
+				for y := y0; y < y1; y++ {
 					iy := y*strideH + i - padH
-					if iy < 0 || iy >= h {
-						continue
-					}
-					src := row[y*ow : (y+1)*ow]
+					src := plane[y*ow : (y+1)*ow]
 					dst := img[iy*w : (iy+1)*w]
 					for xo, v := range src {
 						ix := xo*strideW + j - padW
@@ -64,4 +87,22 @@ func Col2im(col []float32, c, h, w, kh, kw, strideH, strideW, padH, padW int, dx
 			}
 		}
 	}
+}
+
+// validRange returns the outputs [o0,o1) of n whose input o·stride+off
+// lies inside [0,size).
+func validRange(n, stride, size, off int) (o0, o1 int) {
+	// o·stride+off ≥ 0  ⇔  o ≥ ceil(−off/stride)
+	if off < 0 {
+		o0 = (-off + stride - 1) / stride
+	}
+	// o·stride+off ≤ size−1  ⇔  o ≤ floor((size−1−off)/stride)
+	if size-1-off < 0 {
+		o1 = 0
+	} else {
+		o1 = (size-1-off)/stride + 1
+	}
+	o0 = min(o0, n)
+	o1 = max(min(o1, n), o0)
+	return o0, o1
 }

@@ -10,6 +10,37 @@ type vecImpl struct {
 	scale                      func(alpha float32, x []float32)
 	relu                       func(dst, src []float32)
 	reluBackward               func(dx, dy, x []float32)
+	// copyRows and addRows, if set, copy (add) rows×cols floats between
+	// strided rows in one call; see copyRows below.
+	copyRows, addRows func(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)
+}
+
+// copyRows sets dst[r*dstStride+j] = src[r*srcStride+j] for r < rows,
+// j < cols (or adds, if add).
+func copyRows(add bool, dst []float32, dstStride int, src []float32, srcStride int, rows, cols int) {
+	if rows <= 0 || cols <= 0 {
+		return
+	}
+	// Bounds-check the last row of each side; the assembly does no checks.
+	_ = dst[(rows-1)*dstStride : (rows-1)*dstStride+cols]
+	_ = src[(rows-1)*srcStride : (rows-1)*srcStride+cols]
+	f := vec.copyRows
+	if add {
+		f = vec.addRows
+	}
+	if f != nil {
+		f(&dst[0], dstStride, &src[0], srcStride, rows, cols)
+		return
+	}
+	for r := 0; r < rows; r++ {
+		d := dst[r*dstStride : r*dstStride+cols]
+		s := src[r*srcStride : r*srcStride+cols]
+		if add {
+			vec.add(d, s)
+		} else {
+			copy(d, s)
+		}
+	}
 }
 
 // vec is the implementation the exported functions use, chosen at init.

@@ -155,6 +155,8 @@ var (
 		axpyAVX2, scaleAVX2, reluAVX2, reluBackwardAVX2)
 )
 
+func init() { avx512Vec.copyRows, avx512Vec.addRows = copyRowsAVX512, addRowsAVX512 }
+
 func defaultVec() *vecImpl {
 	switch {
 	case hasAVX512:
@@ -176,3 +178,9 @@ func allArchVecs() []*vecImpl {
 	}
 	return out
 }
+
+//go:noescape
+func copyRowsAVX512(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)
+
+//go:noescape
+func addRowsAVX512(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)

@@ -1211,3 +1211,96 @@ reluBackwardAVX2_loop1:
 reluBackwardAVX2_tail:
 	VZEROUPPER
 	RET
+
+// func copyRowsAVX512(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)
+TEXT ·copyRowsAVX512(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ dstStride+8(FP), R12
+	SHLQ $2, R12
+	MOVQ src+16(FP), SI
+	MOVQ srcStride+24(FP), R13
+	SHLQ $2, R13
+	MOVQ rows+32(FP), DX
+	MOVQ cols+40(FP), BX
+	TESTQ DX, DX
+	JZ copyRowsAVX512_done
+	MOVQ BX, CX
+	ANDQ $15, CX
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+	KMOVW AX, K1
+copyRowsAVX512_row:
+	MOVQ SI, R10
+	MOVQ DI, R11
+	MOVQ BX, R8
+copyRowsAVX512_col:
+	CMPQ R8, $16
+	JL copyRowsAVX512_tail
+	VMOVUPS (R10), Z0
+	VMOVUPS Z0, (R11)
+	ADDQ $64, R10
+	ADDQ $64, R11
+	SUBQ $16, R8
+	JMP copyRowsAVX512_col
+copyRowsAVX512_tail:
+	TESTQ R8, R8
+	JZ copyRowsAVX512_next
+	VMOVUPS.Z (R10), K1, Z0
+	VMOVUPS Z0, K1, (R11)
+copyRowsAVX512_next:
+	ADDQ R13, SI
+	ADDQ R12, DI
+	DECQ DX
+	JNZ copyRowsAVX512_row
+	VZEROUPPER
+copyRowsAVX512_done:
+	RET
+
+// func addRowsAVX512(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)
+TEXT ·addRowsAVX512(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ dstStride+8(FP), R12
+	SHLQ $2, R12
+	MOVQ src+16(FP), SI
+	MOVQ srcStride+24(FP), R13
+	SHLQ $2, R13
+	MOVQ rows+32(FP), DX
+	MOVQ cols+40(FP), BX
+	TESTQ DX, DX
+	JZ addRowsAVX512_done
+	MOVQ BX, CX
+	ANDQ $15, CX
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+	KMOVW AX, K1
+addRowsAVX512_row:
+	MOVQ SI, R10
+	MOVQ DI, R11
+	MOVQ BX, R8
+addRowsAVX512_col:
+	CMPQ R8, $16
+	JL addRowsAVX512_tail
+	VMOVUPS (R10), Z0
+	VADDPS (R11), Z0, Z0
+	VMOVUPS Z0, (R11)
+	ADDQ $64, R10
+	ADDQ $64, R11
+	SUBQ $16, R8
+	JMP addRowsAVX512_col
+addRowsAVX512_tail:
+	TESTQ R8, R8
+	JZ addRowsAVX512_next
+	VMOVUPS.Z (R10), K1, Z0
+	VMOVUPS.Z (R11), K1, Z1
+	VADDPS Z1, Z0, Z0
+	VMOVUPS Z0, K1, (R11)
+addRowsAVX512_next:
+	ADDQ R13, SI
+	ADDQ R12, DI
+	DECQ DX
+	JNZ addRowsAVX512_row
+	VZEROUPPER
+addRowsAVX512_done:
+	RET
