@@ -155,7 +155,7 @@ func ReluBackward(dx, dy, x []float32) {
 // AddBias adds bias[j] to every row of the rows×len(bias) matrix x.
 func AddBias(x []float32, rows int, bias []float32) {
 	n := len(bias)
-	if n == 0 {
+	if n == 0 || rows <= 0 {
 		return
 	}
 	_ = x[rows*n-1]
@@ -167,7 +167,7 @@ func AddBias(x []float32, rows int, bias []float32) {
 // SumRows accumulates dst[j] += Σ_r x[r*len(dst)+j] (the bias gradient).
 func SumRows(dst, x []float32, rows int) {
 	n := len(dst)
-	if n == 0 {
+	if n == 0 || rows <= 0 {
 		return
 	}
 	_ = x[rows*n-1]

@@ -150,6 +150,8 @@ func TestAddBiasSumRows(t *testing.T) {
 		}
 	}
 	SumRows(dst, x, rows)
+	AddBias(nil, 0, bias) // no rows: no-op, no panic
+	SumRows(dst, nil, 0)
 	for j, v := range dst {
 		if math.Abs(float64(v)-wantSum[j]) > 1e-5*(1+math.Abs(wantSum[j])) {
 			t.Fatalf("SumRows[%d]=%g want %g", j, v, wantSum[j])

@@ -1,0 +1,41 @@
+package kernels_test
+
+import (
+	"fmt"
+
+	"github.com/gotrain/gotrain/internal/kernels"
+)
+
+// A Linear layer's forward pass, y = x·Wᵀ, with W stored [out,in] as in
+// PyTorch: transB absorbs the transpose, no copy is made.
+func ExampleSgemm() {
+	x := []float32{ // 2 samples × 3 features
+		1, 2, 3,
+		4, 5, 6,
+	}
+	w := []float32{ // 2 outputs × 3 features
+		1, 0, -1,
+		0.5, 0.5, 0.5,
+	}
+	y := make([]float32, 2*2)
+	kernels.Sgemm(false, true, 2, 2, 3, 1, x, 3, w, 3, 0, y, 2)
+	fmt.Println(y)
+
+	// Backward: dW += dyᵀ·x accumulates into the gradient with beta = 1.
+	dy := []float32{1, 0, 0, 1}
+	dw := make([]float32, 2*3)
+	kernels.Sgemm(true, false, 2, 3, 2, 1, dy, 2, x, 3, 1, dw, 3)
+	fmt.Println(dw)
+	// Output:
+	// [-2 3 -2 7.5]
+	// [1 2 3 4 5 6]
+}
+
+// The launcher gives each worker its share of the cores through
+// GOTRAIN_NUM_THREADS; a program may also set it directly.
+func ExampleSetNumThreads() {
+	prev := kernels.SetNumThreads(1)
+	defer kernels.SetNumThreads(prev)
+	fmt.Println(kernels.NumThreads())
+	// Output: 1
+}
