@@ -85,6 +85,9 @@ type core struct {
 	lr     float64
 	hypers []hyper
 	slots  []string // state buffer names, e.g. "exp_avg"
+	// structural names the float hyper-parameter whose being zero decides
+	// which slots exist (SGD's momentum): a state must agree on it.
+	structural string
 	// state[i] holds parameter i's buffers; nil until its first step.
 	state [][][]float32
 	steps []int64
@@ -241,6 +244,9 @@ func (c *core) LoadStateDict(st State) error {
 		}
 		if err != nil {
 			return bad("%v", err)
+		}
+		if h.name == c.structural && (floats[k] != 0) != (*h.f != 0) {
+			return bad("%s is %v in the state but %v here: construct the optimizer with the same %s", h.name, floats[k], *h.f, h.name)
 		}
 	}
 	used := map[string]bool{}

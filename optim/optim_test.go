@@ -295,6 +295,12 @@ func TestLoadStateDictErrors(t *testing.T) {
 			_ = p
 		})
 	}
+	// Momentum on in the state but off here (even before any step) would
+	// leave Step without its buffer.
+	noMomentum := NewSGD([]*tensor.Tensor{tensor.Zeros(3)}, 0.1)
+	if err := noMomentum.LoadStateDict(NewSGD([]*tensor.Tensor{tensor.Zeros(3)}, 0.1, Momentum(0.5)).StateDict()); !errors.Is(err, ErrStateDict) || !strings.Contains(err.Error(), "momentum is 0.5 in the state but 0 here") {
+		t.Fatalf("momentum mismatch: err = %v", err)
+	}
 	if err := NewStepLR(src, 2, 0.5).LoadStateDict(NewCosineAnnealingLR(src, 3, 0).StateDict()); !errors.Is(err, ErrStateDict) {
 		t.Fatalf("scheduler kind mismatch: err = %v", err)
 	}

@@ -44,6 +44,7 @@ func NewSGD(params []*tensor.Tensor, lr float64, opts ...Option) *SGD {
 		{name: "nesterov", b: &o.nesterov},
 		{name: "maximize", b: &o.maximize},
 	}
+	o.structural = "momentum"
 	o.update = o.updateParam
 	return o
 }
