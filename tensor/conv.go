@@ -31,7 +31,7 @@ func (g convGeom) im2col(x []float32, i int, buf []float32) []float32 {
 	if g.direct() {
 		return img
 	}
-	im2col(img, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, buf)
+	kernels.Im2col(img, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, buf)
 	return buf
 }
 
@@ -176,7 +176,7 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, cols, grad []float32) {
 					continue
 				}
 				kernels.Sgemm(true, false, ckk, p, g.o, 1, w.data, ckk, gi, p, 0, dcol, p)
-				col2im(dcol, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, dxi)
+				kernels.Col2im(dcol, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, dxi)
 			}
 		}
 		if scratch != nil {
