@@ -32,26 +32,54 @@ func parallelFor(n, minItems int, fn func(worker, lo, hi int)) int {
 	return workers
 }
 
-// bufPools recycles large float32 scratch buffers (im2col columns, partial
-// gradients) between ops and steps, one sync.Pool per length: a training
-// loop asks for the same few sizes every step.
-var bufPools sync.Map // int -> *sync.Pool of *[]float32
+// scratch recycles large float32 buffers (im2col columns, pass-local
+// gradients, partial sums) between ops and training steps. A training loop
+// asks for the same few sizes every step; unlike a sync.Pool, which the
+// garbage collector empties every cycle or two, this free list keeps them,
+// bounded by maxScratchBytes in total so an odd size cannot pin memory
+// without limit. Fresh large allocations cost zeroing and page faults.
+var scratch struct {
+	mu    sync.Mutex // guards free and bytes
+	free  map[int][][]float32
+	bytes int
+}
 
-// getBuf returns a scratch slice of length n with unspecified contents.
+const (
+	maxScratchBytes = 256 << 20
+	maxScratchPer   = 4    // buffers kept per size
+	minScratchLen   = 1024 // smaller buffers are cheap to allocate
+)
+
+// getBuf returns a buffer of length n with unspecified contents.
 func getBuf(n int) []float32 {
-	if p, ok := bufPools.Load(n); ok {
-		if b, ok := p.(*sync.Pool).Get().(*[]float32); ok {
-			return *b
+	if n >= minScratchLen {
+		scratch.mu.Lock()
+		if l := scratch.free[n]; len(l) > 0 {
+			b := l[len(l)-1]
+			scratch.free[n] = l[:len(l)-1]
+			scratch.bytes -= 4 * n
+			scratch.mu.Unlock()
+			return b
 		}
+		scratch.mu.Unlock()
 	}
 	return make([]float32, n)
 }
 
-// putBuf returns a slice obtained from getBuf for reuse.
+// putBuf hands a buffer back for reuse; the caller must not touch it again.
 func putBuf(b []float32) {
-	p, ok := bufPools.Load(len(b))
-	if !ok {
-		p, _ = bufPools.LoadOrStore(len(b), new(sync.Pool))
+	n := len(b)
+	if n < minScratchLen {
+		return
 	}
-	p.(*sync.Pool).Put(&b)
+	scratch.mu.Lock()
+	defer scratch.mu.Unlock()
+	if scratch.bytes+4*n > maxScratchBytes || len(scratch.free[n]) >= maxScratchPer {
+		return
+	}
+	if scratch.free == nil {
+		scratch.free = make(map[int][][]float32)
+	}
+	scratch.free[n] = append(scratch.free[n], b[:n:n])
+	scratch.bytes += 4 * n
 }
