@@ -50,3 +50,29 @@ func ExampleCrossEntropy() {
 	// loss 0.6931 (ln 2), bias grad [0 0]
 	// predictions [0 0 0 0]
 }
+
+// Conv2d takes PyTorch layouts: input [N, C, H, W], weight [O, C, KH, KW].
+func ExampleConv2d() {
+	x := tensor.Full(1, 1, 1, 4, 4)                       // one 4×4 image of ones
+	w := tensor.Full(1, 2, 1, 3, 3).SetRequiresGrad(true) // two 3×3 box filters
+	b := tensor.New([]float32{0, 100}, 2)
+	y := tensor.Conv2d(x, w, b, [2]int{2, 2}, [2]int{1, 1}) // stride 2, padding 1
+	fmt.Println(y.Shape(), y.Data())
+	if err := tensor.Sum(y, false).Backward(); err != nil {
+		fmt.Println(err)
+	}
+	// Each tap's gradient counts the outputs whose window saw a real pixel.
+	fmt.Println(w.Grad().Data()[:9])
+	// Output:
+	// [1 2 2 2] [4 6 6 9 104 106 106 109]
+	// [1 2 2 2 4 4 2 4 4]
+}
+
+// Under NoGrad ops record nothing, as for evaluation.
+func ExampleNoGrad() {
+	w := tensor.New([]float32{2}, 1, 1).SetRequiresGrad(true)
+	var y *tensor.Tensor
+	tensor.NoGrad(func() { y = tensor.Linear(tensor.Full(3, 1, 1), w, nil) })
+	fmt.Println(y.Item(), y.RequiresGrad())
+	// Output: 6 false
+}
