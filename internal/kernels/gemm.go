@@ -219,11 +219,10 @@ func grow(buf []float32, n int) []float32 {
 	return raw[off : off+n : off+n]
 }
 
-// Thresholds (in micro-panels of the other operand) below which an operand
-// is read in place rather than packed. B is never read in place with a
-// row stride of a multiple of 4 KiB: its rows would all map to the same
-// L1 sets.
-var directAMaxPanels, directBMaxPanels = 2, 16
+// directBMaxPanels is the number of A micro-panels up to which B is read
+// in place rather than packed. B is never read in place with a row stride
+// of a multiple of 4 KiB: its rows would all map to the same L1 sets.
+var directBMaxPanels = 16
 
 func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	mr, nr := impl.mr, impl.nr
@@ -238,11 +237,14 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 	ws.scratch = grow(ws.scratch, 16*kcMax)
 	kernel := impl.kernels[mr]
 
-	// Packing pays only when a micro-panel is reused: read A in place when
-	// there are at most two B panels, and B (if not transposed; packing
-	// absorbs the transpose) when there are at most two A panels.
-	directA := n <= directAMaxPanels*nr
+	// A is read in place (measured faster than packing it at every shape
+	// here: its micro-panels stream from L2 either way, and packing costs a
+	// pass over A), except edge rows of kernels without a row variant.
+	// Packing B pays when its micro-panel is reused by many A micro-panels;
+	// it also absorbs Bᵀ, so only an untransposed B of few rows is read in
+	// place.
 	directB := !transB && m <= directBMaxPanels*mr && (ldb*4)%4096 != 0
+	rowKernel := func(rows int) bool { return rows == mr || impl.masked && impl.kernels[rows] != nil }
 
 	for jc := 0; jc < n; jc += impl.nc {
 		nc := min(impl.nc, n-jc)
@@ -271,7 +273,7 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 				mc := min(impl.mc, m-ic)
 				for ir := 0; ir < mc; ir += mr {
 					rows := min(mr, mc-ir)
-					if directA && (rows == mr || impl.masked && impl.kernels[rows] != nil) {
+					if rowKernel(rows) {
 						continue
 					}
 					dst := ws.a[ir*kc : (ir+mr)*kc]
@@ -284,7 +286,7 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 				tile := func(ir, jr int) {
 					mrEff, nrEff := min(mr, mc-ir), min(nr, nc-jr)
 					ap, aRow, aCol := &ws.a[ir*kc], 1, mr
-					if directA && (mrEff == mr || impl.masked && impl.kernels[mrEff] != nil) {
+					if rowKernel(mrEff) {
 						if transA {
 							ap, aRow, aCol = &a[pc*lda+ic+ir], 1, lda
 						} else {
