@@ -385,3 +385,18 @@ func ExampleClient() {
 	fmt.Printf("connected to rank %d of %d (protocol %d)\n", peer.Rank, peer.WorldSize, peer.Version)
 	// Output: connected to rank 0 of 2 (protocol 1)
 }
+
+// A long refusal reason reaches the client cut to a bounded length.
+func TestLongRejectReason(t *testing.T) {
+	long := strings.Repeat("why ", 5000)
+	c, s := handshake(t, nil, nil, workerHello, masterHello, func(Hello) error { return errors.New(long) })
+	if !errors.Is(c.err, ErrRejected) || !errors.Is(s.err, ErrRejected) {
+		t.Fatalf("client err %v, server err %v", c.err, s.err)
+	}
+	if n := len(c.err.Error()); n > maxReason+200 {
+		t.Fatalf("client error is %d bytes long", n)
+	}
+	if !strings.Contains(c.err.Error(), "why why") {
+		t.Fatalf("client error %q lost the reason", c.err)
+	}
+}

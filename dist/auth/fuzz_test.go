@@ -2,7 +2,12 @@ package auth
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
 	"testing"
+	"time"
 )
 
 // FuzzReadMsg feeds arbitrary bytes to the frame reader: it must never
@@ -62,6 +67,43 @@ func FuzzDecode(f *testing.F) {
 			}
 		} else if err == nil && len(m.reason) <= maxReason && !bytes.Equal(encodeRefusal(m.status, m.reason), msg) {
 			t.Fatalf("refusal %x re-encodes differently", msg)
+		}
+	})
+}
+
+// fuzzConn is a net.Conn that reads a fixed input and discards writes.
+type fuzzConn struct {
+	net.Conn // nil: methods not overridden below must not be called
+	r        *bytes.Reader
+}
+
+func (c *fuzzConn) Read(p []byte) (int, error)       { return c.r.Read(p) }
+func (c *fuzzConn) Write(p []byte) (int, error)      { return len(p), nil }
+func (c *fuzzConn) RemoteAddr() net.Addr             { return &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1} }
+func (c *fuzzConn) SetDeadline(time.Time) error      { return nil }
+func (c *fuzzConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *fuzzConn) SetWriteDeadline(time.Time) error { return nil }
+
+// FuzzServer runs the whole server side against arbitrary client bytes: it
+// must fail cleanly, and it can only succeed if the input carries a valid
+// proof, which random bytes cannot.
+func FuzzServer(f *testing.F) {
+	var nonce [nonceSize]byte
+	hello, _ := encodeHello(Hello{Version: ProtocolVersion, Role: RoleData, JobID: "j"})
+	first := encodeClientHello(clientHello{version: ProtocolVersion, nonce: nonce})
+	proof := encodeProof(make([]byte, macSize), hello)
+	frame := func(m []byte) []byte { return append([]byte{0, byte(len(m))}, m...) }
+	f.Add(append(frame(first), frame(proof)...))
+	f.Add(frame(first))
+	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	f.Cleanup(func() { slog.SetDefault(old) })
+	f.Fuzz(func(t *testing.T, data []byte) {
+		conn := &fuzzConn{r: bytes.NewReader(data)}
+		_, err := Server(context.Background(), conn, []byte("token"), Hello{Role: RoleData}, nil)
+		if err == nil {
+			t.Fatalf("handshake accepted from arbitrary bytes %x", data)
 		}
 	})
 }
