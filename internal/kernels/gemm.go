@@ -106,12 +106,16 @@ func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, al
 	if m == 0 || n == 0 {
 		return
 	}
-	if impl.narrow != nil && n <= impl.narrow.nr {
-		impl = impl.narrow
-	}
 	if k == 0 || alpha == 0 {
 		scaleC(m, n, beta, c, ldc)
 		return
+	}
+	if n <= swapMaxN && m >= 4*n && impl.masked {
+		sgemmSwapped(impl, threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	if impl.narrow != nil && n <= impl.narrow.nr {
+		impl = impl.narrow
 	}
 	flops := 2 * m * n * k
 	if threads > 1 && flops >= parallelMinFlops {
@@ -146,6 +150,33 @@ func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, al
 		}
 	}
 	sgemmSerial(impl, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// swapMaxN is the widest C computed as a transposed product: a C of few
+// columns (the logits layer's 10) fills only part of each vector, while its
+// transpose has few rows, which the row-edge kernels handle at full width.
+const swapMaxN = 16
+
+// sgemmSwapped computes C = alpha·op(A)·op(B) + beta·C through
+// Cᵀ = op(B)ᵀ·op(A)ᵀ in a scratch buffer, then transposes it into C.
+func sgemmSwapped(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	ws := workspaces.Get().(*workspace)
+	defer workspaces.Put(ws)
+	ws.swap = grow(ws.swap, n*m)
+	t := ws.swap
+	sgemmWith(impl, threads, !transB, !transA, n, m, k, 1, b, ldb, a, lda, 0, t, m)
+	for i := 0; i < m; i++ {
+		ci := c[i*ldc : i*ldc+n]
+		if beta == 0 {
+			for j := range ci {
+				ci[j] = alpha * t[j*m+i]
+			}
+		} else {
+			for j := range ci {
+				ci[j] = alpha*t[j*m+i] + beta*ci[j]
+			}
+		}
+	}
 }
 
 // splitBlocks divides [0,n) into at most parts ranges of whole blocks
@@ -202,6 +233,7 @@ type workspace struct {
 	a, b    []float32
 	tile    []float32
 	scratch []float32
+	swap    []float32
 }
 
 var workspaces = sync.Pool{New: func() any { return new(workspace) }}
