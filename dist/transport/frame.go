@@ -21,7 +21,7 @@ const MaxPayload = 8 << 20
 //	4  op      uint8  collective operation (opaque to the transport)
 //	5  dtype   uint8  element type (opaque to the transport)
 //	6  redop   uint8  reduce operation (opaque to the transport)
-//	7  flags   uint8  reserved, zero
+//	7  flags   uint8  FlagShm or zero
 //	8  root    int32  root rank of the operation, or -1
 //	12 length  uint32 payload bytes that follow the header
 //	16 seq     uint64 sequence number of the operation in its group
@@ -65,6 +65,11 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
+// FlagShm marks a frame whose payload is not on the wire but in the
+// next slot of the pair's shared-memory ring (same-host peers); Length is
+// still the payload's size.
+const FlagShm = 1
+
 // Header describes one frame. Op, DType, RedOp, Root, Seq, Count and Tag
 // are the operation's identity: every frame of an operation carries them,
 // so a receiver detects a peer that issued a different operation from the
@@ -74,6 +79,7 @@ type Header struct {
 	Op     uint8
 	DType  uint8
 	RedOp  uint8
+	Flags  uint8
 	Root   int32
 	Length uint32
 	Seq    uint64
@@ -81,8 +87,8 @@ type Header struct {
 	Tag    int64
 }
 
-// SameOp reports whether h and o describe the same operation (every field
-// except Length and Kind-independent payload size).
+// SameOp reports whether h and o describe the same operation: every field
+// but Length and Flags.
 func (h *Header) SameOp(o *Header) bool {
 	return h.Kind == o.Kind && h.Op == o.Op && h.DType == o.DType && h.RedOp == o.RedOp &&
 		h.Root == o.Root && h.Seq == o.Seq && h.Count == o.Count && h.Tag == o.Tag
@@ -93,7 +99,7 @@ func (h *Header) Encode(b []byte) {
 	_ = b[HeaderSize-1]
 	b[0], b[1], b[2] = magic0, magic1, WireVersion
 	b[3] = byte(h.Kind)
-	b[4], b[5], b[6], b[7] = h.Op, h.DType, h.RedOp, 0
+	b[4], b[5], b[6], b[7] = h.Op, h.DType, h.RedOp, h.Flags
 	binary.LittleEndian.PutUint32(b[8:], uint32(h.Root))
 	binary.LittleEndian.PutUint32(b[12:], h.Length)
 	binary.LittleEndian.PutUint64(b[16:], h.Seq)
@@ -119,6 +125,7 @@ func Decode(b []byte) (Header, error) {
 		Op:     b[4],
 		DType:  b[5],
 		RedOp:  b[6],
+		Flags:  b[7],
 		Root:   int32(binary.LittleEndian.Uint32(b[8:])),
 		Length: binary.LittleEndian.Uint32(b[12:]),
 		Seq:    binary.LittleEndian.Uint64(b[16:]),
@@ -128,7 +135,7 @@ func Decode(b []byte) (Header, error) {
 	if h.Kind == 0 || h.Kind >= kindEnd {
 		return Header{}, fmt.Errorf("%w: unknown frame kind %d", ErrMalformed, b[3])
 	}
-	if b[7] != 0 {
+	if b[7]&^FlagShm != 0 {
 		return Header{}, fmt.Errorf("%w: reserved flags %#x set", ErrMalformed, b[7])
 	}
 	if h.Length > MaxPayload {

@@ -32,7 +32,7 @@ func TestDecodeRejects(t *testing.T) {
 		"version":  func(b []byte) { b[2] = 9 },
 		"kind 0":   func(b []byte) { b[3] = 0 },
 		"kind 200": func(b []byte) { b[3] = 200 },
-		"flags":    func(b []byte) { b[7] = 1 },
+		"flags":    func(b []byte) { b[7] = 2 },
 		"length":   func(b []byte) { b[15] = 0xff },
 	}
 	for name, mutate := range cases {

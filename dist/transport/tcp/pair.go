@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gotrain/gotrain/dist/transport"
@@ -36,6 +37,7 @@ type pair struct {
 	br   *bufio.Reader
 
 	scratch []byte
+	shm     *shmLink // nil: payloads go inline; guarded by wmu for writers
 
 	wmu       sync.Mutex // wmu guards writes to conn, wdeadline, hdr and broken
 	wdeadline time.Time
@@ -93,6 +95,18 @@ func (p *pair) Send(ctx context.Context, h transport.Header, payload []byte) err
 	if !d.Equal(p.wdeadline) {
 		p.conn.SetWriteDeadline(d)
 		p.wdeadline = d
+	}
+	if l := p.shm; l != nil && len(payload) >= shmMin && len(payload) <= shmSlotSize {
+		if err := l.waitSlot(ctx, p.m.failed); err != nil {
+			if merr := p.m.Err(); merr != nil {
+				return merr
+			}
+			return p.peerErr(fmt.Errorf("waiting for a free shared-memory slot: %w", err))
+		}
+		copy(l.out[l.produced%shmSlots], payload)
+		l.produced++
+		h.Flags |= transport.FlagShm
+		payload = nil
 	}
 	h.Encode(p.hdr[:])
 	var err error
@@ -289,7 +303,7 @@ func (p *pair) readCollective(h transport.Header) error {
 		r.Finish(p.peerErr(err))
 		return err
 	}
-	if err := p.readPayload(r.Buf, r.Reduce); err != nil {
+	if err := p.readPayload(&h, r.Buf, r.Reduce); err != nil {
 		err = fmt.Errorf("%w: read %d-byte payload: %w", transport.ErrPeerLost, h.Length, err)
 		r.Finish(p.peerErr(err))
 		return err
@@ -300,7 +314,20 @@ func (p *pair) readCollective(h transport.Header) error {
 
 // readPayload fills buf from the connection, or reduces the payload into
 // it piece by piece through scratch.
-func (p *pair) readPayload(buf []byte, reduce transport.ReduceFunc) error {
+func (p *pair) readPayload(h *transport.Header, buf []byte, reduce transport.ReduceFunc) error {
+	if h.Flags&transport.FlagShm != 0 {
+		data, err := p.shmPayload(h)
+		if err != nil {
+			return err
+		}
+		if reduce != nil {
+			reduce(buf, data)
+		} else {
+			copy(buf, data)
+		}
+		p.shmConsumed()
+		return nil
+	}
 	if reduce == nil {
 		_, err := io.ReadFull(p.br, buf)
 		return err
@@ -386,7 +413,7 @@ func (p *pair) readP2P(h transport.Header) error {
 	if len(posted) == 0 {
 		p.qmu.Unlock()
 		payload := make([]byte, h.Length) // bounded by MaxPayload
-		if _, err := io.ReadFull(p.br, payload); err != nil {
+		if err := p.readPayload(&h, payload, nil); err != nil {
 			return fmt.Errorf("%w: read %d-byte p2p payload: %w", transport.ErrPeerLost, h.Length, err)
 		}
 		p.qmu.Lock()
@@ -424,7 +451,7 @@ func (p *pair) readP2P(h transport.Header) error {
 	// tag, and Post only appends behind it.
 	p.qmu.Unlock()
 	n := int(h.Length)
-	if _, err := io.ReadFull(p.br, r.Buf[r.Filled:r.Filled+n]); err != nil {
+	if err := p.readPayload(&h, r.Buf[r.Filled:r.Filled+n], nil); err != nil {
 		return fmt.Errorf("%w: read %d-byte p2p payload: %w", transport.ErrPeerLost, h.Length, err)
 	}
 	p.qmu.Lock()
@@ -454,4 +481,18 @@ func (p *pair) linger() {
 	}
 	p.conn.SetReadDeadline(time.Now().Add(lingerTime))
 	io.Copy(io.Discard, p.br)
+}
+
+// shmPayload returns the slot holding h's payload.
+func (p *pair) shmPayload(h *transport.Header) ([]byte, error) {
+	if p.shm == nil || h.Length > shmSlotSize {
+		return nil, fmt.Errorf("%w: shared-memory frame of %d bytes on a link without such a ring", transport.ErrMalformed, h.Length)
+	}
+	return p.shm.in[p.shm.nextIn%shmSlots][:h.Length], nil
+}
+
+// shmConsumed frees the slot just read for the peer.
+func (p *pair) shmConsumed() {
+	p.shm.nextIn++
+	atomic.StoreUint64(p.shm.ack, p.shm.nextIn)
 }

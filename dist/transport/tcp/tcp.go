@@ -58,6 +58,7 @@ type Mesh struct {
 	mu       sync.Mutex // mu guards err
 	err      error
 	failDone chan struct{} // closed once the first Fail has told every peer
+	failed   chan struct{} // closed when Fail starts
 
 	readers sync.WaitGroup
 
@@ -73,7 +74,8 @@ func Connect(ctx context.Context, o Options) (*Mesh, error) {
 	if o.Size < 1 || o.Rank < 0 || o.Rank >= o.Size {
 		return nil, fmt.Errorf("tcp: rank %d is outside world size %d", o.Rank, o.Size)
 	}
-	m := &Mesh{rank: o.Rank, size: o.Size, pairs: make([]*pair, o.Size), log: o.Logger, failDone: make(chan struct{})}
+	m := &Mesh{rank: o.Rank, size: o.Size, pairs: make([]*pair, o.Size), log: o.Logger,
+		failDone: make(chan struct{}), failed: make(chan struct{})}
 	if m.log == nil {
 		m.log = slog.Default()
 	}
@@ -137,6 +139,34 @@ func Connect(ctx context.Context, o Options) (*Mesh, error) {
 		}
 		return nil, first
 	}
+	shms := make([]*shmLink, o.Size)
+	for peer, c := range conns {
+		if peer == o.Rank {
+			continue
+		}
+		go func() {
+			l, err := setupShm(ctx, c, o.Rank < peer)
+			if err != nil {
+				err = fmt.Errorf("tcp: rank %d: set up shared memory with rank %d at %s: %w", o.Rank, peer, addrs[peer], err)
+			}
+			shms[peer] = l
+			errs <- err
+		}()
+	}
+	for range o.Size - 1 {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		for peer, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+			shms[peer].unmap()
+		}
+		return nil, first
+	}
 	for peer, c := range conns {
 		if peer == o.Rank {
 			continue
@@ -148,6 +178,7 @@ func Connect(ctx context.Context, o Options) (*Mesh, error) {
 			tc.SetWriteBuffer(o.SocketBuffer)
 		}
 		m.pairs[peer] = newPair(m, peer, addrs[peer], tc)
+		m.pairs[peer].shm = shms[peer]
 	}
 	for _, p := range m.pairs {
 		if p != nil {
@@ -320,6 +351,7 @@ func (m *Mesh) Fail(code int, err error) {
 	}
 	m.err = err
 	m.mu.Unlock()
+	close(m.failed)
 	defer close(m.failDone)
 	var wg sync.WaitGroup
 	for _, p := range m.pairs {
@@ -351,6 +383,16 @@ func (m *Mesh) Close() error {
 		}
 	}
 	m.readers.Wait()
+	for _, p := range m.pairs {
+		if p != nil {
+			// A writer copying into a slot holds wmu; after Fail no
+			// writer starts another copy.
+			p.wmu.Lock()
+			p.shm.unmap()
+			p.shm = nil
+			p.wmu.Unlock()
+		}
+	}
 	return nil
 }
 

@@ -1,0 +1,228 @@
+package tcp
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// Same-host peers move large payloads through shared memory instead of
+// the socket: the sender copies a payload into the next slot of a ring in
+// a file under /dev/shm that both processes map, and sends only the frame
+// header (with transport.FlagShm) over TCP; the receiver reduces or copies
+// straight out of the slot and then bumps a shared "consumed" counter that
+// frees the slot. One copy instead of the kernel's two, and no socket
+// buffer in between. Headers stay on the TCP connection, so ordering,
+// mismatch detection and failure handling are unchanged, and a dead peer
+// is still seen as EOF.
+const (
+	shmSlots    = 8
+	shmSlotSize = 1 << 20
+	// shmMin is the smallest payload worth a slot; smaller ones go inline.
+	shmMin = 32 << 10
+	// shmHeader holds the two directions' consumed counters, each on its
+	// own cache line.
+	shmHeader = 128
+	shmSize   = shmHeader + 2*shmSlots*shmSlotSize
+)
+
+// shmLink is one pair's shared ring: out is written by this rank, in by
+// the peer.
+type shmLink struct {
+	mem      []byte
+	out, in  [][]byte
+	consumed *uint64 // slots of out the peer has consumed
+	ack      *uint64 // slots of in this rank has consumed
+	produced uint64  // slots of out written; guarded by the pair's wmu
+	nextIn   uint64  // reader-owned
+}
+
+func newShmLink(mem []byte, lower bool) *shmLink {
+	l := &shmLink{mem: mem}
+	c0 := (*uint64)(unsafe.Pointer(&mem[0]))
+	c1 := (*uint64)(unsafe.Pointer(&mem[64]))
+	slots := func(dir int) [][]byte {
+		s := make([][]byte, shmSlots)
+		for i := range s {
+			off := shmHeader + (dir*shmSlots+i)*shmSlotSize
+			s[i] = mem[off : off+shmSlotSize : off+shmSlotSize]
+		}
+		return s
+	}
+	// Direction 0 is lower→higher; counter i counts consumption of
+	// direction i.
+	if lower {
+		l.out, l.in, l.consumed, l.ack = slots(0), slots(1), c0, c1
+	} else {
+		l.out, l.in, l.consumed, l.ack = slots(1), slots(0), c1, c0
+	}
+	return l
+}
+
+// waitSlot waits until the peer has freed a slot of out. It polls the
+// shared counter: it only waits when the sender is a whole ring ahead of
+// the receiver, and then the receiver's pace decides anyway.
+func (l *shmLink) waitSlot(ctx context.Context, failed <-chan struct{}) error {
+	for spins := 0; atomic.LoadUint64(l.consumed)+shmSlots <= l.produced; spins++ {
+		if spins < 50 {
+			runtime.Gosched()
+			continue
+		}
+		select {
+		case <-failed:
+			return errors.New("mesh failed")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Microsecond):
+		}
+	}
+	return nil
+}
+
+func (l *shmLink) unmap() {
+	if l != nil && l.mem != nil {
+		syscall.Munmap(l.mem)
+		l.mem = nil
+	}
+}
+
+// sameHost reports whether c's two ends have the same IP address.
+func sameHost(c net.Conn) bool {
+	la, ok1 := c.LocalAddr().(*net.TCPAddr)
+	ra, ok2 := c.RemoteAddr().(*net.TCPAddr)
+	return ok1 && ok2 && la.IP.Equal(ra.IP)
+}
+
+// shmEnabled is false when GOTRAIN_SHM=0.
+func shmEnabled() bool { return os.Getenv("GOTRAIN_SHM") != "0" }
+
+// setupShm runs on every new connection before its reader starts. The
+// lower rank offers a ring (a file path, or "" if it has none); the higher
+// rank maps it and answers yes or no. Either side falling back leaves the
+// pair on plain TCP. The file is unlinked as soon as both have mapped it,
+// so nothing is left behind even if a process is killed later.
+func setupShm(ctx context.Context, c net.Conn, lower bool) (*shmLink, error) {
+	if d, ok := ctx.Deadline(); ok {
+		c.SetDeadline(d)
+		defer c.SetDeadline(time.Time{})
+	}
+	if lower {
+		var path string
+		var mem []byte
+		if shmEnabled() && sameHost(c) {
+			path, mem = createShm()
+		}
+		defer func() {
+			if path != "" {
+				os.Remove(path)
+			}
+		}()
+		if err := writeString(c, path); err != nil {
+			syscallMunmap(mem)
+			return nil, err
+		}
+		var ok [1]byte
+		if _, err := io.ReadFull(c, ok[:]); err != nil {
+			syscallMunmap(mem)
+			return nil, err
+		}
+		if ok[0] != 1 || mem == nil {
+			syscallMunmap(mem)
+			return nil, nil
+		}
+		return newShmLink(mem, true), nil
+	}
+	path, err := readString(c)
+	if err != nil {
+		return nil, err
+	}
+	var mem []byte
+	if path != "" && shmEnabled() {
+		mem = openShm(path)
+	}
+	ok := []byte{0}
+	if mem != nil {
+		ok[0] = 1
+	}
+	if _, err := c.Write(ok); err != nil {
+		syscallMunmap(mem)
+		return nil, err
+	}
+	if mem == nil {
+		return nil, nil
+	}
+	return newShmLink(mem, false), nil
+}
+
+func syscallMunmap(mem []byte) {
+	if mem != nil {
+		syscall.Munmap(mem)
+	}
+}
+
+func createShm() (string, []byte) {
+	f, err := os.CreateTemp("/dev/shm", "gotrain-*")
+	if err != nil {
+		return "", nil
+	}
+	defer f.Close()
+	if err := f.Truncate(shmSize); err != nil {
+		os.Remove(f.Name())
+		return "", nil
+	}
+	mem, err := syscall.Mmap(int(f.Fd()), 0, shmSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		os.Remove(f.Name())
+		return "", nil
+	}
+	return f.Name(), mem
+}
+
+func openShm(path string) []byte {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || st.Size() != shmSize {
+		return nil
+	}
+	mem, err := syscall.Mmap(int(f.Fd()), 0, shmSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil
+	}
+	return mem
+}
+
+func writeString(c net.Conn, s string) error {
+	b := make([]byte, 2+len(s))
+	binary.LittleEndian.PutUint16(b, uint16(len(s)))
+	copy(b[2:], s)
+	_, err := c.Write(b)
+	return err
+}
+
+func readString(c net.Conn) (string, error) {
+	var n [2]byte
+	if _, err := io.ReadFull(c, n[:]); err != nil {
+		return "", err
+	}
+	l := binary.LittleEndian.Uint16(n[:])
+	if l > 4096 {
+		return "", fmt.Errorf("shm path of %d bytes", l)
+	}
+	b := make([]byte, l)
+	if _, err := io.ReadFull(c, b); err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
