@@ -2,7 +2,7 @@
 // the vector operations on hot paths (optimizers, activations, allreduce
 // reductions). Each kernel has a portable Go implementation; on amd64 the
 // fast paths are Go assembly chosen at run time from the CPU's features
-// (AVX-512F/BW/DQ/VL, else AVX2+FMA). Building with the noasm tag keeps
+// (AVX-512F, else AVX2+FMA). Building with the noasm tag keeps
 // only the portable code.
 //
 // Sgemm follows BLIS/GotoBLAS: B is packed into kc×nr micro-panels and A
