@@ -10,7 +10,7 @@ import (
 // is cut into segments of about this size, and a segment is forwarded as
 // soon as it has arrived (and been reduced), so reduction and transfer in
 // both directions overlap.
-var segBytes = envInt0("GOTRAIN_SEG_BYTES", 512<<10)
+const segBytes = 512 << 10
 
 // allReduceRing is the bandwidth-optimal allreduce: a reduce-scatter
 // around the ring (n-1 steps, after which rank r holds the reduced block

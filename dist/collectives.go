@@ -42,15 +42,24 @@ func (g *Group) allReduceAlgo(nbytes int) string {
 	// Recursive doubling moves the whole buffer log2(n) times but takes
 	// only log2(n) latencies; the ring moves 2(n-1)/n of it in 2(n-1)
 	// pipelined steps. The crossover was measured with gotrain bench.
-	if nbytes <= doublingMaxBytes {
+	limit := doublingMaxBytes
+	if g.size == 2 {
+		limit = doublingMaxBytes2
+	}
+	if nbytes <= limit {
 		return AlgoRecursiveDoubling
 	}
 	return AlgoRing
 }
 
-// doublingMaxBytes is the largest allreduce run by recursive doubling in
-// auto mode.
-const doublingMaxBytes = 64 << 10
+// The largest allreduce run by recursive doubling in auto mode: with 2
+// ranks both algorithms are one exchange and the ring's segments win from
+// 64 KiB on; with more ranks doubling's fewer steps win up to ~128 KiB
+// (gotrain bench allreduce --algo, 2 and 4 ranks on 2 cores).
+const (
+	doublingMaxBytes2 = 32 << 10
+	doublingMaxBytes  = 128 << 10
+)
 
 func (g *Group) allReduce(ctx context.Context, c *comm, b flat, op ReduceOp) error {
 	if c.size() == 1 || b.n == 0 {
