@@ -269,6 +269,8 @@ func vecOps(w *asm) {
 		vecKernel(w, op, true)
 		vecKernel(w, op, false)
 	}
+	sumKernel(w, true)
+	sumKernel(w, false)
 	rowsKernel(w, "copyRowsAVX512", false)
 	rowsKernel(w, "addRowsAVX512", true)
 }
@@ -602,5 +604,68 @@ func transposePack16(w *asm) {
 	w.f("\tJNZ %s_loop", name)
 	w.f("\tVZEROUPPER")
 	w.f("%s_done:", name)
+	w.f("\tRET")
+}
+
+// sumKernel emits sumAVX512(x *float32, n int) float32 (any n, masked tail)
+// or sumAVX2 (n a multiple of 8): four vector accumulators, then a
+// horizontal sum. The order of additions differs from a scalar loop.
+func sumKernel(w *asm, avx512 bool) {
+	name, vec, width := "sumAVX2", "Y", 8
+	if avx512 {
+		name, vec, width = "sumAVX512", "Z", 16
+	}
+	r := func(i int) string { return fmt.Sprintf("%s%d", vec, i) }
+	w.f("")
+	w.f("// func %s(x *float32, n int) float32", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-20", name)
+	w.f("\tMOVQ x+0(FP), SI")
+	w.f("\tMOVQ n+8(FP), CX")
+	for i := 0; i < 4; i++ {
+		w.f("\tVXORPS %s, %s, %s", r(i), r(i), r(i))
+	}
+	w.f("%s_loop4:", name)
+	w.f("\tCMPQ CX, $%d", 4*width)
+	w.f("\tJL %s_loop1", name)
+	for i := 0; i < 4; i++ {
+		w.f("\tVADDPS %d(SI), %s, %s", 4*width*i, r(i), r(i))
+	}
+	w.f("\tADDQ $%d, SI", 16*width)
+	w.f("\tSUBQ $%d, CX", 4*width)
+	w.f("\tJMP %s_loop4", name)
+	w.f("%s_loop1:", name)
+	w.f("\tCMPQ CX, $%d", width)
+	w.f("\tJL %s_tail", name)
+	w.f("\tVADDPS (SI), %s, %s", r(0), r(0))
+	w.f("\tADDQ $%d, SI", 4*width)
+	w.f("\tSUBQ $%d, CX", width)
+	w.f("\tJMP %s_loop1", name)
+	w.f("%s_tail:", name)
+	if avx512 {
+		w.f("\tTESTQ CX, CX")
+		w.f("\tJZ %s_reduce", name)
+		w.f("\tMOVQ $1, AX")
+		w.f("\tSHLQ CX, AX")
+		w.f("\tDECQ AX")
+		w.f("\tKMOVW AX, K1")
+		w.f("\tVMOVUPS.Z (SI), K1, Z4")
+		w.f("\tVADDPS Z4, Z0, Z0")
+		w.f("%s_reduce:", name)
+	}
+	w.f("\tVADDPS %s, %s, %s", r(1), r(0), r(0))
+	w.f("\tVADDPS %s, %s, %s", r(3), r(2), r(2))
+	w.f("\tVADDPS %s, %s, %s", r(2), r(0), r(0))
+	if avx512 {
+		w.f("\tVEXTRACTF32X8 $1, Z0, Y1")
+		w.f("\tVADDPS Y1, Y0, Y0")
+	}
+	w.f("\tVEXTRACTF128 $1, Y0, X1")
+	w.f("\tVADDPS X1, X0, X0")
+	w.f("\tVMOVHLPS X0, X0, X1")
+	w.f("\tVADDPS X1, X0, X0")
+	w.f("\tVMOVSHDUP X0, X1")
+	w.f("\tVADDSS X1, X0, X0")
+	w.f("\tVZEROUPPER")
+	w.f("\tMOVSS X0, ret+16(FP)")
 	w.f("\tRET")
 }

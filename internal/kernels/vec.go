@@ -10,6 +10,7 @@ type vecImpl struct {
 	scale                      func(alpha float32, x []float32)
 	relu                       func(dst, src []float32)
 	reluBackward               func(dx, dy, x []float32)
+	sum                        func(x []float32) float32
 	// copyRows and addRows, if set, copy (add) rows×cols floats between
 	// strided rows in one call; see copyRows below.
 	copyRows, addRows func(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)
@@ -69,13 +70,14 @@ func Add(dst, src []float32) {
 	}
 }
 
-// Sum returns Σ x[i], accumulated in order.
+// Sum returns Σ x[i] in float32. The order of the additions is not
+// specified (the vector kernels keep many partial sums, which also makes
+// the rounding error grow more slowly than a sequential loop's).
 func Sum(x []float32) float32 {
-	var s float32
-	for _, v := range x {
-		s += v
+	if len(x) == 0 {
+		return 0
 	}
-	return s
+	return vec.sum(x)
 }
 
 // Mul computes dst[i] *= src[i].

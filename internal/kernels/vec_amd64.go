@@ -99,9 +99,22 @@ func newAsmVec(name string, w32, w64 int,
 	axpy func(alpha float32, y, x *float32, n int),
 	scale func(alpha float32, x *float32, n int),
 	relu func(dst, src *float32, n int),
-	reluBackward func(dx, dy, x *float32, n int)) *vecImpl {
+	reluBackward func(dx, dy, x *float32, n int),
+	sum func(x *float32, n int) float32) *vecImpl {
 	return &vecImpl{
-		name:  name,
+		name: name,
+		sum: func(x []float32) float32 {
+			n := len(x)
+			m := n &^ (w32 - 1)
+			var s float32
+			if m > 0 {
+				s = sum(&x[0], m)
+			}
+			if m < n {
+				s += sumGeneric(x[m:])
+			}
+			return s
+		},
 		add:   binary(w32, add, addGeneric[float32]),
 		mul:   binary(w32, mul, mulGeneric[float32]),
 		min:   binary(w32, mn, minGeneric[float32]),
@@ -148,11 +161,11 @@ var (
 	avx512Vec = newAsmVec("avx512", 1, 1,
 		addF32AVX512, mulF32AVX512, minF32AVX512, maxF32AVX512,
 		addF64AVX512, mulF64AVX512, minF64AVX512, maxF64AVX512,
-		axpyAVX512, scaleAVX512, reluAVX512, reluBackwardAVX512)
+		axpyAVX512, scaleAVX512, reluAVX512, reluBackwardAVX512, sumAVX512)
 	avx2Vec = newAsmVec("avx2", 8, 4,
 		addF32AVX2, mulF32AVX2, minF32AVX2, maxF32AVX2,
 		addF64AVX2, mulF64AVX2, minF64AVX2, maxF64AVX2,
-		axpyAVX2, scaleAVX2, reluAVX2, reluBackwardAVX2)
+		axpyAVX2, scaleAVX2, reluAVX2, reluBackwardAVX2, sumAVX2)
 )
 
 func init() { avx512Vec.copyRows, avx512Vec.addRows = copyRowsAVX512, addRowsAVX512 }
@@ -178,6 +191,12 @@ func allArchVecs() []*vecImpl {
 	}
 	return out
 }
+
+//go:noescape
+func sumAVX512(x *float32, n int) float32
+
+//go:noescape
+func sumAVX2(x *float32, n int) float32
 
 //go:noescape
 func copyRowsAVX512(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)

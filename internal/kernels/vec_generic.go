@@ -7,6 +7,24 @@ var genericVec = &vecImpl{
 	add:  addGeneric[float32], mul: mulGeneric[float32], min: minGeneric[float32], max: maxGeneric[float32],
 	add64: addGeneric[float64], mul64: mulGeneric[float64], min64: minGeneric[float64], max64: maxGeneric[float64],
 	axpy: axpyGeneric, scale: scaleGeneric, relu: reluGeneric, reluBackward: reluBackwardGeneric,
+	sum: sumGeneric,
+}
+
+// sumGeneric keeps four partial sums: a sequential float32 sum is both
+// slow (one dependent add per element) and less accurate.
+func sumGeneric(x []float32) float32 {
+	var s0, s1, s2, s3 float32
+	for len(x) >= 4 {
+		s0 += x[0]
+		s1 += x[1]
+		s2 += x[2]
+		s3 += x[3]
+		x = x[4:]
+	}
+	for _, v := range x {
+		s0 += v
+	}
+	return (s0 + s1) + (s2 + s3)
 }
 
 func addGeneric[T float32 | float64](dst, src []T) {

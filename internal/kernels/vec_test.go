@@ -127,6 +127,27 @@ func TestVecAxpy(t *testing.T) {
 	}
 }
 
+func TestVecSum(t *testing.T) {
+	r := rand.New(rand.NewPCG(8, 8))
+	for _, impl := range vecImpls() {
+		for _, n := range vecLengths() {
+			x := randSlice(r, n)
+			var want, mag float64
+			for _, v := range x {
+				want += float64(v)
+				mag += math.Abs(float64(v))
+			}
+			got := impl.sum(x)
+			if math.Abs(float64(got)-want) > 1e-6*math.Sqrt(float64(n)+1)*(mag+1e-30) {
+				t.Fatalf("%s sum n=%d: got %g want %g", impl.name, n, got, want)
+			}
+		}
+		if got := impl.sum([]float32{1, float32(math.Inf(1)), 2}); !math.IsInf(float64(got), 1) {
+			t.Fatalf("%s sum with +Inf: got %g", impl.name, got)
+		}
+	}
+}
+
 func TestAddBiasSumRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 1))
 	rows, n := 5, 37
@@ -175,6 +196,12 @@ func BenchmarkVec(b *testing.B) {
 				impl.axpy(0.5, x, y)
 			}
 		})
+		b.Run(impl.name+"/sum576", func(b *testing.B) { // a conv bias-gradient row
+			b.SetBytes(4 * 576)
+			for b.Loop() {
+				sinkF32 = impl.sum(x[:576])
+			}
+		})
 		b.Run(impl.name+"/reluBackward", func(b *testing.B) {
 			b.SetBytes(4 * 4 * n)
 			for b.Loop() {
@@ -183,3 +210,5 @@ func BenchmarkVec(b *testing.B) {
 		})
 	}
 }
+
+var sinkF32 float32
