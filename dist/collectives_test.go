@@ -254,3 +254,24 @@ func TestCollectives(t *testing.T) {
 		})
 	}
 }
+
+// TestCollectivesTCPOnly runs a subset with the shared-memory ring off,
+// as between hosts.
+func TestCollectivesTCPOnly(t *testing.T) {
+	t.Setenv("GOTRAIN_SHM", "0")
+	big := 300001
+	if raceEnabled {
+		big = 20001
+	}
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("world%d", n), func(t *testing.T) {
+			runGroup(t, n, nil, func(ctx context.Context, g *Group) error {
+				return errors.Join(
+					exercise[float32](ctx, g, 7, true),
+					exercise[float64](ctx, g, big, false),
+					exercise[int32](ctx, g, big, false),
+				)
+			})
+		})
+	}
+}
