@@ -53,8 +53,9 @@ func (o *Adadelta) updateParam(p, g, _ []float32, slots [][]float32, _ int64) {
 		}
 		s := rho*sq[i] + c*gi*gi
 		sq[i] = s
-		std := float32(math.Sqrt(float64(s + eps)))
-		delta := float32(math.Sqrt(float64(acc[i]+eps))) / std * gi
+		// √a/√b as √(a/b): one square root instead of two, within an
+		// ulp or two of PyTorch's order of operations.
+		delta := float32(math.Sqrt(float64((acc[i]+eps)/(s+eps)))) * gi
 		acc[i] = rho*acc[i] + c*delta*delta
 		p[i] -= lr * delta
 	}
