@@ -52,6 +52,21 @@ func sgemmKernel1x16AVX512(k int, a *float32, aRow, aCol int, b *float32, bRow i
 func sgemmKernel6x16AVX2(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)
 
 //go:noescape
+func sgemmKernel5x16AVX2(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmKernel4x16AVX2(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmKernel3x16AVX2(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmKernel2x16AVX2(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmKernel1x16AVX2(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
 func transposePack16AVX512(dst *float32, dstStride int, src *float32, srcStride int, k int)
 
 var (
@@ -80,13 +95,19 @@ var avx512NarrowGemm = &gemmImpl{
 	packBT: packBTransAVX512,
 }
 
-// avx2Gemm: the 6×16 tile keeps 12 accumulators in Y0–Y11; edge tiles go
-// through a scratch tile.
+// avx2Gemm: the 6×16 tile keeps 12 accumulators in Y0–Y11. Without masked
+// stores, tiles cut by the right edge of C go through a scratch tile.
 var avx2Gemm = &gemmImpl{
 	name: "avx2", mr: 6, nr: 16, kc: 256, mc: 144, nc: 3072,
-	kernels: []microKernel{6: func(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32, _ uint64) {
-		sgemmKernel6x16AVX2(k, a, aRow, aCol, b, bRow, c, ldc, alpha, beta)
-	}},
+	kernels: []microKernel{nil, unmasked(sgemmKernel1x16AVX2), unmasked(sgemmKernel2x16AVX2), unmasked(sgemmKernel3x16AVX2),
+		unmasked(sgemmKernel4x16AVX2), unmasked(sgemmKernel5x16AVX2), unmasked(sgemmKernel6x16AVX2)},
+}
+
+// unmasked adapts a kernel without column masks to microKernel.
+func unmasked(f func(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)) microKernel {
+	return func(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32, _ uint64) {
+		f(k, a, aRow, aCol, b, bRow, c, ldc, alpha, beta)
+	}
 }
 
 func defaultGemm() *gemmImpl {

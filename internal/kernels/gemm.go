@@ -27,13 +27,11 @@ type gemmImpl struct {
 	mr, nr     int
 	kc, mc, nc int
 	// kernels[r] computes r rows of a tile; kernels[mr] is the full tile.
-	// Entries below mr may be nil: edge tiles then go through a scratch tile.
+	// Entries below mr may be nil: such edge rows are packed (zero-padded)
+	// and computed by the full kernel into a scratch tile.
 	kernels []microKernel
 	// masked kernels store only the columns that exist (see microKernel).
 	masked bool
-	// rowsOuter loops over A micro-panels outside B micro-panels: the
-	// small A micro-panel stays in L1 while the B block streams from L2.
-	rowsOuter bool
 	// narrow, if set, replaces this implementation when n ≤ narrow.nr.
 	narrow *gemmImpl
 	// packBT packs a transposed B panel faster than the Go loop, or is nil;
@@ -110,7 +108,7 @@ func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, al
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	if n <= swapMaxN && m >= 4*n && impl.masked {
+	if n <= swapMaxN && m >= 4*n && impl.kernels[1] != nil {
 		sgemmSwapped(impl, threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
@@ -276,7 +274,7 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 	// it also absorbs Bᵀ, so only an untransposed B of few rows is read in
 	// place.
 	directB := !transB && m <= directBMaxPanels*mr && (ldb*4)%4096 != 0
-	rowKernel := func(rows int) bool { return rows == mr || impl.masked && impl.kernels[rows] != nil }
+	rowKernel := func(rows int) bool { return impl.kernels[rows] != nil }
 
 	for jc := 0; jc < n; jc += impl.nc {
 		nc := min(impl.nc, n-jc)
@@ -334,24 +332,23 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 						kernel(kc, ap, aRow, aCol, bp, bRow, &c[ci], ldc, alpha, betaEff, allColumns)
 						return
 					}
-					if impl.masked && impl.kernels[mrEff] != nil {
-						impl.kernels[mrEff](kc, ap, aRow, aCol, bp, bRow, &c[ci], ldc, alpha, betaEff, columnMasks(nrEff))
+					rk := impl.kernels[mrEff]
+					if rk != nil && (nrEff == nr || impl.masked) {
+						rk(kc, ap, aRow, aCol, bp, bRow, &c[ci], ldc, alpha, betaEff, columnMasks(nrEff))
 						return
 					}
-					kernel(kc, ap, aRow, aCol, bp, bRow, &ws.tile[0], nr, 1, 0, allColumns)
+					// Scratch tile: the row kernel (A may be read in place)
+					// or the full one on the zero-padded packed A panel.
+					if rk == nil {
+						rk = kernel
+					}
+					rk(kc, ap, aRow, aCol, bp, bRow, &ws.tile[0], nr, 1, 0, allColumns)
 					mergeTile(ws.tile, nr, mrEff, nrEff, alpha, betaEff, c[ci:], ldc)
 				}
-				if impl.rowsOuter {
+				// A B micro-panel is reused across the A block's micro-panels.
+				for jr := 0; jr < nc; jr += nr {
 					for ir := 0; ir < mc; ir += mr {
-						for jr := 0; jr < nc; jr += nr {
-							tile(ir, jr)
-						}
-					}
-				} else {
-					for jr := 0; jr < nc; jr += nr {
-						for ir := 0; ir < mc; ir += mr {
-							tile(ir, jr)
-						}
+						tile(ir, jr)
 					}
 				}
 			}

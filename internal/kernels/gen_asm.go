@@ -35,7 +35,9 @@ func main() {
 	for mr := 8; mr >= 1; mr-- {
 		gemmKernel(&g, "AVX512", mr, 1)
 	}
-	gemmKernel(&g, "AVX2", 6, 2)
+	for mr := 6; mr >= 1; mr-- {
+		gemmKernel(&g, "AVX2", mr, 2)
+	}
 	transposePack16(&g)
 	write("gemm_amd64.s", &g)
 
