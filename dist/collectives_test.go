@@ -275,3 +275,36 @@ func TestCollectivesTCPOnly(t *testing.T) {
 		})
 	}
 }
+
+// TestAllReduceBitIdentical: with values whose sums round, every rank
+// still ends with the same bits (DDP relies on it: replicas must not
+// drift), for both algorithms and every world size.
+func TestAllReduceBitIdentical(t *testing.T) {
+	for n := 2; n <= 5; n++ {
+		runGroup(t, n, nil, func(ctx context.Context, g *Group) error {
+			for _, algo := range []string{AlgoRing, AlgoRecursiveDoubling} {
+				g.cfg.AllReduceAlgo = algo
+				const count = 100003
+				buf := make([]float32, count)
+				for i := range buf {
+					buf[i] = float32(math.Sin(float64(i*(g.Rank()+3)))) * 1e-3 * float32(g.Rank()+1)
+				}
+				if err := g.AllReduce(ctx, buf, Avg); err != nil {
+					return err
+				}
+				all := make([]float32, n*count)
+				if err := g.AllGather(ctx, all, buf); err != nil {
+					return err
+				}
+				for r := 1; r < n; r++ {
+					for i := 0; i < count; i++ {
+						if math.Float32bits(all[r*count+i]) != math.Float32bits(all[i]) {
+							return fmt.Errorf("%s: rank %d element %d = %v, rank 0 has %v", algo, r, i, all[r*count+i], all[i])
+						}
+					}
+				}
+			}
+			return nil
+		})
+	}
+}
