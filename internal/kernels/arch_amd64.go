@@ -67,6 +67,9 @@ func sgemmKernel2x16AVX2(k int, a *float32, aRow, aCol int, b *float32, bRow int
 func sgemmKernel1x16AVX2(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)
 
 //go:noescape
+func transposePack8AVX2(dst *float32, dstStride int, src *float32, srcStride int, k int)
+
+//go:noescape
 func transposePack16AVX512(dst *float32, dstStride int, src *float32, srcStride int, k int)
 
 var (
@@ -101,6 +104,7 @@ var avx2Gemm = &gemmImpl{
 	name: "avx2", mr: 6, nr: 16, kc: 256, mc: 144, nc: 3072,
 	kernels: []microKernel{nil, unmasked(sgemmKernel1x16AVX2), unmasked(sgemmKernel2x16AVX2), unmasked(sgemmKernel3x16AVX2),
 		unmasked(sgemmKernel4x16AVX2), unmasked(sgemmKernel5x16AVX2), unmasked(sgemmKernel6x16AVX2)},
+	packBT: packBTransAVX2,
 }
 
 // unmasked adapts a kernel without column masks to microKernel.
@@ -133,39 +137,50 @@ func allArchGemms() []*gemmImpl {
 	return out
 }
 
-// packBTransAVX512 is packBTrans (nr a multiple of 16): 16×16 blocks are
-// transposed in registers; a block of fewer than 16 rows of B is first
-// copied into zeroed scratch rows, and the k tail is done in Go.
+// packBTransAVX512 is packBTrans with 16×16 in-register transposes.
 func packBTransAVX512(dst, scratch, b []float32, ldb, p0, kc, j0, cols, nr int) {
-	k16 := kc &^ 15
+	packBTransBlocks(16, transposePack16AVX512, dst, scratch, b, ldb, p0, kc, j0, cols, nr)
+}
+
+// packBTransAVX2 is packBTrans with 8×8 in-register transposes.
+func packBTransAVX2(dst, scratch, b []float32, ldb, p0, kc, j0, cols, nr int) {
+	packBTransBlocks(8, transposePack8AVX2, dst, scratch, b, ldb, p0, kc, j0, cols, nr)
+}
+
+// packBTransBlocks is packBTrans (nr a multiple of bs) built on an
+// assembly bs×bs block transpose: a block of fewer than bs rows of B is
+// first copied into zeroed scratch rows, and the k tail is done in Go.
+func packBTransBlocks(bs int, transpose func(dst *float32, dstStride int, src *float32, srcStride int, k int),
+	dst, scratch, b []float32, ldb, p0, kc, j0, cols, nr int) {
+	kb := kc / bs * bs
 	dst = dst[:kc*nr]
-	if k16 > 0 {
-		for blk := 0; blk < nr; blk += 16 {
-			rows := min(16, cols-blk)
-			if rows == 16 {
-				// The kernel reads rows j0+blk..+15, columns p0..p0+k16: bounds-check the last.
-				_ = b[(j0+blk+15)*ldb+p0+k16-1]
-				transposePack16AVX512(&dst[blk], nr, &b[(j0+blk)*ldb+p0], ldb, k16)
+	if kb > 0 {
+		for blk := 0; blk < nr; blk += bs {
+			rows := min(bs, cols-blk)
+			if rows == bs {
+				// The kernel reads rows j0+blk..+bs-1, columns p0..p0+kb: bounds-check the last.
+				_ = b[(j0+blk+bs-1)*ldb+p0+kb-1]
+				transpose(&dst[blk], nr, &b[(j0+blk)*ldb+p0], ldb, kb)
 				continue
 			}
-			scratch := scratch[:16*k16]
+			scratch := scratch[:bs*kb]
 			rows = max(rows, 0)
 			for r := 0; r < rows; r++ {
-				copy(scratch[r*k16:(r+1)*k16], b[(j0+blk+r)*ldb+p0:])
+				copy(scratch[r*kb:(r+1)*kb], b[(j0+blk+r)*ldb+p0:])
 			}
-			clear(scratch[rows*k16:])
-			transposePack16AVX512(&dst[blk], nr, &scratch[0], k16, k16)
+			clear(scratch[rows*kb:])
+			transpose(&dst[blk], nr, &scratch[0], kb, kb)
 		}
 	}
 	for j := 0; j < nr; j++ {
 		if j >= cols {
-			for p := k16; p < kc; p++ {
+			for p := kb; p < kc; p++ {
 				dst[p*nr+j] = 0
 			}
 			continue
 		}
 		src := b[(j0+j)*ldb+p0 : (j0+j)*ldb+p0+kc]
-		for p := k16; p < kc; p++ {
+		for p := kb; p < kc; p++ {
 			dst[p*nr+j] = src[p]
 		}
 	}

@@ -39,6 +39,7 @@ func main() {
 		gemmKernel(&g, "AVX2", mr, 2)
 	}
 	transposePack16(&g)
+	transposePack8(&g)
 	write("gemm_amd64.s", &g)
 
 	var v asm
@@ -669,5 +670,135 @@ func sumKernel(w *asm, avx512 bool) {
 	w.f("\tVADDSS X1, X0, X0")
 	w.f("\tVZEROUPPER")
 	w.f("\tMOVSS X0, ret+16(FP)")
+	w.f("\tRET")
+}
+
+// lanes8 models a Y register like lanes does a Z register.
+type lanes8 [8][2]int
+
+func (a lanes8) half(h int) [4][2]int { return [4][2]int(a[4*h : 4*h+4]) }
+
+// transposePack8 emits transposePack8AVX2, the AVX2 counterpart of
+// transposePack16AVX512 on 8×8 blocks.
+func transposePack8(w *asm) {
+	const name = "transposePack8AVX2"
+	var reg [16]lanes8
+	for r := 0; r < 8; r++ {
+		for c := 0; c < 8; c++ {
+			reg[r][c] = [2]int{r, c}
+		}
+	}
+	var code []string
+	emit := func(ins string, imm, dst, a, b int, d lanes8) {
+		reg[dst] = d
+		if imm >= 0 {
+			code = append(code, fmt.Sprintf("\t%s $%d, Y%d, Y%d, Y%d", ins, imm, b, a, dst))
+		} else {
+			code = append(code, fmt.Sprintf("\t%s Y%d, Y%d, Y%d", ins, b, a, dst))
+		}
+	}
+	unpck := func(hi bool, dst, a, b int) {
+		x, y := reg[a], reg[b]
+		var d lanes8
+		o := 0
+		if hi {
+			o = 2
+		}
+		for l := 0; l < 2; l++ {
+			d[4*l], d[4*l+1], d[4*l+2], d[4*l+3] = x[4*l+o], y[4*l+o], x[4*l+o+1], y[4*l+o+1]
+		}
+		ins := "VUNPCKLPS"
+		if hi {
+			ins = "VUNPCKHPS"
+		}
+		emit(ins, -1, dst, a, b, d)
+	}
+	shufps := func(imm, dst, a, b int) {
+		x, y := reg[a], reg[b]
+		var d lanes8
+		for l := 0; l < 2; l++ {
+			d[4*l] = x[4*l+imm&3]
+			d[4*l+1] = x[4*l+imm>>2&3]
+			d[4*l+2] = y[4*l+imm>>4&3]
+			d[4*l+3] = y[4*l+imm>>6&3]
+		}
+		emit("VSHUFPS", imm, dst, a, b, d)
+	}
+	perm := func(imm, dst, a, b int) {
+		src := [4][4][2]int{reg[a].half(0), reg[a].half(1), reg[b].half(0), reg[b].half(1)}
+		var d lanes8
+		copy(d[0:4], src[imm&3][:])
+		copy(d[4:8], src[imm>>4&3][:])
+		emit("VPERM2F128", imm, dst, a, b, d)
+	}
+	for i := 0; i < 4; i++ {
+		unpck(false, 8+2*i, 2*i, 2*i+1)
+		unpck(true, 8+2*i+1, 2*i, 2*i+1)
+	}
+	for g := 0; g < 2; g++ {
+		t := 8 + 4*g
+		shufps(0x44, 4*g, t, t+2)
+		shufps(0xee, 4*g+1, t, t+2)
+		shufps(0x44, 4*g+2, t+1, t+3)
+		shufps(0xee, 4*g+3, t+1, t+3)
+	}
+	for i := 0; i < 4; i++ {
+		perm(0x20, 8+i, i, i+4)
+		perm(0x31, 12+i, i, i+4)
+	}
+	var outReg [8]int
+	for c := 0; c < 8; c++ {
+		outReg[c] = -1
+		for r := 8; r < 16; r++ {
+			ok := true
+			for e := 0; e < 8; e++ {
+				if reg[r][e] != [2]int{e, c} {
+					ok = false
+				}
+			}
+			if ok {
+				outReg[c] = r
+			}
+		}
+		if outReg[c] < 0 {
+			log.Fatalf("%s: shuffle network is not a transpose (column %d)", name, c)
+		}
+	}
+	src := [...]string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)", "(SI)(R9*1)", "(SI)(R8*4)", "(SI)(R10*1)", "(SI)(R9*2)", "(SI)(R11*1)"}
+	dst := [...]string{"(DX)", "(DX)(R12*1)", "(DX)(R12*2)", "(DX)(R13*1)", "(DX)(R12*4)", "(DX)(R14*1)", "(DX)(R13*2)", "(DX)(R15*1)"}
+	w.f("")
+	w.f("// func %s(dst *float32, dstStride int, src *float32, srcStride int, k int)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+	w.f("\tMOVQ k+32(FP), CX")
+	w.f("\tSHRQ $3, CX")
+	w.f("\tJZ %s_done", name)
+	w.f("\tMOVQ src+16(FP), SI")
+	w.f("\tMOVQ srcStride+24(FP), R8")
+	w.f("\tSHLQ $2, R8")
+	w.f("\tLEAQ (R8)(R8*2), R9")
+	w.f("\tLEAQ (R8)(R8*4), R10")
+	w.f("\tLEAQ (R9)(R8*4), R11")
+	w.f("\tMOVQ dst+0(FP), DX")
+	w.f("\tMOVQ dstStride+8(FP), R12")
+	w.f("\tSHLQ $2, R12")
+	w.f("\tLEAQ (R12)(R12*2), R13")
+	w.f("\tLEAQ (R12)(R12*4), R14")
+	w.f("\tLEAQ (R13)(R12*4), R15")
+	w.f("%s_loop:", name)
+	for r := 0; r < 8; r++ {
+		w.f("\tVMOVUPS %s, Y%d", src[r], r)
+	}
+	for _, c := range code {
+		w.f("%s", c)
+	}
+	for c := 0; c < 8; c++ {
+		w.f("\tVMOVUPS Y%d, %s", outReg[c], dst[c])
+	}
+	w.f("\tADDQ $32, SI")
+	w.f("\tLEAQ (DX)(R12*8), DX")
+	w.f("\tDECQ CX")
+	w.f("\tJNZ %s_loop", name)
+	w.f("\tVZEROUPPER")
+	w.f("%s_done:", name)
 	w.f("\tRET")
 }
