@@ -1,0 +1,383 @@
+package ddp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gotrain/gotrain/nn"
+	"github.com/gotrain/gotrain/tensor"
+)
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	bucketCapBytes      int
+	firstBucketCapBytes int
+	broadcastBuffers    bool
+	findUnused          bool
+	gradAsBucketView    bool
+	hook                CommHook
+}
+
+// BucketCapMB sets the bucket size in MiB (PyTorch's bucket_cap_mb,
+// default 25). The first bucket stays at 1 MiB unless the cap is smaller.
+func BucketCapMB(mb float64) Option {
+	return func(c *config) {
+		c.bucketCapBytes = int(mb * (1 << 20))
+		if c.bucketCapBytes < c.firstBucketCapBytes {
+			c.firstBucketCapBytes = c.bucketCapBytes
+		}
+	}
+}
+
+// BroadcastBuffers makes every Forward first copy rank 0's buffers (such as
+// BatchNorm running statistics) to all ranks. On by default, as in PyTorch.
+func BroadcastBuffers(on bool) Option { return func(c *config) { c.broadcastBuffers = on } }
+
+// FindUnusedParameters lets parameters that a forward pass did not use take
+// part with a zero gradient instead of stalling the reduction. Off by
+// default, as in PyTorch: a model with unused parameters then gets an error
+// from Backward naming them.
+func FindUnusedParameters(on bool) Option { return func(c *config) { c.findUnused = on } }
+
+// GradientAsBucketView makes each parameter's Grad a view into its bucket,
+// saving a copy in and out of the bucket on every step and the memory of a
+// second gradient copy.
+func GradientAsBucketView(on bool) Option { return func(c *config) { c.gradAsBucketView = on } }
+
+// WithCommHook replaces the bucket reduction (default AllReduceHook), e.g.
+// with FP16CompressHook.
+func WithCommHook(h CommHook) Option { return func(c *config) { c.hook = h } }
+
+// Model is a module wrapped for distributed data-parallel training: after
+// each Backward, the gradients of its parameters are averaged across the
+// group, with the allreduce of each bucket overlapping the rest of backward.
+type Model struct {
+	module nn.Module
+	group  Group
+	cfg    config
+
+	params  []*tensor.Tensor
+	names   []string
+	buffers []*tensor.Tensor
+	numel   []int
+
+	// mu guards nothing shared with the comm goroutine except through jobs;
+	// everything below is owned by the goroutine running forward/backward.
+	red       *reducer
+	buckets   [][]float32
+	rebuilt   bool
+	pass      *tensor.Pass
+	jobs      []job
+	passes    int // synchronised passes begun
+	noSync    bool
+	forwardEr error
+	removers  []func()
+	stats     Stats
+
+	ctx    context.Context // cancelled by Close; bounds in-flight reductions
+	cancel context.CancelFunc
+	work   chan job
+	wg     sync.WaitGroup
+}
+
+type job struct {
+	pass   int // which synchronised pass the bucket belongs to
+	bucket int
+	buf    []float32
+	done   chan error
+}
+
+// Stats are cumulative timings since New.
+type Stats struct {
+	// Syncs counts backward passes whose gradients were reduced.
+	Syncs int
+	// ExposedWait is the time Backward spent waiting for reductions after
+	// the last gradient was computed: communication not hidden by backward.
+	ExposedWait time.Duration
+	// Buckets is the current number of gradient buckets.
+	Buckets int
+}
+
+// New wraps module for data-parallel training over g. It checks that every
+// rank has the same parameter names and shapes (an error names the first
+// difference and each rank's shape) and copies rank 0's parameters and
+// buffers to all ranks, so every replica starts identical.
+func New(ctx context.Context, module nn.Module, g Group, opts ...Option) (*Model, error) {
+	cfg := config{
+		bucketCapBytes:      DefaultBucketCapBytes,
+		firstBucketCapBytes: DefaultFirstBucketCapBytes,
+		broadcastBuffers:    true,
+		hook:                AllReduceHook,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.bucketCapBytes <= 0 {
+		return nil, fmt.Errorf("ddp: bucket cap must be positive, got %d bytes", cfg.bucketCapBytes)
+	}
+	m := &Model{module: module, group: g, cfg: cfg}
+	for _, np := range nn.NamedParameters(module) {
+		if !np.Tensor.RequiresGrad() {
+			continue
+		}
+		m.params = append(m.params, np.Tensor)
+		m.names = append(m.names, np.Name)
+		m.numel = append(m.numel, np.Tensor.Len())
+	}
+	for _, nb := range nn.NamedBuffers(module) {
+		m.buffers = append(m.buffers, nb.Tensor)
+	}
+	if g.Size() > 1 {
+		if err := verifyShapes(ctx, g, m.names, m.params); err != nil {
+			return nil, err
+		}
+		if err := broadcastTensors(ctx, g, append(append([]*tensor.Tensor(nil), m.params...), m.buffers...)); err != nil {
+			return nil, fmt.Errorf("ddp: broadcasting rank 0's parameters: %w", err)
+		}
+	}
+	order := make([]int, len(m.params))
+	for i := range order {
+		order[i] = len(m.params) - 1 - i // reverse registration order
+	}
+	m.setBuckets(assignBuckets(order, m.numel, cfg.firstBucketCapBytes, cfg.bucketCapBytes))
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	if g.Size() > 1 {
+		m.work = make(chan job, 64)
+		m.wg.Add(1)
+		go m.communicate(m.work)
+		for i, p := range m.params {
+			m.removers = append(m.removers, p.AddGradHook(func(pass *tensor.Pass, _ *tensor.Tensor) {
+				m.gradReady(pass, i)
+			}))
+		}
+	}
+	return m, nil
+}
+
+// setBuckets installs a bucket plan, moving gradient views if needed.
+func (m *Model) setBuckets(plans []bucketPlan) {
+	m.red = newReducer(plans, len(m.params))
+	m.buckets = make([][]float32, len(plans))
+	for b, pl := range plans {
+		m.buckets[b] = make([]float32, pl.size)
+	}
+	m.stats.Buckets = len(plans)
+	if !m.cfg.gradAsBucketView {
+		return
+	}
+	for p, param := range m.params {
+		view := tensor.New(m.gradRegion(p), param.Shape()...)
+		if old := param.Grad(); old != nil {
+			copy(view.Data(), old.Data())
+		}
+		param.SetGrad(view)
+	}
+}
+
+// gradRegion is parameter p's slice of its bucket.
+func (m *Model) gradRegion(p int) []float32 {
+	b, s := m.red.bucketOf[p], m.red.slotOf[p]
+	off := m.red.plans[b].offsets[s]
+	return m.buckets[b][off : off+m.numel[p]]
+}
+
+// Module returns the wrapped module (for saving a checkpoint).
+func (m *Model) Module() nn.Module { return m.module }
+
+// Parameters returns the parameters that DDP synchronises, for the optimizer.
+func (m *Model) Parameters() []*tensor.Tensor { return m.params }
+
+// Stats returns cumulative communication statistics.
+func (m *Model) Stats() Stats { return m.stats }
+
+// Forward runs the wrapped module. With BroadcastBuffers it first copies
+// rank 0's buffers to every rank; an error doing so is returned by the next
+// Backward, the documented sync point, since Forward returns no error.
+func (m *Model) Forward(x *tensor.Tensor) *tensor.Tensor {
+	if m.cfg.broadcastBuffers && len(m.buffers) > 0 && m.group.Size() > 1 && m.forwardEr == nil {
+		if err := broadcastTensors(m.ctx, m.group, m.buffers); err != nil {
+			m.forwardEr = fmt.Errorf("ddp: broadcasting buffers in forward: %w", err)
+		}
+	}
+	return m.module.Forward(x)
+}
+
+// NoSync runs f with gradient synchronisation off: backward passes inside f
+// only accumulate local gradients, and the first synchronised backward after
+// it averages the accumulated sum (gradient accumulation, like PyTorch's
+// no_sync context manager).
+func (m *Model) NoSync(f func() error) error {
+	prev := m.noSync
+	m.noSync = true
+	defer func() { m.noSync = prev }()
+	return f()
+}
+
+// Close stops the communication goroutine and removes DDP's hooks; the
+// module keeps its parameters and gradients. It does not destroy the group.
+func (m *Model) Close() error {
+	for _, r := range m.removers {
+		r()
+	}
+	m.removers = nil
+	m.cancel()
+	if m.work != nil {
+		close(m.work)
+		m.work = nil
+	}
+	m.wg.Wait()
+	return nil
+}
+
+// communicate reduces buckets in the order they are launched.
+func (m *Model) communicate(work <-chan job) {
+	defer m.wg.Done()
+	failedPass, failure := -1, error(nil)
+	for j := range work {
+		if j.pass == failedPass {
+			// The group is broken or stuck: do not wait out another
+			// timeout for each remaining bucket of this pass.
+			j.done <- failure
+			continue
+		}
+		err := m.cfg.hook(m.ctx, m.group, j.buf)
+		if err != nil {
+			failedPass, failure = j.pass, err
+		}
+		j.done <- err
+	}
+}
+
+// gradReady is the grad hook: parameter p's gradient is final in pass.
+func (m *Model) gradReady(pass *tensor.Pass, p int) {
+	if m.noSync {
+		return
+	}
+	if pass != m.pass {
+		m.beginPass(pass)
+	}
+	m.markReady(p)
+}
+
+func (m *Model) beginPass(pass *tensor.Pass) {
+	m.pass = pass
+	m.passes++
+	m.red.reset()
+	m.jobs = m.jobs[:0]
+	pass.OnFinish(m.finishPass)
+	if m.cfg.findUnused {
+		for p, param := range m.params {
+			if !pass.Reaches(param) {
+				m.markReady(p)
+			}
+		}
+	}
+}
+
+func (m *Model) markReady(p int) {
+	if !m.cfg.gradAsBucketView {
+		dst := m.gradRegion(p)
+		if g := m.params[p].Grad(); g != nil && g.Len() == len(dst) {
+			copy(dst, g.Data())
+		} else {
+			clear(dst)
+		}
+	}
+	launch, err := m.red.markReady(p)
+	if err != nil {
+		if m.forwardEr == nil {
+			m.forwardEr = err
+		}
+		return
+	}
+	for _, b := range launch {
+		j := job{pass: m.passes, bucket: b, buf: m.buckets[b], done: make(chan error, 1)}
+		m.jobs = append(m.jobs, j)
+		m.work <- j
+	}
+}
+
+// finishPass runs at the end of Backward: it waits for every bucket's
+// reduction and makes the averaged gradients visible in each Grad.
+func (m *Model) finishPass() error {
+	m.pass = nil
+	start := time.Now()
+	var errs []error
+	if e := m.forwardEr; e != nil {
+		errs = append(errs, e)
+		m.forwardEr = nil
+	}
+	// Receive every result, even after a failure, so no reduction still
+	// writes into a bucket when Backward returns.
+	var commErr error
+	for _, j := range m.jobs {
+		if err := <-j.done; err != nil && commErr == nil {
+			pl := m.red.plans[j.bucket]
+			commErr = fmt.Errorf("ddp: reducing gradient bucket %d (%d parameters, %d bytes): %w",
+				j.bucket, len(pl.params), pl.size*4, err)
+		}
+	}
+	if commErr != nil {
+		errs = append(errs, commErr)
+	}
+	m.stats.ExposedWait += time.Since(start)
+	if !m.red.allLaunched() {
+		var names []string
+		for _, p := range m.red.notReady() {
+			names = append(names, m.names[p])
+		}
+		errs = append(errs, fmt.Errorf("ddp: parameters %v received no gradient in this backward pass; "+
+			"if the model has unused parameters, pass ddp.FindUnusedParameters(true)", names))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	m.stats.Syncs++
+	if !m.cfg.gradAsBucketView {
+		for p, param := range m.params {
+			src := m.gradRegion(p)
+			if g := param.Grad(); g != nil {
+				copy(g.Data(), src)
+			} else {
+				param.SetGrad(tensor.New(append([]float32(nil), src...), param.Shape()...))
+			}
+		}
+	}
+	if !m.rebuilt {
+		m.rebuilt = true
+		if err := m.rebuildBuckets(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rebuildBuckets re-forms the buckets once, after the first iteration, in
+// the order gradients actually became ready, so the first bucket fills (and
+// its allreduce starts) as early as possible. Rank 0's order is used on
+// every rank so they all issue the same collectives.
+func (m *Model) rebuildBuckets() error {
+	order := make([]int64, len(m.params))
+	for i, p := range m.red.observed {
+		order[i] = int64(p)
+	}
+	if err := m.group.Broadcast(m.ctx, order, 0); err != nil {
+		return fmt.Errorf("ddp: agreeing on the rebuilt bucket order: %w", err)
+	}
+	ord := make([]int, len(order))
+	seen := make([]bool, len(order))
+	for i, p := range order {
+		if p < 0 || int(p) >= len(order) || seen[p] {
+			return fmt.Errorf("ddp: rank 0 sent an invalid bucket order (parameter %d at %d)", p, i)
+		}
+		seen[p] = true
+		ord[i] = int(p)
+	}
+	m.setBuckets(assignBuckets(ord, m.numel, m.cfg.firstBucketCapBytes, m.cfg.bucketCapBytes))
+	return nil
+}

@@ -1,0 +1,153 @@
+package ddp
+
+import (
+	"context"
+	"math"
+
+	"github.com/gotrain/gotrain/dist"
+	"github.com/gotrain/gotrain/internal/kernels"
+)
+
+// Group is what DDP needs of a process group; *dist.Group implements it.
+type Group interface {
+	Rank() int
+	Size() int
+	AllReduce(ctx context.Context, buf any, op dist.ReduceOp) error
+	Broadcast(ctx context.Context, buf any, root int) error
+	AllGather(ctx context.Context, dst, src any) error
+}
+
+// CommHook reduces one bucket of gradients across the group. On a nil
+// return, bucket must hold the gradient averaged over all ranks, identical
+// on every rank. Hooks run on DDP's communication goroutine, one bucket at a
+// time in bucket order, while backward goes on; the hook must not retain
+// bucket after returning.
+type CommHook func(ctx context.Context, g Group, bucket []float32) error
+
+// AllReduceHook is the default hook: divide by the world size, then
+// allreduce-sum in float32 (PyTorch's default).
+func AllReduceHook(ctx context.Context, g Group, bucket []float32) error {
+	if n := g.Size(); n > 1 {
+		kernels.Scale(1/float32(n), bucket)
+	}
+	return g.AllReduce(ctx, bucket, dist.Sum)
+}
+
+// FP16CompressHook sends gradients as IEEE half precision, halving the bytes
+// on the wire (PyTorch's fp16_compress_hook). Each rank's scaled gradients
+// are rounded to fp16 and gathered; every rank sums the decoded values in
+// rank order in float32, so the result is identical on all ranks.
+func FP16CompressHook(ctx context.Context, g Group, bucket []float32) error {
+	return compressedHook(ctx, g, bucket, float32ToFloat16, float16ToFloat32)
+}
+
+// BF16CompressHook is FP16CompressHook with bfloat16: the same range as
+// float32 (no overflow) with 8 bits of mantissa.
+func BF16CompressHook(ctx context.Context, g Group, bucket []float32) error {
+	return compressedHook(ctx, g, bucket, float32ToBFloat16, bfloat16ToFloat32)
+}
+
+func compressedHook(ctx context.Context, g Group, bucket []float32, enc func(float32) uint16, dec func(uint16) float32) error {
+	n := g.Size()
+	scale := 1 / float32(n)
+	// Two 16-bit values per int32 word: dist moves 32- and 64-bit types.
+	words := make([]int32, (len(bucket)+1)/2)
+	for i, v := range bucket {
+		h := uint32(enc(v * scale))
+		if i%2 == 0 {
+			words[i/2] |= int32(h)
+		} else {
+			words[i/2] |= int32(h << 16)
+		}
+	}
+	all := make([]int32, n*len(words))
+	if err := g.AllGather(ctx, all, words); err != nil {
+		return err
+	}
+	clear(bucket)
+	for r := 0; r < n; r++ {
+		part := all[r*len(words) : (r+1)*len(words)]
+		for i := range bucket {
+			w := uint32(part[i/2])
+			if i%2 == 1 {
+				w >>= 16
+			}
+			bucket[i] += dec(uint16(w))
+		}
+	}
+	return nil
+}
+
+// float32ToFloat16 rounds to the nearest IEEE binary16, ties to even;
+// overflow becomes ±Inf, NaN stays NaN.
+func float32ToFloat16(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int((b >> 23) & 0xff)
+	mant := b & 0x7fffff
+	if exp == 0xff { // Inf or NaN
+		if mant != 0 {
+			return sign | 0x7e00
+		}
+		return sign | 0x7c00
+	}
+	e := exp - 127 + 15
+	switch {
+	case e >= 0x1f:
+		return sign | 0x7c00
+	case e <= 0:
+		if e < -10 {
+			return sign
+		}
+		// Subnormal: shift the mantissa with its implicit bit into place.
+		m := mant | 0x800000
+		shift := uint32(14 - e)
+		half := uint32(1) << (shift - 1)
+		rest := m & ((1 << shift) - 1)
+		out := m >> shift
+		if rest > half || (rest == half && out&1 == 1) {
+			out++
+		}
+		return sign | uint16(out)
+	}
+	out := uint32(e)<<10 | mant>>13
+	rest := mant & 0x1fff
+	if rest > 0x1000 || (rest == 0x1000 && out&1 == 1) {
+		out++ // may carry into the exponent, which is correct rounding
+	}
+	return sign | uint16(out)
+}
+
+func float16ToFloat32(h uint16) float32 {
+	sign := uint32(h&0x8000) << 16
+	exp := uint32(h>>10) & 0x1f
+	mant := uint32(h & 0x3ff)
+	switch exp {
+	case 0:
+		if mant == 0 {
+			return math.Float32frombits(sign)
+		}
+		// Subnormal: normalise.
+		e := uint32(127 - 15 + 1)
+		for mant&0x400 == 0 {
+			mant <<= 1
+			e--
+		}
+		return math.Float32frombits(sign | e<<23 | (mant&0x3ff)<<13)
+	case 0x1f:
+		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
+	}
+	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
+}
+
+// float32ToBFloat16 keeps the upper 16 bits, rounding to nearest even.
+func float32ToBFloat16(f float32) uint16 {
+	b := math.Float32bits(f)
+	if b&0x7fffffff > 0x7f800000 { // NaN: keep it quiet
+		return uint16(b>>16) | 0x40
+	}
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
+}
+
+func bfloat16ToFloat32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
