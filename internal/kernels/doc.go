@@ -5,13 +5,14 @@
 // (AVX-512F, else AVX2+FMA). Building with the noasm tag keeps
 // only the portable code.
 //
-// Sgemm follows BLIS/GotoBLAS: B is packed into kc×nr micro-panels and A
-// into mr×kc micro-panels (packing absorbs the transposes, with an
-// in-register 16×16 transpose for Bᵀ), blocked for the L1/L2 caches, and a
-// register-blocked micro-kernel (6×64 with 24 Z accumulators on AVX-512,
-// 6×16 on AVX2) computes each tile. An operand used by only one or two
-// micro-tiles is read in place instead of packed; edge tiles use kernels
-// for fewer rows and masked column stores. Large products are split over
+// Sgemm follows BLIS/GotoBLAS: B is packed into kc×nr micro-panels
+// (packing absorbs Bᵀ with in-register 16×16 or 8×8 transposes), blocked
+// for the L1/L2 caches, and a register-blocked micro-kernel (6×64 with 24 Z
+// accumulators on AVX-512, 6×16 on AVX2) computes each tile. The kernels
+// take strides for A, so A — and B when C has few rows — is read in place:
+// on this hardware that measured faster than packing it. Edge tiles use
+// kernels for fewer rows and (AVX-512) masked column stores; a C of at most
+// 16 columns is computed as its transpose. Large products are split over
 // NumThreads goroutines (GOTRAIN_NUM_THREADS, else GOMAXPROCS); small ones
 // stay on the caller's goroutine.
 //
