@@ -1,10 +1,6 @@
 package optim
 
-import (
-	"math"
-
-	"github.com/gotrain/gotrain/tensor"
-)
+import "github.com/gotrain/gotrain/tensor"
 
 // Adadelta is torch.optim.Adadelta:
 //
@@ -38,25 +34,13 @@ func NewAdadelta(params []*tensor.Tensor, lr float64, opts ...Option) *Adadelta 
 
 // updateParam is one fused pass per element over p, g and both averages.
 func (o *Adadelta) updateParam(p, g, _ []float32, slots [][]float32, _ int64) {
-	sq, acc := slots[0][:len(p)], slots[1][:len(p)]
-	g = g[:len(p)]
-	rho, c := float32(o.rho), float32(1-o.rho)
-	eps, wd, lr := float32(o.eps), float32(o.weightDecay), float32(o.lr)
-	sign := float32(1)
+	k := adadeltaConsts{
+		sign: 1, wd: float32(o.weightDecay),
+		rho: float32(o.rho), c: float32(1 - o.rho),
+		eps: float32(o.eps), lr: float32(o.lr),
+	}
 	if o.maximize {
-		sign = -1
+		k.sign = -1
 	}
-	for i := range p {
-		gi := sign * g[i]
-		if wd != 0 {
-			gi += wd * p[i]
-		}
-		s := rho*sq[i] + c*gi*gi
-		sq[i] = s
-		// √a/√b as √(a/b): one square root instead of two, within an
-		// ulp or two of PyTorch's order of operations.
-		delta := float32(math.Sqrt(float64((acc[i]+eps)/(s+eps)))) * gi
-		acc[i] = rho*acc[i] + c*delta*delta
-		p[i] -= lr * delta
-	}
+	adadeltaFused(p, g, slots[0], slots[1], &k)
 }

@@ -70,25 +70,16 @@ func adamHypers(beta1, beta2, eps, wd *float64, maximize *bool) []hyper {
 // PyTorch's single-tensor path. wd is Adam's L2 weight decay; decay
 // multiplies p first (AdamW's decoupled decay, 1 for Adam).
 func adamUpdate(p, g, m, v []float32, step int64, lr, beta1, beta2, eps, wd float64, decay float32, maximize bool) {
-	bc1 := 1 - math.Pow(beta1, float64(step))
-	bc2 := 1 - math.Pow(beta2, float64(step))
-	stepSize := float32(lr / bc1)
-	invBC2Sqrt := float32(1 / math.Sqrt(bc2))
-	b1, b2 := float32(beta1), float32(beta2)
-	c1, c2 := float32(1-beta1), float32(1-beta2)
-	e, w := float32(eps), float32(wd)
-	sign := float32(1)
+	k := adamConsts{
+		decay: decay, sign: 1, wd: float32(wd),
+		b1: float32(beta1), c1: float32(1 - beta1),
+		b2: float32(beta2), c2: float32(1 - beta2),
+		invBC2:   float32(1 / math.Sqrt(1-math.Pow(beta2, float64(step)))),
+		eps:      float32(eps),
+		stepSize: float32(lr / (1 - math.Pow(beta1, float64(step)))),
+	}
 	if maximize {
-		sign = -1
+		k.sign = -1
 	}
-	g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
-	for i := range p {
-		pi := p[i] * decay
-		gi := sign*g[i] + w*pi
-		mi := b1*m[i] + c1*gi
-		vi := b2*v[i] + c2*gi*gi
-		m[i], v[i] = mi, vi
-		denom := float32(math.Sqrt(float64(vi)))*invBC2Sqrt + e
-		p[i] = pi - stepSize*mi/denom
-	}
+	adamFused(p, g, m, v, &k)
 }

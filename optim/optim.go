@@ -11,9 +11,9 @@
 // checkpoint package writes next to the model so that training resumes on
 // exactly the trajectory it left.
 //
-// An optimizer and its scheduler belong to the training loop's goroutine;
-// Step itself may spread a large parameter over kernels.NumThreads
-// goroutines, with results independent of that split.
+// An optimizer and its scheduler belong to the training loop's goroutine.
+// Step runs on that goroutine alone: its loops are vectorised and bound by
+// memory bandwidth, so a second goroutine measured slower, not faster.
 package optim
 
 import (
@@ -23,9 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
-	"github.com/gotrain/gotrain/internal/kernels"
 	"github.com/gotrain/gotrain/tensor"
 )
 
@@ -74,8 +72,7 @@ type hyper struct {
 // updateFunc applies one step to parameter p with gradient g. slots holds
 // the parameter's state buffers (zeroed on its first step) in the order of
 // core.slots; scratch is a temporary buffer of len(p); step is the
-// parameter's step count including this one. Update rules are elementwise:
-// Step may call one on disjoint chunks of a parameter concurrently.
+// parameter's step count including this one.
 type updateFunc func(p, g, scratch []float32, slots [][]float32, step int64)
 
 // core is the machinery every optimizer shares.
@@ -139,36 +136,12 @@ func (c *core) Step() {
 	}
 }
 
-// parallelMin is the fewest elements worth a goroutine of their own: below
-// it, starting and joining goroutines costs more than the update.
-const parallelMin = 1 << 15
-
-// apply runs the update rule on one parameter, split into contiguous
-// chunks over up to kernels.NumThreads goroutines when it is large. The
-// rules are elementwise, so the result does not depend on the split.
+// apply runs the update rule on one parameter.
 func (c *core) apply(p, g []float32, slots [][]float32, step int64) {
-	n := len(p)
-	if cap(c.scratch) < n {
-		c.scratch = make([]float32, n)
+	if cap(c.scratch) < len(p) {
+		c.scratch = make([]float32, len(p))
 	}
-	scratch := c.scratch[:n]
-	workers := min(kernels.NumThreads(), n/parallelMin)
-	if workers <= 1 {
-		c.update(p, g, scratch, slots, step)
-		return
-	}
-	chunk := (n + workers - 1) / workers
-	chunk = (chunk + 15) &^ 15 // whole cache lines per goroutine
-	var wg sync.WaitGroup
-	for a := 0; a < n; a += chunk {
-		b := min(a+chunk, n)
-		sub := make([][]float32, len(slots))
-		for k, s := range slots {
-			sub[k] = s[a:b]
-		}
-		wg.Go(func() { c.update(p[a:b], g[a:b], scratch[a:b], sub, step) })
-	}
-	wg.Wait()
+	c.update(p, g, c.scratch[:len(p)], slots, step)
 }
 
 // ZeroGrad sets every gradient to zero in place.

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gotrain/gotrain/internal/kernels"
 	"github.com/gotrain/gotrain/tensor"
 )
 
@@ -367,29 +366,6 @@ func TestConstructorPanics(t *testing.T) {
 	expectPanic(t, "step size", func() { NewStepLR(NewSGD(ps, 0.1), 0, 0.1) })
 	expectPanic(t, "T_max", func() { NewCosineAnnealingLR(NewSGD(ps, 0.1), 0, 0) })
 	expectPanic(t, "eta_min", func() { NewCosineAnnealingLR(NewSGD(ps, 0.1), 5, -1) })
-}
-
-// TestChunkedStepIsExact checks that splitting a large parameter over
-// goroutines gives bit-for-bit the single-goroutine result.
-func TestChunkedStepIsExact(t *testing.T) {
-	const n = 3*parallelMin + 1001 // uneven chunks
-	run := func(c refCase, threads int) []float32 {
-		prev := kernels.SetNumThreads(threads)
-		defer kernels.SetNumThreads(prev)
-		rng := rand.New(rand.NewPCG(7, 8))
-		p := tensor.New(randFloats(rng, n), n).SetRequiresGrad(true)
-		opt := c.newGo([]*tensor.Tensor{p})
-		for s := 0; s < 3; s++ {
-			p.SetGrad(tensor.New(randFloats(rng, n), n))
-			opt.Step()
-		}
-		return p.Data()
-	}
-	for _, c := range refCases() {
-		if one, four := run(c, 1), run(c, 4); !slices.Equal(one, four) {
-			t.Errorf("%s: 4 goroutines differ from 1", c.name)
-		}
-	}
 }
 
 func TestSchedulerLoadStateDictErrors(t *testing.T) {
