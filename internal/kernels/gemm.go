@@ -18,10 +18,11 @@ import (
 // v-th 16-float vector of the row); other kernels ignore masks.
 type microKernel func(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32, masks uint64)
 
-// gemmImpl is one SGEMM implementation: a micro-kernel with its register
-// block (mr×nr) and the cache blocking that suits it. Loops follow BLIS:
-// jc over nc columns, pc over kc (B block packed to fit L2/L3), ic over mc
-// rows (A block packed to fit L2), then jr over nr and ir over mr.
+// gemmImpl is one SGEMM implementation: micro-kernels with their register
+// block (mr×nr) and the cache blocking that suits them. Loops follow BLIS:
+// jc over nc columns, pc over kc (the kc×nc block of B packed), ic over mc
+// rows (the mc×kc block of A, read in place, stays in L2), then jr over nr
+// and ir over mr, so a B micro-panel is reused by every A micro-panel.
 type gemmImpl struct {
 	name       string
 	mr, nr     int
@@ -58,6 +59,16 @@ var genericGemm = &gemmImpl{name: "generic", mr: 4, nr: 16, kc: 256, mc: 128, nc
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	checkGemmArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
 	sgemmWith(gemm, NumThreads(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// SgemmSerial is Sgemm on the calling goroutine only, whatever NumThreads
+// says: for callers that already spread independent products over their
+// own goroutines (a convolution over the images of a batch), where a
+// second level of splitting would only add goroutines contending for the
+// same cores.
+func SgemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	checkGemmArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	sgemmWith(gemm, 1, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 func checkGemmArgs(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
@@ -252,7 +263,7 @@ func grow(buf []float32, n int) []float32 {
 // directBMaxPanels is the number of A micro-panels up to which B is read
 // in place rather than packed. B is never read in place with a row stride
 // of a multiple of 4 KiB: its rows would all map to the same L1 sets.
-var directBMaxPanels = 16
+const directBMaxPanels = 16
 
 func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	mr, nr := impl.mr, impl.nr

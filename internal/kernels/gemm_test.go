@@ -195,6 +195,33 @@ func TestSgemmDegenerate(t *testing.T) {
 	}
 }
 
+// TestSgemmPublic runs the exported entry points (default implementation,
+// NumThreads goroutines) against the reference.
+func TestSgemmPublic(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	m, n, k := 70, 130, 90
+	a, b := randSlice(r, m*k), randSlice(r, n*k)
+	c1, c2 := make([]float32, m*n), make([]float32, m*n)
+	defer SetNumThreads(SetNumThreads(2))
+	Sgemm(false, true, m, n, k, 1, a, k, b, k, 0, c1, n)
+	SgemmSerial(false, true, m, n, k, 1, a, k, b, k, 0, c2, n)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var want, mag float64
+			for p := 0; p < k; p++ {
+				x := float64(a[i*k+p]) * float64(b[j*k+p])
+				want += x
+				mag += math.Abs(x)
+			}
+			for _, c := range [][]float32{c1, c2} {
+				if d := math.Abs(float64(c[i*n+j]) - want); d > 1e-5*math.Sqrt(float64(k))*mag {
+					t.Fatalf("C[%d,%d]=%g want %g", i, j, c[i*n+j], want)
+				}
+			}
+		}
+	}
+}
+
 func TestSgemmPanics(t *testing.T) {
 	mustPanic := func(name string, f func()) {
 		t.Helper()
