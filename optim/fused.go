@@ -70,8 +70,19 @@ func adadeltaFusedGeneric(p, g, sq, acc []float32, k *adadeltaConsts) {
 	}
 }
 
-// The implementations in use; fused_amd64.go replaces them when the CPU
-// has AVX-512.
+// fusedImpl is one implementation of both loops.
+type fusedImpl struct {
+	name     string
+	adam     func(p, g, m, v []float32, k *adamConsts)
+	adadelta func(p, g, sq, acc []float32, k *adadeltaConsts)
+}
+
+// fusedImpls lists the implementations this CPU can run, best last;
+// fused_amd64.go appends the assembly ones. Tests check each against the
+// first, the Go reference.
+var fusedImpls = []fusedImpl{{"go", adamFusedGeneric, adadeltaFusedGeneric}}
+
+// The implementations in use: the last of fusedImpls.
 var (
 	adamFused     = adamFusedGeneric
 	adadeltaFused = adadeltaFusedGeneric

@@ -128,3 +128,109 @@ adadelta_body:
 adadelta_done:
 	VZEROUPPER
 	RET
+
+// func adamAVX2(p, grad, m, v *float32, n int, k *adamConsts)
+// n must be a multiple of 8.
+TEXT ·adamAVX2(SB), NOSPLIT, $0-48
+	MOVQ p+0(FP), DI
+	MOVQ grad+8(FP), SI
+	MOVQ m+16(FP), R8
+	MOVQ v+24(FP), R9
+	MOVQ n+32(FP), CX
+	MOVQ k+40(FP), AX
+	VBROADCASTSS 0(AX), Y6   // decay
+	VBROADCASTSS 4(AX), Y7   // sign
+	VBROADCASTSS 8(AX), Y8   // wd
+	VBROADCASTSS 12(AX), Y9  // b1
+	VBROADCASTSS 16(AX), Y10 // c1
+	VBROADCASTSS 20(AX), Y11 // b2
+	VBROADCASTSS 24(AX), Y12 // c2
+	VBROADCASTSS 28(AX), Y13 // invBC2
+	VBROADCASTSS 32(AX), Y14 // eps
+	VBROADCASTSS 36(AX), Y15 // stepSize
+
+adam2_loop:
+	CMPQ CX, $8
+	JL adam2_done
+	VMOVUPS (DI), Y0
+	VMOVUPS (SI), Y1
+	VMOVUPS (R8), Y2
+	VMOVUPS (R9), Y3
+	VMULPS Y6, Y0, Y0
+	VMULPS Y7, Y1, Y1
+	VFMADD231PS Y8, Y0, Y1
+	VMULPS Y9, Y2, Y2
+	VFMADD231PS Y10, Y1, Y2
+	VMULPS Y1, Y1, Y4
+	VMULPS Y11, Y3, Y3
+	VFMADD231PS Y12, Y4, Y3
+	VSQRTPS Y3, Y4
+	VMULPS Y13, Y4, Y4
+	VADDPS Y14, Y4, Y4
+	VMULPS Y15, Y2, Y5
+	VDIVPS Y4, Y5, Y5
+	VSUBPS Y5, Y0, Y0
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y2, (R8)
+	VMOVUPS Y3, (R9)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	ADDQ $32, R8
+	ADDQ $32, R9
+	SUBQ $8, CX
+	JMP adam2_loop
+
+adam2_done:
+	VZEROUPPER
+	RET
+
+// func adadeltaAVX2(p, grad, sq, acc *float32, n int, k *adadeltaConsts)
+// n must be a multiple of 8.
+TEXT ·adadeltaAVX2(SB), NOSPLIT, $0-48
+	MOVQ p+0(FP), DI
+	MOVQ grad+8(FP), SI
+	MOVQ sq+16(FP), R8
+	MOVQ acc+24(FP), R9
+	MOVQ n+32(FP), CX
+	MOVQ k+40(FP), AX
+	VBROADCASTSS 0(AX), Y10  // sign
+	VBROADCASTSS 4(AX), Y11  // wd
+	VBROADCASTSS 8(AX), Y12  // rho
+	VBROADCASTSS 12(AX), Y13 // c = 1 − rho
+	VBROADCASTSS 16(AX), Y14 // eps
+	VBROADCASTSS 20(AX), Y15 // lr
+
+adadelta2_loop:
+	CMPQ CX, $8
+	JL adadelta2_done
+	VMOVUPS (DI), Y0
+	VMOVUPS (SI), Y1
+	VMOVUPS (R8), Y2
+	VMOVUPS (R9), Y3
+	VMULPS Y10, Y1, Y1
+	VFMADD231PS Y11, Y0, Y1
+	VMULPS Y1, Y1, Y4
+	VMULPS Y12, Y2, Y2
+	VFMADD231PS Y13, Y4, Y2
+	VADDPS Y14, Y3, Y5
+	VADDPS Y14, Y2, Y6
+	VDIVPS Y6, Y5, Y5
+	VSQRTPS Y5, Y5
+	VMULPS Y1, Y5, Y5
+	VMULPS Y5, Y5, Y6
+	VMULPS Y12, Y3, Y3
+	VFMADD231PS Y13, Y6, Y3
+	VFNMADD231PS Y15, Y5, Y0
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y2, (R8)
+	VMOVUPS Y3, (R9)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	ADDQ $32, R8
+	ADDQ $32, R9
+	SUBQ $8, CX
+	JMP adadelta2_loop
+
+adadelta2_done:
+	VZEROUPPER
+	RET
