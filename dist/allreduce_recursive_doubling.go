@@ -13,7 +13,7 @@ import (
 // the extra ranks get the result back. For 2 ranks it is one direct
 // exchange. Partners reduce the same two values, so every rank ends with
 // the same bits.
-func allReduceDoubling(ctx context.Context, c *comm, buf []byte, reduce transport.ReduceFunc, fin func([]byte)) error {
+func allReduceDoubling(ctx context.Context, c *comm, buf []byte, elem int, reduce transport.ReduceFunc, fin func([]byte)) error {
 	n, r := c.size(), c.rank()
 	p := 1
 	for p*2 <= n {
@@ -27,24 +27,34 @@ func allReduceDoubling(ctx context.Context, c *comm, buf []byte, reduce transpor
 		}
 		return c.wait(ctx, pd)
 	}
-	scratch := make([]byte, len(buf))
+	scratch := c.scratch(len(buf))
 	if r < n-p {
 		if err := c.wait(ctx, c.post(r+p, scratch, nil)); err != nil {
 			return err
 		}
 		reduce(buf, scratch)
 	}
+	nseg := segments(len(buf))
+	recvs := make([]pending, nseg)
 	for mask := 1; mask < p; mask <<= 1 {
 		peer := r ^ mask
 		// Receive into scratch, not buf: buf is being sent concurrently.
-		pd := c.post(peer, scratch, nil)
-		if err := c.send(ctx, peer, buf); err != nil {
-			return err
+		// Segments let the reduction of one overlap the arrival of the
+		// next.
+		for j := range recvs {
+			recvs[j] = c.post(peer, segment(scratch, elem, nseg, j), nil)
 		}
-		if err := c.wait(ctx, pd); err != nil {
-			return err
+		for j := 0; j < nseg; j++ {
+			if err := c.send(ctx, peer, segment(buf, elem, nseg, j)); err != nil {
+				return err
+			}
 		}
-		reduce(buf, scratch)
+		for j, pd := range recvs {
+			if err := c.wait(ctx, pd); err != nil {
+				return err
+			}
+			reduce(segment(buf, elem, nseg, j), segment(scratch, elem, nseg, j))
+		}
 	}
 	fin(buf)
 	if r < n-p {

@@ -16,11 +16,15 @@ import (
 // the result in buf on every rank, bit-identical everywhere. buf is
 // []float32, []float64, []int32 or []int64.
 func (g *Group) AllReduce(ctx context.Context, buf any, op ReduceOp) error {
-	return g.AllReduceAsync(ctx, buf, op).wait()
+	return g.allReduceStart(ctx, true, buf, op).wait()
 }
 
 // AllReduceAsync is the asynchronous AllReduce.
 func (g *Group) AllReduceAsync(ctx context.Context, buf any, op ReduceOp) *Work {
+	return g.allReduceStart(ctx, false, buf, op)
+}
+
+func (g *Group) allReduceStart(ctx context.Context, sync bool, buf any, op ReduceOp) *Work {
 	b, err := view(buf)
 	if err != nil {
 		return failed(err)
@@ -29,8 +33,8 @@ func (g *Group) AllReduceAsync(ctx context.Context, buf any, op ReduceOp) *Work 
 		return failed(fmt.Errorf("dist: allreduce: unknown reduce op %d", int(op)))
 	}
 	d := opDesc{kind: opAllReduce, dt: b.dt, count: b.n, red: op, root: -1, peer: -1}
-	return g.submit(ctx, d, func(ctx context.Context, c *comm) error {
-		return g.allReduce(ctx, c, b, op)
+	return g.submit(ctx, sync, d, func(ctx context.Context, c *comm) error {
+		return g.runAllReduce(ctx, c, b, op)
 	})
 }
 
@@ -61,7 +65,7 @@ const (
 	doublingMaxBytes  = 128 << 10
 )
 
-func (g *Group) allReduce(ctx context.Context, c *comm, b flat, op ReduceOp) error {
+func (g *Group) runAllReduce(ctx context.Context, c *comm, b flat, op ReduceOp) error {
 	if c.size() == 1 || b.n == 0 {
 		finish(b.dt, op, b.bytes, c.size())
 		return nil
@@ -69,18 +73,22 @@ func (g *Group) allReduce(ctx context.Context, c *comm, b flat, op ReduceOp) err
 	reduce := reducer(b.dt, op)
 	fin := func(seg []byte) { finish(b.dt, op, seg, c.size()) }
 	if g.allReduceAlgo(len(b.bytes)) == AlgoRecursiveDoubling {
-		return allReduceDoubling(ctx, c, b.bytes, reduce, fin)
+		return allReduceDoubling(ctx, c, b.bytes, b.dt.size(), reduce, fin)
 	}
 	return allReduceRing(ctx, c, b.bytes, b.dt.size(), reduce, fin)
 }
 
 // Broadcast copies root's buf into buf on every other rank.
 func (g *Group) Broadcast(ctx context.Context, buf any, root int) error {
-	return g.BroadcastAsync(ctx, buf, root).wait()
+	return g.broadcastStart(ctx, true, buf, root).wait()
 }
 
 // BroadcastAsync is the asynchronous Broadcast.
 func (g *Group) BroadcastAsync(ctx context.Context, buf any, root int) *Work {
+	return g.broadcastStart(ctx, false, buf, root)
+}
+
+func (g *Group) broadcastStart(ctx context.Context, sync bool, buf any, root int) *Work {
 	b, err := view(buf)
 	if err != nil {
 		return failed(err)
@@ -89,7 +97,7 @@ func (g *Group) BroadcastAsync(ctx context.Context, buf any, root int) *Work {
 		return failed(err)
 	}
 	d := opDesc{kind: opBroadcast, dt: b.dt, count: b.n, root: root, peer: -1}
-	return g.submit(ctx, d, func(ctx context.Context, c *comm) error {
+	return g.submit(ctx, sync, d, func(ctx context.Context, c *comm) error {
 		if c.size() == 1 || b.n == 0 {
 			return nil
 		}
@@ -100,11 +108,15 @@ func (g *Group) BroadcastAsync(ctx context.Context, buf any, root int) *Work {
 // Reduce reduces buf across ranks with op into buf on root. Other ranks'
 // buffers are left unchanged.
 func (g *Group) Reduce(ctx context.Context, buf any, root int, op ReduceOp) error {
-	return g.ReduceAsync(ctx, buf, root, op).wait()
+	return g.reduceStart(ctx, true, buf, root, op).wait()
 }
 
 // ReduceAsync is the asynchronous Reduce.
 func (g *Group) ReduceAsync(ctx context.Context, buf any, root int, op ReduceOp) *Work {
+	return g.reduceStart(ctx, false, buf, root, op)
+}
+
+func (g *Group) reduceStart(ctx context.Context, sync bool, buf any, root int, op ReduceOp) *Work {
 	b, err := view(buf)
 	if err != nil {
 		return failed(err)
@@ -116,7 +128,7 @@ func (g *Group) ReduceAsync(ctx context.Context, buf any, root int, op ReduceOp)
 		return failed(fmt.Errorf("dist: reduce: unknown reduce op %d", int(op)))
 	}
 	d := opDesc{kind: opReduce, dt: b.dt, count: b.n, red: op, root: root, peer: -1}
-	return g.submit(ctx, d, func(ctx context.Context, c *comm) error {
+	return g.submit(ctx, sync, d, func(ctx context.Context, c *comm) error {
 		if c.size() == 1 || b.n == 0 {
 			finish(b.dt, op, b.bytes, c.size())
 			return nil
@@ -129,17 +141,21 @@ func (g *Group) ReduceAsync(ctx context.Context, buf any, root int, op ReduceOp)
 // AllGather concatenates every rank's src, in rank order, into dst on
 // every rank. len(dst) must be Size()*len(src), of the same type.
 func (g *Group) AllGather(ctx context.Context, dst, src any) error {
-	return g.AllGatherAsync(ctx, dst, src).wait()
+	return g.allGatherStart(ctx, true, dst, src).wait()
 }
 
 // AllGatherAsync is the asynchronous AllGather.
 func (g *Group) AllGatherAsync(ctx context.Context, dst, src any) *Work {
+	return g.allGatherStart(ctx, false, dst, src)
+}
+
+func (g *Group) allGatherStart(ctx context.Context, sync bool, dst, src any) *Work {
 	d, s, err := g.views("allgather", dst, src, g.size, 1)
 	if err != nil {
 		return failed(err)
 	}
 	desc := opDesc{kind: opAllGather, dt: s.dt, count: s.n, root: -1, peer: -1}
-	return g.submit(ctx, desc, func(ctx context.Context, c *comm) error {
+	return g.submit(ctx, sync, desc, func(ctx context.Context, c *comm) error {
 		blocks := split(d.bytes, c.size())
 		copy(blocks[c.rank()], s.bytes)
 		if c.size() == 1 || s.n == 0 {
@@ -153,11 +169,15 @@ func (g *Group) AllGatherAsync(ctx context.Context, dst, src any) *Work {
 // dst is only used on root (len Size()*len(src)); other ranks may pass
 // nil.
 func (g *Group) Gather(ctx context.Context, dst, src any, root int) error {
-	return g.GatherAsync(ctx, dst, src, root).wait()
+	return g.gatherStart(ctx, true, dst, src, root).wait()
 }
 
 // GatherAsync is the asynchronous Gather.
 func (g *Group) GatherAsync(ctx context.Context, dst, src any, root int) *Work {
+	return g.gatherStart(ctx, false, dst, src, root)
+}
+
+func (g *Group) gatherStart(ctx context.Context, sync bool, dst, src any, root int) *Work {
 	if err := g.checkRank("gather", "root", root); err != nil {
 		return failed(err)
 	}
@@ -172,7 +192,7 @@ func (g *Group) GatherAsync(ctx context.Context, dst, src any, root int) *Work {
 		return failed(err)
 	}
 	desc := opDesc{kind: opGather, dt: s.dt, count: s.n, root: root, peer: -1}
-	return g.submit(ctx, desc, func(ctx context.Context, c *comm) error {
+	return g.submit(ctx, sync, desc, func(ctx context.Context, c *comm) error {
 		return gatherDirect(ctx, c, d.bytes, s.bytes, root)
 	})
 }
@@ -180,11 +200,15 @@ func (g *Group) GatherAsync(ctx context.Context, dst, src any, root int) *Work {
 // Scatter sends block i of root's src to rank i's dst. src is only used
 // on root (len Size()*len(dst)); other ranks may pass nil.
 func (g *Group) Scatter(ctx context.Context, dst, src any, root int) error {
-	return g.ScatterAsync(ctx, dst, src, root).wait()
+	return g.scatterStart(ctx, true, dst, src, root).wait()
 }
 
 // ScatterAsync is the asynchronous Scatter.
 func (g *Group) ScatterAsync(ctx context.Context, dst, src any, root int) *Work {
+	return g.scatterStart(ctx, false, dst, src, root)
+}
+
+func (g *Group) scatterStart(ctx context.Context, sync bool, dst, src any, root int) *Work {
 	if err := g.checkRank("scatter", "root", root); err != nil {
 		return failed(err)
 	}
@@ -199,7 +223,7 @@ func (g *Group) ScatterAsync(ctx context.Context, dst, src any, root int) *Work 
 		return failed(err)
 	}
 	desc := opDesc{kind: opScatter, dt: d.dt, count: d.n, root: root, peer: -1}
-	return g.submit(ctx, desc, func(ctx context.Context, c *comm) error {
+	return g.submit(ctx, sync, desc, func(ctx context.Context, c *comm) error {
 		return scatterDirect(ctx, c, d.bytes, s.bytes, root)
 	})
 }
@@ -208,11 +232,15 @@ func (g *Group) ScatterAsync(ctx context.Context, dst, src any, root int) *Work 
 // of the result in dst. len(src) must be Size()*len(dst). src is not
 // modified.
 func (g *Group) ReduceScatter(ctx context.Context, dst, src any, op ReduceOp) error {
-	return g.ReduceScatterAsync(ctx, dst, src, op).wait()
+	return g.reduceScatterStart(ctx, true, dst, src, op).wait()
 }
 
 // ReduceScatterAsync is the asynchronous ReduceScatter.
 func (g *Group) ReduceScatterAsync(ctx context.Context, dst, src any, op ReduceOp) *Work {
+	return g.reduceScatterStart(ctx, false, dst, src, op)
+}
+
+func (g *Group) reduceScatterStart(ctx context.Context, sync bool, dst, src any, op ReduceOp) *Work {
 	s, d, err := g.views("reduce_scatter", src, dst, g.size, 1)
 	if err != nil {
 		return failed(err)
@@ -221,7 +249,7 @@ func (g *Group) ReduceScatterAsync(ctx context.Context, dst, src any, op ReduceO
 		return failed(fmt.Errorf("dist: reduce_scatter: unknown reduce op %d", int(op)))
 	}
 	desc := opDesc{kind: opReduceScatter, dt: d.dt, count: d.n, red: op, root: -1, peer: -1}
-	return g.submit(ctx, desc, func(ctx context.Context, c *comm) error {
+	return g.submit(ctx, sync, desc, func(ctx context.Context, c *comm) error {
 		n := c.size()
 		if n == 1 || d.n == 0 {
 			copy(d.bytes, s.bytes)
@@ -246,11 +274,15 @@ func (g *Group) ReduceScatterAsync(ctx context.Context, dst, src any, op ReduceO
 // Rank() of its dst. src and dst have the same type and length, a
 // multiple of Size().
 func (g *Group) AllToAll(ctx context.Context, dst, src any) error {
-	return g.AllToAllAsync(ctx, dst, src).wait()
+	return g.allToAllStart(ctx, true, dst, src).wait()
 }
 
 // AllToAllAsync is the asynchronous AllToAll.
 func (g *Group) AllToAllAsync(ctx context.Context, dst, src any) *Work {
+	return g.allToAllStart(ctx, false, dst, src)
+}
+
+func (g *Group) allToAllStart(ctx context.Context, sync bool, dst, src any) *Work {
 	d, s, err := g.views("alltoall", dst, src, 1, 1)
 	if err != nil {
 		return failed(err)
@@ -259,19 +291,23 @@ func (g *Group) AllToAllAsync(ctx context.Context, dst, src any) *Work {
 		return failed(fmt.Errorf("dist: alltoall: length %d is not a multiple of the group size %d", s.n, g.size))
 	}
 	desc := opDesc{kind: opAllToAll, dt: s.dt, count: s.n, root: -1, peer: -1}
-	return g.submit(ctx, desc, func(ctx context.Context, c *comm) error {
+	return g.submit(ctx, sync, desc, func(ctx context.Context, c *comm) error {
 		return allToAllDirect(ctx, c, d.bytes, s.bytes)
 	})
 }
 
 // Barrier returns once every rank has entered it.
 func (g *Group) Barrier(ctx context.Context) error {
-	return g.BarrierAsync(ctx).wait()
+	return g.barrierStart(ctx, true).wait()
 }
 
 // BarrierAsync is the asynchronous Barrier.
 func (g *Group) BarrierAsync(ctx context.Context) *Work {
-	return g.submit(ctx, opDesc{kind: opBarrier, root: -1, peer: -1}, barrierDissemination)
+	return g.barrierStart(ctx, false)
+}
+
+func (g *Group) barrierStart(ctx context.Context, sync bool) *Work {
+	return g.submit(ctx, sync, opDesc{kind: opBarrier, root: -1, peer: -1}, barrierDissemination)
 }
 
 // wait is Wait for the blocking forms: the operation is bounded by the

@@ -63,7 +63,8 @@ type Config struct {
 	// $GOTRAIN_AGENT_STORE=1 or TORCHELASTIC_USE_AGENT_STORE=True.
 	AgentStore bool
 	// SocketBuffer sets the data connections' SO_SNDBUF/SO_RCVBUF in
-	// bytes; 0 keeps the kernel's automatic tuning.
+	// bytes; 0 means $GOTRAIN_SOCKET_BUFFER, or the kernel's automatic
+	// tuning (which measured as fast on loopback).
 	SocketBuffer int
 	// Logger receives warnings (refused connections); nil means
 	// slog.Default().

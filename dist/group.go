@@ -28,13 +28,16 @@ type Group struct {
 	owner      *storeOwner // set on the default group only
 	parent     *Group
 
-	mu       sync.Mutex // mu guards queue, closed, nextSeq, children, nsub
+	mu       sync.Mutex // mu guards queue, running, closed, nextSeq, children, nsub
 	queue    []*Work
+	running  bool // an operation is executing (on the worker or inline)
 	closed   bool
 	nextSeq  uint64
 	children []*Group
 	nsub     int
 	p2p      sync.WaitGroup // running point-to-point operations
+
+	scratch []byte // the worker's reusable scratch buffer
 
 	wake       chan struct{} // capacity 1: "queue changed"
 	workerDone chan struct{}
@@ -145,9 +148,11 @@ func (d *opDesc) detail() string {
 	return s
 }
 
-// submit queues an operation. Sequence numbers are assigned here, so
-// the order of submission is the order on the wire.
-func (g *Group) submit(ctx context.Context, d opDesc, run func(ctx context.Context, c *comm) error) *Work {
+// submit queues an operation, or, for a blocking call on an idle group,
+// runs it right here: that saves two goroutine hand-offs per operation.
+// Sequence numbers are assigned here, so the order of submission is the
+// order on the wire.
+func (g *Group) submit(ctx context.Context, sync bool, d opDesc, run func(ctx context.Context, c *comm) error) *Work {
 	w := &Work{ctx: ctx, op: d, run: run, done: make(chan struct{})}
 	g.mu.Lock()
 	if g.closed {
@@ -156,17 +161,33 @@ func (g *Group) submit(ctx context.Context, d opDesc, run func(ctx context.Conte
 		close(w.done)
 		return w
 	}
-	if d.kind != opSend && d.kind != opRecv {
-		w.op.seq = g.nextSeq
-		g.nextSeq++
+	w.op.seq = g.nextSeq
+	g.nextSeq++
+	if sync && !g.running && len(g.queue) == 0 {
+		g.running = true
+		g.mu.Unlock()
+		w.err = g.execute(w)
+		close(w.done)
+		g.mu.Lock()
+		g.running = false
+		more := len(g.queue) > 0 || g.closed // the worker may be waiting to exit
+		g.mu.Unlock()
+		if more {
+			g.signal()
+		}
+		return w
 	}
 	g.queue = append(g.queue, w)
 	g.mu.Unlock()
+	g.signal()
+	return w
+}
+
+func (g *Group) signal() {
 	select {
 	case g.wake <- struct{}{}:
 	default:
 	}
-	return w
 }
 
 // failed returns a finished Work carrying err (argument errors).
@@ -177,15 +198,16 @@ func failed(err error) *Work {
 }
 
 // worker runs queued operations in order until the group is destroyed
-// and the queue drained.
+// and the queue drained. It leaves the group alone while a blocking call
+// runs an operation inline.
 func (g *Group) worker() {
 	defer close(g.workerDone)
 	for {
 		g.mu.Lock()
-		if len(g.queue) == 0 {
-			closed := g.closed
+		if len(g.queue) == 0 || g.running {
+			done := g.closed && len(g.queue) == 0 && !g.running
 			g.mu.Unlock()
-			if closed {
+			if done {
 				return
 			}
 			<-g.wake
@@ -195,6 +217,7 @@ func (g *Group) worker() {
 		g.queue[0] = nil
 		g.queue = g.queue[1:]
 		closed := g.closed
+		g.running = true
 		g.mu.Unlock()
 		if closed {
 			w.err = g.opError(&w.op, ErrGroupClosed, ErrGroupClosed)
@@ -202,6 +225,9 @@ func (g *Group) worker() {
 			w.err = g.execute(w)
 		}
 		close(w.done)
+		g.mu.Lock()
+		g.running = false
+		g.mu.Unlock()
 	}
 }
 
@@ -276,6 +302,16 @@ type comm struct {
 }
 
 func (c *comm) rank() int { return c.g.rank }
+
+// scratch returns an n-byte buffer owned by the group's worker, reused
+// across operations (only collectives, which the worker runs one at a
+// time, may call it).
+func (c *comm) scratch(n int) []byte {
+	if cap(c.g.scratch) < n {
+		c.g.scratch = make([]byte, n)
+	}
+	return c.g.scratch[:n]
+}
 func (c *comm) size() int { return c.g.size }
 
 // send writes b to peer as one or more frames of at most segBytes.
