@@ -1,6 +1,7 @@
 package checkpoint_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,6 +11,7 @@ import (
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/optim"
+	"github.com/gotrain/gotrain/tensor"
 )
 
 // Save a model as safetensors and load it into a fresh one.
@@ -85,4 +87,35 @@ func ExampleSaveTraining() {
 	// Output:
 	// fresh start
 	// resumed after epoch 2, lr 0.025, sampler epoch 2
+}
+
+// Write tensors and metadata in the safetensors format and read them back.
+func ExampleWriteTensors() {
+	var buf bytes.Buffer
+	err := checkpoint.WriteTensors(&buf, []checkpoint.Entry{
+		{Name: "w", Tensor: tensor.New([]float32{1, 2, 3, 4}, 2, 2)},
+		{Name: "steps", DType: checkpoint.I64, Tensor: tensor.Scalar(10)},
+	}, map[string]string{"note": "hello"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	entries, meta, err := checkpoint.ReadTensors(buf.Bytes())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, e := range entries {
+		fmt.Println(e.Name, e.DType, e.Tensor.Shape(), e.Tensor.Data())
+	}
+	fmt.Println(meta["note"])
+
+	// A damaged file is an error, never a panic or a huge allocation.
+	_, _, err = checkpoint.ReadTensors(buf.Bytes()[:buf.Len()-1])
+	fmt.Println(errors.Is(err, checkpoint.ErrCorrupt))
+	// Output:
+	// steps I64 [] [10]
+	// w F32 [2 2] [1 2 3 4]
+	// hello
+	// true
 }
