@@ -122,13 +122,22 @@ func TestInteropGotrainToTorch(t *testing.T) {
 		t.Logf("wrote %s and %s; run /usr/bin/python3 testdata/check_in_torch.py", modelPath, logitsPath)
 		return
 	}
-	for path, want := range map[string][]byte{modelPath: model.Bytes(), logitsPath: js} {
-		got, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("%s differs from what gotrain writes now; rerun with -update and check_in_torch.py", filepath.Base(path))
+	// The file must be exactly what the writer produces now; the logits,
+	// which depend on nn's kernels, only within float32 rounding.
+	got, err := os.ReadFile(modelPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, model.Bytes()) {
+		t.Errorf("%s differs from what gotrain writes now; rerun with -update and check_in_torch.py", filepath.Base(modelPath))
+	}
+	committed := readLogits(t, logitsPath)
+	if len(committed.Logits) != len(f.Logits) {
+		t.Fatalf("%s has %d logits, model gives %d", logitsPath, len(committed.Logits), len(f.Logits))
+	}
+	for i, want := range committed.Logits {
+		if got := f.Logits[i]; math.Abs(got-want) > 1e-5*math.Max(math.Abs(want), 0.1) {
+			t.Fatalf("logit %d: %v now, %v in %s", i, got, want, logitsPath)
 		}
 	}
 }
