@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gotrain/gotrain/internal/mnistjob"
+	"github.com/gotrain/gotrain/launch"
+)
+
+// trainWorkerEnv marks a process started by `gotrain train` as one of its
+// workers; summaryFileEnv is where rank 0 leaves the summary line so the
+// launching process can print it last, unprefixed.
+const (
+	trainWorkerEnv = "GOTRAIN_TRAIN_WORKER"
+	summaryFileEnv = "GOTRAIN_TRAIN_SUMMARY"
+)
+
+var trainCmd = &cobra.Command{
+	Use:   "train",
+	Short: "Train a built-in demo job",
+}
+
+func init() {
+	rootCmd.AddCommand(trainCmd)
+	var cfg mnistjob.Config
+	var nproc string
+	cmd := &cobra.Command{
+		Use:   "mnist",
+		Short: "Train an MNIST classifier (MLP or the pytorch/examples CNN), on one or several local workers",
+		Long: `Train an MNIST classifier on the copy of MNIST shipped in the binary.
+
+With --nproc-per-node N > 1 it starts N workers like 'gotrain run' and trains
+them with DistributedDataParallel. The last line printed is a summary:
+model= world= epochs= steps= samples_per_s= test_acc= peak_rss_mib=`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, err := launch.ParseNProcPerNode(nproc)
+			if err != nil {
+				return err
+			}
+			if n > 1 && os.Getenv(trainWorkerEnv) == "" {
+				return launchTrainWorkers(cmd.Context(), n)
+			}
+			res, err := mnistjob.Run(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			if os.Getenv("RANK") != "" && os.Getenv("RANK") != "0" {
+				return nil
+			}
+			if f := os.Getenv(summaryFileEnv); f != "" {
+				return os.WriteFile(f, []byte(res.Summary()+"\n"), 0o644)
+			}
+			fmt.Println(res.Summary())
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&nproc, "nproc-per-node", "1", "number of local workers (an integer, or auto for one per CPU)")
+	f.StringVar(&cfg.Model, "model", "mlp", "mlp (784-512-512-10) or cnn (the pytorch/examples MNIST Net)")
+	f.IntVar(&cfg.Epochs, "epochs", 1, "epochs to train")
+	f.IntVar(&cfg.BatchSize, "batch-size", 64, "batch size per worker")
+	f.Float64Var(&cfg.LR, "lr", 0, "learning rate (default 0.01 for sgd, 1.0 for adadelta, 0.001 for adam)")
+	f.StringVar(&cfg.Optimizer, "optimizer", "", "sgd, adadelta or adam (default sgd for mlp, adadelta for cnn)")
+	f.Float64Var(&cfg.Momentum, "momentum", 0.9, "SGD momentum (0 for none)")
+	f.Float64Var(&cfg.Gamma, "gamma", 0, "StepLR decay per epoch (default 0.7 with adadelta; 0 elsewhere means none)")
+	f.Uint64Var(&cfg.Seed, "seed", 1, "random seed for initialisation and shuffling")
+	f.StringVar(&cfg.DataDir, "data", "", "directory with the MNIST IDX files (default: the copy shipped in the binary)")
+	f.StringVar(&cfg.Save, "save", "", "save the model here (safetensors, loadable by PyTorch) after each epoch, with a training checkpoint beside it")
+	f.BoolVar(&cfg.Resume, "resume", false, "continue from the training checkpoint beside --save if there is one")
+	f.IntVar(&cfg.SaveEvery, "save-every", 0, "also checkpoint every N steps")
+	f.IntVar(&cfg.MaxSteps, "max-steps", 0, "stop after N steps per worker (0: no limit)")
+	f.BoolVar(&cfg.Profile, "profile", false, "print the mean time per step in data, forward, backward, exposed allreduce wait and optimizer")
+	f.BoolVar(&cfg.Progress, "progress", true, "show a progress bar")
+	trainCmd.AddCommand(cmd)
+}
+
+// launchTrainWorkers re-runs this command as n workers under the launcher
+// and prints rank 0's summary as the last line.
+func launchTrainWorkers(ctx context.Context, n int) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding the gotrain binary to start workers: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "gotrain-train-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	summary := filepath.Join(dir, "summary")
+	code, err := launch.Run(ctx, launch.Config{
+		Program:      self,
+		Args:         os.Args[1:],
+		NProcPerNode: n,
+		Standalone:   true,
+		Env:          []string{trainWorkerEnv + "=1", summaryFileEnv + "=" + summary},
+		Stdout:       os.Stdout,
+		Stderr:       os.Stderr,
+	})
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return exitCodeError(code)
+	}
+	line, err := os.ReadFile(summary)
+	if err != nil {
+		return fmt.Errorf("rank 0 left no summary: %w", err)
+	}
+	fmt.Print(strings.TrimSpace(string(line)) + "\n")
+	return nil
+}
