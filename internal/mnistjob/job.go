@@ -366,7 +366,8 @@ func loadData(dir string, norm mnist.Option) (train, test *mnist.Dataset, err er
 // evaluate returns the model's accuracy on ds in eval mode.
 func evaluate(model nn.Module, ds *mnist.Dataset) float64 {
 	nn.SetTrain(model, false)
-	loader := data.NewLoader(ds, 1000, data.NewSequentialSampler(ds.Len()))
+	// Batches of 200 bound the CNN's im2col memory in eval.
+	loader := data.NewLoader(ds, 200, data.NewSequentialSampler(ds.Len()))
 	correct := 0
 	tensor.NoGrad(func() {
 		for b := range loader.Batches() {
