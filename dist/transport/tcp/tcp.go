@@ -214,54 +214,94 @@ func listen(host string, min, max int) (net.Listener, error) {
 	return nil, fmt.Errorf("tcp: no free port in %d-%d on %q: %w", min, max, host, last)
 }
 
-// acceptAll accepts and authenticates n connections from higher ranks.
-// Connections that fail the handshake (wrong token, wrong job, stray
-// clients) are logged and dropped; the rendezvous goes on.
+// handshakeTimeout bounds one connection's handshake, so that a stray
+// client that connects and says nothing cannot hold up the rendezvous.
+const handshakeTimeout = 10 * time.Second
+
+// acceptAll accepts and authenticates n connections from higher ranks,
+// each handshake on its own goroutine. Connections that fail the
+// handshake (wrong token, wrong job, stray clients) are logged and
+// dropped; the rendezvous goes on.
 func (m *Mesh) acceptAll(ctx context.Context, ln net.Listener, o Options, n int, conns []net.Conn, addrs []string, mu *sync.Mutex) error {
 	hello := auth.Hello{Role: auth.RoleData, JobID: o.JobID, Rank: o.Rank, WorldSize: o.Size}
+	accepted := make(chan struct{}, o.Size)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx) // ends strays' handshakes on return
+	defer cancel()
+	acceptErr := make(chan error, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				acceptErr <- err
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if m.handshake(ctx, c, o, hello, conns, addrs, mu) {
+					accepted <- struct{}{}
+				}
+			}()
+		}
+	}()
 	for got := 0; got < n; {
-		c, err := ln.Accept()
-		if err != nil {
+		select {
+		case <-accepted:
+			got++
+		case err := <-acceptErr:
 			if ctx.Err() != nil {
 				return fmt.Errorf("tcp: rank %d: waiting for %d more connections from higher ranks: %w", o.Rank, n-got, context.Cause(ctx))
 			}
 			return fmt.Errorf("tcp: rank %d: accept: %w", o.Rank, err)
+		case <-ctx.Done():
+			ln.Close()
+			<-acceptErr
+			return fmt.Errorf("tcp: rank %d: waiting for %d more connections from higher ranks: %w", o.Rank, n-got, context.Cause(ctx))
 		}
-		peer, err := auth.Server(ctx, c, o.Token, hello, func(p auth.Hello) error {
-			switch {
-			case p.JobID != o.JobID:
-				return fmt.Errorf("job %q, this rank is in job %q", p.JobID, o.JobID)
-			case p.WorldSize != o.Size:
-				return fmt.Errorf("rank %d says world size %d, rank %d says %d", p.Rank, p.WorldSize, o.Rank, o.Size)
-			case p.Rank <= o.Rank || p.Rank >= o.Size:
-				return fmt.Errorf("rank %d may not dial rank %d (world size %d)", p.Rank, o.Rank, o.Size)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if conns[p.Rank] != nil {
-				return fmt.Errorf("duplicate rank %d: already connected from %s", p.Rank, addrs[p.Rank])
-			}
-			return nil
-		})
-		if err != nil {
-			c.Close()
-			if ctx.Err() != nil {
-				return fmt.Errorf("tcp: rank %d: handshake: %w", o.Rank, context.Cause(ctx))
-			}
-			m.log.Warn("tcp: refused data-plane connection", "rank", o.Rank, "remote", c.RemoteAddr().String(), "err", err)
-			continue
+	}
+	ln.Close() // no more peers: stop accepting
+	<-acceptErr
+	return nil
+}
+
+// handshake authenticates one accepted connection and records it,
+// reporting whether it joined the mesh.
+func (m *Mesh) handshake(ctx context.Context, c net.Conn, o Options, hello auth.Hello, conns []net.Conn, addrs []string, mu *sync.Mutex) bool {
+	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	peer, err := auth.Server(hctx, c, o.Token, hello, func(p auth.Hello) error {
+		switch {
+		case p.JobID != o.JobID:
+			return fmt.Errorf("job %q, this rank is in job %q", p.JobID, o.JobID)
+		case p.WorldSize != o.Size:
+			return fmt.Errorf("rank %d says world size %d, rank %d says %d", p.Rank, p.WorldSize, o.Rank, o.Size)
+		case p.Rank <= o.Rank || p.Rank >= o.Size:
+			return fmt.Errorf("rank %d may not dial rank %d (world size %d)", p.Rank, o.Rank, o.Size)
 		}
 		mu.Lock()
-		if conns[peer.Rank] != nil { // lost a race with a duplicate
-			mu.Unlock()
-			c.Close()
-			continue
+		defer mu.Unlock()
+		if conns[p.Rank] != nil {
+			return fmt.Errorf("duplicate rank %d: already connected from %s", p.Rank, addrs[p.Rank])
 		}
-		conns[peer.Rank], addrs[peer.Rank] = c, c.RemoteAddr().String()
-		mu.Unlock()
-		got++
+		return nil
+	})
+	if err != nil {
+		c.Close()
+		if ctx.Err() == nil {
+			m.log.Warn("tcp: refused data-plane connection", "rank", o.Rank, "remote", c.RemoteAddr().String(), "err", err)
+		}
+		return false
 	}
-	return nil
+	mu.Lock()
+	defer mu.Unlock()
+	if conns[peer.Rank] != nil || ctx.Err() != nil { // lost a race with a duplicate, or too late
+		c.Close()
+		return false
+	}
+	conns[peer.Rank], addrs[peer.Rank] = c, c.RemoteAddr().String()
+	return true
 }
 
 // dialPeer looks up peer's address, dials it (retrying refused

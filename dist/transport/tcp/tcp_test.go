@@ -3,6 +3,7 @@ package tcp
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -145,5 +146,49 @@ func TestMismatchFrame(t *testing.T) {
 		if !errors.Is(m.Err(), transport.ErrAborted) && !errors.Is(m.Err(), transport.ErrMismatch) {
 			t.Errorf("rank %d: %v", m.Rank(), m.Err())
 		}
+	}
+}
+
+// TestStrayClient: a client that connects to a rank's data port and says
+// nothing does not hold up the rendezvous; one with a wrong token is
+// refused.
+func TestStrayClient(t *testing.T) {
+	st := store.NewMem()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ms := make([]*Mesh, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	start := func(r int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ms[r], errs[r] = Connect(ctx, Options{Rank: r, Size: 2, Store: st, Token: []byte("t"), JobID: "j", ListenHost: "127.0.0.1"})
+		}()
+	}
+	start(0)
+	addr, err := st.Get(ctx, "addr/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent, err := net.Dial("tcp", string(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	intruder, err := Connect(ctx, Options{Rank: 1, Size: 2, Store: st, Token: []byte("wrong"), JobID: "j", ListenHost: "127.0.0.1"})
+	if err == nil {
+		intruder.Close()
+		t.Fatal("a rank with the wrong token joined")
+	}
+	start(1)
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for _, m := range ms {
+		m.Close()
 	}
 }
