@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// GemmShape is one benchmark case of `gotrain bench gemm`.
+// benchShape is one SGEMM benchmark case (the cases of `gotrain bench gemm`).
 type benchShape struct {
 	m, n, k        int
 	transA, transB bool
@@ -43,8 +43,7 @@ func BenchmarkSgemm(b *testing.B) {
 				if s.transB {
 					ldb = s.k
 				}
-				b.SetBytes(0)
-				b.ResetTimer()
+
 				for b.Loop() {
 					sgemmWith(impl, 1, s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n)
 				}
