@@ -39,7 +39,9 @@ func record(out *Tensor, op string, backward func(grad []float32), inputs ...*Te
 		return out
 	}
 	for _, in := range inputs {
-		if in != nil && in.requiresGrad {
+		// A released input keeps the edge so that Backward can report it
+		// instead of silently treating it as a constant.
+		if in != nil && (in.requiresGrad || in.released) {
 			out.requiresGrad = true
 			out.node = &node{op: op, inputs: inputs, backward: backward}
 			return out
@@ -120,6 +122,11 @@ func (p *Pass) OnFinish(f func() error) { p.finishes = append(p.finishes, f) }
 // ErrNotScalar is returned by Backward on a tensor with more than one element.
 var ErrNotScalar = errors.New("tensor: Backward needs a one-element tensor")
 
+// ErrGraphReleased is returned by Backward when the graph leads through a
+// result whose history an earlier Backward already freed (PyTorch: "Trying
+// to backward through the graph a second time").
+var ErrGraphReleased = errors.New("tensor: Backward through a graph already released by an earlier Backward")
+
 // Backward computes the gradient of t (a one-element tensor) with respect to
 // every leaf that requires grad, adding it into their Grad. Gradient hooks
 // fire as gradients become final; finish functions queued by hooks run last
@@ -136,10 +143,16 @@ func (t *Tensor) BackwardWith(grad *Tensor) error {
 	if !sameShape(grad.shape, t.shape) {
 		return fmt.Errorf("tensor: BackwardWith: gradient shape %v does not match output %v", grad.shape, t.shape)
 	}
+	if t.released {
+		return ErrGraphReleased
+	}
 	if !t.requiresGrad {
 		return errors.New("tensor: Backward on a tensor that does not require grad")
 	}
-	order, pending := topo(t)
+	order, pending, err := topo(t)
+	if err != nil {
+		return err
+	}
 	pass := &Pass{leaves: make(map[*Tensor]bool, len(pending))}
 	for leaf := range pending {
 		pass.leaves[leaf] = true
@@ -168,6 +181,7 @@ func (t *Tensor) BackwardWith(grad *Tensor) error {
 		// Release the graph as we go so activations can be collected.
 		n.node = nil
 		n.requiresGrad = false
+		n.released = true
 	}
 	var errs []error
 	for _, f := range pass.finishes {
@@ -186,8 +200,8 @@ func (t *Tensor) fireHooks(pass *Pass) {
 
 // topo returns the non-leaf tensors reachable from root in topological order
 // (inputs before outputs) and, for each leaf requiring grad, how many graph
-// edges lead to it.
-func topo(root *Tensor) (order []*Tensor, pending map[*Tensor]int) {
+// edges lead to it. It fails if the graph reaches released history.
+func topo(root *Tensor) (order []*Tensor, pending map[*Tensor]int, err error) {
 	pending = make(map[*Tensor]int)
 	seen := make(map[*Tensor]bool)
 	type frame struct {
@@ -196,7 +210,7 @@ func topo(root *Tensor) (order []*Tensor, pending map[*Tensor]int) {
 	}
 	if root.node == nil {
 		pending[root] = 0
-		return nil, pending
+		return nil, pending, nil
 	}
 	stack := []frame{{t: root}}
 	seen[root] = true
@@ -205,6 +219,9 @@ func topo(root *Tensor) (order []*Tensor, pending map[*Tensor]int) {
 		if f.next < len(f.t.node.inputs) {
 			in := f.t.node.inputs[f.next]
 			f.next++
+			if in != nil && in.released {
+				return nil, nil, fmt.Errorf("%w (input %d of %s, shape %v)", ErrGraphReleased, f.next-1, f.t.node.op, in.shape)
+			}
 			if in == nil || !in.requiresGrad {
 				continue
 			}
@@ -221,5 +238,5 @@ func topo(root *Tensor) (order []*Tensor, pending map[*Tensor]int) {
 		order = append(order, f.t)
 		stack = stack[:len(stack)-1]
 	}
-	return order, pending
+	return order, pending, nil
 }

@@ -167,3 +167,27 @@ func TestShapePanicsNameBothShapes(t *testing.T) {
 		}()
 	}
 }
+
+func TestBackwardThroughReleasedGraphFails(t *testing.T) {
+	w := New([]float32{1, 2}, 2).SetRequiresGrad(true)
+	h := Mul(w, w)
+	loss := Sum(h, false)
+	if err := loss.Backward(); err != nil {
+		t.Fatal(err)
+	}
+	if err := loss.Backward(); !errors.Is(err, ErrGraphReleased) {
+		t.Fatalf("second Backward: %v, want ErrGraphReleased", err)
+	}
+	// Reusing an intermediate of the released graph is caught too...
+	if err := Sum(Add(h, w), false).Backward(); !errors.Is(err, ErrGraphReleased) {
+		t.Fatalf("Backward through a released intermediate: %v, want ErrGraphReleased", err)
+	}
+	// ...and Detach makes it a constant, as in PyTorch.
+	w.ZeroGrad()
+	if err := Sum(Add(h.Detach(), w), false).Backward(); err != nil {
+		t.Fatal(err)
+	}
+	if g := w.Grad().Data(); g[0] != 1 || g[1] != 1 {
+		t.Fatalf("grad through detached intermediate %v, want [1 1]", g)
+	}
+}

@@ -43,6 +43,9 @@ type Tensor struct {
 	hooks []hookEntry
 	// passGrad is a non-leaf's gradient during one backward pass.
 	passGrad []float32
+	// released marks a non-leaf whose recorded history an earlier Backward
+	// freed; differentiating through it again is an error.
+	released bool
 }
 
 // New wraps data (not copied) in a tensor of the given shape. It panics if
