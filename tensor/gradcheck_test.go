@@ -388,7 +388,7 @@ func TestGradPooling(t *testing.T) {
 
 func TestGradBatchNorm(t *testing.T) {
 	rng := NewRNG(8)
-	for _, shape := range [][]int{{5, 3}, {2, 3, 2, 3}} {
+	for _, shape := range [][]int{{5, 3}, {2, 3, 4}, {2, 3, 2, 3}} {
 		x := randT(rng, -1, 2, shape...)
 		w := randT(rng, 0.5, 1.5, 3)
 		b := randT(rng, -1, 1, 3)

@@ -8,7 +8,8 @@ import (
 
 // Linear returns x·wᵀ + b, PyTorch's linear layer: x is [..., in], w is
 // [out, in] and b is [out] or nil; the result is [..., out]. It is one GEMM
-// forward and up to three in backward (dx = g·w, dw = gᵀ·x, db = Σ rows g).
+// forward and up to two in backward (dx = g·w, dw = gᵀ·x) plus a row sum
+// for db, each skipped when that input needs no gradient.
 func Linear(x, w, b *Tensor) *Tensor {
 	if w.Dim() != 2 || x.Dim() == 0 || x.shape[x.Dim()-1] != w.shape[1] {
 		panic(fmt.Sprintf("tensor: Linear: input %v does not match weight %v ([out, in])", x.shape, w.shape))
