@@ -17,7 +17,8 @@ func benchParam(rng *RNG, fanIn int, shape ...int) *Tensor {
 }
 
 // benchStep runs one SGD training step (zero grad, forward, backward,
-// update) on MNIST-shaped random data; it is what the PyTorch anchor times.
+// update) on MNIST-shaped random data. testdata/torch_step_bench.py times
+// the same step in PyTorch for a side-by-side comparison.
 func benchStep(b *testing.B, batch int, params []*Tensor, forward func(x *Tensor) *Tensor) {
 	rng := NewRNG(1)
 	x := Rand(rng, batch, 1, 28, 28)
