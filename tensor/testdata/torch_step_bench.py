@@ -7,7 +7,7 @@ no data loading, so the Go benchmarks can be compared side by side:
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=1 \\
         /usr/bin/python3 tensor/testdata/torch_step_bench.py cnn [threads] [steps]
-    GOMAXPROCS=1 GOTRAIN_NUM_THREADS=1 go test ./tensor -run - -bench CNNStep -benchtime 20x
+    GOMAXPROCS=1 GOTRAIN_NUM_THREADS=1 go test ./tensor -run '^$' -bench CNNStep -benchtime 20x
 
 It prints samples/s (wall) and samples per CPU-second; on a shared machine
 the second is the steadier figure, as in the Go benchmarks.
