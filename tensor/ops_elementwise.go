@@ -12,21 +12,21 @@ func addTo(dst, src []float32) { kernels.Add(dst, src) }
 // elementwise op stays on one goroutine (a few tens of µs of work).
 const elemMinItems = 1 << 16
 
-// binary evaluates f elementwise over the broadcast of a and b. The
-// backward closure gets the output gradient, the broadcast shape and the
-// operands and must accumulate into their gradients.
-func binary(op string, a, b *Tensor, f func(x, y float32) float32) (*Tensor, []int) {
+// binary evaluates f elementwise over the broadcast of a and b and returns
+// the result and its shape. vec, if not nil, is the same operation as an
+// in-place vector kernel (dst[i] = f(dst[i], src[i])), used on runs where
+// both operands are contiguous, i.e. equal shapes or a broadcast row.
+func binary(op string, a, b *Tensor, f func(x, y float32) float32, vec func(dst, src []float32)) (*Tensor, []int) {
 	shape := broadcastShapes(op, a.shape, b.shape)
 	out := Zeros(shape...)
-	if len(a.data) == len(out.data) && len(b.data) == len(out.data) {
-		for i, x := range a.data {
-			out.data[i] = f(x, b.data[i])
-		}
-		return out, shape
-	}
 	od, ad, bd := out.data, a.data, b.data
 	forEachRun(shape, broadcastStrides(a.shape, shape), broadcastStrides(b.shape, shape),
 		func(o, ia, ib, n, sa, sb int) {
+			if vec != nil && sa == 1 && sb == 1 {
+				copy(od[o:o+n], ad[ia:ia+n])
+				vec(od[o:o+n], bd[ib:ib+n])
+				return
+			}
 			for k := 0; k < n; k++ {
 				od[o+k] = f(ad[ia+k*sa], bd[ib+k*sb])
 			}
@@ -63,7 +63,7 @@ func binaryGrad(g []float32, shape []int, a, b *Tensor, da, db func(x, y, g floa
 
 // Add returns a + b with broadcasting.
 func Add(a, b *Tensor) *Tensor {
-	out, shape := binary("Add", a, b, func(x, y float32) float32 { return x + y })
+	out, shape := binary("Add", a, b, func(x, y float32) float32 { return x + y }, kernels.Add)
 	return record(out, "add", func(g []float32) {
 		if a.needsGrad() {
 			reduceInto(a.accGrad(), a.shape, g, shape)
@@ -76,7 +76,8 @@ func Add(a, b *Tensor) *Tensor {
 
 // Sub returns a − b with broadcasting.
 func Sub(a, b *Tensor) *Tensor {
-	out, shape := binary("Sub", a, b, func(x, y float32) float32 { return x - y })
+	out, shape := binary("Sub", a, b, func(x, y float32) float32 { return x - y },
+		func(dst, src []float32) { kernels.Axpy(-1, src, dst) })
 	return record(out, "sub", func(g []float32) {
 		if a.needsGrad() {
 			reduceInto(a.accGrad(), a.shape, g, shape)
@@ -91,7 +92,7 @@ func Sub(a, b *Tensor) *Tensor {
 
 // Mul returns a · b elementwise with broadcasting.
 func Mul(a, b *Tensor) *Tensor {
-	out, shape := binary("Mul", a, b, func(x, y float32) float32 { return x * y })
+	out, shape := binary("Mul", a, b, func(x, y float32) float32 { return x * y }, kernels.Mul)
 	return record(out, "mul", func(g []float32) {
 		binaryGrad(g, shape, a, b,
 			func(_, y, g float32) float32 { return g * y },
@@ -101,7 +102,7 @@ func Mul(a, b *Tensor) *Tensor {
 
 // Div returns a / b elementwise with broadcasting.
 func Div(a, b *Tensor) *Tensor {
-	out, shape := binary("Div", a, b, func(x, y float32) float32 { return x / y })
+	out, shape := binary("Div", a, b, func(x, y float32) float32 { return x / y }, nil)
 	return record(out, "div", func(g []float32) {
 		binaryGrad(g, shape, a, b,
 			func(_, y, g float32) float32 { return g / y },
