@@ -449,3 +449,23 @@ func TestGradDropout(t *testing.T) {
 		t.Error("eval Dropout must return its input")
 	}
 }
+
+// TestGradSmallCNN checks a whole network's parameter gradients end to
+// end: composition, views and fused primitives together.
+func TestGradSmallCNN(t *testing.T) {
+	rng := NewRNG(15)
+	x := randT(rng, -1, 1, 3, 1, 8, 8)
+	cw, cb := randT(rng, -0.5, 0.5, 4, 1, 3, 3), randT(rng, -0.1, 0.1, 4)
+	bw, bb := randT(rng, 0.5, 1.5, 4), randT(rng, -0.1, 0.1, 4)
+	lw, lb := randT(rng, -0.3, 0.3, 5, 36), randT(rng, -0.1, 0.1, 5)
+	target := []int{1, 4, 0}
+	net := func() *Tensor {
+		h := Conv2d(x, cw, cb, [2]int{1, 1}, [2]int{0, 0})  // [3,4,6,6]
+		h = BatchNorm(h, bw, bb, nil, nil, true, 0.1, 1e-5) // batch statistics
+		h = Tanh(h)
+		h = AvgPool2d(h, [2]int{2, 2}, [2]int{2, 2}, [2]int{0, 0}) // [3,4,3,3]
+		h = Dropout(Flatten(h, 1), 0.2, true, NewRNG(3))
+		return CrossEntropy(Linear(h, lw, lb), target, "mean")
+	}
+	gradCheck(t, "small CNN", defaultGC, net, cw, cb, bw, bb, lw, lb)
+}
