@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// asGotrainEnv makes the test binary behave as the gotrain command, so the
+// end-to-end tests run real gotrain processes without building a binary.
+// Workers that `gotrain train` starts carry trainWorkerEnv instead (the
+// launcher hands them only the variables it is given), so that marks them
+// as gotrain too.
+const asGotrainEnv = "GOTRAIN_TEST_AS_GOTRAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asGotrainEnv) == "1" || os.Getenv(trainWorkerEnv) != "" {
+		main() // exits non-zero on failure
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// gotrainCmd returns the test binary set up to run as `gotrain args...`.
+func gotrainCmd(ctx context.Context, t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, self, args...)
+	cmd.Env = append(os.Environ(), asGotrainEnv+"=1")
+	cmd.Dir = t.TempDir()
+	// On timeout, SIGTERM lets the launcher stop its workers (each in its
+	// own process group) before WaitDelay's SIGKILL.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// output collects a process's stdout and stderr; safe for concurrent use.
+type output struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(p)
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+// runGotrain runs `gotrain args...` to completion within limit and returns
+// its combined output, its stdout, and its exit code.
+func runGotrain(t *testing.T, limit time.Duration, args ...string) (combined, stdout string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := gotrainCmd(ctx, t, args...)
+	var all, out output
+	cmd.Stdout = io.MultiWriter(&all, &out)
+	cmd.Stderr = &all
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("gotrain %s: still running after %v; output:\n%s", strings.Join(args, " "), limit, all.String())
+	}
+	code = cmd.ProcessState.ExitCode()
+	if err != nil && code <= 0 {
+		t.Fatalf("gotrain %s: %v; output:\n%s", strings.Join(args, " "), err, all.String())
+	}
+	return all.String(), out.String(), code
+}
+
+// summary parses the key=value fields of the last non-empty line of out,
+// after the launcher's "[rank0]: " prefix if it has one.
+func summary(t *testing.T, out string) map[string]string {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	last := strings.TrimPrefix(lines[len(lines)-1], "[rank0]: ")
+	kv := map[string]string{}
+	for _, f := range strings.Fields(last) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			t.Fatalf("last line %q: field %q is not key=value", last, f)
+		}
+		kv[k] = v
+	}
+	return kv
+}
+
+// num returns the summary field key as a number.
+func num(t *testing.T, kv map[string]string, key string) float64 {
+	t.Helper()
+	v, err := strconv.ParseFloat(kv[key], 64)
+	if err != nil {
+		t.Fatalf("summary %v: %s: %v", kv, key, err)
+	}
+	return v
+}
+
+// workerPID returns the pid of the child of parent whose environment has
+// RANK=rank, waiting up to limit for it to appear.
+func workerPID(t *testing.T, parent, rank int, limit time.Duration) int {
+	t.Helper()
+	want := []byte("RANK=" + strconv.Itoa(rank))
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || parentPID(pid) != parent {
+				continue
+			}
+			env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+			if err != nil {
+				continue
+			}
+			for _, kv := range bytes.Split(env, []byte{0}) {
+				if bytes.Equal(kv, want) {
+					return pid
+				}
+			}
+		}
+	}
+	t.Fatalf("no worker with RANK=%d under pid %d after %v", rank, parent, limit)
+	return 0
+}
+
+// parentPID reads the parent pid from /proc/pid/stat, or returns -1.
+func parentPID(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	// The command name in parentheses may hold spaces: fields start after
+	// the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return -1
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return -1
+	}
+	return ppid
+}
+
+// waitFile waits up to limit for path to exist.
+func waitFile(t *testing.T, path string, limit time.Duration, out *output) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+	}
+	t.Fatalf("%s did not appear within %v; output:\n%s", path, limit, out.String())
+}
+
+// linesWith returns the lines of out that contain every one of words.
+func linesWith(out string, words ...string) []string {
+	var found []string
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+next:
+	for sc.Scan() {
+		for _, w := range words {
+			if !strings.Contains(sc.Text(), w) {
+				continue next
+			}
+		}
+		found = append(found, sc.Text())
+	}
+	return found
+}
