@@ -55,7 +55,9 @@ var genericGemm = &gemmImpl{name: "generic", mr: 4, nr: 16, kc: 256, mc: 128, nc
 //	for i < m, j < n: c[i*ldc+j] = alpha*Σ_p opA(i,p)*opB(p,j) + beta*c[i*ldc+j]
 //
 // When beta is 0, C is not read (NaNs in C do not propagate). Large problems
-// are split over NumThreads goroutines; small ones run on the caller's.
+// are split over NumThreads goroutines; small ones run on the caller's. The
+// result is bitwise the same whatever the thread count: each element is
+// summed by the same kernel in the same order.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	checkGemmArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
 	sgemmWith(gemm, NumThreads(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)

@@ -249,3 +249,47 @@ func FuzzSgemm(f *testing.F) {
 		}
 	})
 }
+
+// TestSgemmDeterministic checks that results do not depend on the thread
+// count or on other goroutines calling Sgemm at the same time: every
+// element is computed by the same kernel in the same order either way, so
+// ranks with different thread counts stay bitwise in step.
+func TestSgemmDeterministic(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 2))
+	shapes := [][3]int{{64, 512, 784}, {300, 40, 129}, {64, 10, 512}, {7, 1000, 33}}
+	for _, s := range shapes {
+		m, n, k := s[0], s[1], s[2]
+		for _, tr := range trans {
+			lda, ldb := k, n
+			if tr[0] {
+				lda = m
+			}
+			if tr[1] {
+				ldb = k
+			}
+			a, b := randSlice(r, m*k), randSlice(r, k*n)
+			c0 := randSlice(r, m*n)
+			want := append([]float32(nil), c0...)
+			sgemmWith(gemm, 1, tr[0], tr[1], m, n, k, 0.5, a, lda, b, ldb, 1, want, n)
+			done := make(chan string, 4)
+			for g := 0; g < 4; g++ {
+				go func() {
+					c := append([]float32(nil), c0...)
+					sgemmWith(gemm, 1+g%3, tr[0], tr[1], m, n, k, 0.5, a, lda, b, ldb, 1, c, n)
+					for i := range c {
+						if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
+							done <- fmt.Sprintf("m=%d n=%d k=%d trans=%v threads=%d: C[%d]=%g, serial %g", m, n, k, tr, 1+g%3, i, c[i], want[i])
+							return
+						}
+					}
+					done <- ""
+				}()
+			}
+			for g := 0; g < 4; g++ {
+				if msg := <-done; msg != "" {
+					t.Error(msg)
+				}
+			}
+		}
+	}
+}
