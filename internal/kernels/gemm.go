@@ -171,8 +171,8 @@ const swapMaxN = 16
 // sgemmSwapped computes C = alpha·op(A)·op(B) + beta·C through
 // Cᵀ = op(B)ᵀ·op(A)ᵀ in a scratch buffer, then transposes it into C.
 func sgemmSwapped(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	ws := workspaces.Get().(*workspace)
-	defer workspaces.Put(ws)
+	ws := getWorkspace()
+	defer putWorkspace(ws)
 	ws.swap = grow(ws.swap, n*m)
 	t := ws.swap
 	sgemmWith(impl, threads, !transB, !transA, n, m, k, 1, b, ldb, a, lda, 0, t, m)
@@ -247,7 +247,43 @@ type workspace struct {
 	swap    []float32
 }
 
-var workspaces = sync.Pool{New: func() any { return new(workspace) }}
+// workspaces is a bounded free list rather than a sync.Pool: the GC
+// empties a Pool at every cycle, and refilling it means faulting in fresh
+// megabytes of packing buffers in the middle of a training step.
+var workspaces struct {
+	mu   sync.Mutex // guards free
+	free []*workspace
+}
+
+// maxFreeWorkspaces bounds the free list (a few per core is plenty), and
+// maxKeptFloats keeps a workspace grown by one huge product from being
+// held forever.
+const (
+	maxFreeWorkspaces = 8
+	maxKeptFloats     = 4 << 20
+)
+
+func getWorkspace() *workspace {
+	workspaces.mu.Lock()
+	defer workspaces.mu.Unlock()
+	if n := len(workspaces.free); n > 0 {
+		ws := workspaces.free[n-1]
+		workspaces.free = workspaces.free[:n-1]
+		return ws
+	}
+	return new(workspace)
+}
+
+func putWorkspace(ws *workspace) {
+	if cap(ws.a)+cap(ws.b)+cap(ws.tile)+cap(ws.scratch)+cap(ws.swap) > maxKeptFloats {
+		return
+	}
+	workspaces.mu.Lock()
+	defer workspaces.mu.Unlock()
+	if len(workspaces.free) < maxFreeWorkspaces {
+		workspaces.free = append(workspaces.free, ws)
+	}
+}
 
 // grow returns buf resized to n, reallocated 64-byte aligned when too small.
 func grow(buf []float32, n int) []float32 {
@@ -269,8 +305,8 @@ const directBMaxPanels = 16
 
 func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	mr, nr := impl.mr, impl.nr
-	ws := workspaces.Get().(*workspace)
-	defer workspaces.Put(ws)
+	ws := getWorkspace()
+	defer putWorkspace(ws)
 	kcMax := min(impl.kc, k)
 	ncMax := min(impl.nc, roundUp(n, nr))
 	mcMax := min(impl.mc, roundUp(m, mr))
