@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// asMainEnv makes the test binary run the example's main, so each test
+// starts real processes without building a binary.
+const asMainEnv = "MNIST_EXAMPLE_AS_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asMainEnv) == "1" {
+		main() // exits 1 on failure
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// example is one process of the example with its output.
+type example struct {
+	cmd            *exec.Cmd
+	stdout, stderr bytes.Buffer
+}
+
+// start runs the example with args and extra environment, outside any
+// launcher's environment.
+func start(ctx context.Context, t *testing.T, env []string, args ...string) *example {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &example{cmd: exec.CommandContext(ctx, self, args...)}
+	for _, kv := range os.Environ() {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "GOTRAIN_TOKEN":
+		default:
+			e.cmd.Env = append(e.cmd.Env, kv)
+		}
+	}
+	e.cmd.Env = append(append(e.cmd.Env, asMainEnv+"=1"), env...)
+	e.cmd.Stdout, e.cmd.Stderr = &e.stdout, &e.stderr
+	e.cmd.WaitDelay = 5 * time.Second
+	if err := e.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// wait waits for the process and fails the test unless it exits 0.
+func (e *example) wait(t *testing.T) {
+	t.Helper()
+	if err := e.cmd.Wait(); err != nil {
+		t.Fatalf("%v: %v\nstdout:\n%s\nstderr:\n%s", e.cmd.Args[1:], err, e.stdout.String(), e.stderr.String())
+	}
+}
+
+// runExample runs the example to completion and returns its stdout.
+func runExample(t *testing.T, args ...string) (stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := start(ctx, t, nil, args...)
+	e.wait(t)
+	return e.stdout.String(), e.stderr.String()
+}
+
+// checkSummary checks the summary line of rank 0's stdout.
+func checkSummary(t *testing.T, stdout, world string) {
+	t.Helper()
+	kv := map[string]string{}
+	line := strings.TrimSpace(stdout)
+	for _, f := range strings.Fields(line) {
+		k, v, _ := strings.Cut(f, "=")
+		kv[k] = v
+	}
+	if kv["model"] != "mlp" || kv["world"] != world || kv["epochs"] != "1" || kv["samples_per_s"] == "" {
+		t.Fatalf("summary %q: want model=mlp world=%s epochs=1 samples_per_s=…", line, world)
+	}
+	var acc float64
+	if _, err := fmt.Sscan(kv["test_acc"], &acc); err != nil || acc < 0.5 || acc > 1 {
+		t.Fatalf("summary %q: want test_acc well above chance after 30 steps", line)
+	}
+}
+
+func TestSingleProcess(t *testing.T) {
+	stdout, _ := runExample(t, "--max-steps", "30")
+	checkSummary(t, stdout, "1")
+}
+
+// Two ranks started by hand, as from two shells, meeting through a tcp://
+// or file:// rendezvous.
+func TestTwoProcesses(t *testing.T) {
+	for _, scheme := range []string{"tcp", "file"} {
+		t.Run(scheme, func(t *testing.T) {
+			var method string
+			if scheme == "tcp" {
+				method = "tcp://" + freeAddr(t)
+			} else {
+				method = "file://" + filepath.Join(t.TempDir(), "store")
+			}
+			token := make([]byte, 16)
+			rand.Read(token)
+			env := []string{"GOTRAIN_TOKEN=" + hex.EncodeToString(token), "GOTRAIN_NUM_THREADS=1"}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			var ranks [2]*example
+			for r := range ranks {
+				ranks[r] = start(ctx, t, env, "--init-method", method, "--rank", fmt.Sprint(r), "--world-size", "2", "--max-steps", "30")
+			}
+			var wg sync.WaitGroup
+			for _, e := range ranks {
+				wg.Go(func() { e.cmd.Wait() })
+			}
+			wg.Wait()
+			for r, e := range ranks {
+				if !e.cmd.ProcessState.Success() {
+					t.Fatalf("rank %d: %v\nstderr:\n%s", r, e.cmd.ProcessState, e.stderr.String())
+				}
+			}
+			checkSummary(t, ranks[0].stdout.String(), "2")
+			if out := ranks[1].stdout.String(); out != "" {
+				t.Fatalf("rank 1 printed %q; only rank 0 reports", out)
+			}
+		})
+	}
+}
+
+// A job stopped after 20 steps and resumed for 20 more ends with exactly
+// the model of 40 uninterrupted steps: weights, momentum and the place in
+// the data all carried over.
+func TestResumeCarriesOn(t *testing.T) {
+	dir := t.TempDir()
+	straight := filepath.Join(dir, "straight.safetensors")
+	runExample(t, "--max-steps", "40", "--save", straight)
+
+	resumed := filepath.Join(dir, "resumed.safetensors")
+	_, stderr := runExample(t, "--max-steps", "20", "--save", resumed, "--resume")
+	if !strings.Contains(stderr, "no checkpoint yet") {
+		t.Fatalf("first run did not start fresh; stderr:\n%s", stderr)
+	}
+	_, stderr = runExample(t, "--max-steps", "20", "--save", resumed, "--resume")
+	if !strings.Contains(stderr, "resumed") || !strings.Contains(stderr, "step=20") {
+		t.Fatalf("second run did not resume at step 20; stderr:\n%s", stderr)
+	}
+	want, err := os.ReadFile(straight)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(resumed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("20+20 resumed steps differ from 40 straight steps")
+	}
+}
+
+func TestUnknownModelFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := start(ctx, t, nil, "--model", "resnet")
+	if err := e.cmd.Wait(); err == nil || e.cmd.ProcessState.ExitCode() != 1 {
+		t.Fatalf("exit %v; want 1", err)
+	}
+	if s := e.stderr.String(); !strings.Contains(s, "unknown model") || !strings.Contains(s, "resnet") {
+		t.Fatalf("stderr does not name the model:\n%s", e.stderr.String())
+	}
+}
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago (rank 0 serves the store on it).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
