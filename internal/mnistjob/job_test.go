@@ -1,0 +1,222 @@
+package mnistjob
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/launch"
+)
+
+// workerCfgEnv holds a JSON Config: the test binary started with it runs
+// as one rank of a job (the launcher provides RANK, WORLD_SIZE, ...).
+const workerCfgEnv = "MNISTJOB_TEST_WORKER_CONFIG"
+
+func TestMain(m *testing.M) {
+	if js := os.Getenv(workerCfgEnv); js != "" {
+		var cfg Config
+		if err := json.Unmarshal([]byte(js), &cfg); err != nil {
+			slog.Error("worker config", "err", err)
+			os.Exit(2)
+		}
+		if _, err := Run(context.Background(), cfg); err != nil {
+			slog.Error("worker", "err", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// runLocal runs cfg in this process as a single-process job.
+func runLocal(t *testing.T, cfg Config) (Result, string) {
+	t.Helper()
+	t.Setenv("WORLD_SIZE", "") // not a rank of some outer job
+	var out bytes.Buffer
+	cfg.Out = &out
+	cfg.Logger = slog.New(slog.NewTextHandler(&out, nil))
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Run(%+v): %v; output:\n%s", cfg, err, out.String())
+	}
+	return res, out.String()
+}
+
+func TestRunSingleProcess(t *testing.T) {
+	res, out := runLocal(t, Config{MaxSteps: 20, Profile: true})
+	if res.Model != "mlp" || res.World != 1 || res.Epochs != 1 || res.Steps != 20 {
+		t.Fatalf("result %+v: want mlp, world 1, epoch 1, 20 steps", res)
+	}
+	if res.TestAccuracy < 0.5 || res.TestAccuracy > 1 {
+		t.Fatalf("test accuracy %v after 20 steps; want well above chance", res.TestAccuracy)
+	}
+	if res.SamplesPerSec <= 0 || res.PeakRSSMiB <= 0 {
+		t.Fatalf("result %+v: want samples/s and peak RSS", res)
+	}
+	p := res.Profile
+	if p.Forward <= 0 || p.Backward <= 0 || p.Optimizer <= 0 || p.ExposedAllReduce != 0 {
+		t.Fatalf("profile %+v: want forward, backward and optimizer time and no allreduce wait in one process", p)
+	}
+	if !strings.Contains(out, "epoch 1: test_acc=") || !strings.Contains(out, "profile per step: data_ms=") {
+		t.Fatalf("output lacks the epoch's accuracy or the profile:\n%s", out)
+	}
+	want := regexp.MustCompile(`^model=mlp world=1 epochs=1 steps=20 samples_per_s=\d+ test_acc=0\.\d{4} peak_rss_mib=\d+$`)
+	if s := res.Summary(); !want.MatchString(s) {
+		t.Fatalf("summary %q does not match %v", s, want)
+	}
+}
+
+func TestRunOptimizers(t *testing.T) {
+	for _, opt := range []string{"adam", "adadelta"} {
+		t.Run(opt, func(t *testing.T) {
+			res, _ := runLocal(t, Config{Optimizer: opt, MaxSteps: 20})
+			if res.Steps != 20 || res.TestAccuracy < 0.5 {
+				t.Fatalf("%s: result %+v; want 20 steps and accuracy well above chance", opt, res)
+			}
+		})
+	}
+}
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	t.Setenv("WORLD_SIZE", "")
+	for _, cfg := range []Config{{Model: "resnet"}, {Optimizer: "lbfgs"}} {
+		_, err := Run(context.Background(), Config{Model: cfg.Model, Optimizer: cfg.Optimizer, MaxSteps: 1, Out: io.Discard})
+		if err == nil || !strings.Contains(err.Error(), "unknown") {
+			t.Errorf("Run(%+v) = %v; want an error naming the unknown choice", cfg, err)
+		}
+	}
+}
+
+// 20 steps, then 20 more resumed from the checkpoint, end with exactly the
+// weights of 40 steps in one go: model, momentum and the sampler's
+// position all come back.
+func TestResumeEqualsUninterrupted(t *testing.T) {
+	dir := t.TempDir()
+	straight := filepath.Join(dir, "straight.safetensors")
+	runLocal(t, Config{MaxSteps: 40, Save: straight})
+
+	resumed := filepath.Join(dir, "resumed.safetensors")
+	runLocal(t, Config{MaxSteps: 20, Save: resumed, SaveEvery: 7, Resume: true})
+	res, out := runLocal(t, Config{MaxSteps: 20, Save: resumed, Resume: true})
+	if !strings.Contains(out, "msg=resumed") || !strings.Contains(out, "step=20") {
+		t.Fatalf("second run did not resume at step 20:\n%s", out)
+	}
+	if res.Steps != 20 {
+		t.Fatalf("resumed run took %d steps; want 20", res.Steps)
+	}
+	equalFiles(t, resumed, straight)
+	equalFiles(t, checkpoint.TrainingPath(resumed), checkpoint.TrainingPath(straight))
+}
+
+func TestResumeFromCorruptCheckpointFails(t *testing.T) {
+	save := filepath.Join(t.TempDir(), "m.safetensors")
+	runLocal(t, Config{MaxSteps: 3, Save: save})
+	side := checkpoint.TrainingPath(save)
+	b, err := os.ReadFile(side)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(side, b[:len(b)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("WORLD_SIZE", "")
+	_, err = Run(context.Background(), Config{MaxSteps: 3, Save: save, Resume: true, Out: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), side) {
+		t.Fatalf("resuming from a truncated %s: %v; want an error naming it", side, err)
+	}
+}
+
+// The job on 2 ranks × batch 32 trains the same model as on 1 process ×
+// batch 64: DistributedSampler splits each global batch of 64 between the
+// ranks and DDP averages their gradients, so only rounding differs.
+func TestTwoRanksMatchOneProcessWithTwiceTheBatch(t *testing.T) {
+	dir := t.TempDir()
+	one := filepath.Join(dir, "one.safetensors")
+	runLocal(t, Config{MaxSteps: 20, BatchSize: 64, Save: one})
+
+	two := filepath.Join(dir, "two.safetensors")
+	cfg, err := json.Marshal(Config{MaxSteps: 20, BatchSize: 32, Save: two})
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	code, err := launch.Run(ctx, launch.Config{
+		Program:      self,
+		NProcPerNode: 2,
+		Standalone:   true,
+		Env:          append(os.Environ(), workerCfgEnv+"="+string(cfg)),
+		Stdout:       &out,
+		Stderr:       &out,
+	})
+	if err != nil || code != 0 {
+		t.Fatalf("2-rank job: exit %d, %v; output:\n%s", code, err, out.String())
+	}
+
+	a, b := readTensors(t, one), readTensors(t, two)
+	if len(a) != len(b) {
+		t.Fatalf("%d tensors vs %d", len(a), len(b))
+	}
+	worst := 0.0
+	for name, x := range a {
+		y := b[name]
+		if len(x) != len(y) {
+			t.Fatalf("%s: %d vs %d elements", name, len(x), len(y))
+		}
+		var maxDiff, maxAbs float64
+		for i := range x {
+			maxDiff = math.Max(maxDiff, math.Abs(float64(x[i])-float64(y[i])))
+			maxAbs = math.Max(maxAbs, math.Abs(float64(x[i])))
+		}
+		worst = math.Max(worst, maxDiff/maxAbs)
+		// float32 sums in another order, over 20 steps: measured 2e-7.
+		if maxDiff > 1e-5*maxAbs {
+			t.Errorf("%s: max |1 process − 2 ranks| = %g, %g of max |w| %g", name, maxDiff, maxDiff/maxAbs, maxAbs)
+		}
+	}
+	t.Logf("largest difference: %.2g of the tensor's largest weight", worst)
+}
+
+func equalFiles(t *testing.T, got, want string) {
+	t.Helper()
+	g, err := os.ReadFile(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.ReadFile(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(g, w) {
+		t.Fatalf("%s differs from %s", got, want)
+	}
+}
+
+// readTensors returns the float32 tensors of a safetensors file by name.
+func readTensors(t *testing.T, path string) map[string][]float32 {
+	t.Helper()
+	entries, _, err := checkpoint.ReadTensorsFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string][]float32{}
+	for _, e := range entries {
+		m[e.Name] = e.Tensor.Data()
+	}
+	return m
+}
