@@ -274,6 +274,7 @@ func vecOps(w *asm) {
 	}
 	sumKernel(w, true)
 	sumKernel(w, false)
+	col2imRowsKernel(w)
 	rowsKernel(w, "copyRowsAVX512", false)
 	rowsKernel(w, "addRowsAVX512", true)
 }
@@ -798,6 +799,68 @@ func transposePack8(w *asm) {
 	w.f("\tLEAQ (DX)(R12*8), DX")
 	w.f("\tDECQ CX")
 	w.f("\tJNZ %s_loop", name)
+	w.f("\tVZEROUPPER")
+	w.f("%s_done:", name)
+	w.f("\tRET")
+}
+
+// col2imRowsKernel emits col2imRowsAVX512(dst *float32, dstStride int, src
+// *float32, srcStride, planeStride, padW, kw, rows, chunks int, masks
+// *uint16): Col2im's stride-1 inner loop for one (channel, kernel row). For
+// each of rows image rows it adds the kw shifted source planes into the row
+// 16 outputs at a time, so each output vector is loaded and stored once
+// instead of kw times:
+//
+//	dst[t] += Σ_j src[j*planeStride + t − j + padW]  (where that index is in the row)
+//
+// masks holds, per chunk, the output mask then one source mask per j.
+func col2imRowsKernel(w *asm) {
+	const name = "col2imRowsAVX512"
+	w.f("")
+	w.f("// func %s(dst *float32, dstStride int, src *float32, srcStride, planeStride, padW, kw, rows, chunks int, masks *uint16)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-80", name)
+	w.f("\tMOVQ rows+56(FP), DX")
+	w.f("\tTESTQ DX, DX")
+	w.f("\tJZ %s_done", name)
+	w.f("\tMOVQ dst+0(FP), DI")
+	w.f("\tMOVQ dstStride+8(FP), R14")
+	w.f("\tSHLQ $2, R14")
+	w.f("\tMOVQ src+16(FP), SI")
+	w.f("\tMOVQ srcStride+24(FP), R15")
+	w.f("\tSHLQ $2, R15")
+	// R13 = step from plane j at shift −j to plane j+1 at shift −(j+1).
+	w.f("\tMOVQ planeStride+32(FP), R13")
+	w.f("\tSHLQ $2, R13")
+	w.f("\tSUBQ $4, R13")
+	w.f("\tMOVQ padW+40(FP), AX")
+	w.f("\tSHLQ $2, AX")
+	w.f("%s_row:", name)
+	w.f("\tMOVQ masks+72(FP), BX")
+	w.f("\tMOVQ chunks+64(FP), CX")
+	w.f("\tXORQ R8, R8")
+	w.f("%s_chunk:", name)
+	w.f("\tKMOVW (BX), K1")
+	w.f("\tADDQ $2, BX")
+	w.f("\tVMOVUPS.Z (DI)(R8*1), K1, Z0")
+	w.f("\tLEAQ (SI)(R8*1), R12")
+	w.f("\tADDQ AX, R12")
+	w.f("\tMOVQ kw+48(FP), R9")
+	w.f("%s_plane:", name)
+	w.f("\tKMOVW (BX), K2")
+	w.f("\tADDQ $2, BX")
+	w.f("\tVMOVUPS.Z (R12), K2, Z1")
+	w.f("\tVADDPS Z1, Z0, Z0")
+	w.f("\tADDQ R13, R12")
+	w.f("\tDECQ R9")
+	w.f("\tJNZ %s_plane", name)
+	w.f("\tVMOVUPS Z0, K1, (DI)(R8*1)")
+	w.f("\tADDQ $64, R8")
+	w.f("\tDECQ CX")
+	w.f("\tJNZ %s_chunk", name)
+	w.f("\tADDQ R14, DI")
+	w.f("\tADDQ R15, SI")
+	w.f("\tDECQ DX")
+	w.f("\tJNZ %s_row", name)
 	w.f("\tVZEROUPPER")
 	w.f("%s_done:", name)
 	w.f("\tRET")

@@ -58,11 +58,25 @@ func Im2col(x []float32, c, h, w, kh, kw, strideH, strideW, padH, padW int, col 
 func Col2im(col []float32, c, h, w, kh, kw, strideH, strideW, padH, padW int, dx []float32) {
 	oh := (h+2*padH-kh)/strideH + 1
 	ow := (w+2*padW-kw)/strideW + 1
+	var masks []uint16
+	if strideW == 1 && vec.col2imRows != nil && oh > 0 && ow > 0 {
+		masks = col2imMasks(w, ow, kw, padW)
+		_ = col[c*kh*kw*oh*ow-1]
+		_ = dx[c*h*w-1]
+	}
 	for ci := 0; ci < c; ci++ {
 		img := dx[ci*h*w : (ci+1)*h*w]
 		for i := 0; i < kh; i++ {
 			y0, y1 := validRange(oh, strideH, h, i-padH)
 			if y0 >= y1 {
+				continue
+			}
+			if masks != nil {
+				// Reads plane rows y0..y1 of the kw planes of (ci, i) and
+				// writes image rows iy0, iy0+strideH, ...: all inside the
+				// slices checked above.
+				iy0 := y0*strideH + i - padH
+				vec.col2imRows(&img[iy0*w], strideH*w, &col[((ci*kh+i)*kw)*oh*ow+y0*ow], ow, oh*ow, padW, kw, y1-y0, len(masks)/(kw+1), &masks[0])
 				continue
 			}
 			for j := 0; j < kw; j++ {
@@ -105,4 +119,29 @@ func validRange(n, stride, size, off int) (o0, o1 int) {
 	o0 = min(o0, n)
 	o1 = max(min(o1, n), o0)
 	return o0, o1
+}
+
+// col2imMasks returns, for each 16-column chunk of an image row of width w,
+// the mask of columns t < w followed by, for each kernel column j, the mask
+// of columns whose source column t−j+padW lies in [0,ow).
+func col2imMasks(w, ow, kw, padW int) []uint16 {
+	chunks := (w + 15) / 16
+	masks := make([]uint16, 0, chunks*(kw+1))
+	for t0 := 0; t0 < w; t0 += 16 {
+		var m uint16
+		for l := 0; l < 16 && t0+l < w; l++ {
+			m |= 1 << l
+		}
+		masks = append(masks, m)
+		for j := 0; j < kw; j++ {
+			var mj uint16
+			for l := 0; l < 16 && t0+l < w; l++ {
+				if x := t0 + l - j + padW; x >= 0 && x < ow {
+					mj |= 1 << l
+				}
+			}
+			masks = append(masks, mj)
+		}
+	}
+	return masks
 }

@@ -14,6 +14,9 @@ type vecImpl struct {
 	// copyRows and addRows, if set, copy (add) rows×cols floats between
 	// strided rows in one call; see copyRows below.
 	copyRows, addRows func(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)
+	// col2imRows, if set, is Col2im's stride-1 loop over one kernel row
+	// (see col2imRowsAVX512 in gen_asm.go).
+	col2imRows func(dst *float32, dstStride int, src *float32, srcStride, planeStride, padW, kw, rows, chunks int, masks *uint16)
 }
 
 // copyRows sets dst[r*dstStride+j] = src[r*srcStride+j] for r < rows,

@@ -168,7 +168,10 @@ var (
 		axpyAVX2, scaleAVX2, reluAVX2, reluBackwardAVX2, sumAVX2)
 )
 
-func init() { avx512Vec.copyRows, avx512Vec.addRows = copyRowsAVX512, addRowsAVX512 }
+func init() {
+	avx512Vec.copyRows, avx512Vec.addRows = copyRowsAVX512, addRowsAVX512
+	avx512Vec.col2imRows = col2imRowsAVX512
+}
 
 func defaultVec() *vecImpl {
 	switch {
@@ -197,6 +200,9 @@ func sumAVX512(x *float32, n int) float32
 
 //go:noescape
 func sumAVX2(x *float32, n int) float32
+
+//go:noescape
+func col2imRowsAVX512(dst *float32, dstStride int, src *float32, srcStride, planeStride, padW, kw, rows, chunks int, masks *uint16)
 
 //go:noescape
 func copyRowsAVX512(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)

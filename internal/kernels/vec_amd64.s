@@ -1301,6 +1301,53 @@ sumAVX2_tail:
 	MOVSS X0, ret+16(FP)
 	RET
 
+// func col2imRowsAVX512(dst *float32, dstStride int, src *float32, srcStride, planeStride, padW, kw, rows, chunks int, masks *uint16)
+TEXT ·col2imRowsAVX512(SB), NOSPLIT, $0-80
+	MOVQ rows+56(FP), DX
+	TESTQ DX, DX
+	JZ col2imRowsAVX512_done
+	MOVQ dst+0(FP), DI
+	MOVQ dstStride+8(FP), R14
+	SHLQ $2, R14
+	MOVQ src+16(FP), SI
+	MOVQ srcStride+24(FP), R15
+	SHLQ $2, R15
+	MOVQ planeStride+32(FP), R13
+	SHLQ $2, R13
+	SUBQ $4, R13
+	MOVQ padW+40(FP), AX
+	SHLQ $2, AX
+col2imRowsAVX512_row:
+	MOVQ masks+72(FP), BX
+	MOVQ chunks+64(FP), CX
+	XORQ R8, R8
+col2imRowsAVX512_chunk:
+	KMOVW (BX), K1
+	ADDQ $2, BX
+	VMOVUPS.Z (DI)(R8*1), K1, Z0
+	LEAQ (SI)(R8*1), R12
+	ADDQ AX, R12
+	MOVQ kw+48(FP), R9
+col2imRowsAVX512_plane:
+	KMOVW (BX), K2
+	ADDQ $2, BX
+	VMOVUPS.Z (R12), K2, Z1
+	VADDPS Z1, Z0, Z0
+	ADDQ R13, R12
+	DECQ R9
+	JNZ col2imRowsAVX512_plane
+	VMOVUPS Z0, K1, (DI)(R8*1)
+	ADDQ $64, R8
+	DECQ CX
+	JNZ col2imRowsAVX512_chunk
+	ADDQ R14, DI
+	ADDQ R15, SI
+	DECQ DX
+	JNZ col2imRowsAVX512_row
+	VZEROUPPER
+col2imRowsAVX512_done:
+	RET
+
 // func copyRowsAVX512(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)
 TEXT ·copyRowsAVX512(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), DI
