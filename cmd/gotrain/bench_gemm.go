@@ -14,23 +14,22 @@ import (
 type gemmCase struct {
 	m, n, k        int
 	transA, transB bool
-	what           string
 }
 
 // gemmCases are the square anchors and the GEMMs of the MNIST MLP
 // (784-512-512-10, batch 64) and of the CNN's im2col convolution per image.
 var gemmCases = []gemmCase{
-	{512, 512, 512, false, false, "square"},
-	{1024, 1024, 1024, false, false, "square"},
-	{64, 512, 784, false, true, "MLP fc1 forward x·Wᵀ"},
-	{64, 512, 512, false, true, "MLP fc2 forward"},
-	{64, 10, 512, false, true, "MLP fc3 forward"},
-	{512, 784, 64, true, false, "MLP fc1 dW = gᵀ·x"},
-	{64, 784, 512, false, false, "MLP fc1-input dX = g·W"},
-	{64, 576, 288, false, false, "CNN conv2 forward"},
-	{64, 288, 576, false, true, "CNN conv2 dW"},
-	{288, 576, 64, true, false, "CNN conv2 dcol"},
-	{32, 676, 9, false, false, "CNN conv1 forward"},
+	{512, 512, 512, false, false},    // square
+	{1024, 1024, 1024, false, false}, // square
+	{64, 512, 784, false, true},      // MLP fc1 forward x·Wᵀ
+	{64, 512, 512, false, true},      // MLP fc2 forward
+	{64, 10, 512, false, true},       // MLP fc3 forward
+	{512, 784, 64, true, false},      // MLP fc1 dW = gᵀ·x
+	{64, 784, 512, false, false},     // MLP fc1-input dX = g·W
+	{64, 576, 288, false, false},     // CNN conv2 forward
+	{64, 288, 576, false, true},      // CNN conv2 dW
+	{288, 576, 64, true, false},      // CNN conv2 dcol
+	{32, 676, 9, false, false},       // CNN conv1 forward
 }
 
 func init() {
