@@ -150,7 +150,7 @@ func (g *Group) AllGatherAsync(ctx context.Context, dst, src any) *Work {
 }
 
 func (g *Group) allGatherStart(ctx context.Context, sync bool, dst, src any) *Work {
-	d, s, err := g.views("allgather", dst, src, g.size, 1)
+	d, s, err := g.views("allgather", dst, src, g.size)
 	if err != nil {
 		return failed(err)
 	}
@@ -184,7 +184,7 @@ func (g *Group) gatherStart(ctx context.Context, sync bool, dst, src any, root i
 	var d, s flat
 	var err error
 	if g.rank == root {
-		d, s, err = g.views("gather", dst, src, g.size, 1)
+		d, s, err = g.views("gather", dst, src, g.size)
 	} else {
 		s, err = view(src)
 	}
@@ -215,7 +215,7 @@ func (g *Group) scatterStart(ctx context.Context, sync bool, dst, src any, root 
 	var d, s flat
 	var err error
 	if g.rank == root {
-		s, d, err = g.views("scatter", src, dst, g.size, 1)
+		s, d, err = g.views("scatter", src, dst, g.size)
 	} else {
 		d, err = view(dst)
 	}
@@ -241,7 +241,7 @@ func (g *Group) ReduceScatterAsync(ctx context.Context, dst, src any, op ReduceO
 }
 
 func (g *Group) reduceScatterStart(ctx context.Context, sync bool, dst, src any, op ReduceOp) *Work {
-	s, d, err := g.views("reduce_scatter", src, dst, g.size, 1)
+	s, d, err := g.views("reduce_scatter", src, dst, g.size)
 	if err != nil {
 		return failed(err)
 	}
@@ -283,7 +283,7 @@ func (g *Group) AllToAllAsync(ctx context.Context, dst, src any) *Work {
 }
 
 func (g *Group) allToAllStart(ctx context.Context, sync bool, dst, src any) *Work {
-	d, s, err := g.views("alltoall", dst, src, 1, 1)
+	d, s, err := g.views("alltoall", dst, src, 1)
 	if err != nil {
 		return failed(err)
 	}
@@ -326,7 +326,7 @@ func (g *Group) checkRank(op, what string, r int) error {
 }
 
 // views checks that big is factor×len(small) elements of small's type.
-func (g *Group) views(op string, big, small any, factor, _ int) (flat, flat, error) {
+func (g *Group) views(op string, big, small any, factor int) (flat, flat, error) {
 	b, err := view(big)
 	if err != nil {
 		return flat{}, flat{}, fmt.Errorf("dist: %s: %w", op, err)

@@ -11,8 +11,9 @@ import (
 
 // Defaults of Config's zero fields.
 const (
-	// DefaultTimeout bounds each operation, like PyTorch's default
-	// process-group timeout... but five minutes, not thirty.
+	// DefaultTimeout bounds each operation. PyTorch waits thirty minutes;
+	// five are plenty for any single collective and fail a stuck job
+	// sooner.
 	DefaultTimeout = 5 * time.Minute
 	// DefaultConnectTimeout bounds Init's rendezvous: reaching the store
 	// and connecting the mesh.

@@ -60,7 +60,12 @@ func (e *OpError) Error() string {
 	if e.Group != "" {
 		g = " group " + e.Group
 	}
-	s := fmt.Sprintf("dist: rank %d%s: %s #%d (%s ×%d%s)", e.Rank, g, e.Op, e.Seq, e.DType, e.Count, e.Detail)
+	var s string
+	if e.DType == "none" { // barrier
+		s = fmt.Sprintf("dist: rank %d%s: %s #%d", e.Rank, g, e.Op, e.Seq)
+	} else {
+		s = fmt.Sprintf("dist: rank %d%s: %s #%d (%s ×%d%s)", e.Rank, g, e.Op, e.Seq, e.DType, e.Count, e.Detail)
+	}
 	if e.Sentinel != nil && e.Sentinel != e.Err {
 		s += ": " + trimPrefix(e.Sentinel.Error())
 	}

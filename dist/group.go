@@ -11,10 +11,11 @@ import (
 )
 
 // Group is a process group: the ranks that run collectives together. Its
-// operations are executed one at a time, in the order they are issued, by
-// one goroutine per group; the async variants return at once with a
-// *Work. Every rank must issue the same collectives in the same order
-// (which is checked: see ErrMismatch).
+// collectives are executed one at a time, in the order they are issued:
+// queued for the group's goroutine by the async variants (which return a
+// *Work at once), or run by the calling goroutine itself when a blocking
+// call finds the group idle. Every rank must issue the same collectives
+// in the same order (which is checked: see ErrMismatch).
 //
 // A Group is safe for concurrent use, but operations issued concurrently
 // from several goroutines run in an unspecified order, which is only
