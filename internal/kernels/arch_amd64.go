@@ -67,6 +67,66 @@ func sgemmKernel2x16AVX2(k int, a *float32, aRow, aCol int, b *float32, bRow int
 func sgemmKernel1x16AVX2(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)
 
 //go:noescape
+func sgemmDot1x1AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot1x2AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot1x3AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot1x4AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot1x5AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot2x1AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot2x2AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot2x3AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot2x4AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot2x5AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot3x1AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot3x2AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot3x3AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot3x4AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot3x5AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot4x1AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot4x2AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot4x3AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot4x4AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func sgemmDot4x5AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
 func transposePack8AVX2(dst *float32, dstStride int, src *float32, srcStride int, k int)
 
 //go:noescape
@@ -87,6 +147,15 @@ var avx512Gemm = &gemmImpl{
 	kernels: []microKernel{nil, sgemmKernel1x64AVX512, sgemmKernel2x64AVX512, sgemmKernel3x64AVX512,
 		sgemmKernel4x64AVX512, sgemmKernel5x64AVX512, sgemmKernel6x64AVX512},
 	packBT: packBTransAVX512,
+	dot:    &avx512Dot,
+}
+
+// avx512Dot holds the dot-product kernels by tile rows and columns.
+var avx512Dot = [5][6]dotKernel{
+	1: {1: sgemmDot1x1AVX512, 2: sgemmDot1x2AVX512, 3: sgemmDot1x3AVX512, 4: sgemmDot1x4AVX512, 5: sgemmDot1x5AVX512},
+	2: {1: sgemmDot2x1AVX512, 2: sgemmDot2x2AVX512, 3: sgemmDot2x3AVX512, 4: sgemmDot2x4AVX512, 5: sgemmDot2x5AVX512},
+	3: {1: sgemmDot3x1AVX512, 2: sgemmDot3x2AVX512, 3: sgemmDot3x3AVX512, 4: sgemmDot3x4AVX512, 5: sgemmDot3x5AVX512},
+	4: {1: sgemmDot4x1AVX512, 2: sgemmDot4x2AVX512, 3: sgemmDot4x3AVX512, 4: sgemmDot4x4AVX512, 5: sgemmDot4x5AVX512},
 }
 
 // avx512NarrowGemm serves n ≤ 16 (the logits layer): an 8×16 tile wastes

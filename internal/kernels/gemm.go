@@ -35,10 +35,17 @@ type gemmImpl struct {
 	masked bool
 	// narrow, if set, replaces this implementation when n ≤ narrow.nr.
 	narrow *gemmImpl
+	// dot, if set, holds dot-product kernels dot[rows][cols] (rows ≤ 4,
+	// cols ≤ 5) used for C = A·Bᵀ with at most swapMaxN columns.
+	dot *[5][6]dotKernel
 	// packBT packs a transposed B panel faster than the Go loop, or is nil;
 	// scratch holds at least 16·kc floats.
 	packBT func(dst, scratch, b []float32, ldb, p0, kc, j0, cols, nr int)
 }
+
+// dotKernel computes a tile of C = alpha·A·Bᵀ + beta·C with A and B read in
+// place (rows of both run along k); beta ±0 does not read C.
+type dotKernel func(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)
 
 // gemm is the implementation Sgemm uses, chosen at init from CPU features.
 var gemm = defaultGemm()
@@ -121,6 +128,10 @@ func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, al
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
+	if n <= swapMaxN && !transA && transB && impl.dot != nil {
+		sgemmDot(impl.dot, threads, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
 	if n <= swapMaxN && m >= 4*n && impl.kernels[1] != nil {
 		sgemmSwapped(impl, threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
@@ -188,6 +199,32 @@ func sgemmSwapped(impl *gemmImpl, threads int, transA, transB bool, m, n, k int,
 			}
 		}
 	}
+}
+
+// sgemmDot computes C = alpha·A·Bᵀ + beta·C (C thin) with dot-product
+// tiles of at most 4×5, sized evenly so no tile is much thinner than the
+// rest; rows are split over threads when the product is large enough.
+func sgemmDot(dot *[5][6]dotKernel, threads, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	colGroups := (n + 4) / 5
+	rows := func(i0, i1 int) {
+		rowGroups := (i1 - i0 + 3) / 4
+		for g, i := 0, i0; g < rowGroups; g++ {
+			r := (i1 - i + (rowGroups - g) - 1) / (rowGroups - g)
+			for h, j := 0, 0; h < colGroups; h++ {
+				s := (n - j + (colGroups - h) - 1) / (colGroups - h)
+				dot[r][s](k, &a[i*lda], lda, &b[j*ldb], ldb, &c[i*ldc+j], ldc, alpha, beta)
+				j += s
+			}
+			i += r
+		}
+	}
+	if threads > 1 && 2*m*n*k >= parallelMinFlops {
+		if parts := splitBlocks(m, 4, threads); len(parts) > 1 {
+			runParallel(len(parts), func(t int) { rows(parts[t][0], parts[t][1]) })
+			return
+		}
+	}
+	rows(0, m)
 }
 
 // splitBlocks divides [0,n) into at most parts ranges of whole blocks

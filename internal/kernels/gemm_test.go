@@ -137,6 +137,24 @@ func TestSgemmSmallSizes(t *testing.T) {
 	}
 }
 
+// TestSgemmThin covers every tile of the thin-C paths (dot-product tiles up
+// to 4×5, the transposed product, the narrow kernel) in every transpose
+// case, with k around the 16-float vector.
+func TestSgemmThin(t *testing.T) {
+	for _, impl := range impls() {
+		for _, tr := range trans {
+			for _, m := range []int{1, 2, 3, 4, 5, 7, 66} {
+				for n := 1; n <= 16; n++ {
+					for _, k := range []int{1, 16, 17, 100} {
+						tc := gemmCase{tr[0], tr[1], m, n, k, 1.5, float32(n%2) * 0.5, (m + k) % 2 * 3}
+						checkGemm(t, impl, 1, tc, 6)
+					}
+				}
+			}
+		}
+	}
+}
+
 func TestSgemmLargeSizes(t *testing.T) {
 	shapes := [][3]int{
 		{257, 257, 257}, {1000, 17, 257}, {257, 1000, 64}, {64, 257, 1000},

@@ -38,6 +38,12 @@ func main() {
 	for mr := 6; mr >= 1; mr-- {
 		gemmKernel(&g, "AVX2", mr, 2)
 	}
+	// Dot-product kernels for C = A·Bᵀ with few columns.
+	for r := 1; r <= 4; r++ {
+		for c := 1; c <= 5; c++ {
+			dotKernel(&g, r, c)
+		}
+	}
 	transposePack16(&g)
 	transposePack8(&g)
 	write("gemm_amd64.s", &g)
@@ -863,5 +869,118 @@ func col2imRowsKernel(w *asm) {
 	w.f("\tJNZ %s_row", name)
 	w.f("\tVZEROUPPER")
 	w.f("%s_done:", name)
+	w.f("\tRET")
+}
+
+// dotKernel emits sgemmDot{rows}x{cols}AVX512(k int, a *float32, lda int,
+// b *float32, ldb int, c *float32, ldc int, alpha, beta float32):
+//
+//	c[i*ldc+j] = alpha·Σ_p a[i*lda+p]·b[j*ldb+p] + beta·c[i*ldc+j]
+//
+// for i < rows, j < cols: C = A·Bᵀ read in place, vectorized along k (a
+// masked last chunk), one accumulator per element of C and a horizontal sum
+// at the end. For a C of few columns this wastes no vector lanes and packs
+// nothing. A beta of ±0 does not read C.
+func dotKernel(w *asm, rows, cols int) {
+	name := fmt.Sprintf("sgemmDot%dx%dAVX512", rows, cols)
+	acc := func(r, s int) int { return r*cols + s }
+	aAddr := [...]string{"(AX)", "(AX)(R8*1)", "(AX)(R8*2)", "(AX)(R9*1)"}
+	bAddr := [...]string{"(BX)", "(BX)(R10*1)", "(BX)(R10*2)", "(BX)(R11*1)", "(BX)(R10*4)"}
+	w.f("")
+	w.f("// func %s(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-64", name)
+	w.f("\tMOVQ k+0(FP), CX")
+	w.f("\tMOVQ a+8(FP), AX")
+	w.f("\tMOVQ lda+16(FP), R8")
+	w.f("\tSHLQ $2, R8")
+	w.f("\tLEAQ (R8)(R8*2), R9")
+	w.f("\tMOVQ b+24(FP), BX")
+	w.f("\tMOVQ ldb+32(FP), R10")
+	w.f("\tSHLQ $2, R10")
+	w.f("\tLEAQ (R10)(R10*2), R11")
+	for i := 0; i < rows*cols; i++ {
+		w.f("\tVPXORD Z%d, Z%d, Z%d", i, i, i)
+	}
+	step := func(masked bool) {
+		ld := func(addr string, reg int) {
+			if masked {
+				w.f("\tVMOVUPS.Z %s, K1, Z%d", addr, reg)
+			} else {
+				w.f("\tVMOVUPS %s, Z%d", addr, reg)
+			}
+		}
+		for r := 0; r < rows; r++ {
+			ld(aAddr[r], 20+r)
+		}
+		for s := 0; s < cols; s++ {
+			ld(bAddr[s], 24+s)
+			for r := 0; r < rows; r++ {
+				w.f("\tVFMADD231PS Z%d, Z%d, Z%d", 24+s, 20+r, acc(r, s))
+			}
+		}
+	}
+	w.f("%s_loop:", name)
+	w.f("\tCMPQ CX, $16")
+	w.f("\tJL %s_tail", name)
+	step(false)
+	w.f("\tADDQ $64, AX")
+	w.f("\tADDQ $64, BX")
+	w.f("\tSUBQ $16, CX")
+	w.f("\tJMP %s_loop", name)
+	w.f("%s_tail:", name)
+	w.f("\tTESTQ CX, CX")
+	w.f("\tJZ %s_reduce", name)
+	w.f("\tMOVQ $1, DX")
+	w.f("\tSHLQ CX, DX")
+	w.f("\tDECQ DX")
+	w.f("\tKMOVW DX, K1")
+	step(true)
+	w.f("%s_reduce:", name)
+	// Horizontal sums with 512-bit AVX-512F shuffles only, so the upper
+	// registers need no AVX512VL: halves, quarters, pairs, neighbours.
+	for i := 0; i < rows*cols; i++ {
+		w.f("\tVSHUFF32X4 $0x4e, Z%d, Z%d, Z29", i, i)
+		w.f("\tVADDPS Z29, Z%d, Z%d", i, i)
+		w.f("\tVSHUFF32X4 $0xb1, Z%d, Z%d, Z29", i, i)
+		w.f("\tVADDPS Z29, Z%d, Z%d", i, i)
+		w.f("\tVPERMILPS $0x4e, Z%d, Z29", i)
+		w.f("\tVADDPS Z29, Z%d, Z%d", i, i)
+		w.f("\tVPERMILPS $0xb1, Z%d, Z29", i)
+		w.f("\tVADDPS Z29, Z%d, Z%d", i, i)
+	}
+	w.f("\tMOVQ c+40(FP), DX")
+	w.f("\tMOVQ ldc+48(FP), SI")
+	w.f("\tSHLQ $2, SI")
+	w.f("\tVMOVSS alpha+56(FP), X30")
+	w.f("\tVMOVSS beta+60(FP), X31")
+	w.f("\tMOVL beta+60(FP), R12")
+	w.f("\tSHLL $1, R12")
+	w.f("\tJZ %s_beta0", name)
+	for r := 0; r < rows; r++ {
+		for s := 0; s < cols; s++ {
+			i := acc(r, s)
+			w.f("\tVMULSS X30, X%d, X%d", i, i)
+			w.f("\tVMOVSS %d(DX), X29", 4*s)
+			w.f("\tVFMADD231SS X31, X29, X%d", i)
+			w.f("\tVMOVSS X%d, %d(DX)", i, 4*s)
+		}
+		if r < rows-1 {
+			w.f("\tADDQ SI, DX")
+		}
+	}
+	w.f("\tVZEROUPPER")
+	w.f("\tRET")
+	w.f("%s_beta0:", name)
+	for r := 0; r < rows; r++ {
+		for s := 0; s < cols; s++ {
+			i := acc(r, s)
+			w.f("\tVMULSS X30, X%d, X%d", i, i)
+			w.f("\tVMOVSS X%d, %d(DX)", i, 4*s)
+		}
+		if r < rows-1 {
+			w.f("\tADDQ SI, DX")
+		}
+	}
+	w.f("\tVZEROUPPER")
 	w.f("\tRET")
 }
