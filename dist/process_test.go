@@ -119,7 +119,7 @@ func (w *worker) waitLine(prefix string, timeout time.Duration) (line, bool) {
 // spawn starts n ranks of scenario. Rank 0 serves the store (env://).
 // On test end every child still running is killed and, if the test
 // failed, every rank's output is printed.
-func spawn(t *testing.T, scenario string, n int) []*worker {
+func spawn(t *testing.T, scenario string, n int, env ...string) []*worker {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -133,6 +133,7 @@ func spawn(t *testing.T, scenario string, n int) []*worker {
 			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
 			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
 			"GOTRAIN_TOKEN=proc-test", "GOTRAIN_RUN_ID="+t.Name())
+		cmd.Env = append(cmd.Env, env...)
 		cmd.Stderr = cmd.Stdout
 		out, err := cmd.StdoutPipe()
 		if err != nil {
@@ -230,13 +231,20 @@ func TestProcessCollectives(t *testing.T) {
 }
 
 // TestProcessKill: SIGKILL one rank during a 64 MiB allreduce; every other
-// rank must fail within 2 s with an error naming the dead rank.
+// rank must fail within 2 s with an error naming the dead rank. With the
+// shared-memory ring and over plain TCP.
 func TestProcessKill(t *testing.T) {
 	if raceEnabled {
 		t.Skip("64 MiB allreduces are too slow under the race detector")
 	}
+	for _, shm := range []string{"1", "0"} {
+		t.Run("shm="+shm, func(t *testing.T) { testKill(t, "GOTRAIN_SHM="+shm) })
+	}
+}
+
+func testKill(t *testing.T, env string) {
 	const n, victim = 3, 1
-	ws := spawn(t, "kill", n)
+	ws := spawn(t, "kill", n, env)
 	for _, w := range ws {
 		if _, ok := w.waitLine("ready", 30*time.Second); !ok {
 			t.Fatalf("rank %d never finished its first allreduce", w.rank)

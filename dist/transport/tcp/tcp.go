@@ -47,6 +47,8 @@ type Options struct {
 	SocketBuffer int
 	// Logger receives refused connections; nil means slog.Default().
 	Logger *slog.Logger
+
+	version int // protocol version to claim; 0 means auth.ProtocolVersion (tests set others)
 }
 
 // Mesh is a connected full mesh. It implements transport.Mesh.
@@ -223,7 +225,7 @@ const handshakeTimeout = 10 * time.Second
 // handshake (wrong token, wrong job, stray clients) are logged and
 // dropped; the rendezvous goes on.
 func (m *Mesh) acceptAll(ctx context.Context, ln net.Listener, o Options, n int, conns []net.Conn, addrs []string, mu *sync.Mutex) error {
-	hello := auth.Hello{Role: auth.RoleData, JobID: o.JobID, Rank: o.Rank, WorldSize: o.Size}
+	hello := auth.Hello{Version: o.version, Role: auth.RoleData, JobID: o.JobID, Rank: o.Rank, WorldSize: o.Size}
 	accepted := make(chan struct{}, o.Size)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -317,7 +319,7 @@ func dialPeer(ctx context.Context, o Options, peer int) (net.Conn, string, error
 	for {
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
-			hello := auth.Hello{Role: auth.RoleData, JobID: o.JobID, Rank: o.Rank, WorldSize: o.Size}
+			hello := auth.Hello{Version: o.version, Role: auth.RoleData, JobID: o.JobID, Rank: o.Rank, WorldSize: o.Size}
 			srv, err := auth.Client(ctx, c, o.Token, hello)
 			if err != nil {
 				c.Close()

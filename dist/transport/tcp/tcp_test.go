@@ -3,11 +3,14 @@ package tcp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/dist/auth"
 	"github.com/gotrain/gotrain/dist/store"
 	"github.com/gotrain/gotrain/dist/transport"
 	"go.uber.org/goleak"
@@ -190,5 +193,33 @@ func TestStrayClient(t *testing.T) {
 	}
 	for _, m := range ms {
 		m.Close()
+	}
+}
+
+// TestVersionMismatch: a peer speaking another protocol version is
+// refused, and the error names both versions.
+func TestVersionMismatch(t *testing.T) {
+	st := store.NewMem()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		m, err := Connect(ctx, Options{Rank: 0, Size: 2, Store: st, JobID: "j", ListenHost: "127.0.0.1"})
+		if err == nil {
+			m.Close()
+		}
+		done <- err
+	}()
+	_, err := Connect(ctx, Options{Rank: 1, Size: 2, Store: st, JobID: "j", ListenHost: "127.0.0.1", version: auth.ProtocolVersion + 1})
+	if !errors.Is(err, auth.ErrVersion) {
+		t.Fatalf("got %v, want auth.ErrVersion", err)
+	}
+	for _, v := range []string{fmt.Sprint("version ", auth.ProtocolVersion), fmt.Sprint("version ", auth.ProtocolVersion+1)} {
+		if !strings.Contains(err.Error(), v) {
+			t.Errorf("error does not name %q: %v", v, err)
+		}
+	}
+	if err := <-done; err == nil {
+		t.Fatal("rank 0 formed a mesh without rank 1")
 	}
 }
