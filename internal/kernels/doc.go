@@ -11,8 +11,9 @@
 // accumulators on AVX-512, 6×16 on AVX2) computes each tile. The kernels
 // take strides for A, so A — and B when C has few rows — is read in place:
 // on this hardware that measured faster than packing it. Edge tiles use
-// kernels for fewer rows and (AVX-512) masked column stores; a C of at most
-// 16 columns is computed as its transpose. Large products are split over
+// kernels for fewer rows and (AVX-512) masked column stores. A C of at most
+// 16 columns is computed with dot-product tiles when it is A·Bᵀ (a Linear
+// layer's forward pass) and otherwise as its transpose. Large products are split over
 // NumThreads goroutines (GOTRAIN_NUM_THREADS, else GOMAXPROCS); small ones
 // stay on the caller's goroutine.
 //
