@@ -124,26 +124,14 @@ func (p *pair) Send(ctx context.Context, h transport.Header, payload []byte) err
 				return merr
 			}
 		}
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errTimeout(err)) {
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			// A stuck peer: the operation's deadline passed.
 			return p.peerErr(fmt.Errorf("write %s frame: %w", h.Kind, err))
 		}
 		return p.peerErr(fmt.Errorf("%w: write %s frame: %w", transport.ErrPeerLost, h.Kind, err))
 	}
 	return nil
 }
-
-// errTimeout returns err itself if it is a network timeout, so
-// errors.Is(err, errTimeout(err)) reports timeouts; otherwise a value that
-// matches nothing.
-func errTimeout(err error) error {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return err
-	}
-	return errNever
-}
-
-var errNever = errors.New("tcp: never")
 
 // abort sends a best-effort abort frame carrying code and err's text.
 func (p *pair) abort(code int, err error) {
