@@ -346,9 +346,8 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 	defer putWorkspace(ws)
 	kcMax := min(impl.kc, k)
 	ncMax := min(impl.nc, roundUp(n, nr))
-	mcMax := min(impl.mc, roundUp(m, mr))
 	ws.b = grow(ws.b, kcMax*roundUp(ncMax, nr))
-	ws.a = grow(ws.a, kcMax*mcMax)
+	ws.a = grow(ws.a, kcMax*mr)
 	ws.tile = grow(ws.tile, mr*nr)
 	ws.scratch = grow(ws.scratch, 16*kcMax)
 	kernel := impl.kernels[mr]
@@ -360,7 +359,6 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 	// it also absorbs Bᵀ, so only an untransposed B of few rows is read in
 	// place.
 	directB := !transB && m <= directBMaxPanels*mr && (ldb*4)%4096 != 0
-	rowKernel := func(rows int) bool { return impl.kernels[rows] != nil }
 
 	for jc := 0; jc < n; jc += impl.nc {
 		nc := min(impl.nc, n-jc)
@@ -387,27 +385,27 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 			}
 			for ic := 0; ic < m; ic += impl.mc {
 				mc := min(impl.mc, m-ic)
-				for ir := 0; ir < mc; ir += mr {
-					rows := min(mr, mc-ir)
-					if rowKernel(rows) {
-						continue
-					}
-					dst := ws.a[ir*kc : (ir+mr)*kc]
+				// A is read in place; only a last panel of fewer than mr rows
+				// with no kernel of its own is packed, zero-padded.
+				if rows := mc % mr; rows != 0 && impl.kernels[rows] == nil {
+					ir := mc - rows
 					if transA {
-						packATrans(dst, a, lda, ic+ir, rows, pc, kc, mr)
+						packATrans(ws.a, a, lda, ic+ir, rows, pc, kc, mr)
 					} else {
-						packANoTrans(dst, a, lda, ic+ir, rows, pc, kc, mr)
+						packANoTrans(ws.a, a, lda, ic+ir, rows, pc, kc, mr)
 					}
 				}
 				tile := func(ir, jr int) {
 					mrEff, nrEff := min(mr, mc-ir), min(nr, nc-jr)
-					ap, aRow, aCol := &ws.a[ir*kc], 1, mr
-					if rowKernel(mrEff) {
-						if transA {
-							ap, aRow, aCol = &a[pc*lda+ic+ir], 1, lda
-						} else {
-							ap, aRow, aCol = &a[(ic+ir)*lda+pc], lda, 1
-						}
+					var ap *float32
+					var aRow, aCol int
+					switch {
+					case impl.kernels[mrEff] == nil:
+						ap, aRow, aCol = &ws.a[0], 1, mr
+					case transA:
+						ap, aRow, aCol = &a[pc*lda+ic+ir], 1, lda
+					default:
+						ap, aRow, aCol = &a[(ic+ir)*lda+pc], lda, 1
 					}
 					bp, bRow := &ws.b[jr*kc], nr
 					if directB && nrEff == nr {
