@@ -111,10 +111,9 @@ func Connect(ctx context.Context, o Options) (*Mesh, error) {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 
-	// Lower ranks dial us.
+	// Higher ranks dial us; we dial lower ranks.
 	nAccept := o.Size - 1 - o.Rank
 	go func() { errs <- m.acceptAll(ctx, ln, o, nAccept, conns, addrs, &mu) }()
-	// We dial lower ranks.
 	for peer := 0; peer < o.Rank; peer++ {
 		go func() {
 			c, addr, err := dialPeer(ctx, o, peer)
@@ -296,13 +295,19 @@ func (m *Mesh) handshake(ctx context.Context, c net.Conn, o Options, hello auth.
 		}
 		return false
 	}
+	// Name the peer by the address it listens on (as errors elsewhere
+	// do), not by its ephemeral client port.
+	addr := c.RemoteAddr().String()
+	if b, err := o.Store.Get(hctx, addrKey(peer.Rank)); err == nil {
+		addr = string(b)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if conns[peer.Rank] != nil || ctx.Err() != nil { // lost a race with a duplicate, or too late
 		c.Close()
 		return false
 	}
-	conns[peer.Rank], addrs[peer.Rank] = c, c.RemoteAddr().String()
+	conns[peer.Rank], addrs[peer.Rank] = c, addr
 	return true
 }
 
