@@ -21,7 +21,7 @@ const MaxPayload = 8 << 20
 //	4  op      uint8  collective operation (opaque to the transport)
 //	5  dtype   uint8  element type (opaque to the transport)
 //	6  redop   uint8  reduce operation (opaque to the transport)
-//	7  flags   uint8  FlagShm or zero
+//	7  flags   uint8  FlagShm | slot<<ShmSlotBits, or zero
 //	8  root    int32  root rank of the operation, or -1
 //	12 length  uint32 payload bytes that follow the header
 //	16 seq     uint64 sequence number of the operation in its group
@@ -65,10 +65,14 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-// FlagShm marks a frame whose payload is not on the wire but in the
-// next slot of the pair's shared-memory ring (same-host peers); Length is
-// still the payload's size.
-const FlagShm = 1
+// FlagShm marks a frame whose payload is not on the wire but in a slot
+// of the pair's shared-memory ring (same-host peers); the slot's index is
+// in the flag bits ShmSlotMask, and Length is still the payload's size.
+const (
+	FlagShm     = 1
+	ShmSlotMask = 0xf0
+	ShmSlotBits = 4 // shift of the slot index within the flags
+)
 
 // Header describes one frame. Op, DType, RedOp, Root, Seq, Count and Tag
 // are the operation's identity: every frame of an operation carries them,
@@ -135,7 +139,7 @@ func Decode(b []byte) (Header, error) {
 	if h.Kind == 0 || h.Kind >= kindEnd {
 		return Header{}, fmt.Errorf("%w: unknown frame kind %d", ErrMalformed, b[3])
 	}
-	if b[7]&^FlagShm != 0 {
+	if b[7]&^(FlagShm|ShmSlotMask) != 0 || b[7]&FlagShm == 0 && b[7] != 0 {
 		return Header{}, fmt.Errorf("%w: reserved flags %#x set", ErrMalformed, b[7])
 	}
 	if h.Length > MaxPayload {

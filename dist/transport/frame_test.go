@@ -28,12 +28,13 @@ func TestDecodeRejects(t *testing.T) {
 	var good [HeaderSize]byte
 	(&Header{Kind: KindCollective, Length: 8}).Encode(good[:])
 	cases := map[string]func(b []byte){
-		"magic":    func(b []byte) { b[0] = 'x' },
-		"version":  func(b []byte) { b[2] = 9 },
-		"kind 0":   func(b []byte) { b[3] = 0 },
-		"kind 200": func(b []byte) { b[3] = 200 },
-		"flags":    func(b []byte) { b[7] = 2 },
-		"length":   func(b []byte) { b[15] = 0xff },
+		"magic":            func(b []byte) { b[0] = 'x' },
+		"version":          func(b []byte) { b[2] = 9 },
+		"kind 0":           func(b []byte) { b[3] = 0 },
+		"kind 200":         func(b []byte) { b[3] = 200 },
+		"flags":            func(b []byte) { b[7] = 2 },
+		"slot without shm": func(b []byte) { b[7] = 0x30 },
+		"length":           func(b []byte) { b[15] = 0xff },
 	}
 	for name, mutate := range cases {
 		b := good

@@ -103,9 +103,9 @@ func (p *pair) Send(ctx context.Context, h transport.Header, payload []byte) err
 			}
 			return p.peerErr(fmt.Errorf("waiting for a free shared-memory slot: %w", err))
 		}
-		copy(l.out[l.produced%shmSlots], payload)
-		l.produced++
-		h.Flags |= transport.FlagShm
+		slot := l.take()
+		copy(l.out[slot], payload)
+		h.Flags |= transport.FlagShm | uint8(slot)<<transport.ShmSlotBits
 		payload = nil
 	}
 	h.Encode(p.hdr[:])
@@ -473,14 +473,15 @@ func (p *pair) linger() {
 
 // shmPayload returns the slot holding h's payload.
 func (p *pair) shmPayload(h *transport.Header) ([]byte, error) {
-	if p.shm == nil || h.Length > shmSlotSize {
-		return nil, fmt.Errorf("%w: shared-memory frame of %d bytes on a link without such a ring", transport.ErrMalformed, h.Length)
+	slot := int(h.Flags&transport.ShmSlotMask) >> transport.ShmSlotBits
+	if p.shm == nil || h.Length > shmSlotSize || slot >= shmSlots {
+		return nil, fmt.Errorf("%w: shared-memory frame (slot %d, %d bytes) on a link without such a ring", transport.ErrMalformed, slot, h.Length)
 	}
-	return p.shm.in[p.shm.nextIn%shmSlots][:h.Length], nil
+	return p.shm.in[slot][:h.Length], nil
 }
 
 // shmConsumed frees the slot just read for the peer.
 func (p *pair) shmConsumed() {
-	p.shm.nextIn++
-	atomic.StoreUint64(p.shm.ack, p.shm.nextIn)
+	p.shm.consumed0++
+	atomic.StoreUint64(p.shm.ack, p.shm.consumed0)
 }

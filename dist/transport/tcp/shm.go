@@ -38,12 +38,13 @@ const (
 // shmLink is one pair's shared ring: out is written by this rank, in by
 // the peer.
 type shmLink struct {
-	mem      []byte
-	out, in  [][]byte
-	consumed *uint64 // slots of out the peer has consumed
-	ack      *uint64 // slots of in this rank has consumed
-	produced uint64  // slots of out written; guarded by the pair's wmu
-	nextIn   uint64  // reader-owned
+	mem       []byte
+	out, in   [][]byte
+	consumed  *uint64 // slots of out the peer has consumed
+	ack       *uint64 // slots of in this rank has consumed (published)
+	produced  uint64  // slots of out written; guarded by the pair's wmu
+	next      int     // slot of out to write next; guarded by the pair's wmu
+	consumed0 uint64  // reader-owned count of slots of in consumed
 }
 
 func newShmLink(mem []byte, lower bool) *shmLink {
@@ -86,6 +87,21 @@ func (l *shmLink) waitSlot(ctx context.Context, failed <-chan struct{}) error {
 		}
 	}
 	return nil
+}
+
+// take returns the slot of out to fill next. Slots are used in ring
+// order, but when the peer has consumed everything the ring starts over
+// at slot 0: back-to-back operations then reuse the same, cache-warm
+// slots instead of sweeping the whole ring. The caller holds wmu and has
+// waited for a free slot.
+func (l *shmLink) take() int {
+	if atomic.LoadUint64(l.consumed) == l.produced {
+		l.next = 0
+	}
+	s := l.next
+	l.next = (l.next + 1) % shmSlots
+	l.produced++
+	return s
 }
 
 func (l *shmLink) unmap() {
