@@ -55,6 +55,7 @@ type OpError struct {
 	Err      error
 }
 
+// Error reads "dist: rank R: op #seq (dtype ×count, details): sentinel: cause".
 func (e *OpError) Error() string {
 	g := ""
 	if e.Group != "" {

@@ -51,10 +51,12 @@ type PeerError struct {
 	Err  error
 }
 
+// Error names the peer and the cause.
 func (e *PeerError) Error() string {
 	return fmt.Sprintf("peer rank %d (%s): %v", e.Rank, e.Addr, e.Err)
 }
 
+// Unwrap returns the cause.
 func (e *PeerError) Unwrap() error { return e.Err }
 
 // MismatchError reports a received frame whose operation differs from the
@@ -63,10 +65,12 @@ type MismatchError struct {
 	Want, Got Header
 }
 
+// Error shows both headers.
 func (e *MismatchError) Error() string {
 	return fmt.Sprintf("%v: expected %+v, received %+v", ErrMismatch, e.Want, e.Got)
 }
 
+// Unwrap returns ErrMismatch.
 func (e *MismatchError) Unwrap() error { return ErrMismatch }
 
 // AbortError is a peer's abort frame: Code is one of the Abort constants
@@ -76,8 +80,10 @@ type AbortError struct {
 	Reason string
 }
 
+// Error carries the peer's reason.
 func (e *AbortError) Error() string { return fmt.Sprintf("%v: %s", ErrAborted, e.Reason) }
 
+// Unwrap returns ErrAborted.
 func (e *AbortError) Unwrap() error { return ErrAborted }
 
 // ReduceFunc combines src into dst element-wise (dst = dst ⊕ src). Both
