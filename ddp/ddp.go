@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gotrain/gotrain/nn"
@@ -79,6 +80,8 @@ type Model struct {
 	removers  []func()
 	stats     Stats
 
+	reducing atomic.Int64 // nanoseconds in the comm hook, written by the comm goroutine
+
 	ctx    context.Context // cancelled by Close; bounds in-flight reductions
 	cancel context.CancelFunc
 	work   chan job
@@ -101,6 +104,9 @@ type Stats struct {
 	ExposedWait time.Duration
 	// Buckets is the current number of gradient buckets.
 	Buckets int
+	// Reducing is the total time the communication goroutine spent in the
+	// comm hook, hidden by backward or not.
+	Reducing time.Duration
 }
 
 // New wraps module for data-parallel training over g. It checks that every
@@ -193,7 +199,11 @@ func (m *Model) Module() nn.Module { return m.module }
 func (m *Model) Parameters() []*tensor.Tensor { return m.params }
 
 // Stats returns cumulative communication statistics.
-func (m *Model) Stats() Stats { return m.stats }
+func (m *Model) Stats() Stats {
+	st := m.stats
+	st.Reducing = time.Duration(m.reducing.Load())
+	return st
+}
 
 // Forward runs the wrapped module. With BroadcastBuffers it first copies
 // rank 0's buffers to every rank; an error doing so is returned by the next
@@ -245,7 +255,9 @@ func (m *Model) communicate(work <-chan job) {
 			j.done <- failure
 			continue
 		}
+		start := time.Now()
 		err := m.cfg.hook(m.ctx, m.group, j.buf)
+		m.reducing.Add(int64(time.Since(start)))
 		if err != nil {
 			failedPass, failure = j.pass, err
 		}
