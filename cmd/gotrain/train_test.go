@@ -110,8 +110,9 @@ func TestTrainResumesAfterWorkerKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	// `gotrain run` restarts; each worker is `gotrain train mnist`, which
-	// joins the launcher's group through the environment.
-	cmd := gotrainCmd(ctx, t, "run", "--nproc-per-node", "2", "--max-restarts", "1", self,
+	// joins the launcher's group through the environment. --standalone
+	// takes a free port: 29500 may be another job's.
+	cmd := gotrainCmd(ctx, t, "run", "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", self,
 		"train", "mnist", "--batch-size", resumeBatch, "--progress=false", "--save", save, "--save-every", "10", "--resume")
 	var all, stdout output
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(&all, &stdout), &all
@@ -234,7 +235,7 @@ func TestExampleMNISTUnderRun(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./examples/mnist: %v\n%s", err, out)
 	}
-	all, stdout, code := runGotrain(t, 60*time.Second, "run", "--nproc-per-node", "2", bin, "--max-steps", "30")
+	all, stdout, code := runGotrain(t, 60*time.Second, "run", "--standalone", "--nproc-per-node", "2", bin, "--max-steps", "30")
 	if code != 0 {
 		t.Fatalf("exit code %d; output:\n%s", code, all)
 	}
