@@ -2,15 +2,10 @@ package checkpoint
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"maps"
-	"os"
 	"reflect"
 	"slices"
 	"strconv"
@@ -21,12 +16,12 @@ import (
 	"github.com/gotrain/gotrain/tensor"
 )
 
-// ErrMismatch is wrapped when a training checkpoint's two files come from
-// different saves (a crash between their renames, or a copied file).
-var ErrMismatch = errors.New("checkpoint: model file does not belong to the training state")
-
 // trainingVersion is the sidecar format; LoadTraining rejects others.
-const trainingVersion = "1"
+// Version 2 carries the model's tensors itself.
+const trainingVersion = "2"
+
+// modelPrefix names the model's tensors inside the sidecar.
+const modelPrefix = "model."
 
 // TrainingState is everything a training run needs to carry on where it
 // stopped. Model and Optimizer are required; Scheduler is optional.
@@ -56,16 +51,15 @@ func TrainingPath(path string) string {
 //
 //  1. path: the model's state dict, exactly as Save writes it, so the file
 //     loads into PyTorch like any model checkpoint;
-//  2. TrainingPath(path): a safetensors file whose tensors are the
-//     optimizer's state ("state.<i>.<buffer>") and whose metadata holds
-//     the optimizer's hyper-parameters ("optimizer.*"), the scheduler's
-//     state ("scheduler.*"), Epoch, Step, the JSON of Extra, and the
-//     SHA-256 of the model file.
+//  2. TrainingPath(path): a safetensors file holding everything a resume
+//     needs — the model's tensors again ("model.<name>"), the optimizer's
+//     state ("state.<i>.<buffer>") — and, in its metadata, the optimizer's
+//     hyper-parameters ("optimizer.*"), the scheduler's state
+//     ("scheduler.*"), Epoch, Step and the JSON of Extra.
 //
-// The model file is written first and the sidecar second, so the sidecar
-// is the commit point: a crash between the two leaves a new model beside
-// an old sidecar, which LoadTraining detects by the hash (ErrMismatch)
-// instead of resuming from mixed state.
+// The sidecar is self-contained and written last, so it is the commit
+// point: a crash at any moment leaves a sidecar from one complete save,
+// and LoadTraining resumes from it whatever happened to the model file.
 func SaveTraining(path string, st TrainingState) error {
 	if st.Model == nil || st.Optimizer == nil {
 		return fmt.Errorf("checkpoint: SaveTraining %s: Model and Optimizer are required", path)
@@ -74,17 +68,15 @@ func SaveTraining(path string, st TrainingState) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint: SaveTraining %s: encoding Extra: %w", path, err)
 	}
-	hash := sha256.New()
 	model := modelEntries(st.Model)
 	if err := WriteFileAtomic(path, func(w io.Writer) error {
-		return writeTensors(io.MultiWriter(w, hash), model, modelMeta)
+		return writeTensors(w, model, modelMeta)
 	}); err != nil {
 		return err
 	}
 
 	meta := map[string]string{
 		"gotrain.training": trainingVersion,
-		"model_sha256":     hex.EncodeToString(hash.Sum(nil)),
 		"epoch":            strconv.Itoa(st.Epoch),
 		"step":             strconv.FormatInt(st.Step, 10),
 		"extra":            string(extra),
@@ -98,7 +90,11 @@ func SaveTraining(path string, st TrainingState) error {
 			meta["scheduler."+k] = v
 		}
 	}
-	entries := make([]Entry, 0, len(optState.Tensors))
+	entries := make([]Entry, 0, len(model)+len(optState.Tensors))
+	for _, e := range model {
+		e.Name = modelPrefix + e.Name
+		entries = append(entries, e)
+	}
 	for _, name := range slices.Sorted(maps.Keys(optState.Tensors)) {
 		entries = append(entries, Entry{Name: name, Tensor: optState.Tensors[name]})
 	}
@@ -107,24 +103,22 @@ func SaveTraining(path string, st TrainingState) error {
 	})
 }
 
-// LoadTraining resumes from the checkpoint SaveTraining wrote at path, in
-// this order: it reads and validates the sidecar, reads the model file and
-// checks its hash against the sidecar's, then loads the model (strictly,
-// as Load), the optimizer's state, the scheduler's state and the counters,
-// and, if st.Extra is a non-nil pointer, replaces the value it points to
-// with the saved Extra.
+// LoadTraining resumes from the checkpoint SaveTraining wrote at path. It
+// reads and validates the sidecar TrainingPath(path) — the model file is
+// not needed — then loads the model (strictly, as Load), the optimizer's
+// state, the scheduler's state and the counters, and, if st.Extra is a
+// non-nil pointer, replaces the value it points to with the saved Extra.
 //
 // A missing sidecar is an error that wraps fs.ErrNotExist (the usual sign
-// that there is nothing to resume yet); a sidecar without its model file
-// is an error that does not. A scheduler saved but not given, or given but
-// not saved, is an error. On any error nothing is changed: not the model,
-// the optimizer, the scheduler, the counters nor Extra.
+// that there is nothing to resume yet). A scheduler saved but not given,
+// or given but not saved, is an error. On any error nothing is changed: not
+// the model, the optimizer, the scheduler, the counters nor Extra.
 func LoadTraining(path string, st *TrainingState) error {
 	if st == nil || st.Model == nil || st.Optimizer == nil {
 		return fmt.Errorf("checkpoint: LoadTraining %s: Model and Optimizer are required", path)
 	}
 	side := TrainingPath(path)
-	optEntries, meta, err := ReadTensorsFile(side)
+	sideEntries, meta, err := ReadTensorsFile(side)
 	if err != nil {
 		return err
 	}
@@ -155,8 +149,14 @@ func LoadTraining(path string, st *TrainingState) error {
 			schedMeta[name] = v
 		}
 	}
-	for _, e := range optEntries {
-		optState.Tensors[e.Name] = e.Tensor
+	var entries []Entry // the model's
+	for _, e := range sideEntries {
+		if name, ok := strings.CutPrefix(e.Name, modelPrefix); ok {
+			e.Name = name
+			entries = append(entries, e)
+		} else {
+			optState.Tensors[e.Name] = e.Tensor
+		}
 	}
 	if (len(schedMeta) > 0) != (st.Scheduler != nil) {
 		if st.Scheduler == nil {
@@ -165,22 +165,6 @@ func LoadTraining(path string, st *TrainingState) error {
 		return bad("holds no scheduler state but a Scheduler was given")
 	}
 
-	model, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		// Not fs.ErrNotExist: that would read as "nothing to resume" and
-		// silently restart a run whose model file was lost.
-		return fmt.Errorf("checkpoint: model file %s is missing beside training state %s", path, side)
-	}
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	if sum := sha256.Sum256(model); hex.EncodeToString(sum[:]) != meta["model_sha256"] {
-		return fmt.Errorf("%w: %s does not match %s (saved by a different SaveTraining)", ErrMismatch, path, side)
-	}
-	entries, _, err := readTensorsBytes(path, model)
-	if err != nil {
-		return err
-	}
 	// Decode Extra into a fresh value first, so that a failure cannot
 	// leave the caller's half-filled.
 	var extraVal reflect.Value
@@ -199,7 +183,7 @@ func LoadTraining(path string, st *TrainingState) error {
 	// if a later one fails, so a failed resume changes nothing.
 	modelBefore := snapshotModel(st.Model)
 	optBefore := st.Optimizer.StateDict()
-	if err := loadEntries(path, st.Model, entries); err != nil {
+	if err := loadEntries(side, st.Model, entries); err != nil {
 		return err
 	}
 	if err := st.Optimizer.LoadStateDict(optState); err != nil {

@@ -30,6 +30,7 @@ func init() {
 	rootCmd.AddCommand(trainCmd)
 	var cfg mnistjob.Config
 	var nproc string
+	var launchCfg launch.Config
 	cmd := &cobra.Command{
 		Use:   "mnist",
 		Short: "Train an MNIST classifier (MLP or the pytorch/examples CNN), on one or several local workers",
@@ -45,7 +46,8 @@ model= world= epochs= steps= samples_per_s= test_acc= peak_rss_mib=`,
 				return err
 			}
 			if n > 1 && os.Getenv(trainWorkerEnv) == "" {
-				return launchTrainWorkers(cmd.Context(), n)
+				launchCfg.NProcPerNode = n
+				return launchTrainWorkers(cmd.Context(), launchCfg)
 			}
 			res, err := mnistjob.Run(cmd.Context(), cfg)
 			if err != nil {
@@ -63,6 +65,8 @@ model= world= epochs= steps= samples_per_s= test_acc= peak_rss_mib=`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&nproc, "nproc-per-node", "1", "number of local workers (an integer, or auto for one per CPU)")
+	f.IntVar(&launchCfg.MaxRestarts, "max-restarts", 0, "with --nproc-per-node > 1: restart all workers up to N times when one fails (use with --save and --resume)")
+	f.StringVar(&launchCfg.LogDir, "log-dir", "", "with --nproc-per-node > 1: also write each worker's output under this directory")
 	f.StringVar(&cfg.Model, "model", "mlp", "mlp (784-512-512-10) or cnn (the pytorch/examples MNIST Net)")
 	f.IntVar(&cfg.Epochs, "epochs", 1, "epochs to train")
 	f.IntVar(&cfg.BatchSize, "batch-size", 64, "batch size per worker")
@@ -81,9 +85,9 @@ model= world= epochs= steps= samples_per_s= test_acc= peak_rss_mib=`,
 	trainCmd.AddCommand(cmd)
 }
 
-// launchTrainWorkers re-runs this command as n workers under the launcher
-// and prints rank 0's summary as the last line.
-func launchTrainWorkers(ctx context.Context, n int) error {
+// launchTrainWorkers re-runs this command as cfg.NProcPerNode workers
+// under the launcher and prints rank 0's summary as the last line.
+func launchTrainWorkers(ctx context.Context, cfg launch.Config) error {
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding the gotrain binary to start workers: %w", err)
@@ -94,15 +98,10 @@ func launchTrainWorkers(ctx context.Context, n int) error {
 	}
 	defer os.RemoveAll(dir)
 	summary := filepath.Join(dir, "summary")
-	code, err := launch.Run(ctx, launch.Config{
-		Program:      self,
-		Args:         os.Args[1:],
-		NProcPerNode: n,
-		Standalone:   true,
-		Env:          []string{trainWorkerEnv + "=1", summaryFileEnv + "=" + summary},
-		Stdout:       os.Stdout,
-		Stderr:       os.Stderr,
-	})
+	cfg.Program, cfg.Args, cfg.Standalone = self, os.Args[1:], true
+	cfg.Env = append(os.Environ(), trainWorkerEnv+"=1", summaryFileEnv+"="+summary)
+	cfg.Stdout, cfg.Stderr = os.Stdout, os.Stderr
+	code, err := launch.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}

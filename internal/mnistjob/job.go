@@ -180,6 +180,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res := Result{Model: cfg.Model, World: world}
 	var prof Profile
 	var counted, profiled int
+	// counting is the training time since step warmupSteps, excluding
+	// evaluation and checkpoints (as the PyTorch anchor stops its clock
+	// before evaluating).
+	var counting time.Duration
 	var countStart time.Time
 	step := st.Step
 	stepsThisRun := 0
@@ -197,6 +201,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				progressbar.OptionShowCount(),
 				progressbar.OptionClearOnFinish())
 		}
+		if stepsThisRun >= warmupSteps {
+			countStart = time.Now()
+		}
 		epochStart := time.Now()
 		epochSamples := 0
 		tData := time.Now()
@@ -211,7 +218,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 						return res, err
 					}
 				}
-				countStart, counted = time.Now(), 0
+				countStart, counted, counting = time.Now(), 0, 0
 				prof, profiled = Profile{}, 0
 			}
 			t0 := time.Now()
@@ -248,8 +255,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				bar.Add(1)
 			}
 			if cfg.SaveEvery > 0 && step%int64(cfg.SaveEvery) == 0 {
+				paused := time.Now()
 				if err := save(epoch, step); err != nil {
 					return res, err
+				}
+				if !countStart.IsZero() {
+					countStart = countStart.Add(time.Since(paused))
 				}
 			}
 			if cfg.MaxSteps > 0 && stepsThisRun >= cfg.MaxSteps {
@@ -257,6 +268,16 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				break
 			}
 			tData = time.Now()
+		}
+		if pg != nil && !countStart.IsZero() {
+			// All ranks' work for the epoch is done once the slowest is.
+			if err := pg.Barrier(ctx); err != nil {
+				return res, err
+			}
+		}
+		if !countStart.IsZero() {
+			counting += time.Since(countStart)
+			countStart = time.Time{}
 		}
 		if bar != nil {
 			bar.Finish()
@@ -281,13 +302,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			break
 		}
 	}
-	if pg != nil {
-		if err := pg.Barrier(ctx); err != nil {
-			return res, err
-		}
-	}
-	if !countStart.IsZero() {
-		res.SamplesPerSec = float64(counted*world) / time.Since(countStart).Seconds()
+	if counting > 0 {
+		res.SamplesPerSec = float64(counted*world) / counting.Seconds()
 	}
 	res.Steps = stepsThisRun
 	if profiled > 0 {
