@@ -3,6 +3,8 @@ package ddp
 import (
 	"context"
 	"math"
+	"sync"
+	"unsafe"
 
 	"github.com/gotrain/gotrain/dist"
 	"github.com/gotrain/gotrain/internal/kernels"
@@ -38,42 +40,97 @@ func AllReduceHook(ctx context.Context, g Group, bucket []float32) error {
 // are rounded to fp16 and gathered; every rank sums the decoded values in
 // rank order in float32, so the result is identical on all ranks.
 func FP16CompressHook(ctx context.Context, g Group, bucket []float32) error {
-	return compressedHook(ctx, g, bucket, float32ToFloat16, float16ToFloat32)
+	return compressedHook(ctx, g, bucket, encodeFP16, decodeAddFP16)
 }
 
 // BF16CompressHook is FP16CompressHook with bfloat16: the same range as
 // float32 (no overflow) with 8 bits of mantissa.
 func BF16CompressHook(ctx context.Context, g Group, bucket []float32) error {
-	return compressedHook(ctx, g, bucket, float32ToBFloat16, bfloat16ToFloat32)
+	return compressedHook(ctx, g, bucket, encodeBF16, decodeAddBF16)
 }
 
-func compressedHook(ctx context.Context, g Group, bucket []float32, enc func(float32) uint16, dec func(uint16) float32) error {
+// compressScratch recycles the gather buffers of the compression hooks,
+// which run once per bucket per step.
+var compressScratch sync.Pool
+
+func getWords(n int) []int32 {
+	if p, ok := compressScratch.Get().(*[]int32); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]int32, n)
+}
+
+func putWords(w []int32) { compressScratch.Put(&w) }
+
+// halves views 32-bit words as the 16-bit values packed in them (two per
+// word, in memory order).
+func halves(w []int32, n int) []uint16 {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&w[0])), 2*len(w))[:n]
+}
+
+// The codecs work on whole slices so the per-element conversions inline
+// (a call through a func value per element cost several ms per step).
+func encodeFP16(dst []uint16, src []float32, scale float32) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		dst[i] = float32ToFloat16(v * scale)
+	}
+}
+
+func decodeAddFP16(dst []float32, src []uint16) {
+	table := fp16Table()
+	dst = dst[:len(src)]
+	for i, h := range src {
+		dst[i] += table[h]
+	}
+}
+
+// fp16Table maps every half to its float32 value (256 KiB, built once):
+// small gradients are mostly fp16 subnormals, whose decoding loops.
+var fp16Table = sync.OnceValue(func() *[1 << 16]float32 {
+	var t [1 << 16]float32
+	for h := range t {
+		t[h] = float16ToFloat32(uint16(h))
+	}
+	return &t
+})
+
+func encodeBF16(dst []uint16, src []float32, scale float32) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		dst[i] = float32ToBFloat16(v * scale)
+	}
+}
+
+func decodeAddBF16(dst []float32, src []uint16) {
+	dst = dst[:len(src)]
+	for i, h := range src {
+		dst[i] += bfloat16ToFloat32(h)
+	}
+}
+
+func compressedHook(ctx context.Context, g Group, bucket []float32, encode func(dst []uint16, src []float32, scale float32), decodeAdd func(dst []float32, src []uint16)) error {
 	n := g.Size()
 	scale := 1 / float32(n)
 	// Two 16-bit values per int32 word: dist moves 32- and 64-bit types.
-	words := make([]int32, (len(bucket)+1)/2)
-	for i, v := range bucket {
-		h := uint32(enc(v * scale))
-		if i%2 == 0 {
-			words[i/2] |= int32(h)
-		} else {
-			words[i/2] |= int32(h << 16)
-		}
+	nw := (len(bucket) + 1) / 2
+	words := getWords(nw)
+	defer putWords(words)
+	encode(halves(words, len(bucket)), bucket, scale)
+	if len(bucket)%2 == 1 {
+		halves(words, 2*nw)[len(bucket)] = 0
 	}
-	all := make([]int32, n*len(words))
+	all := getWords(n * nw)
+	defer putWords(all)
 	if err := g.AllGather(ctx, all, words); err != nil {
 		return err
 	}
 	clear(bucket)
 	for r := 0; r < n; r++ {
-		part := all[r*len(words) : (r+1)*len(words)]
-		for i := range bucket {
-			w := uint32(part[i/2])
-			if i%2 == 1 {
-				w >>= 16
-			}
-			bucket[i] += dec(uint16(w))
-		}
+		decodeAdd(bucket, halves(all[r*nw:(r+1)*nw], len(bucket)))
 	}
 	return nil
 }

@@ -47,6 +47,7 @@ type Config struct {
 	MaxSteps  int     // stop after N steps per rank (0: no limit), for benchmarks
 	Profile   bool    // print a per-step time breakdown
 	Progress  bool    // show a progress bar (rank 0)
+	CommHook  string  // DDP gradient reduction: "allreduce" (default), "fp16" or "bf16"
 
 	Out    io.Writer // progress and results; default os.Stderr
 	Logger *slog.Logger
@@ -126,7 +127,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	var dm *ddp.Model
 	if pg != nil {
 		var err error
-		dm, err = ddp.New(ctx, model, pg, ddp.GradientAsBucketView(true))
+		hooks := map[string]ddp.CommHook{"": ddp.AllReduceHook, "allreduce": ddp.AllReduceHook,
+			"fp16": ddp.FP16CompressHook, "bf16": ddp.BF16CompressHook}
+		hook, ok := hooks[cfg.CommHook]
+		if !ok {
+			return Result{}, fmt.Errorf("mnistjob: unknown comm hook %q (want allreduce, fp16 or bf16)", cfg.CommHook)
+		}
+		dm, err = ddp.New(ctx, model, pg, ddp.GradientAsBucketView(true), ddp.WithCommHook(hook))
 		if err != nil {
 			return Result{}, err
 		}
