@@ -228,6 +228,10 @@ func (m *Mesh) acceptAll(ctx context.Context, ln net.Listener, o Options, n int,
 	accepted := make(chan struct{}, o.Size)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// The caller closes ln when its ctx ends (context.AfterFunc), possibly
+	// before cancellation reaches the child below: ask the parent whether
+	// a closed listener means the rendezvous timed out.
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx) // ends strays' handshakes on return
 	defer cancel()
 	acceptErr := make(chan error, 1)
@@ -252,8 +256,8 @@ func (m *Mesh) acceptAll(ctx context.Context, ln net.Listener, o Options, n int,
 		case <-accepted:
 			got++
 		case err := <-acceptErr:
-			if ctx.Err() != nil {
-				return fmt.Errorf("tcp: rank %d: waiting for %d more connections from higher ranks: %w", o.Rank, n-got, context.Cause(ctx))
+			if parent.Err() != nil {
+				return fmt.Errorf("tcp: rank %d: waiting for %d more connections from higher ranks: %w", o.Rank, n-got, context.Cause(parent))
 			}
 			return fmt.Errorf("tcp: rank %d: accept: %w", o.Rank, err)
 		case <-ctx.Done():
