@@ -67,23 +67,22 @@ type Model struct {
 	buffers []*tensor.Tensor
 	numel   []int
 
-	// mu guards nothing shared with the comm goroutine except through jobs;
-	// everything below is owned by the goroutine running forward/backward.
-	red       *reducer
-	buckets   [][]float32
-	rebuilt   bool
-	pass      *tensor.Pass
-	jobs      []job
-	passes    int // synchronised passes begun
-	noSync    bool
-	forwardEr error
-	removers  []func()
-	stats     Stats
+	// Everything below is owned by the goroutine running forward and
+	// backward; the comm goroutine sees only the jobs sent to it.
+	red      *reducer
+	buckets  [][]float32
+	rebuilt  bool
+	pass     *tensor.Pass
+	jobs     []job
+	passes   int // synchronised passes begun
+	noSync   bool
+	deferred error // returned by the next Backward (Forward cannot return one)
+	removers []func()
+	stats    Stats
 
 	reducing atomic.Int64 // nanoseconds in the comm hook, written by the comm goroutine
 
-	ctx    context.Context // cancelled by Close; bounds in-flight reductions
-	cancel context.CancelFunc
+	cancel context.CancelFunc // ends in-flight reductions on Close
 	work   chan job
 	wg     sync.WaitGroup
 }
@@ -151,11 +150,12 @@ func New(ctx context.Context, module nn.Module, g Group, opts ...Option) (*Model
 		order[i] = len(m.params) - 1 - i // reverse registration order
 	}
 	m.setBuckets(assignBuckets(order, m.numel, cfg.firstBucketCapBytes, cfg.bucketCapBytes))
-	m.ctx, m.cancel = context.WithCancel(context.Background())
+	commCtx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
 	if g.Size() > 1 {
 		m.work = make(chan job, 64)
 		m.wg.Add(1)
-		go m.communicate(m.work)
+		go m.communicate(commCtx, m.work)
 		for i, p := range m.params {
 			m.removers = append(m.removers, p.AddGradHook(func(pass *tensor.Pass, _ *tensor.Tensor) {
 				m.gradReady(pass, i)
@@ -209,9 +209,10 @@ func (m *Model) Stats() Stats {
 // rank 0's buffers to every rank; an error doing so is returned by the next
 // Backward, the documented sync point, since Forward returns no error.
 func (m *Model) Forward(x *tensor.Tensor) *tensor.Tensor {
-	if m.cfg.broadcastBuffers && len(m.buffers) > 0 && m.group.Size() > 1 && m.forwardEr == nil {
-		if err := broadcastTensors(m.ctx, m.group, m.buffers); err != nil {
-			m.forwardEr = fmt.Errorf("ddp: broadcasting buffers in forward: %w", err)
+	if m.cfg.broadcastBuffers && len(m.buffers) > 0 && m.group.Size() > 1 && m.deferred == nil {
+		// The group's operation timeout bounds this; Forward has no ctx.
+		if err := broadcastTensors(context.Background(), m.group, m.buffers); err != nil {
+			m.deferred = fmt.Errorf("ddp: broadcasting buffers in forward: %w", err)
 		}
 	}
 	return m.module.Forward(x)
@@ -245,7 +246,7 @@ func (m *Model) Close() error {
 }
 
 // communicate reduces buckets in the order they are launched.
-func (m *Model) communicate(work <-chan job) {
+func (m *Model) communicate(ctx context.Context, work <-chan job) {
 	defer m.wg.Done()
 	failedPass, failure := -1, error(nil)
 	for j := range work {
@@ -256,7 +257,7 @@ func (m *Model) communicate(work <-chan job) {
 			continue
 		}
 		start := time.Now()
-		err := m.cfg.hook(m.ctx, m.group, j.buf)
+		err := m.cfg.hook(ctx, m.group, j.buf)
 		m.reducing.Add(int64(time.Since(start)))
 		if err != nil {
 			failedPass, failure = j.pass, err
@@ -302,8 +303,8 @@ func (m *Model) markReady(p int) {
 	}
 	launch, err := m.red.markReady(p)
 	if err != nil {
-		if m.forwardEr == nil {
-			m.forwardEr = err
+		if m.deferred == nil {
+			m.deferred = err
 		}
 		return
 	}
@@ -320,9 +321,9 @@ func (m *Model) finishPass() error {
 	m.pass = nil
 	start := time.Now()
 	var errs []error
-	if e := m.forwardEr; e != nil {
+	if e := m.deferred; e != nil {
 		errs = append(errs, e)
-		m.forwardEr = nil
+		m.deferred = nil
 	}
 	// Receive every result, even after a failure, so no reduction still
 	// writes into a bucket when Backward returns.
@@ -378,7 +379,7 @@ func (m *Model) rebuildBuckets() error {
 	for i, p := range m.red.observed {
 		order[i] = int64(p)
 	}
-	if err := m.group.Broadcast(m.ctx, order, 0); err != nil {
+	if err := m.group.Broadcast(context.Background(), order, 0); err != nil {
 		return fmt.Errorf("ddp: agreeing on the rebuilt bucket order: %w", err)
 	}
 	ord := make([]int, len(order))
