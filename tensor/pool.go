@@ -3,6 +3,8 @@ package tensor
 import (
 	"fmt"
 	"math"
+
+	"github.com/gotrain/gotrain/internal/kernels"
 )
 
 // poolGeom is the geometry of one 2-d pooling call over [N, C, H, W].
@@ -42,22 +44,25 @@ const poolMinItems = 1 << 16
 
 // MaxPool2d takes the maximum over kernel windows moved by stride over x
 // [N, C, H, W] padded with −∞. The gradient flows to the first maximum of
-// each window.
+// each window (a NaN counts as the maximum, as in PyTorch).
 func MaxPool2d(x *Tensor, kernel, stride, padding [2]int) *Tensor {
 	g, shape := newPoolGeom("MaxPool2d", x, kernel, stride, padding)
 	out := Zeros(shape...)
 	inP, outP := g.h*g.w, g.oh*g.ow
 	// arg holds, per output, the index of its maximum within the plane.
 	arg := make([]int32, len(out.data))
+	// 2×2 windows at stride 2 without padding (the CNN's case) have a
+	// vector kernel.
+	is2x2 := g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0
 	parallelFor(g.planes, poolMinItems/max(inP, 1)+1, func(_, lo, hi int) {
+		if is2x2 {
+			kernels.MaxPool2x2(x.data[lo*inP:hi*inP], out.data[lo*outP:hi*outP], arg[lo*outP:hi*outP], hi-lo, g.h, g.w)
+			return
+		}
 		for pl := lo; pl < hi; pl++ {
 			src := x.data[pl*inP : (pl+1)*inP]
 			dst := out.data[pl*outP : (pl+1)*outP]
 			am := arg[pl*outP : (pl+1)*outP]
-			if g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0 {
-				maxPool2x2(src, dst, am, g.w, g.oh, g.ow)
-				continue
-			}
 			for oy := 0; oy < g.oh; oy++ {
 				y0 := oy*g.sh - g.ph
 				for ox := 0; ox < g.ow; ox++ {
@@ -80,6 +85,10 @@ func MaxPool2d(x *Tensor, kernel, stride, padding [2]int) *Tensor {
 	return record(out, "max_pool2d", func(grad []float32) {
 		gx := x.accGrad()
 		parallelFor(g.planes, poolMinItems/max(inP, 1)+1, func(_, lo, hi int) {
+			if is2x2 {
+				kernels.MaxPool2x2Backward(gx[lo*inP:hi*inP], grad[lo*outP:hi*outP], arg[lo*outP:hi*outP], hi-lo, g.h, g.w)
+				return
+			}
 			for pl := lo; pl < hi; pl++ {
 				gp := gx[pl*inP : (pl+1)*inP]
 				for j, i := range arg[pl*outP : (pl+1)*outP] {
@@ -88,39 +97,6 @@ func MaxPool2d(x *Tensor, kernel, stride, padding [2]int) *Tensor {
 			}
 		})
 	}, x)
-}
-
-// maxPool2x2 is MaxPool2d with kernel 2, stride 2 and no padding on one
-// plane, the CNN's case. It is written without data-dependent branches
-// (the index updates compile to conditional moves), since which element of
-// a window is largest is a coin toss the branch predictor loses.
-func maxPool2x2(src, dst []float32, arg []int32, w, oh, ow int) {
-	for oy := 0; oy < oh; oy++ {
-		r0 := src[2*oy*w : 2*oy*w+w]
-		r1 := src[(2*oy+1)*w : (2*oy+1)*w+w]
-		d := dst[oy*ow : (oy+1)*ow]
-		a := arg[oy*ow : (oy+1)*ow]
-		base := int32(2 * oy * w)
-		for ox := range d {
-			x0 := 2 * ox
-			v0, v1, v2, v3 := r0[x0], r0[x0+1], r1[x0], r1[x0+1]
-			i := base + int32(x0)
-			m := v0
-			if v1 > m {
-				i = base + int32(x0+1)
-			}
-			m = max(m, v1)
-			if v2 > m {
-				i = base + int32(w+x0)
-			}
-			m = max(m, v2)
-			if v3 > m {
-				i = base + int32(w+x0+1)
-			}
-			d[ox] = max(m, v3)
-			a[ox] = i
-		}
-	}
 }
 
 // AvgPool2d averages kernel windows moved by stride over x [N, C, H, W]

@@ -283,6 +283,8 @@ func vecOps(w *asm) {
 	col2imRowsKernel(w)
 	rowsKernel(w, "copyRowsAVX512", false)
 	rowsKernel(w, "addRowsAVX512", true)
+	maxPool2x2Kernel(w)
+	maxPool2x2BackwardKernel(w)
 }
 
 // rowsKernel emits name(dst *float32, dstStride int, src *float32,
@@ -982,5 +984,202 @@ func dotKernel(w *asm, rows, cols int) {
 		}
 	}
 	w.f("\tVZEROUPPER")
+	w.f("\tRET")
+}
+
+// poolConsts emits the permutation tables of the 2×2 pooling kernels:
+// even = 0, 2, …, 30 (the even lanes of a 32-float pair of registers, also
+// the window offsets of 16 consecutive outputs), then ilo and ihi, which
+// interleave two registers a, b into a0 b0 a1 b1 … (lanes 0–7 and 8–15).
+func poolConsts(w *asm) {
+	w.f("")
+	for i := 0; i < 16; i++ {
+		w.f("DATA poolIdx<>+%d(SB)/4, $%d", 4*i, 2*i)
+	}
+	for i := 0; i < 16; i++ {
+		w.f("DATA poolIdx<>+%d(SB)/4, $%d", 64+4*i, i/2+16*(i%2))
+	}
+	for i := 0; i < 16; i++ {
+		w.f("DATA poolIdx<>+%d(SB)/4, $%d", 128+4*i, 8+i/2+16*(i%2))
+	}
+	w.f("GLOBL poolIdx<>(SB), RODATA|NOPTR, $192")
+}
+
+// poolRowSetup emits the common prologue of the 2×2 pooling kernels: it
+// loads the row geometry and the constant vectors Z28 (even lanes, i.e.
+// window offsets 2·lane), Z29 (odd lanes), Z25 = 1, Z26 = w, Z27 = w+1.
+func poolRowSetup(w *asm, name string) {
+	w.f("\tMOVQ oh+32(FP), CX")
+	w.f("\tTESTQ CX, CX")
+	w.f("\tJZ %s_done", name)
+	w.f("\tMOVQ ow+40(FP), R9")
+	w.f("\tTESTQ R9, R9")
+	w.f("\tJZ %s_done", name)
+	w.f("\tMOVQ w+24(FP), R8")
+	w.f("\tMOVQ $1, AX")
+	w.f("\tVPBROADCASTD AX, Z25")
+	w.f("\tVPBROADCASTD R8, Z26")
+	w.f("\tVPADDD Z25, Z26, Z27")
+	w.f("\tVMOVDQU32 poolIdx<>+0(SB), Z28")
+	w.f("\tVPADDD Z25, Z28, Z29")
+	w.f("\tSHLQ $2, R8")
+	w.f("\tXORQ BX, BX")
+}
+
+// poolChunkSetup emits, at the start of a chunk of up to 16 outputs at
+// output column R10 of a row of R9 outputs, the masks K3 (outputs), K1 and
+// K2 (the chunk's 2n input columns in two registers), R11 = the chunk's
+// first input column's address relative to DI, and Z8 = the plane indices
+// of the windows' top-left elements (BX + 2·(R10+lane)).
+func poolChunkSetup(w *asm) {
+	w.f("\tMOVQ R9, R12")
+	w.f("\tSUBQ R10, R12")
+	w.f("\tMOVQ $16, AX")
+	w.f("\tCMPQ R12, AX")
+	w.f("\tCMOVQGT AX, R12")
+	// K3 = 1<<n − 1; K1:K2 = 1<<2n − 1 (2n ≤ 32, so 64-bit shifts suffice).
+	w.f("\tMOVQ $1, AX")
+	w.f("\tMOVQ R12, CX")
+	w.f("\tSHLQ CX, AX")
+	w.f("\tDECQ AX")
+	w.f("\tKMOVW AX, K3")
+	w.f("\tMOVQ $1, AX")
+	w.f("\tSHLQ $1, CX")
+	w.f("\tSHLQ CX, AX")
+	w.f("\tDECQ AX")
+	w.f("\tKMOVW AX, K1")
+	w.f("\tSHRQ $16, AX")
+	w.f("\tKMOVW AX, K2")
+	w.f("\tLEAQ (BX)(R10*2), AX")
+	w.f("\tVPBROADCASTD AX, Z8")
+	w.f("\tVPADDD Z28, Z8, Z8")
+	w.f("\tLEAQ (R10*8), R11")
+}
+
+// maxPool2x2Kernel emits maxPool2x2AVX512(src *float32, dst *float32,
+// arg *int32, w, oh, ow int), maxPool2x2Generic on one plane: 16 outputs
+// per step, the four window elements gathered from two rows with VPERMI2PS
+// and the first maximum (or first NaN) chosen with masked moves.
+func maxPool2x2Kernel(w *asm) {
+	const name = "maxPool2x2AVX512"
+	poolConsts(w)
+	w.f("")
+	w.f("// func %s(src *float32, dst *float32, arg *int32, w, oh, ow int)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+	poolRowSetup(w, name)
+	w.f("\tMOVQ src+0(FP), DI")
+	w.f("\tMOVQ dst+8(FP), SI")
+	w.f("\tMOVQ arg+16(FP), DX")
+	w.f("\tMOVQ oh+32(FP), R13")
+	w.f("%s_row:", name)
+	w.f("\tXORQ R10, R10")
+	w.f("%s_chunk:", name)
+	poolChunkSetup(w)
+	w.f("\tADDQ DI, R11")
+	w.f("\tVMOVUPS.Z (R11), K1, Z0")
+	w.f("\tVMOVUPS.Z 64(R11), K2, Z1")
+	w.f("\tVMOVUPS.Z (R11)(R8*1), K1, Z2")
+	w.f("\tVMOVUPS.Z 64(R11)(R8*1), K2, Z3")
+	// Z4..Z7 = v0..v3: top-left, top-right, bottom-left, bottom-right.
+	w.f("\tVMOVDQA32 Z28, Z4")
+	w.f("\tVPERMI2PS Z1, Z0, Z4")
+	w.f("\tVMOVDQA32 Z29, Z5")
+	w.f("\tVPERMI2PS Z1, Z0, Z5")
+	w.f("\tVMOVDQA32 Z28, Z6")
+	w.f("\tVPERMI2PS Z3, Z2, Z6")
+	w.f("\tVMOVDQA32 Z29, Z7")
+	w.f("\tVPERMI2PS Z3, Z2, Z7")
+	w.f("\tVMOVDQA32 Z8, Z9")
+	for _, v := range []struct{ reg, off string }{{"Z5", "Z25"}, {"Z6", "Z26"}, {"Z7", "Z27"}} {
+		// Take v where v > m, or v is NaN and m is not: not(v ≤ m)
+		// (predicate NLE_UQ, true for a NaN v) and m ordered.
+		w.f("\tVCMPPS $0x16, Z4, %s, K4", v.reg)
+		w.f("\tVCMPPS $7, Z4, Z4, K4, K5")
+		w.f("\tVMOVAPS %s, K5, Z4", v.reg)
+		w.f("\tVPADDD %s, Z8, K5, Z9", v.off)
+	}
+	w.f("\tVMOVUPS Z4, K3, (SI)(R10*4)")
+	w.f("\tVMOVDQU32 Z9, K3, (DX)(R10*4)")
+	w.f("\tADDQ $16, R10")
+	w.f("\tCMPQ R10, R9")
+	w.f("\tJLT %s_chunk", name)
+	w.f("\tLEAQ (DI)(R8*2), DI")
+	w.f("\tLEAQ (SI)(R9*4), SI")
+	w.f("\tLEAQ (DX)(R9*4), DX")
+	w.f("\tMOVQ w+24(FP), AX")
+	w.f("\tLEAQ (BX)(AX*2), BX")
+	w.f("\tDECQ R13")
+	w.f("\tJNZ %s_row", name)
+	w.f("\tVZEROUPPER")
+	w.f("%s_done:", name)
+	w.f("\tRET")
+}
+
+// maxPool2x2BackwardKernel emits maxPool2x2BackwardAVX512(gx *float32,
+// grad *float32, arg *int32, w, oh, ow int), maxPool2x2BackwardGeneric on
+// one plane: each output's gradient is compared into the four window
+// positions (zero where arg points elsewhere), interleaved back into the
+// two input rows and added to them.
+func maxPool2x2BackwardKernel(w *asm) {
+	const name = "maxPool2x2BackwardAVX512"
+	w.f("")
+	w.f("// func %s(gx *float32, grad *float32, arg *int32, w, oh, ow int)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+	poolRowSetup(w, name)
+	w.f("\tVMOVDQU32 poolIdx<>+64(SB), Z30")
+	w.f("\tVMOVDQU32 poolIdx<>+128(SB), Z31")
+	w.f("\tMOVQ gx+0(FP), DI")
+	w.f("\tMOVQ grad+8(FP), SI")
+	w.f("\tMOVQ arg+16(FP), DX")
+	w.f("\tMOVQ oh+32(FP), R13")
+	w.f("%s_row:", name)
+	w.f("\tXORQ R10, R10")
+	w.f("%s_chunk:", name)
+	poolChunkSetup(w)
+	w.f("\tADDQ DI, R11")
+	w.f("\tVMOVUPS.Z (SI)(R10*4), K3, Z0")
+	w.f("\tVMOVDQU32.Z (DX)(R10*4), K3, Z1")
+	// Z4..Z7 = the gradient of each output at v0..v3, or 0.
+	w.f("\tVPCMPEQD Z8, Z1, K4")
+	w.f("\tVMOVAPS.Z Z0, K4, Z4")
+	w.f("\tVPADDD Z25, Z8, Z9")
+	w.f("\tVPCMPEQD Z9, Z1, K4")
+	w.f("\tVMOVAPS.Z Z0, K4, Z5")
+	w.f("\tVPADDD Z26, Z8, Z9")
+	w.f("\tVPCMPEQD Z9, Z1, K4")
+	w.f("\tVMOVAPS.Z Z0, K4, Z6")
+	w.f("\tVPADDD Z27, Z8, Z9")
+	w.f("\tVPCMPEQD Z9, Z1, K4")
+	w.f("\tVMOVAPS.Z Z0, K4, Z7")
+	for r, p := range [][2]string{{"Z4", "Z5"}, {"Z6", "Z7"}} {
+		addr := "(R11)"
+		addrHi := "64(R11)"
+		if r == 1 {
+			addr = "(R11)(R8*1)"
+			addrHi = "64(R11)(R8*1)"
+		}
+		w.f("\tVMOVDQA32 Z30, Z10")
+		w.f("\tVPERMI2PS %s, %s, Z10", p[1], p[0])
+		w.f("\tVMOVDQA32 Z31, Z11")
+		w.f("\tVPERMI2PS %s, %s, Z11", p[1], p[0])
+		w.f("\tVMOVUPS.Z %s, K1, Z12", addr)
+		w.f("\tVADDPS Z10, Z12, Z12")
+		w.f("\tVMOVUPS Z12, K1, %s", addr)
+		w.f("\tVMOVUPS.Z %s, K2, Z13", addrHi)
+		w.f("\tVADDPS Z11, Z13, Z13")
+		w.f("\tVMOVUPS Z13, K2, %s", addrHi)
+	}
+	w.f("\tADDQ $16, R10")
+	w.f("\tCMPQ R10, R9")
+	w.f("\tJLT %s_chunk", name)
+	w.f("\tLEAQ (DI)(R8*2), DI")
+	w.f("\tLEAQ (SI)(R9*4), SI")
+	w.f("\tLEAQ (DX)(R9*4), DX")
+	w.f("\tMOVQ w+24(FP), AX")
+	w.f("\tLEAQ (BX)(AX*2), BX")
+	w.f("\tDECQ R13")
+	w.f("\tJNZ %s_row", name)
+	w.f("\tVZEROUPPER")
+	w.f("%s_done:", name)
 	w.f("\tRET")
 }

@@ -171,6 +171,7 @@ var (
 func init() {
 	avx512Vec.copyRows, avx512Vec.addRows = copyRowsAVX512, addRowsAVX512
 	avx512Vec.col2imRows = col2imRowsAVX512
+	avx512Vec.maxPool2x2, avx512Vec.maxPool2x2Backward = maxPool2x2AVX512, maxPool2x2BackwardAVX512
 }
 
 func defaultVec() *vecImpl {
@@ -209,3 +210,9 @@ func copyRowsAVX512(dst *float32, dstStride int, src *float32, srcStride int, ro
 
 //go:noescape
 func addRowsAVX512(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)
+
+//go:noescape
+func maxPool2x2AVX512(src *float32, dst *float32, arg *int32, w, oh, ow int)
+
+//go:noescape
+func maxPool2x2BackwardAVX512(gx *float32, grad *float32, arg *int32, w, oh, ow int)
