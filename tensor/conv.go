@@ -128,8 +128,8 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, cols, grad []float32) {
 		gb = b.accGrad()
 	}
 	perImage := 2 * g.o * ckk * p * 2
-	// Workers other than 0 sum dW and db privately and merge at the end, so
-	// no two goroutines write one buffer.
+	// Workers sum dW (all of them) and db (all but worker 0) privately and
+	// merge at the end, so no two goroutines write one buffer.
 	workers := min(kernels.NumThreads(), g.n)
 	partialW := make([][]float32, workers)
 	partialB := make([][]float32, workers)
@@ -141,17 +141,19 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, cols, grad []float32) {
 		if needX && !g.direct() {
 			dcol = getBuf(ckk * p)
 		}
-		dw, db := gw, gb
-		if worker > 0 {
-			if needW {
-				dw = getBuf(len(gw))
-				clear(dw)
-				partialW[worker] = dw
-			}
-			if needB {
-				db = make([]float32, len(gb))
-				partialB[worker] = db
-			}
+		// Each worker sums dWᵀ [ckk, O] privately (added, transposed, into
+		// gw at the end): as col_i·g_iᵀ the GEMM packs the transpose of
+		// g_i [O, p] rather than of the O/ckk times larger col_i.
+		var dwT []float32
+		if needW {
+			dwT = getBuf(len(gw))
+			clear(dwT)
+			partialW[worker] = dwT
+		}
+		db := gb
+		if worker > 0 && needB {
+			db = make([]float32, len(gb))
+			partialB[worker] = db
 		}
 		for i := lo; i < hi; i++ {
 			gi := grad[i*g.o*p : (i+1)*g.o*p]
@@ -160,14 +162,14 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, cols, grad []float32) {
 					db[oc] += kernels.Sum(gi[oc*p : (oc+1)*p])
 				}
 			}
-			if needW { // dW[O, ckk] += g_i[O, p] · col_iᵀ
+			if needW { // dWᵀ[ckk, O] += col_i[ckk, p] · g_iᵀ
 				var col []float32
 				if cols != nil {
 					col = cols[i*ckk*p : (i+1)*ckk*p]
 				} else {
 					col = g.im2col(x.data, i, scratch)
 				}
-				kernels.Sgemm(false, true, g.o, ckk, p, 1, gi, p, col, p, 1, dw, ckk)
+				kernels.Sgemm(false, true, ckk, g.o, p, 1, col, p, gi, p, 1, dwT, g.o)
 			}
 			if needX { // dcol = Wᵀ · g_i, folded back into the image
 				dxi := gx[i*g.inSize() : (i+1)*g.inSize()]
@@ -186,10 +188,15 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, cols, grad []float32) {
 			putBuf(dcol)
 		}
 	})
-	for wk := 1; wk < used; wk++ {
-		if partialW[wk] != nil {
-			addTo(gw, partialW[wk])
-			putBuf(partialW[wk])
+	for wk := 0; wk < used; wk++ {
+		if dwT := partialW[wk]; dwT != nil {
+			for oc := 0; oc < g.o; oc++ {
+				row := gw[oc*ckk : (oc+1)*ckk]
+				for j := range row {
+					row[j] += dwT[j*g.o+oc]
+				}
+			}
+			putBuf(dwT)
 		}
 		if partialB[wk] != nil {
 			addTo(gb, partialB[wk])
