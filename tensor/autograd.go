@@ -73,6 +73,20 @@ func (t *Tensor) accGrad() []float32 {
 	return t.passGrad
 }
 
+// gradDst is accGrad for an op that can write its whole contribution in
+// one pass: it returns the buffer and whether it is a fresh pass-local
+// buffer that no op has added to yet. A fresh buffer is not cleared (its
+// contents are unspecified) and the caller must overwrite every element,
+// which saves clearing it and reading the zeros back. Leaves' gradients and
+// buffers already accumulated into are never fresh.
+func (t *Tensor) gradDst() (buf []float32, fresh bool) {
+	if t.node != nil && t.passGrad == nil {
+		t.passGrad = getBuf(len(t.data))
+		return t.passGrad, true
+	}
+	return t.accGrad(), false
+}
+
 // GradHook is called during a backward pass the moment p's gradient is
 // final: every op that used p has added its contribution. Hooks fire in the
 // reverse order in which parameters were used by the forward pass, before

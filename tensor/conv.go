@@ -72,6 +72,11 @@ func Conv2d(x, w, b *Tensor, stride, padding [2]int) *Tensor {
 	if GradEnabled() && w.requiresGrad && !g.direct() {
 		cols = getBuf(g.n * ckk * p)
 	}
+	var ones []float32
+	if b != nil {
+		ones = onesBuf(p)
+		defer putBuf(ones)
+	}
 	perImage := 2 * g.o * ckk * p
 	parallelFor(g.n, convMinFlops/max(perImage, 1)+1, func(_, lo, hi int) {
 		var scratch []float32
@@ -84,17 +89,15 @@ func Conv2d(x, w, b *Tensor, stride, padding [2]int) *Tensor {
 				col = cols[i*ckk*p : (i+1)*ckk*p]
 			}
 			yi := out.data[i*g.o*p : (i+1)*g.o*p]
-			beta := float32(0)
+			kernels.Sgemm(false, false, g.o, p, ckk, 1, w.data, ckk, g.im2col(x.data, i, col), p, 0, yi, p)
 			if b != nil {
+				// The bias is added after the product, while yi is still
+				// in cache, with the vector Axpy against a row of ones
+				// (bv·1 + y rounds like y + bv).
 				for oc, bv := range b.data {
-					row := yi[oc*p : (oc+1)*p]
-					for j := range row {
-						row[j] = bv
-					}
+					kernels.Axpy(bv, ones[:p], yi[oc*p:(oc+1)*p])
 				}
-				beta = 1
 			}
-			kernels.Sgemm(false, false, g.o, p, ckk, 1, w.data, ckk, g.im2col(x.data, i, col), p, beta, yi, p)
 		}
 		if scratch != nil {
 			putBuf(scratch)
@@ -202,4 +205,13 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, cols, grad []float32) {
 			addTo(gb, partialB[wk])
 		}
 	}
+}
+
+// onesBuf returns a (recycled) buffer of n ones.
+func onesBuf(n int) []float32 {
+	b := getBuf(n)
+	for i := range b {
+		b[i] = 1
+	}
+	return b
 }

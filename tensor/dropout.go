@@ -3,6 +3,8 @@ package tensor
 import (
 	"fmt"
 	"math"
+
+	"github.com/gotrain/gotrain/internal/kernels"
 )
 
 // Dropout zeroes each element of x with probability p while training and
@@ -19,14 +21,13 @@ func Dropout(x *Tensor, p float32, training bool, rng *RNG) *Tensor {
 	mask := make([]float32, len(x.data))
 	if p < 1 {
 		dropoutMask(mask, 1/(1-p), bernoulliThreshold(1-p), rng)
-		for j, xv := range x.data {
-			out.data[j] = xv * mask[j]
-		}
+		kernels.MulTo(out.data, x.data, mask)
 	}
 	return record(out, "dropout", func(g []float32) {
-		gx := x.accGrad()
-		for j, gv := range g {
-			gx[j] += gv * mask[j]
+		if gx, fresh := x.gradDst(); fresh {
+			kernels.MulTo(gx, g, mask)
+		} else {
+			kernels.AddMulTo(gx, g, mask)
 		}
 	}, x)
 }

@@ -38,7 +38,12 @@ func Linear(x, w, b *Tensor) *Tensor {
 	}
 	return record(out, "linear", func(g []float32) {
 		if x.needsGrad() {
-			kernels.Sgemm(false, false, rows, in, outF, 1, g, outF, w.data, in, 1, x.accGrad(), in)
+			gx, fresh := x.gradDst()
+			beta := float32(1)
+			if fresh { // beta 0 overwrites gx without reading it
+				beta = 0
+			}
+			kernels.Sgemm(false, false, rows, in, outF, 1, g, outF, w.data, in, beta, gx, in)
 		}
 		if w.needsGrad() {
 			kernels.Sgemm(true, false, outF, in, rows, 1, g, outF, x.data, in, 1, w.accGrad(), in)

@@ -33,7 +33,11 @@ func (t *Tensor) Reshape(shape ...int) *Tensor {
 	}
 	out := &Tensor{data: t.data, shape: shape}
 	return record(out, "reshape", func(g []float32) {
-		kernels.Add(t.accGrad(), g)
+		if gt, fresh := t.gradDst(); fresh {
+			copy(gt, g)
+		} else {
+			kernels.Add(gt, g)
+		}
 	}, t)
 }
 

@@ -200,9 +200,13 @@ func ReLU(x *Tensor) *Tensor {
 		kernels.Relu(out.data[lo:hi], x.data[lo:hi])
 	})
 	return record(out, "relu", func(g []float32) {
-		gx := x.accGrad()
+		gx, fresh := x.gradDst()
 		parallelFor(len(g), elemMinItems, func(_, lo, hi int) {
-			kernels.ReluBackward(gx[lo:hi], g[lo:hi], out.data[lo:hi])
+			if fresh {
+				kernels.ReluBackwardSet(gx[lo:hi], g[lo:hi], out.data[lo:hi])
+			} else {
+				kernels.ReluBackward(gx[lo:hi], g[lo:hi], out.data[lo:hi])
+			}
 		})
 	}, x)
 }

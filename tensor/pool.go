@@ -83,10 +83,16 @@ func MaxPool2d(x *Tensor, kernel, stride, padding [2]int) *Tensor {
 		}
 	})
 	return record(out, "max_pool2d", func(grad []float32) {
-		gx := x.accGrad()
+		var gx []float32
+		fresh := false
+		if is2x2 {
+			gx, fresh = x.gradDst()
+		} else {
+			gx = x.accGrad()
+		}
 		parallelFor(g.planes, poolMinItems/max(inP, 1)+1, func(_, lo, hi int) {
 			if is2x2 {
-				kernels.MaxPool2x2Backward(gx[lo*inP:hi*inP], grad[lo*outP:hi*outP], arg[lo*outP:hi*outP], hi-lo, g.h, g.w)
+				kernels.MaxPool2x2Backward(gx[lo*inP:hi*inP], grad[lo*outP:hi*outP], arg[lo*outP:hi*outP], hi-lo, g.h, g.w, !fresh)
 				return
 			}
 			for pl := lo; pl < hi; pl++ {

@@ -228,6 +228,9 @@ type vop struct {
 	ptrs   []string // pointer arguments; the first is the output
 	scalar string   // name of a scalar argument broadcast to the constant register, or ""
 	f64    bool     // float64 elements
+	// writeOnly ops do not read the output: r(0) is not loaded, saving a
+	// pass over memory that is about to be overwritten.
+	writeOnly bool
 	// body emits the operation on chunk registers r(0..2) already loaded
 	// from ptrs (r(i) holds ptrs[i]); the result must end in r(0).
 	body func(w *asm, r func(int) string, zero, alpha string, avx512 bool)
@@ -257,7 +260,7 @@ func vecOps(w *asm) {
 		{name: "scale", ptrs: []string{"x"}, scalar: "alpha", body: func(w *asm, r func(int) string, zero, alpha string, avx512 bool) {
 			w.f("\tVMULPS %s, %s, %s", alpha, r(0), r(0))
 		}},
-		{name: "relu", ptrs: []string{"dst", "src"}, body: func(w *asm, r func(int) string, zero, alpha string, avx512 bool) {
+		{name: "relu", ptrs: []string{"dst", "src"}, writeOnly: true, body: func(w *asm, r func(int) string, zero, alpha string, avx512 bool) {
 			// MAXPS(x1=src, x2=0) = src>0 ? src : 0, so NaN and -0 give +0.
 			w.f("\tVMAXPS %s, %s, %s", zero, r(1), r(0))
 		}},
@@ -273,6 +276,24 @@ func vecOps(w *asm) {
 				w.f("\tVBLENDVPS %s, %s, %s, %s", r(2), r(1), r(0), r(0))
 			}
 		}},
+		{name: "reluBackwardSet", ptrs: []string{"dx", "dy", "x"}, writeOnly: true, body: func(w *asm, r func(int) string, zero, alpha string, avx512 bool) {
+			// dx = x > 0 ? dy : +0 (GT_OQ, false for NaN).
+			if avx512 {
+				w.f("\tVCMPPS $0x1e, %s, %s, K2", zero, r(2))
+				w.f("\tVMOVAPS.Z %s, K2, %s", r(1), r(0))
+			} else {
+				w.f("\tVCMPPS $0x1e, %s, %s, %s", zero, r(2), r(2))
+				w.f("\tVANDPS %s, %s, %s", r(1), r(2), r(0))
+			}
+		}},
+		{name: "mulTo", ptrs: []string{"dst", "x", "y"}, writeOnly: true, body: func(w *asm, r func(int) string, zero, alpha string, avx512 bool) {
+			w.f("\tVMULPS %s, %s, %s", r(2), r(1), r(0))
+		}},
+		{name: "addMulTo", ptrs: []string{"dst", "x", "y"}, body: func(w *asm, r func(int) string, zero, alpha string, avx512 bool) {
+			// Multiply, then add (not fused): bitwise the generic loop.
+			w.f("\tVMULPS %s, %s, %s", r(2), r(1), r(1))
+			w.f("\tVADDPS %s, %s, %s", r(1), r(0), r(0))
+		}},
 	}
 	for _, op := range ops {
 		vecKernel(w, op, true)
@@ -284,7 +305,8 @@ func vecOps(w *asm) {
 	rowsKernel(w, "copyRowsAVX512", false)
 	rowsKernel(w, "addRowsAVX512", true)
 	maxPool2x2Kernel(w)
-	maxPool2x2BackwardKernel(w)
+	maxPool2x2BackwardKernel(w, true)
+	maxPool2x2BackwardKernel(w, false)
 }
 
 // rowsKernel emits name(dst *float32, dstStride int, src *float32,
@@ -390,6 +412,9 @@ func vecKernel(w *asm, op vop, avx512 bool) {
 	chunk := func(u int, masked bool) {
 		r := func(i int) string { return fmt.Sprintf("%s%d", vec, 3*u+i) }
 		for i := range op.ptrs {
+			if i == 0 && op.writeOnly {
+				continue
+			}
 			if masked {
 				w.f("\t%s.Z %d(%s), K1, %s", mov, u*width*esize, regs[i], r(i))
 			} else {
@@ -1119,9 +1144,12 @@ func maxPool2x2Kernel(w *asm) {
 // grad *float32, arg *int32, w, oh, ow int), maxPool2x2BackwardGeneric on
 // one plane: each output's gradient is compared into the four window
 // positions (zero where arg points elsewhere), interleaved back into the
-// two input rows and added to them.
-func maxPool2x2BackwardKernel(w *asm) {
-	const name = "maxPool2x2BackwardAVX512"
+// two input rows and added to them, or, unless add, stored over them.
+func maxPool2x2BackwardKernel(w *asm, add bool) {
+	name := "maxPool2x2BackwardAVX512"
+	if !add {
+		name = "maxPool2x2BackwardSetAVX512"
+	}
 	w.f("")
 	w.f("// func %s(gx *float32, grad *float32, arg *int32, w, oh, ow int)", name)
 	w.f("TEXT ·%s(SB), NOSPLIT, $0-48", name)
@@ -1162,6 +1190,11 @@ func maxPool2x2BackwardKernel(w *asm) {
 		w.f("\tVPERMI2PS %s, %s, Z10", p[1], p[0])
 		w.f("\tVMOVDQA32 Z31, Z11")
 		w.f("\tVPERMI2PS %s, %s, Z11", p[1], p[0])
+		if !add {
+			w.f("\tVMOVUPS Z10, K1, %s", addr)
+			w.f("\tVMOVUPS Z11, K2, %s", addrHi)
+			continue
+		}
 		w.f("\tVMOVUPS.Z %s, K1, Z12", addr)
 		w.f("\tVADDPS Z10, Z12, Z12")
 		w.f("\tVMOVUPS Z12, K1, %s", addr)

@@ -36,19 +36,34 @@ func MaxPool2x2(src, dst []float32, arg []int32, planes, h, w int) {
 
 // MaxPool2x2Backward is MaxPool2x2's adjoint: for every output j of each
 // plane it adds grad[j] to gx at the plane index arg[j] (which must be one
-// of j's window, as MaxPool2x2 chose). The vector kernel adds +0 to the
-// other three elements of each window.
-func MaxPool2x2Backward(gx, grad []float32, arg []int32, planes, h, w int) {
+// of j's window, as MaxPool2x2 chose). Unless add, gx is overwritten
+// instead: set to that sum over a gx of zeros, without reading it (for a
+// gradient buffer not yet cleared). The vector kernel adds +0 to the other
+// three elements of each window.
+func MaxPool2x2Backward(gx, grad []float32, arg []int32, planes, h, w int, add bool) {
 	oh, ow := h/2, w/2
 	checkPool("MaxPool2x2Backward", len(gx), len(grad), len(arg), planes, h, w)
+	if !add && (oh == 0 || ow == 0 || h%2 != 0 || w%2 != 0) {
+		// Rows and columns outside every window get no gradient.
+		clear(gx[:planes*h*w])
+		add = true
+	}
 	if oh == 0 || ow == 0 {
 		return
 	}
+	f := vec.maxPool2x2Backward
+	if !add {
+		f = vec.maxPool2x2BackwardSet
+	}
 	for p := 0; p < planes; p++ {
 		x, g, a := gx[p*h*w:(p+1)*h*w], grad[p*oh*ow:(p+1)*oh*ow], arg[p*oh*ow:(p+1)*oh*ow]
-		if f := vec.maxPool2x2Backward; f != nil {
+		switch {
+		case f != nil:
 			f(&x[0], &g[0], &a[0], w, oh, ow)
-		} else {
+		case !add:
+			clear(x)
+			fallthrough
+		default:
 			maxPool2x2BackwardGeneric(x, g, a, w, oh, ow)
 		}
 	}

@@ -87,10 +87,32 @@ func TestMaxPool2x2(t *testing.T) {
 					p := j / max(oh*ow, 1)
 					wantGx[p*h*w+int(i)] += grad[j]
 				}
-				MaxPool2x2Backward(gx, grad, wantArg, planes, h, w)
+				MaxPool2x2Backward(gx, grad, wantArg, planes, h, w, true)
 				for i := range gx {
 					if gx[i] != wantGx[i] {
 						t.Fatalf("%s backward %d planes %dx%d: gx[%d] = %v, want %v", impl.name, planes, h, w, i, gx[i], wantGx[i])
+					}
+				}
+
+				// Overwriting: gx's old contents (NaN here) must not leak
+				// into the planes; the guard after them stays.
+				for i := range gx {
+					gx[i] = float32(math.NaN())
+				}
+				clear(wantGx[:planes*h*w])
+				for j, i := range wantArg {
+					p := j / max(oh*ow, 1)
+					wantGx[p*h*w+int(i)] += grad[j]
+				}
+				MaxPool2x2Backward(gx, grad, wantArg, planes, h, w, false)
+				for i := range planes * h * w {
+					if gx[i] != wantGx[i] {
+						t.Fatalf("%s backward (set) %d planes %dx%d: gx[%d] = %v, want %v", impl.name, planes, h, w, i, gx[i], wantGx[i])
+					}
+				}
+				for i := planes * h * w; i < len(gx); i++ {
+					if gx[i] == gx[i] {
+						t.Fatalf("%s backward (set) %d planes %dx%d: guard %d overwritten", impl.name, planes, h, w, i)
 					}
 				}
 			}
@@ -120,7 +142,7 @@ func BenchmarkMaxPool2x2(b *testing.B) {
 			vec = impl
 			for b.Loop() {
 				MaxPool2x2(src, dst, arg, planes, h, w)
-				MaxPool2x2Backward(gx, dst, arg, planes, h, w)
+				MaxPool2x2Backward(gx, dst, arg, planes, h, w, false)
 			}
 		})
 	}

@@ -11,6 +11,8 @@ type vecImpl struct {
 	relu                       func(dst, src []float32)
 	reluBackward               func(dx, dy, x []float32)
 	sum                        func(x []float32) float32
+	// Three-operand kernels; the slices have equal lengths.
+	reluBackwardSet, mulTo, addMulTo func(dst, x, y []float32)
 	// copyRows and addRows, if set, copy (add) rows×cols floats between
 	// strided rows in one call; see copyRows below.
 	copyRows, addRows func(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)
@@ -21,6 +23,9 @@ type vecImpl struct {
 	// MaxPool2x2Backward's loops over one plane (arguments checked).
 	maxPool2x2         func(src, dst *float32, arg *int32, w, oh, ow int)
 	maxPool2x2Backward func(gx, grad *float32, arg *int32, w, oh, ow int)
+	// maxPool2x2BackwardSet is maxPool2x2Backward storing instead of
+	// adding: every element of the 2·oh rows' first 2·ow columns is set.
+	maxPool2x2BackwardSet func(gx, grad *float32, arg *int32, w, oh, ow int)
 }
 
 // copyRows sets dst[r*dstStride+j] = src[r*srcStride+j] for r < rows,
@@ -158,6 +163,36 @@ func ReluBackward(dx, dy, x []float32) {
 	dy = dy[:len(x)]
 	if len(x) > 0 {
 		vec.reluBackward(dx, dy, x)
+	}
+}
+
+// ReluBackwardSet sets dx[i] = dy[i] where x[i] > 0 and +0 elsewhere:
+// ReluBackward into a gradient buffer not yet holding anything, without
+// clearing it first.
+func ReluBackwardSet(dx, dy, x []float32) {
+	dx = dx[:len(x)]
+	dy = dy[:len(x)]
+	if len(x) > 0 {
+		vec.reluBackwardSet(dx, dy, x)
+	}
+}
+
+// MulTo sets dst[i] = x[i]·y[i]. dst and x must be at least as long as y.
+func MulTo(dst, x, y []float32) {
+	dst = dst[:len(y)]
+	x = x[:len(y)]
+	if len(y) > 0 {
+		vec.mulTo(dst, x, y)
+	}
+}
+
+// AddMulTo computes dst[i] += x[i]·y[i], the product rounded before the
+// addition (no fused multiply-add), like the obvious loop.
+func AddMulTo(dst, x, y []float32) {
+	dst = dst[:len(y)]
+	x = x[:len(y)]
+	if len(y) > 0 {
+		vec.addMulTo(dst, x, y)
 	}
 }
 

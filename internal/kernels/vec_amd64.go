@@ -172,6 +172,13 @@ func init() {
 	avx512Vec.copyRows, avx512Vec.addRows = copyRowsAVX512, addRowsAVX512
 	avx512Vec.col2imRows = col2imRowsAVX512
 	avx512Vec.maxPool2x2, avx512Vec.maxPool2x2Backward = maxPool2x2AVX512, maxPool2x2BackwardAVX512
+	avx512Vec.maxPool2x2BackwardSet = maxPool2x2BackwardSetAVX512
+	avx512Vec.reluBackwardSet = ternary(1, reluBackwardSetAVX512, reluBackwardSetGeneric)
+	avx512Vec.mulTo = ternary(1, mulToAVX512, mulToGeneric)
+	avx512Vec.addMulTo = ternary(1, addMulToAVX512, addMulToGeneric)
+	avx2Vec.reluBackwardSet = ternary(8, reluBackwardSetAVX2, reluBackwardSetGeneric)
+	avx2Vec.mulTo = ternary(8, mulToAVX2, mulToGeneric)
+	avx2Vec.addMulTo = ternary(8, addMulToAVX2, addMulToGeneric)
 }
 
 func defaultVec() *vecImpl {
@@ -216,3 +223,39 @@ func maxPool2x2AVX512(src *float32, dst *float32, arg *int32, w, oh, ow int)
 
 //go:noescape
 func maxPool2x2BackwardAVX512(gx *float32, grad *float32, arg *int32, w, oh, ow int)
+
+//go:noescape
+func maxPool2x2BackwardSetAVX512(gx *float32, grad *float32, arg *int32, w, oh, ow int)
+
+//go:noescape
+func reluBackwardSetAVX512(dx, dy, x *float32, n int)
+
+//go:noescape
+func reluBackwardSetAVX2(dx, dy, x *float32, n int)
+
+//go:noescape
+func mulToAVX512(dst, x, y *float32, n int)
+
+//go:noescape
+func mulToAVX2(dst, x, y *float32, n int)
+
+//go:noescape
+func addMulToAVX512(dst, x, y *float32, n int)
+
+//go:noescape
+func addMulToAVX2(dst, x, y *float32, n int)
+
+// ternary adapts a three-pointer assembly kernel to the slice form like
+// binary does.
+func ternary(w int, asm func(dst, x, y *float32, n int), generic func(dst, x, y []float32)) func(dst, x, y []float32) {
+	return func(dst, x, y []float32) {
+		n := len(y)
+		m := n &^ (w - 1)
+		if m > 0 {
+			asm(&dst[0], &x[0], &y[0], m)
+		}
+		if m < n {
+			generic(dst[m:n], x[m:n], y[m:])
+		}
+	}
+}

@@ -8,6 +8,8 @@ var genericVec = &vecImpl{
 	add64: addGeneric[float64], mul64: mulGeneric[float64], min64: minGeneric[float64], max64: maxGeneric[float64],
 	axpy: axpyGeneric, scale: scaleGeneric, relu: reluGeneric, reluBackward: reluBackwardGeneric,
 	sum: sumGeneric,
+
+	reluBackwardSet: reluBackwardSetGeneric, mulTo: mulToGeneric, addMulTo: addMulToGeneric,
 }
 
 // sumGeneric keeps four partial sums: a sequential float32 sum is both
@@ -90,5 +92,33 @@ func reluBackwardGeneric(dx, dy, x []float32) {
 		if v > 0 {
 			dx[i] += dy[i]
 		}
+	}
+}
+
+func reluBackwardSetGeneric(dx, dy, x []float32) {
+	dx = dx[:len(x)]
+	dy = dy[:len(x)]
+	for i, v := range x {
+		if v > 0 {
+			dx[i] = dy[i]
+		} else {
+			dx[i] = 0
+		}
+	}
+}
+
+func mulToGeneric(dst, x, y []float32) {
+	dst = dst[:len(y)]
+	x = x[:len(y)]
+	for i, v := range y {
+		dst[i] = x[i] * v
+	}
+}
+
+func addMulToGeneric(dst, x, y []float32) {
+	dst = dst[:len(y)]
+	x = x[:len(y)]
+	for i, v := range y {
+		dst[i] += x[i] * v
 	}
 }

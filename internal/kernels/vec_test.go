@@ -101,6 +101,31 @@ func TestVecScaleReluBackward(t *testing.T) {
 	}
 }
 
+func TestVecTernary(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, impl := range vecImpls() {
+		for _, op := range []struct {
+			name   string
+			f, ref func(dst, x, y []float32)
+		}{
+			{"reluBackwardSet", impl.reluBackwardSet, reluBackwardSetGeneric},
+			{"mulTo", impl.mulTo, mulToGeneric},
+			{"addMulTo", impl.addMulTo, addMulToGeneric},
+		} {
+			for _, n := range vecLengths() {
+				dst, x, y := make([]float32, n+3), make([]float32, n), make([]float32, n)
+				specialFill(r, dst)
+				specialFill(r, x)
+				specialFill(r, y)
+				want := append([]float32(nil), dst...)
+				op.ref(want[:n], x, y)
+				op.f(dst[:n], x, y)
+				checkSame(t, impl.name+" "+op.name, n, dst, want)
+			}
+		}
+	}
+}
+
 // TestVecAxpy allows rounding differences: assembly fuses the multiply-add.
 func TestVecAxpy(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
