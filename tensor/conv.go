@@ -66,12 +66,6 @@ func Conv2d(x, w, b *Tensor, stride, padding [2]int) *Tensor {
 	g.ow = (g.w+2*g.pw-g.kw)/g.sw + 1
 	out := Zeros(g.n, g.o, g.oh, g.ow)
 	ckk, p := g.ckk(), g.plane()
-	// The weight gradient needs every image's columns again; keeping them
-	// from the forward pass saves a second im2col per image.
-	var cols []float32
-	if GradEnabled() && w.requiresGrad && !g.direct() {
-		cols = getBuf(g.n * ckk * p)
-	}
 	var ones []float32
 	if b != nil {
 		ones = onesBuf(p)
@@ -79,17 +73,18 @@ func Conv2d(x, w, b *Tensor, stride, padding [2]int) *Tensor {
 	}
 	perImage := 2 * g.o * ckk * p
 	parallelFor(g.n, convMinFlops/max(perImage, 1)+1, func(_, lo, hi int) {
+		// One image's columns at a time, in a buffer that stays in L2 for
+		// the GEMM. Backward builds them again rather than keeping the
+		// whole batch's: the batch's columns (42 MB for the CNN's second
+		// conv) would go to memory and back, which measured slower than a
+		// second im2col from the cached image.
 		var scratch []float32
-		if cols == nil && !g.direct() {
+		if !g.direct() {
 			scratch = getBuf(ckk * p)
 		}
 		for i := lo; i < hi; i++ {
-			col := scratch
-			if cols != nil {
-				col = cols[i*ckk*p : (i+1)*ckk*p]
-			}
 			yi := out.data[i*g.o*p : (i+1)*g.o*p]
-			kernels.Sgemm(false, false, g.o, p, ckk, 1, w.data, ckk, g.im2col(x.data, i, col), p, 0, yi, p)
+			kernels.Sgemm(false, false, g.o, p, ckk, 1, w.data, ckk, g.im2col(x.data, i, scratch), p, 0, yi, p)
 			if b != nil {
 				// The bias is added after the product, while yi is still
 				// in cache, with the vector Axpy against a row of ones
@@ -108,16 +103,12 @@ func Conv2d(x, w, b *Tensor, stride, padding [2]int) *Tensor {
 		inputs = append(inputs, b)
 	}
 	return record(out, "conv2d", func(grad []float32) {
-		conv2dBackward(g, x, w, b, cols, grad)
-		if cols != nil {
-			putBuf(cols)
-		}
+		conv2dBackward(g, x, w, b, grad)
 	}, inputs...)
 }
 
-// conv2dBackward accumulates Conv2d's input, weight and bias gradients;
-// cols holds the forward pass's im2col matrices or is nil.
-func conv2dBackward(g convGeom, x, w, b *Tensor, cols, grad []float32) {
+// conv2dBackward accumulates Conv2d's input, weight and bias gradients.
+func conv2dBackward(g convGeom, x, w, b *Tensor, grad []float32) {
 	ckk, p := g.ckk(), g.plane()
 	needX, needW, needB := x.needsGrad(), w.needsGrad(), b.needsGrad()
 	var gx, gw, gb []float32
@@ -137,12 +128,11 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, cols, grad []float32) {
 	partialW := make([][]float32, workers)
 	partialB := make([][]float32, workers)
 	used := parallelFor(g.n, convMinFlops/max(perImage, 1)+1, func(worker, lo, hi int) {
-		var scratch, dcol []float32
-		if needW && cols == nil && !g.direct() {
+		// One buffer holds image i's columns for dW, then its column
+		// gradient for dX: half the L2 footprint of two.
+		var scratch []float32
+		if (needW || needX) && !g.direct() {
 			scratch = getBuf(ckk * p)
-		}
-		if needX && !g.direct() {
-			dcol = getBuf(ckk * p)
 		}
 		// Each worker sums dWᵀ [ckk, O] privately (added, transposed, into
 		// gw at the end): as col_i·g_iᵀ the GEMM packs the transpose of
@@ -166,12 +156,7 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, cols, grad []float32) {
 				}
 			}
 			if needW { // dWᵀ[ckk, O] += col_i[ckk, p] · g_iᵀ
-				var col []float32
-				if cols != nil {
-					col = cols[i*ckk*p : (i+1)*ckk*p]
-				} else {
-					col = g.im2col(x.data, i, scratch)
-				}
+				col := g.im2col(x.data, i, scratch)
 				kernels.Sgemm(false, true, ckk, g.o, p, 1, col, p, gi, p, 1, dwT, g.o)
 			}
 			if needX { // dcol = Wᵀ · g_i, folded back into the image
@@ -180,15 +165,12 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, cols, grad []float32) {
 					kernels.Sgemm(true, false, ckk, p, g.o, 1, w.data, ckk, gi, p, 1, dxi, p)
 					continue
 				}
-				kernels.Sgemm(true, false, ckk, p, g.o, 1, w.data, ckk, gi, p, 0, dcol, p)
-				kernels.Col2im(dcol, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, dxi)
+				kernels.Sgemm(true, false, ckk, p, g.o, 1, w.data, ckk, gi, p, 0, scratch, p)
+				kernels.Col2im(scratch, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, dxi)
 			}
 		}
 		if scratch != nil {
 			putBuf(scratch)
-		}
-		if dcol != nil {
-			putBuf(dcol)
 		}
 	})
 	for wk := 0; wk < used; wk++ {
