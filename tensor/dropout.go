@@ -20,7 +20,7 @@ func Dropout(x *Tensor, p float32, training bool, rng *RNG) *Tensor {
 	out := Zeros(x.shape...)
 	mask := make([]float32, len(x.data))
 	if p < 1 {
-		dropoutMask(mask, 1/(1-p), bernoulliThreshold(1-p), rng)
+		dropoutMask(mask, 1/(1-p), 1-p, rng)
 		kernels.MulTo(out.data, x.data, mask)
 	}
 	return record(out, "dropout", func(g []float32) {
@@ -32,23 +32,42 @@ func Dropout(x *Tensor, p float32, training bool, rng *RNG) *Tensor {
 	}, x)
 }
 
-// dropoutMask sets mask[i] to scale where a 32-bit uniform draw is below
-// keep and to 0 elsewhere, two draws per 64-bit PCG output. It selects with
-// bit masks instead of branches: keep-or-drop is a coin toss the branch
-// predictor loses.
-func dropoutMask(mask []float32, scale float32, keep uint64, rng *RNG) {
-	bits := uint64(math.Float32bits(scale))
-	// sel(u) is all ones when u < keep (u, keep ≤ 2³², so u−keep borrows).
+// dropoutMask sets mask[i] to scale with probability keep and to 0
+// otherwise, comparing a 16- or 32-bit slice of a 64-bit PCG output with a
+// threshold (see maskBits). It selects with bit masks instead of branches:
+// keep-or-drop is a coin toss the branch predictor loses.
+func dropoutMask(mask []float32, scale, keep float32, rng *RNG) {
+	bits := maskBits(keep)
+	th := bernoulliThreshold(keep, bits)
+	sb := uint64(math.Float32bits(scale))
+	// sel(u) is scale when u < th (u, th ≤ 2³², so u−th borrows), else 0.
 	sel := func(u uint64) float32 {
-		return math.Float32frombits(uint32(-((u - keep) >> 63) & bits))
+		return math.Float32frombits(uint32(-((u - th) >> 63) & sb))
 	}
+	pcg := rng.pcg
 	i := 0
-	for ; i+1 < len(mask); i += 2 {
-		u := rng.Uint64()
-		mask[i] = sel(u & 0xffffffff)
-		mask[i+1] = sel(u >> 32)
+	if bits == 16 {
+		for ; i+3 < len(mask); i += 4 {
+			u := pcg.Uint64()
+			m := mask[i : i+4 : i+4]
+			m[0] = sel(u & 0xffff)
+			m[1] = sel(u >> 16 & 0xffff)
+			m[2] = sel(u >> 32 & 0xffff)
+			m[3] = sel(u >> 48)
+		}
+	} else {
+		for ; i+1 < len(mask); i += 2 {
+			u := pcg.Uint64()
+			m := mask[i : i+2 : i+2]
+			m[0] = sel(u & 0xffffffff)
+			m[1] = sel(u >> 32)
+		}
 	}
 	if i < len(mask) {
-		mask[i] = sel(rng.Uint64() & 0xffffffff)
+		u := pcg.Uint64()
+		for ; i < len(mask); i++ {
+			mask[i] = sel(u & (1<<bits - 1))
+			u >>= bits
+		}
 	}
 }

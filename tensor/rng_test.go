@@ -110,3 +110,36 @@ func TestDropoutRateAndEdgeCases(t *testing.T) {
 		}
 	}
 }
+
+// TestDropoutMaskRates checks the drop rate of both mask widths (16-bit
+// draws for rates that round to 2^-16 closely, 32-bit for the rest) and
+// that the rate rounding rule picks the width it should.
+func TestDropoutMaskRates(t *testing.T) {
+	for _, c := range []struct {
+		keep float32
+		bits uint
+	}{{0.5, 16}, {0.75, 16}, {0.9, 16}, {0.7, 16}, {0.99, 32}, {0.999, 32}, {0.001, 32}} {
+		if got := maskBits(c.keep); got != c.bits {
+			t.Errorf("maskBits(%v) = %d, want %d", c.keep, got, c.bits)
+		}
+		const n = 400003 // odd: exercises the tail of both loops
+		mask := make([]float32, n)
+		scale := 1 / c.keep
+		dropoutMask(mask, scale, c.keep, NewRNG(7))
+		kept := 0
+		for i, v := range mask {
+			switch v {
+			case scale:
+				kept++
+			case 0:
+			default:
+				t.Fatalf("keep %v: mask[%d] = %v, neither 0 nor %v", c.keep, i, v, scale)
+			}
+		}
+		p := float64(c.keep)
+		sd := math.Sqrt(n * p * (1 - p))
+		if d := math.Abs(float64(kept) - n*p); d > 5*sd {
+			t.Errorf("keep %v: kept %d of %d, want %.0f ± %.0f", c.keep, kept, n, n*p, 5*sd)
+		}
+	}
+}

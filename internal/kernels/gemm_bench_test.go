@@ -22,7 +22,7 @@ var benchShapes = []benchShape{
 	{512, 784, 64, true, false},  // MLP fc1 dW = gᵀ·x
 	{64, 784, 512, false, false}, // MLP fc1 dX = g·W
 	{64, 576, 288, false, false}, // CNN conv2 forward per image
-	{64, 288, 576, false, true},  // CNN conv2 dW
+	{288, 64, 576, false, true},  // CNN conv2 dWᵀ = col·gᵀ
 	{288, 576, 64, true, false},  // CNN conv2 dcol
 	{32, 676, 9, false, false},   // CNN conv1 forward
 }
