@@ -122,8 +122,14 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, grad []float32) {
 		gb = b.accGrad()
 	}
 	perImage := 2 * g.o * ckk * p * 2
-	// Workers sum dW (all of them) and db (all but worker 0) privately and
-	// merge at the end, so no two goroutines write one buffer.
+	// The weight gradient is a GEMM over p whose B operand must be packed
+	// transposed. dW[O, ckk] = Σ g_i·col_iᵀ transposes col_i [ckk, p];
+	// dWᵀ[ckk, O] = Σ col_i·g_iᵀ transposes g_i [O, p]: take the smaller
+	// (dWᵀ for the CNN's 32→64 conv, dW for its 1→32 one).
+	transposed := g.o < ckk
+	// Workers sum dW (or dWᵀ) and db privately, except that worker 0 adds
+	// an untransposed dW and db straight into the gradients, and merge at
+	// the end, so no two goroutines write one buffer.
 	workers := min(kernels.NumThreads(), g.n)
 	partialW := make([][]float32, workers)
 	partialB := make([][]float32, workers)
@@ -134,14 +140,11 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, grad []float32) {
 		if (needW || needX) && !g.direct() {
 			scratch = getBuf(ckk * p)
 		}
-		// Each worker sums dWᵀ [ckk, O] privately (added, transposed, into
-		// gw at the end): as col_i·g_iᵀ the GEMM packs the transpose of
-		// g_i [O, p] rather than of the O/ckk times larger col_i.
-		var dwT []float32
-		if needW {
-			dwT = getBuf(len(gw))
-			clear(dwT)
-			partialW[worker] = dwT
+		dw := gw
+		if needW && (transposed || worker > 0) {
+			dw = getBuf(len(gw))
+			clear(dw)
+			partialW[worker] = dw
 		}
 		db := gb
 		if worker > 0 && needB {
@@ -155,9 +158,13 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, grad []float32) {
 					db[oc] += kernels.Sum(gi[oc*p : (oc+1)*p])
 				}
 			}
-			if needW { // dWᵀ[ckk, O] += col_i[ckk, p] · g_iᵀ
+			if needW {
 				col := g.im2col(x.data, i, scratch)
-				kernels.Sgemm(false, true, ckk, g.o, p, 1, col, p, gi, p, 1, dwT, g.o)
+				if transposed { // dWᵀ[ckk, O] += col_i[ckk, p] · g_iᵀ
+					kernels.Sgemm(false, true, ckk, g.o, p, 1, col, p, gi, p, 1, dw, g.o)
+				} else { // dW[O, ckk] += g_i[O, p] · col_iᵀ
+					kernels.Sgemm(false, true, g.o, ckk, p, 1, gi, p, col, p, 1, dw, ckk)
+				}
 			}
 			if needX { // dcol = Wᵀ · g_i, folded back into the image
 				dxi := gx[i*g.inSize() : (i+1)*g.inSize()]
@@ -174,14 +181,18 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, grad []float32) {
 		}
 	})
 	for wk := 0; wk < used; wk++ {
-		if dwT := partialW[wk]; dwT != nil {
-			for oc := 0; oc < g.o; oc++ {
-				row := gw[oc*ckk : (oc+1)*ckk]
-				for j := range row {
-					row[j] += dwT[j*g.o+oc]
+		if dw := partialW[wk]; dw != nil {
+			if transposed {
+				for oc := 0; oc < g.o; oc++ {
+					row := gw[oc*ckk : (oc+1)*ckk]
+					for j := range row {
+						row[j] += dw[j*g.o+oc]
+					}
 				}
+			} else {
+				addTo(gw, dw)
 			}
-			putBuf(dwT)
+			putBuf(dw)
 		}
 		if partialB[wk] != nil {
 			addTo(gb, partialB[wk])

@@ -478,3 +478,53 @@ func TestGradSmallCNN(t *testing.T) {
 		}
 	}
 }
+
+// TestConv2dWeightGradLayouts checks the weight gradient against a float64
+// reference in both of Conv2d's GEMM layouts (dWᵀ = col·gᵀ when O < C·KH·KW,
+// dW = g·colᵀ otherwise), on one worker and on several.
+func TestConv2dWeightGradLayouts(t *testing.T) {
+	// C·KH·KW = 9 < O = 16, and 72 > 16; each batch is big enough for
+	// Conv2d to use three workers when allowed.
+	for _, sz := range []struct{ c, n, h int }{{1, 24, 28}, {8, 8, 12}} {
+		for _, threads := range []int{1, 3} {
+			func() {
+				defer kernels.SetNumThreads(kernels.SetNumThreads(threads))
+				const o = 16
+				c, n, h, wd := sz.c, sz.n, sz.h, sz.h
+				rng := NewRNG(uint64(17 + c))
+				x := randT(rng, -1, 1, n, c, h, wd)
+				w := randT(rng, -1, 1, o, c, 3, 3).SetRequiresGrad(true)
+				g := randT(rng, -1, 1, n, o, h, wd)
+				y := Conv2d(x, w, nil, [2]int{1, 1}, [2]int{1, 1})
+				if err := y.BackwardWith(g); err != nil {
+					t.Fatal(err)
+				}
+				for oc := 0; oc < o; oc++ {
+					for ci := 0; ci < c; ci++ {
+						for ki := 0; ki < 3; ki++ {
+							for kj := 0; kj < 3; kj++ {
+								var s, mag float64
+								for b := 0; b < n; b++ {
+									for oy := 0; oy < h; oy++ {
+										for ox := 0; ox < wd; ox++ {
+											iy, ix := oy+ki-1, ox+kj-1
+											if iy >= 0 && iy < h && ix >= 0 && ix < wd {
+												v := float64(g.data[((b*o+oc)*h+oy)*wd+ox]) * float64(x.data[((b*c+ci)*h+iy)*wd+ix])
+												s += v
+												mag += math.Abs(v)
+											}
+										}
+									}
+								}
+								got := float64(w.Grad().data[((oc*c+ci)*3+ki)*3+kj])
+								if math.Abs(got-s) > 1e-5*mag {
+									t.Fatalf("C=%d threads=%d: dW[%d,%d,%d,%d] = %v, want %v", c, threads, oc, ci, ki, kj, got, s)
+								}
+							}
+						}
+					}
+				}
+			}()
+		}
+	}
+}
