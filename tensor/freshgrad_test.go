@@ -3,6 +3,8 @@ package tensor
 import (
 	"math"
 	"testing"
+
+	"github.com/gotrain/gotrain/internal/kernels"
 )
 
 // TestFreshGradBuffers checks that ops which overwrite a fresh pass-local
@@ -56,6 +58,42 @@ func TestFreshGradBuffers(t *testing.T) {
 			}
 			if want := leaf[i] + wx.data[i]; math.Abs(float64(shared[i]-want)) > 1e-6 {
 				t.Fatalf("%s: accumulated gradient[%d] = %v, want %v", op.name, i, shared[i], want)
+			}
+		}
+	}
+}
+
+// TestReLUParallelMask runs ReLU over a size split among three workers at
+// 64-element blocks with a ragged end, forward and backward (into a leaf
+// and into a fresh non-leaf buffer), against the scalar definition.
+func TestReLUParallelMask(t *testing.T) {
+	defer kernels.SetNumThreads(kernels.SetNumThreads(3))
+	const n = 3<<16 + 37
+	rng := NewRNG(23)
+	x := randT(rng, -1, 1, n).SetRequiresGrad(true)
+	g := randT(rng, -1, 1, n)
+	for _, viaNonLeaf := range []bool{false, true} {
+		x.SetGrad(nil)
+		in := x
+		if viaNonLeaf {
+			in = MulScalar(x, 1)
+		}
+		y := ReLU(in)
+		for i, v := range x.data {
+			if want := max(v, 0); y.data[i] != want {
+				t.Fatalf("ReLU[%d] = %v, want %v", i, y.data[i], want)
+			}
+		}
+		if err := y.BackwardWith(g); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range x.data {
+			want := float32(0)
+			if v > 0 {
+				want = g.data[i]
+			}
+			if got := x.Grad().data[i]; got != want {
+				t.Fatalf("non-leaf input %v: dReLU[%d] = %v, want %v", viaNonLeaf, i, got, want)
 			}
 		}
 	}

@@ -193,20 +193,31 @@ func sigmoid(v float32) float32 {
 	return float32(e / (1 + e))
 }
 
-// ReLU returns max(x, 0) elementwise.
+// ReLU returns max(x, 0) elementwise. When autograd records it, the
+// backward pass needs only whether each x > 0: a bit mask of n/8 bytes
+// instead of reading the n-float output again.
 func ReLU(x *Tensor) *Tensor {
 	out := Zeros(x.shape...)
-	parallelFor(len(x.data), elemMinItems, func(_, lo, hi int) {
-		kernels.Relu(out.data[lo:hi], x.data[lo:hi])
+	n := len(x.data)
+	if !GradEnabled() || !(x.requiresGrad || x.released) {
+		parallelFor(n, elemMinItems, func(_, lo, hi int) {
+			kernels.Relu(out.data[lo:hi], x.data[lo:hi])
+		})
+		return out
+	}
+	mask := make([]byte, kernels.ReluMaskLen(n))
+	// Workers take whole 64-element blocks, so that no two write one
+	// 16-bit piece of the mask.
+	blocks := (n + 63) / 64
+	parallelFor(blocks, elemMinItems/64, func(_, lo, hi int) {
+		a, b := lo*64, min(hi*64, n)
+		kernels.ReluMask(out.data[a:b], x.data[a:b], mask[a/8:])
 	})
 	return record(out, "relu", func(g []float32) {
 		gx, fresh := x.gradDst()
-		parallelFor(len(g), elemMinItems, func(_, lo, hi int) {
-			if fresh {
-				kernels.ReluBackwardSet(gx[lo:hi], g[lo:hi], out.data[lo:hi])
-			} else {
-				kernels.ReluBackward(gx[lo:hi], g[lo:hi], out.data[lo:hi])
-			}
+		parallelFor(blocks, elemMinItems/64, func(_, lo, hi int) {
+			a, b := lo*64, min(hi*64, n)
+			kernels.ReluBackwardMask(gx[a:b], g[a:b], mask[a/8:], !fresh)
 		})
 	}, x)
 }

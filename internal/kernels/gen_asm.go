@@ -307,6 +307,7 @@ func vecOps(w *asm) {
 	maxPool2x2Kernel(w)
 	maxPool2x2BackwardKernel(w, true)
 	maxPool2x2BackwardKernel(w, false)
+	reluMaskKernels(w)
 }
 
 // rowsKernel emits name(dst *float32, dstStride int, src *float32,
@@ -1215,4 +1216,181 @@ func maxPool2x2BackwardKernel(w *asm, add bool) {
 	w.f("\tVZEROUPPER")
 	w.f("%s_done:", name)
 	w.f("\tRET")
+}
+
+// reluMaskKernels emits Relu and ReluBackward with the sign test kept as a
+// bit mask (bit i%8 of byte i/8 set where src[i] > 0), so that backward
+// reads n/8 bytes instead of the n-float output:
+//
+//	reluMask{AVX512,AVX2}(dst, src *float32, mask *byte, n int)
+//	reluBackwardMask[Set]{AVX512,AVX2}(dx, dy *float32, mask *byte, n int)
+//
+// The AVX-512 versions handle any n (a masked tail writes or reads the
+// mask's last whole 16-bit piece); the AVX2 ones whole 8-float vectors.
+func reluMaskKernels(w *asm) {
+	args := func(name string) {
+		w.f("\tMOVQ dst+0(FP), DI")
+		w.f("\tMOVQ src+8(FP), SI")
+		w.f("\tMOVQ mask+16(FP), DX")
+		w.f("\tMOVQ n+24(FP), CX")
+	}
+	tailMask := func() {
+		w.f("\tMOVQ $1, AX")
+		w.f("\tSHLQ CX, AX")
+		w.f("\tDECQ AX")
+		w.f("\tKMOVW AX, K1")
+	}
+
+	name := "reluMaskAVX512"
+	w.f("")
+	w.f("// func %s(dst, src *float32, mask *byte, n int)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+	args(name)
+	w.f("\tVXORPS Z30, Z30, Z30")
+	w.f("%s_loop:", name)
+	w.f("\tCMPQ CX, $16")
+	w.f("\tJL %s_tail", name)
+	w.f("\tVMOVUPS (SI), Z1")
+	// MAXPS(x1=src, x2=0) = src>0 ? src : 0 (NaN and -0 give +0); the
+	// mask is src > 0 (GT_OQ), i.e. out > 0.
+	w.f("\tVMAXPS Z30, Z1, Z0")
+	w.f("\tVCMPPS $0x1e, Z30, Z1, K2")
+	w.f("\tVMOVUPS Z0, (DI)")
+	w.f("\tKMOVW K2, (DX)")
+	w.f("\tADDQ $64, SI")
+	w.f("\tADDQ $64, DI")
+	w.f("\tADDQ $2, DX")
+	w.f("\tSUBQ $16, CX")
+	w.f("\tJMP %s_loop", name)
+	w.f("%s_tail:", name)
+	w.f("\tTESTQ CX, CX")
+	w.f("\tJZ %s_done", name)
+	tailMask()
+	w.f("\tVMOVUPS.Z (SI), K1, Z1")
+	w.f("\tVMAXPS Z30, Z1, Z0")
+	w.f("\tVCMPPS $0x1e, Z30, Z1, K1, K2")
+	w.f("\tVMOVUPS Z0, K1, (DI)")
+	w.f("\tKMOVW K2, (DX)")
+	w.f("%s_done:", name)
+	w.f("\tVZEROUPPER")
+	w.f("\tRET")
+
+	for _, set := range []bool{false, true} {
+		name := "reluBackwardMaskAVX512"
+		if set {
+			name = "reluBackwardMaskSetAVX512"
+		}
+		w.f("")
+		w.f("// func %s(dx, dy *float32, mask *byte, n int)", name)
+		w.f("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+		w.f("\tMOVQ dx+0(FP), DI")
+		w.f("\tMOVQ dy+8(FP), SI")
+		w.f("\tMOVQ mask+16(FP), DX")
+		w.f("\tMOVQ n+24(FP), CX")
+		w.f("%s_loop:", name)
+		w.f("\tCMPQ CX, $16")
+		w.f("\tJL %s_tail", name)
+		w.f("\tKMOVW (DX), K2")
+		if set {
+			w.f("\tVMOVUPS.Z (SI), K2, Z0")
+		} else {
+			w.f("\tVMOVUPS (SI), Z1")
+			w.f("\tVMOVUPS (DI), Z0")
+			w.f("\tVADDPS Z1, Z0, K2, Z0")
+		}
+		w.f("\tVMOVUPS Z0, (DI)")
+		w.f("\tADDQ $64, SI")
+		w.f("\tADDQ $64, DI")
+		w.f("\tADDQ $2, DX")
+		w.f("\tSUBQ $16, CX")
+		w.f("\tJMP %s_loop", name)
+		w.f("%s_tail:", name)
+		w.f("\tTESTQ CX, CX")
+		w.f("\tJZ %s_done", name)
+		tailMask()
+		w.f("\tKMOVW (DX), K2")
+		w.f("\tKANDW K1, K2, K2")
+		if set {
+			w.f("\tVMOVUPS.Z (SI), K2, Z0")
+		} else {
+			w.f("\tVMOVUPS.Z (SI), K2, Z1")
+			w.f("\tVMOVUPS.Z (DI), K1, Z0")
+			w.f("\tVADDPS Z1, Z0, K2, Z0")
+		}
+		w.f("\tVMOVUPS Z0, K1, (DI)")
+		w.f("%s_done:", name)
+		w.f("\tVZEROUPPER")
+		w.f("\tRET")
+	}
+
+	// AVX2: VMOVMSKPS gives a byte per 8 floats; backward spreads a byte
+	// to lane masks by testing lane l against 1<<l (reluBits).
+	w.f("")
+	for l := 0; l < 8; l++ {
+		w.f("DATA reluBits<>+%d(SB)/4, $%d", 4*l, 1<<l)
+	}
+	w.f("GLOBL reluBits<>(SB), RODATA|NOPTR, $32")
+	name = "reluMaskAVX2"
+	w.f("")
+	w.f("// func %s(dst, src *float32, mask *byte, n int)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+	args(name)
+	w.f("\tVXORPS Y14, Y14, Y14")
+	w.f("%s_loop:", name)
+	w.f("\tCMPQ CX, $8")
+	w.f("\tJL %s_done", name)
+	w.f("\tVMOVUPS (SI), Y1")
+	w.f("\tVMAXPS Y14, Y1, Y0")
+	w.f("\tVCMPPS $0x1e, Y14, Y1, Y2")
+	w.f("\tVMOVMSKPS Y2, AX")
+	w.f("\tMOVB AX, (DX)")
+	w.f("\tVMOVUPS Y0, (DI)")
+	w.f("\tADDQ $32, SI")
+	w.f("\tADDQ $32, DI")
+	w.f("\tINCQ DX")
+	w.f("\tSUBQ $8, CX")
+	w.f("\tJMP %s_loop", name)
+	w.f("%s_done:", name)
+	w.f("\tVZEROUPPER")
+	w.f("\tRET")
+	for _, set := range []bool{false, true} {
+		name := "reluBackwardMaskAVX2"
+		if set {
+			name = "reluBackwardMaskSetAVX2"
+		}
+		w.f("")
+		w.f("// func %s(dx, dy *float32, mask *byte, n int)", name)
+		w.f("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+		w.f("\tMOVQ dx+0(FP), DI")
+		w.f("\tMOVQ dy+8(FP), SI")
+		w.f("\tMOVQ mask+16(FP), DX")
+		w.f("\tMOVQ n+24(FP), CX")
+		w.f("\tVMOVDQU reluBits<>(SB), Y13")
+		w.f("%s_loop:", name)
+		w.f("\tCMPQ CX, $8")
+		w.f("\tJL %s_done", name)
+		w.f("\tMOVBLZX (DX), AX")
+		w.f("\tVMOVD AX, X3")
+		w.f("\tVPBROADCASTD X3, Y3")
+		w.f("\tVPAND Y13, Y3, Y3")
+		w.f("\tVPCMPEQD Y13, Y3, Y3")
+		w.f("\tVMOVUPS (SI), Y1")
+		if set {
+			w.f("\tVANDPS Y1, Y3, Y0")
+		} else {
+			// Blend rather than add a masked 0: dx = -0 must stay -0.
+			w.f("\tVMOVUPS (DI), Y0")
+			w.f("\tVADDPS Y1, Y0, Y1")
+			w.f("\tVBLENDVPS Y3, Y1, Y0, Y0")
+		}
+		w.f("\tVMOVUPS Y0, (DI)")
+		w.f("\tADDQ $32, SI")
+		w.f("\tADDQ $32, DI")
+		w.f("\tINCQ DX")
+		w.f("\tSUBQ $8, CX")
+		w.f("\tJMP %s_loop", name)
+		w.f("%s_done:", name)
+		w.f("\tVZEROUPPER")
+		w.f("\tRET")
+	}
 }

@@ -11,6 +11,10 @@ type vecImpl struct {
 	relu                       func(dst, src []float32)
 	reluBackward               func(dx, dy, x []float32)
 	sum                        func(x []float32) float32
+	// reluMask and reluBackwardMask implement ReluMask and
+	// ReluBackwardMask (lengths checked).
+	reluMask         func(dst, src []float32, mask []byte)
+	reluBackwardMask func(dx, dy []float32, mask []byte, add bool)
 	// Three-operand kernels; the slices have equal lengths.
 	reluBackwardSet, mulTo, addMulTo func(dst, x, y []float32)
 	// copyRows and addRows, if set, copy (add) rows×cols floats between
@@ -193,6 +197,34 @@ func AddMulTo(dst, x, y []float32) {
 	x = x[:len(y)]
 	if len(y) > 0 {
 		vec.addMulTo(dst, x, y)
+	}
+}
+
+// ReluMaskLen is the length of the mask ReluMask and ReluBackwardMask take
+// for n elements: a bit per element, rounded up to whole 16-bit pieces.
+func ReluMaskLen(n int) int { return (n + 15) / 16 * 2 }
+
+// ReluMask is Relu that also records in mask, bit i%8 of byte i/8, whether
+// src[i] > 0 (so ReLU's backward pass can read n/8 bytes instead of the
+// n-float output). mask must hold ReluMaskLen(len(src)) bytes; the bits
+// after the last element are zeroed or left as they were.
+func ReluMask(dst, src []float32, mask []byte) {
+	dst = dst[:len(src)]
+	mask = mask[:ReluMaskLen(len(src))]
+	if len(src) > 0 {
+		vec.reluMask(dst, src, mask)
+	}
+}
+
+// ReluBackwardMask is ReluBackward with ReluMask's mask: dx[i] += dy[i]
+// where bit i is set; unless add, dx is overwritten instead (dy[i] where
+// the bit is set, +0 elsewhere), for a gradient buffer not yet holding
+// anything.
+func ReluBackwardMask(dx, dy []float32, mask []byte, add bool) {
+	dx = dx[:len(dy)]
+	mask = mask[:ReluMaskLen(len(dy))]
+	if len(dy) > 0 {
+		vec.reluBackwardMask(dx, dy, mask, add)
 	}
 }
 

@@ -176,6 +176,44 @@ func init() {
 	avx512Vec.reluBackwardSet = ternary(1, reluBackwardSetAVX512, reluBackwardSetGeneric)
 	avx512Vec.mulTo = ternary(1, mulToAVX512, mulToGeneric)
 	avx512Vec.addMulTo = ternary(1, addMulToAVX512, addMulToGeneric)
+	avx512Vec.reluMask = func(dst, src []float32, mask []byte) {
+		if len(src) > 0 {
+			reluMaskAVX512(&dst[0], &src[0], &mask[0], len(src))
+		}
+	}
+	avx512Vec.reluBackwardMask = func(dx, dy []float32, mask []byte, add bool) {
+		switch {
+		case len(dy) == 0:
+		case add:
+			reluBackwardMaskAVX512(&dx[0], &dy[0], &mask[0], len(dy))
+		default:
+			reluBackwardMaskSetAVX512(&dx[0], &dy[0], &mask[0], len(dy))
+		}
+	}
+	avx2Vec.reluMask = func(dst, src []float32, mask []byte) {
+		n := len(src)
+		m := n &^ 7
+		if m > 0 {
+			reluMaskAVX2(&dst[0], &src[0], &mask[0], m)
+		}
+		if m < n {
+			reluMaskGeneric(dst[m:], src[m:], mask[m/8:])
+		}
+	}
+	avx2Vec.reluBackwardMask = func(dx, dy []float32, mask []byte, add bool) {
+		n := len(dy)
+		m := n &^ 7
+		if m > 0 {
+			if add {
+				reluBackwardMaskAVX2(&dx[0], &dy[0], &mask[0], m)
+			} else {
+				reluBackwardMaskSetAVX2(&dx[0], &dy[0], &mask[0], m)
+			}
+		}
+		if m < n {
+			reluBackwardMaskGeneric(dx[m:], dy[m:], mask[m/8:], add)
+		}
+	}
 	avx2Vec.reluBackwardSet = ternary(8, reluBackwardSetAVX2, reluBackwardSetGeneric)
 	avx2Vec.mulTo = ternary(8, mulToAVX2, mulToGeneric)
 	avx2Vec.addMulTo = ternary(8, addMulToAVX2, addMulToGeneric)
@@ -259,3 +297,21 @@ func ternary(w int, asm func(dst, x, y *float32, n int), generic func(dst, x, y 
 		}
 	}
 }
+
+//go:noescape
+func reluMaskAVX512(dst, src *float32, mask *byte, n int)
+
+//go:noescape
+func reluBackwardMaskAVX512(dx, dy *float32, mask *byte, n int)
+
+//go:noescape
+func reluBackwardMaskSetAVX512(dx, dy *float32, mask *byte, n int)
+
+//go:noescape
+func reluMaskAVX2(dst, src *float32, mask *byte, n int)
+
+//go:noescape
+func reluBackwardMaskAVX2(dx, dy *float32, mask *byte, n int)
+
+//go:noescape
+func reluBackwardMaskSetAVX2(dx, dy *float32, mask *byte, n int)

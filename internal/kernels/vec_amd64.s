@@ -2096,3 +2096,198 @@ maxPool2x2BackwardSetAVX512_chunk:
 	VZEROUPPER
 maxPool2x2BackwardSetAVX512_done:
 	RET
+
+// func reluMaskAVX512(dst, src *float32, mask *byte, n int)
+TEXT ·reluMaskAVX512(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ mask+16(FP), DX
+	MOVQ n+24(FP), CX
+	VXORPS Z30, Z30, Z30
+reluMaskAVX512_loop:
+	CMPQ CX, $16
+	JL reluMaskAVX512_tail
+	VMOVUPS (SI), Z1
+	VMAXPS Z30, Z1, Z0
+	VCMPPS $0x1e, Z30, Z1, K2
+	VMOVUPS Z0, (DI)
+	KMOVW K2, (DX)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $2, DX
+	SUBQ $16, CX
+	JMP reluMaskAVX512_loop
+reluMaskAVX512_tail:
+	TESTQ CX, CX
+	JZ reluMaskAVX512_done
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+	KMOVW AX, K1
+	VMOVUPS.Z (SI), K1, Z1
+	VMAXPS Z30, Z1, Z0
+	VCMPPS $0x1e, Z30, Z1, K1, K2
+	VMOVUPS Z0, K1, (DI)
+	KMOVW K2, (DX)
+reluMaskAVX512_done:
+	VZEROUPPER
+	RET
+
+// func reluBackwardMaskAVX512(dx, dy *float32, mask *byte, n int)
+TEXT ·reluBackwardMaskAVX512(SB), NOSPLIT, $0-32
+	MOVQ dx+0(FP), DI
+	MOVQ dy+8(FP), SI
+	MOVQ mask+16(FP), DX
+	MOVQ n+24(FP), CX
+reluBackwardMaskAVX512_loop:
+	CMPQ CX, $16
+	JL reluBackwardMaskAVX512_tail
+	KMOVW (DX), K2
+	VMOVUPS (SI), Z1
+	VMOVUPS (DI), Z0
+	VADDPS Z1, Z0, K2, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $2, DX
+	SUBQ $16, CX
+	JMP reluBackwardMaskAVX512_loop
+reluBackwardMaskAVX512_tail:
+	TESTQ CX, CX
+	JZ reluBackwardMaskAVX512_done
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+	KMOVW AX, K1
+	KMOVW (DX), K2
+	KANDW K1, K2, K2
+	VMOVUPS.Z (SI), K2, Z1
+	VMOVUPS.Z (DI), K1, Z0
+	VADDPS Z1, Z0, K2, Z0
+	VMOVUPS Z0, K1, (DI)
+reluBackwardMaskAVX512_done:
+	VZEROUPPER
+	RET
+
+// func reluBackwardMaskSetAVX512(dx, dy *float32, mask *byte, n int)
+TEXT ·reluBackwardMaskSetAVX512(SB), NOSPLIT, $0-32
+	MOVQ dx+0(FP), DI
+	MOVQ dy+8(FP), SI
+	MOVQ mask+16(FP), DX
+	MOVQ n+24(FP), CX
+reluBackwardMaskSetAVX512_loop:
+	CMPQ CX, $16
+	JL reluBackwardMaskSetAVX512_tail
+	KMOVW (DX), K2
+	VMOVUPS.Z (SI), K2, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $2, DX
+	SUBQ $16, CX
+	JMP reluBackwardMaskSetAVX512_loop
+reluBackwardMaskSetAVX512_tail:
+	TESTQ CX, CX
+	JZ reluBackwardMaskSetAVX512_done
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+	KMOVW AX, K1
+	KMOVW (DX), K2
+	KANDW K1, K2, K2
+	VMOVUPS.Z (SI), K2, Z0
+	VMOVUPS Z0, K1, (DI)
+reluBackwardMaskSetAVX512_done:
+	VZEROUPPER
+	RET
+
+DATA reluBits<>+0(SB)/4, $1
+DATA reluBits<>+4(SB)/4, $2
+DATA reluBits<>+8(SB)/4, $4
+DATA reluBits<>+12(SB)/4, $8
+DATA reluBits<>+16(SB)/4, $16
+DATA reluBits<>+20(SB)/4, $32
+DATA reluBits<>+24(SB)/4, $64
+DATA reluBits<>+28(SB)/4, $128
+GLOBL reluBits<>(SB), RODATA|NOPTR, $32
+
+// func reluMaskAVX2(dst, src *float32, mask *byte, n int)
+TEXT ·reluMaskAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ mask+16(FP), DX
+	MOVQ n+24(FP), CX
+	VXORPS Y14, Y14, Y14
+reluMaskAVX2_loop:
+	CMPQ CX, $8
+	JL reluMaskAVX2_done
+	VMOVUPS (SI), Y1
+	VMAXPS Y14, Y1, Y0
+	VCMPPS $0x1e, Y14, Y1, Y2
+	VMOVMSKPS Y2, AX
+	MOVB AX, (DX)
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	INCQ DX
+	SUBQ $8, CX
+	JMP reluMaskAVX2_loop
+reluMaskAVX2_done:
+	VZEROUPPER
+	RET
+
+// func reluBackwardMaskAVX2(dx, dy *float32, mask *byte, n int)
+TEXT ·reluBackwardMaskAVX2(SB), NOSPLIT, $0-32
+	MOVQ dx+0(FP), DI
+	MOVQ dy+8(FP), SI
+	MOVQ mask+16(FP), DX
+	MOVQ n+24(FP), CX
+	VMOVDQU reluBits<>(SB), Y13
+reluBackwardMaskAVX2_loop:
+	CMPQ CX, $8
+	JL reluBackwardMaskAVX2_done
+	MOVBLZX (DX), AX
+	VMOVD AX, X3
+	VPBROADCASTD X3, Y3
+	VPAND Y13, Y3, Y3
+	VPCMPEQD Y13, Y3, Y3
+	VMOVUPS (SI), Y1
+	VMOVUPS (DI), Y0
+	VADDPS Y1, Y0, Y1
+	VBLENDVPS Y3, Y1, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	INCQ DX
+	SUBQ $8, CX
+	JMP reluBackwardMaskAVX2_loop
+reluBackwardMaskAVX2_done:
+	VZEROUPPER
+	RET
+
+// func reluBackwardMaskSetAVX2(dx, dy *float32, mask *byte, n int)
+TEXT ·reluBackwardMaskSetAVX2(SB), NOSPLIT, $0-32
+	MOVQ dx+0(FP), DI
+	MOVQ dy+8(FP), SI
+	MOVQ mask+16(FP), DX
+	MOVQ n+24(FP), CX
+	VMOVDQU reluBits<>(SB), Y13
+reluBackwardMaskSetAVX2_loop:
+	CMPQ CX, $8
+	JL reluBackwardMaskSetAVX2_done
+	MOVBLZX (DX), AX
+	VMOVD AX, X3
+	VPBROADCASTD X3, Y3
+	VPAND Y13, Y3, Y3
+	VPCMPEQD Y13, Y3, Y3
+	VMOVUPS (SI), Y1
+	VANDPS Y1, Y3, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	INCQ DX
+	SUBQ $8, CX
+	JMP reluBackwardMaskSetAVX2_loop
+reluBackwardMaskSetAVX2_done:
+	VZEROUPPER
+	RET

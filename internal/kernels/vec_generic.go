@@ -10,6 +10,7 @@ var genericVec = &vecImpl{
 	sum: sumGeneric,
 
 	reluBackwardSet: reluBackwardSetGeneric, mulTo: mulToGeneric, addMulTo: addMulToGeneric,
+	reluMask: reluMaskGeneric, reluBackwardMask: reluBackwardMaskGeneric,
 }
 
 // sumGeneric keeps four partial sums: a sequential float32 sum is both
@@ -120,5 +121,37 @@ func addMulToGeneric(dst, x, y []float32) {
 	x = x[:len(y)]
 	for i, v := range y {
 		dst[i] += x[i] * v
+	}
+}
+
+func reluMaskGeneric(dst, src []float32, mask []byte) {
+	dst = dst[:len(src)]
+	for i0 := 0; i0 < len(src); i0 += 8 {
+		var m byte
+		for l := 0; l < 8 && i0+l < len(src); l++ {
+			if v := src[i0+l]; v > 0 {
+				dst[i0+l] = v
+				m |= 1 << l
+			} else {
+				dst[i0+l] = 0
+			}
+		}
+		mask[i0/8] = m
+	}
+}
+
+func reluBackwardMaskGeneric(dx, dy []float32, mask []byte, add bool) {
+	dx = dx[:len(dy)]
+	for i, g := range dy {
+		switch {
+		case mask[i/8]>>(i%8)&1 == 0:
+			if !add {
+				dx[i] = 0
+			}
+		case add:
+			dx[i] += g
+		default:
+			dx[i] = g
+		}
 	}
 }

@@ -126,6 +126,54 @@ func TestVecTernary(t *testing.T) {
 	}
 }
 
+// TestVecReluMask compares ReluMask and ReluBackwardMask (both modes)
+// with the generic loops and with Relu/ReluBackward, on NaN, ±0 and ±Inf.
+func TestVecReluMask(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, impl := range vecImpls() {
+		for _, n := range vecLengths() {
+			src := make([]float32, n)
+			specialFill(r, src)
+			nb := (n + 7) / 8
+			dst, want := make([]float32, n+3), make([]float32, n+3)
+			specialFill(r, dst)
+			copy(want[n:], dst[n:])
+			mask := make([]byte, ReluMaskLen(n)+2)
+			for i := range mask {
+				mask[i] = 0xa5
+			}
+			wantMask := append([]byte(nil), mask...)
+			reluMaskGeneric(want[:n], src, wantMask)
+			impl.reluMask(dst[:n], src, mask[:ReluMaskLen(n)])
+			checkSame(t, impl.name+" reluMask", n, dst, want)
+			for i := 0; i < nb; i++ {
+				if mask[i] != wantMask[i] {
+					t.Fatalf("%s reluMask n=%d: mask byte %d = %08b, want %08b", impl.name, n, i, mask[i], wantMask[i])
+				}
+			}
+			for i := ReluMaskLen(n); i < len(mask); i++ {
+				if mask[i] != 0xa5 {
+					t.Fatalf("%s reluMask n=%d: byte %d past the mask written", impl.name, n, i)
+				}
+			}
+			// The mask must select exactly what ReluBackward's x > 0 does.
+			for _, add := range []bool{true, false} {
+				dx, dy := make([]float32, n+3), make([]float32, n)
+				specialFill(r, dx)
+				specialFill(r, dy)
+				want := append([]float32(nil), dx...)
+				if add {
+					reluBackwardGeneric(want[:n], dy, src)
+				} else {
+					reluBackwardSetGeneric(want[:n], dy, src)
+				}
+				impl.reluBackwardMask(dx[:n], dy, mask[:ReluMaskLen(n)], add)
+				checkSame(t, impl.name+" reluBackwardMask", n, dx, want)
+			}
+		}
+	}
+}
+
 // TestVecAxpy allows rounding differences: assembly fuses the multiply-add.
 func TestVecAxpy(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
