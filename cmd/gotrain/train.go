@@ -41,6 +41,9 @@ them with DistributedDataParallel. The last line printed is a summary:
 model= world= epochs= steps= samples_per_s= test_acc= peak_rss_mib=`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Momentum == 0 {
+				cfg.Momentum = -1 // the job's zero value means "default 0.9"
+			}
 			n, err := launch.ParseNProcPerNode(nproc)
 			if err != nil {
 				return err
@@ -73,7 +76,7 @@ model= world= epochs= steps= samples_per_s= test_acc= peak_rss_mib=`,
 	f.Float64Var(&cfg.LR, "lr", 0, "learning rate (default 0.01 for sgd, 1.0 for adadelta, 0.001 for adam)")
 	f.StringVar(&cfg.Optimizer, "optimizer", "", "sgd, adadelta or adam (default sgd for mlp, adadelta for cnn)")
 	f.Float64Var(&cfg.Momentum, "momentum", 0.9, "SGD momentum (0 for none)")
-	f.Float64Var(&cfg.Gamma, "gamma", 0, "StepLR decay per epoch (default 0.7 with adadelta; 0 elsewhere means none)")
+	f.Float64Var(&cfg.Gamma, "gamma", 0, "StepLR decay per epoch (0: 0.7 with adadelta, none otherwise; negative: none)")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "random seed for initialisation and shuffling")
 	f.StringVar(&cfg.DataDir, "data", "", "directory with the MNIST IDX files (default: the copy shipped in the binary)")
 	f.StringVar(&cfg.Save, "save", "", "save the model here (safetensors, loadable by PyTorch) after each epoch, with a training checkpoint beside it")
