@@ -489,15 +489,10 @@ func packANoTrans(dst, a []float32, lda, i0, rows, p0, kc, mr int) {
 	}
 }
 
-// packATrans packs op(A) = Aᵀ (A stored k×m) rows i0..i0+rows.
+// packATrans packs op(A) = Aᵀ (A stored k×m) rows i0..i0+rows: stored
+// Aᵀ's rows are contiguous like untransposed B's, so the packing is the same.
 func packATrans(dst, a []float32, lda, i0, rows, p0, kc, mr int) {
-	dst = dst[:kc*mr]
-	for p := 0; p < kc; p++ {
-		d := dst[p*mr : p*mr+mr]
-		src := a[(p0+p)*lda+i0 : (p0+p)*lda+i0+rows]
-		copy(d, src)
-		clear(d[rows:])
-	}
+	packBNoTrans(dst, a, lda, p0, kc, i0, rows, mr)
 }
 
 // packBNoTrans packs columns j0..j0+cols of B (stored k×n) at rows

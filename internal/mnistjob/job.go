@@ -99,6 +99,9 @@ const warmupSteps = 5
 // joins the process group with env:// and wraps the model in DDP.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
+	if err := cfg.validate(); err != nil {
+		return Result{}, err
+	}
 	log := cfg.Logger
 	world, rank := 1, 0
 	var pg *dist.Group
@@ -127,13 +130,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	var dm *ddp.Model
 	if pg != nil {
 		var err error
-		hooks := map[string]ddp.CommHook{"": ddp.AllReduceHook, "allreduce": ddp.AllReduceHook,
-			"fp16": ddp.FP16CompressHook, "bf16": ddp.BF16CompressHook}
-		hook, ok := hooks[cfg.CommHook]
-		if !ok {
-			return Result{}, fmt.Errorf("mnistjob: unknown comm hook %q (want allreduce, fp16 or bf16)", cfg.CommHook)
-		}
-		dm, err = ddp.New(ctx, model, pg, ddp.GradientAsBucketView(true), ddp.WithCommHook(hook))
+		dm, err = ddp.New(ctx, model, pg, ddp.GradientAsBucketView(true), ddp.WithCommHook(commHooks[cfg.CommHook]))
 		if err != nil {
 			return Result{}, err
 		}
@@ -322,6 +319,24 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		fmt.Fprintln(cfg.Out, res.Profile)
 	}
 	return res, nil
+}
+
+// commHooks are the DDP reductions --comm-hook names.
+var commHooks = map[string]ddp.CommHook{"": ddp.AllReduceHook, "allreduce": ddp.AllReduceHook,
+	"fp16": ddp.FP16CompressHook, "bf16": ddp.BF16CompressHook}
+
+// validate rejects unknown choices before the job joins a process group or
+// loads data, so a typo fails at once on every rank.
+func (cfg *Config) validate() error {
+	switch {
+	case cfg.Model != "mlp" && cfg.Model != "cnn":
+		return fmt.Errorf("mnistjob: unknown model %q (want mlp or cnn)", cfg.Model)
+	case cfg.Optimizer != "sgd" && cfg.Optimizer != "adadelta" && cfg.Optimizer != "adam":
+		return fmt.Errorf("mnistjob: unknown optimizer %q (want sgd, adadelta or adam)", cfg.Optimizer)
+	case commHooks[cfg.CommHook] == nil:
+		return fmt.Errorf("mnistjob: unknown comm hook %q (want allreduce, fp16 or bf16)", cfg.CommHook)
+	}
+	return nil
 }
 
 func (cfg *Config) defaults() {

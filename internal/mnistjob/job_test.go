@@ -89,8 +89,8 @@ func TestRunOptimizers(t *testing.T) {
 
 func TestRunRejectsBadConfig(t *testing.T) {
 	t.Setenv("WORLD_SIZE", "")
-	for _, cfg := range []Config{{Model: "resnet"}, {Optimizer: "lbfgs"}} {
-		_, err := Run(context.Background(), Config{Model: cfg.Model, Optimizer: cfg.Optimizer, MaxSteps: 1, Out: io.Discard})
+	for _, cfg := range []Config{{Model: "resnet"}, {Optimizer: "lbfgs"}, {CommHook: "gzip"}} {
+		_, err := Run(context.Background(), Config{Model: cfg.Model, Optimizer: cfg.Optimizer, CommHook: cfg.CommHook, MaxSteps: 1, Out: io.Discard})
 		if err == nil || !strings.Contains(err.Error(), "unknown") {
 			t.Errorf("Run(%+v) = %v; want an error naming the unknown choice", cfg, err)
 		}
