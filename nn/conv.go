@@ -70,11 +70,21 @@ func (c *Conv2dLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 	if len(shape) != 4 {
 		panic(fmt.Sprintf("nn: %s: input %v is not [N, C, H, W]", c.label(), shape))
 	}
+	c.check(shape)
+	return tensor.Conv2d(x, c.Weight, c.Bias, c.Stride, c.Padding)
+}
+
+// check panics, naming the layer, if a 4-d input shape does not fit it.
+func (c *Conv2dLayer) check(shape []int) {
 	if shape[1] != c.In {
 		panic(fmt.Sprintf("nn: %s: input %v does not match in_channels %d", c.label(), shape, c.In))
 	}
 	checkWindow(c.label, shape, c.Kernel, c.Padding)
-	return tensor.Conv2d(x, c.Weight, c.Bias, c.Stride, c.Padding)
+}
+
+// outSize returns the output height and width for a 4-d input shape.
+func (c *Conv2dLayer) outSize(shape []int) (oh, ow int) {
+	return (shape[2]+2*c.Padding[0]-c.Kernel)/c.Stride[0] + 1, (shape[3]+2*c.Padding[1]-c.Kernel)/c.Stride[1] + 1
 }
 
 // label names the layer in panic messages.

@@ -129,9 +129,43 @@ func (s *SequentialLayer) String() string {
 }
 
 // Forward runs the children in order; an empty Sequential returns x.
+//
+// The outputs between children are not visible to the caller, so some runs
+// of children are computed as one fused op with the same values and
+// gradients: Conv2d followed by ReLU (tensor.Conv2dReLU), and that
+// followed by a 2×2 MaxPool2d at stride 2 without padding
+// (tensor.Conv2dReLUMaxPool2x2).
 func (s *SequentialLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
-	for _, m := range s.layers {
-		x = m.Forward(x)
+	for i := 0; i < len(s.layers); i++ {
+		if y, used := s.fused(i, x); used > 0 {
+			x = y
+			i += used - 1
+			continue
+		}
+		x = s.layers[i].Forward(x)
 	}
 	return x
+}
+
+// fused runs the children from i as one fused op if they form a pattern
+// Forward fuses, returning the result and the number of children used (0
+// if none).
+func (s *SequentialLayer) fused(i int, x *tensor.Tensor) (*tensor.Tensor, int) {
+	c, ok := s.layers[i].(*Conv2dLayer)
+	if !ok || i+1 >= len(s.layers) || x.Dim() != 4 {
+		return nil, 0
+	}
+	if _, ok := s.layers[i+1].(*ReLULayer); !ok {
+		return nil, 0
+	}
+	c.check(x.Shape())
+	if i+2 < len(s.layers) {
+		if p, ok := s.layers[i+2].(*Pool2dLayer); ok && p.Max && p.Kernel == 2 &&
+			p.Stride == [2]int{2, 2} && p.Padding == [2]int{} {
+			if oh, ow := c.outSize(x.Shape()); oh >= 2 && ow >= 2 {
+				return tensor.Conv2dReLUMaxPool2x2(x, c.Weight, c.Bias, c.Stride, c.Padding), 3
+			}
+		}
+	}
+	return tensor.Conv2dReLU(x, c.Weight, c.Bias, c.Stride, c.Padding), 2
 }

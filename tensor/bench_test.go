@@ -86,6 +86,26 @@ func BenchmarkCNNStep(b *testing.B) {
 	})
 }
 
+// BenchmarkCNNStepFused is BenchmarkCNNStep with the fused
+// convolution ops nn.Sequential uses for the same layers: Conv2dReLU and
+// Conv2dReLUMaxPool2x2.
+func BenchmarkCNNStepFused(b *testing.B) {
+	rng := NewRNG(3)
+	c1w, c1b := benchParam(rng, 9, 32, 1, 3, 3), benchParam(rng, 9, 32)
+	c2w, c2b := benchParam(rng, 288, 64, 32, 3, 3), benchParam(rng, 288, 64)
+	f1w, f1b := benchParam(rng, 9216, 128, 9216), benchParam(rng, 9216, 128)
+	f2w, f2b := benchParam(rng, 128, 10, 128), benchParam(rng, 128, 10)
+	drop := NewRNG(4)
+	one, zero := [2]int{1, 1}, [2]int{0, 0}
+	benchStep(b, 64, []*Tensor{c1w, c1b, c2w, c2b, f1w, f1b, f2w, f2b}, func(x *Tensor) *Tensor {
+		h := Conv2dReLU(x, c1w, c1b, one, zero)
+		h = Dropout(Conv2dReLUMaxPool2x2(h, c2w, c2b, one, zero), 0.25, true, drop)
+		h = ReLU(Linear(Flatten(h, 1), f1w, f1b))
+		h = Dropout(h, 0.5, true, drop)
+		return Linear(h, f2w, f2b)
+	})
+}
+
 func BenchmarkMaxPool2x2(b *testing.B) {
 	x := Randn(NewRNG(1), 64, 64, 24, 24)
 	for b.Loop() {

@@ -45,14 +45,47 @@ const convMinFlops = 1 << 20
 // unrolled with im2col and multiplied by the weight matrix [O, C·KH·KW];
 // images are spread over goroutines when the batch is large enough.
 func Conv2d(x, w, b *Tensor, stride, padding [2]int) *Tensor {
+	return conv2d(x, w, b, stride, padding, epNone)
+}
+
+// Conv2dReLU is ReLU(Conv2d(x, w, b, stride, padding)) as one op, with the
+// same values and gradients. The ReLU is applied to each image's output
+// while it is still in cache, and the convolution's output exists only as
+// the ReLU's: one activation buffer instead of two, and no separate passes
+// over memory for the ReLU forward and backward.
+func Conv2dReLU(x, w, b *Tensor, stride, padding [2]int) *Tensor {
+	return conv2d(x, w, b, stride, padding, epReLU)
+}
+
+// Conv2dReLUMaxPool2x2 is MaxPool2d(ReLU(Conv2d(x, w, b, stride, padding)),
+// 2×2 window, stride 2, no padding) as one op, with the same values and
+// gradients. The convolution and ReLU outputs of an image live only in a
+// per-goroutine buffer that stays in cache; forward keeps the ReLU's bit
+// mask and the pooling's argmax, and backward rebuilds each image's
+// convolution gradient from them.
+func Conv2dReLUMaxPool2x2(x, w, b *Tensor, stride, padding [2]int) *Tensor {
+	return conv2d(x, w, b, stride, padding, epReLUPool)
+}
+
+// convEpilogue is what a fused convolution applies to its output.
+type convEpilogue int
+
+const (
+	epNone     convEpilogue = iota
+	epReLU                  // ReLU
+	epReLUPool              // ReLU, then 2×2 max pooling at stride 2
+)
+
+func conv2d(x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) *Tensor {
+	op := [...]string{"Conv2d", "Conv2dReLU", "Conv2dReLUMaxPool2x2"}[ep]
 	if x.Dim() != 4 || w.Dim() != 4 || x.shape[1] != w.shape[1] {
-		panic(fmt.Sprintf("tensor: Conv2d: input %v ([N, C, H, W]) does not match weight %v ([O, C, KH, KW])", x.shape, w.shape))
+		panic(fmt.Sprintf("tensor: %s: input %v ([N, C, H, W]) does not match weight %v ([O, C, KH, KW])", op, x.shape, w.shape))
 	}
 	if b != nil && (b.Dim() != 1 || b.shape[0] != w.shape[0]) {
-		panic(fmt.Sprintf("tensor: Conv2d: bias %v does not match weight %v", b.shape, w.shape))
+		panic(fmt.Sprintf("tensor: %s: bias %v does not match weight %v", op, b.shape, w.shape))
 	}
 	if stride[0] < 1 || stride[1] < 1 || padding[0] < 0 || padding[1] < 0 {
-		panic(fmt.Sprintf("tensor: Conv2d: invalid stride %v or padding %v", stride, padding))
+		panic(fmt.Sprintf("tensor: %s: invalid stride %v or padding %v", op, stride, padding))
 	}
 	g := convGeom{
 		n: x.shape[0], c: x.shape[1], h: x.shape[2], w: x.shape[3],
@@ -60,12 +93,37 @@ func Conv2d(x, w, b *Tensor, stride, padding [2]int) *Tensor {
 		sh: stride[0], sw: stride[1], ph: padding[0], pw: padding[1],
 	}
 	if g.h+2*g.ph < g.kh || g.w+2*g.pw < g.kw {
-		panic(fmt.Sprintf("tensor: Conv2d: kernel %dx%d larger than padded input %v (padding %v)", g.kh, g.kw, x.shape, padding))
+		panic(fmt.Sprintf("tensor: %s: kernel %dx%d larger than padded input %v (padding %v)", op, g.kh, g.kw, x.shape, padding))
 	}
 	g.oh = (g.h+2*g.ph-g.kh)/g.sh + 1
 	g.ow = (g.w+2*g.pw-g.kw)/g.sw + 1
-	out := Zeros(g.n, g.o, g.oh, g.ow)
 	ckk, p := g.ckk(), g.plane()
+	// Per image: outLen output elements; for the pooled op, the pooled
+	// planes of qh×qw.
+	qh, qw := g.oh/2, g.ow/2
+	if ep == epReLUPool && (qh == 0 || qw == 0) {
+		panic(fmt.Sprintf("tensor: %s: output %dx%d smaller than the 2x2 pooling window", op, g.oh, g.ow))
+	}
+	outLen := g.o * p
+	shape := []int{g.n, g.o, g.oh, g.ow}
+	if ep == epReLUPool {
+		outLen = g.o * qh * qw
+		shape = []int{g.n, g.o, qh, qw}
+	}
+	out := &Tensor{data: make([]float32, g.n*outLen), shape: shape}
+	track := GradEnabled() && (x.requiresGrad || x.released || w.requiresGrad || w.released ||
+		(b != nil && (b.requiresGrad || b.released)))
+	// The ReLU's bit mask, per image a whole number of 16-bit pieces; and
+	// the pooling's argmax.
+	mlen := kernels.ReluMaskLen(g.o * p)
+	var mask []byte
+	var arg []int32
+	if ep != epNone && track {
+		mask = make([]byte, g.n*mlen)
+	}
+	if ep == epReLUPool {
+		arg = make([]int32, len(out.data))
+	}
 	var ones []float32
 	if b != nil {
 		ones = onesBuf(p)
@@ -78,12 +136,18 @@ func Conv2d(x, w, b *Tensor, stride, padding [2]int) *Tensor {
 		// whole batch's: the batch's columns (42 MB for the CNN's second
 		// conv) would go to memory and back, which measured slower than a
 		// second im2col from the cached image.
-		var scratch []float32
+		var scratch, ybuf []float32
 		if !g.direct() {
 			scratch = getBuf(ckk * p)
 		}
+		if ep == epReLUPool {
+			ybuf = getBuf(g.o * p)
+		}
 		for i := lo; i < hi; i++ {
-			yi := out.data[i*g.o*p : (i+1)*g.o*p]
+			yi := ybuf
+			if ep != epReLUPool {
+				yi = out.data[i*g.o*p : (i+1)*g.o*p]
+			}
 			kernels.Sgemm(false, false, g.o, p, ckk, 1, w.data, ckk, g.im2col(x.data, i, scratch), p, 0, yi, p)
 			if b != nil {
 				// The bias is added after the product, while yi is still
@@ -93,22 +157,60 @@ func Conv2d(x, w, b *Tensor, stride, padding [2]int) *Tensor {
 					kernels.Axpy(bv, ones[:p], yi[oc*p:(oc+1)*p])
 				}
 			}
+			if ep == epNone {
+				continue
+			}
+			if mask != nil {
+				kernels.ReluMask(yi, yi, mask[i*mlen:(i+1)*mlen])
+			} else {
+				kernels.Relu(yi, yi)
+			}
+			if ep == epReLUPool {
+				kernels.MaxPool2x2(yi, out.data[i*outLen:(i+1)*outLen], arg[i*outLen:(i+1)*outLen], g.o, g.oh, g.ow)
+			}
 		}
 		if scratch != nil {
 			putBuf(scratch)
 		}
+		if ybuf != nil {
+			putBuf(ybuf)
+		}
 	})
+	if !track {
+		return out
+	}
 	inputs := []*Tensor{x, w}
 	if b != nil {
 		inputs = append(inputs, b)
 	}
-	return record(out, "conv2d", func(grad []float32) {
-		conv2dBackward(g, x, w, b, grad)
+	return record(out, [...]string{"conv2d", "conv2d_relu", "conv2d_relu_max_pool2d"}[ep], func(grad []float32) {
+		// gradOf returns image i's convolution output gradient: the
+		// incoming gradient itself, or rebuilt in buf through the pooling
+		// and the ReLU.
+		var gradOf func(i int, buf []float32) []float32
+		switch ep {
+		case epNone:
+			gradOf = func(i int, _ []float32) []float32 { return grad[i*g.o*p : (i+1)*g.o*p] }
+		case epReLU:
+			gradOf = func(i int, buf []float32) []float32 {
+				kernels.ReluBackwardMask(buf, grad[i*g.o*p:(i+1)*g.o*p], mask[i*mlen:(i+1)*mlen], false)
+				return buf
+			}
+		case epReLUPool:
+			gradOf = func(i int, buf []float32) []float32 {
+				kernels.MaxPool2x2Backward(buf, grad[i*outLen:(i+1)*outLen], arg[i*outLen:(i+1)*outLen], g.o, g.oh, g.ow, false)
+				kernels.ReluBackwardMask(buf, buf, mask[i*mlen:(i+1)*mlen], false)
+				return buf
+			}
+		}
+		conv2dBackward(g, x, w, b, gradOf, ep != epNone)
 	}, inputs...)
 }
 
 // conv2dBackward accumulates Conv2d's input, weight and bias gradients.
-func conv2dBackward(g convGeom, x, w, b *Tensor, grad []float32) {
+// gradOf returns image i's output gradient; if gradBuf, it needs a buffer
+// of O·OH·OW elements to build it in.
+func conv2dBackward(g convGeom, x, w, b *Tensor, gradOf func(i int, buf []float32) []float32, gradBuf bool) {
 	ckk, p := g.ckk(), g.plane()
 	needX, needW, needB := x.needsGrad(), w.needsGrad(), b.needsGrad()
 	var gx, gw, gb []float32
@@ -136,9 +238,12 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, grad []float32) {
 	used := parallelFor(g.n, convMinFlops/max(perImage, 1)+1, func(worker, lo, hi int) {
 		// One buffer holds image i's columns for dW, then its column
 		// gradient for dX: half the L2 footprint of two.
-		var scratch []float32
+		var scratch, gbuf []float32
 		if (needW || needX) && !g.direct() {
 			scratch = getBuf(ckk * p)
+		}
+		if gradBuf {
+			gbuf = getBuf(g.o * p)
 		}
 		dw := gw
 		if needW && (transposed || worker > 0) {
@@ -152,7 +257,7 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, grad []float32) {
 			partialB[worker] = db
 		}
 		for i := lo; i < hi; i++ {
-			gi := grad[i*g.o*p : (i+1)*g.o*p]
+			gi := gradOf(i, gbuf)
 			if needB {
 				for oc := range db {
 					db[oc] += kernels.Sum(gi[oc*p : (oc+1)*p])
@@ -178,6 +283,9 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, grad []float32) {
 		}
 		if scratch != nil {
 			putBuf(scratch)
+		}
+		if gbuf != nil {
+			putBuf(gbuf)
 		}
 	})
 	for wk := 0; wk < used; wk++ {
