@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/kernels"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/tensor"
 )
@@ -22,6 +24,7 @@ type config struct {
 	findUnused          bool
 	gradAsBucketView    bool
 	hook                CommHook
+	overlap             *bool // nil: decided from the group and the CPUs
 }
 
 // BucketCapMB sets the bucket size in MiB (PyTorch's bucket_cap_mb,
@@ -49,6 +52,17 @@ func FindUnusedParameters(on bool) Option { return func(c *config) { c.findUnuse
 // saving a copy in and out of the bucket on every step and the memory of a
 // second gradient copy.
 func GradientAsBucketView(on bool) Option { return func(c *config) { c.gradAsBucketView = on } }
+
+// OverlapComm decides whether bucket reductions run on a communication
+// goroutine while backward goes on (true), or on the goroutine running
+// backward, each as soon as its bucket is ready (false). Overlap needs a
+// spare CPU: when every rank of the group shares this host and the ranks'
+// compute threads already take all its CPUs (the launcher's default), a
+// reduction running "in the background" only takes turns with backward
+// and adds thread wake-ups, so by default DDP overlaps unless
+// dist.Group.SharedMemory reports one host and ranks × GOTRAIN_NUM_THREADS
+// ≥ the CPUs.
+func OverlapComm(on bool) Option { return func(c *config) { c.overlap = &on } }
 
 // WithCommHook replaces the bucket reduction (default AllReduceHook), e.g.
 // with FP16CompressHook.
@@ -82,6 +96,11 @@ type Model struct {
 
 	reducing atomic.Int64 // nanoseconds in the comm hook, written by the comm goroutine
 
+	inline  bool            // reduce buckets in the grad hooks, not on a goroutine
+	commCtx context.Context // bounds reductions; cancelled by Close
+	failed  int             // with inline: pass whose reduction failed
+	failure error           // with inline: that failure
+
 	cancel context.CancelFunc // ends in-flight reductions on Close
 	work   chan job
 	wg     sync.WaitGroup
@@ -98,13 +117,15 @@ type job struct {
 type Stats struct {
 	// Syncs counts backward passes whose gradients were reduced.
 	Syncs int
-	// ExposedWait is the time Backward spent waiting for reductions after
-	// the last gradient was computed: communication not hidden by backward.
+	// ExposedWait is communication not hidden by backward: the time
+	// Backward spent waiting for reductions after the last gradient was
+	// computed, plus, when reductions run inline (see OverlapComm), the
+	// time they took.
 	ExposedWait time.Duration
 	// Buckets is the current number of gradient buckets.
 	Buckets int
-	// Reducing is the total time the communication goroutine spent in the
-	// comm hook, hidden by backward or not.
+	// Reducing is the total time spent in the comm hook, hidden by
+	// backward or not.
 	Reducing time.Duration
 }
 
@@ -151,11 +172,17 @@ func New(ctx context.Context, module nn.Module, g Group, opts ...Option) (*Model
 	}
 	m.setBuckets(assignBuckets(order, m.numel, cfg.firstBucketCapBytes, cfg.bucketCapBytes))
 	commCtx, cancel := context.WithCancel(context.Background())
-	m.cancel = cancel
+	m.cancel, m.commCtx, m.failed = cancel, commCtx, -1
 	if g.Size() > 1 {
-		m.work = make(chan job, 64)
-		m.wg.Add(1)
-		go m.communicate(commCtx, m.work)
+		m.inline = !overlapByDefault(g)
+		if cfg.overlap != nil {
+			m.inline = !*cfg.overlap
+		}
+		if !m.inline {
+			m.work = make(chan job, 64)
+			m.wg.Add(1)
+			go m.communicate(commCtx, m.work)
+		}
 		for i, p := range m.params {
 			m.removers = append(m.removers, p.AddGradHook(func(pass *tensor.Pass, _ *tensor.Tensor) {
 				m.gradReady(pass, i)
@@ -245,6 +272,36 @@ func (m *Model) Close() error {
 	return nil
 }
 
+// overlapByDefault reports whether a spare CPU can run reductions while
+// backward runs: not when every rank shares this host and their compute
+// threads take all its CPUs.
+func overlapByDefault(g Group) bool {
+	sm, ok := g.(interface{ SharedMemory() bool })
+	if !ok || !sm.SharedMemory() {
+		return true
+	}
+	return g.Size()*kernels.NumThreads() < runtime.NumCPU()
+}
+
+// reduceInline reduces bucket j on the calling goroutine (the one running
+// backward). After a failure the pass's remaining buckets fail at once,
+// as on the communication goroutine.
+func (m *Model) reduceInline(j job) {
+	if j.pass == m.failed {
+		j.done <- m.failure
+		return
+	}
+	start := time.Now()
+	err := m.cfg.hook(m.commCtx, m.group, j.buf)
+	d := time.Since(start)
+	m.reducing.Add(int64(d))
+	m.stats.ExposedWait += d // backward stood still meanwhile
+	if err != nil {
+		m.failed, m.failure = j.pass, err
+	}
+	j.done <- err
+}
+
 // communicate reduces buckets in the order they are launched.
 func (m *Model) communicate(ctx context.Context, work <-chan job) {
 	defer m.wg.Done()
@@ -311,6 +368,10 @@ func (m *Model) markReady(p int) {
 	for _, b := range launch {
 		j := job{pass: m.passes, bucket: b, buf: m.buckets[b], done: make(chan error, 1)}
 		m.jobs = append(m.jobs, j)
+		if m.inline {
+			m.reduceInline(j)
+			continue
+		}
 		m.work <- j
 	}
 }

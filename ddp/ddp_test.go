@@ -3,11 +3,14 @@ package ddp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/gotrain/gotrain/internal/kernels"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/optim"
 	"github.com/gotrain/gotrain/tensor"
@@ -169,6 +172,8 @@ func TestDDPMatchesSingleProcess(t *testing.T) {
 		{"bucket-view", []Option{GradientAsBucketView(true)}},
 		{"tiny-buckets", []Option{BucketCapMB(256.0 / (1 << 20))}}, // several buckets, rebuilt after step 1
 		{"tiny-buckets-view", []Option{BucketCapMB(100.0 / (1 << 20)), GradientAsBucketView(true)}},
+		{"inline", []Option{OverlapComm(false)}},
+		{"inline-tiny-buckets-view", []Option{OverlapComm(false), BucketCapMB(100.0 / (1 << 20)), GradientAsBucketView(true)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkEquivalent(t, want, distributed(t, 1, tc.opts...))
@@ -180,6 +185,7 @@ func TestNoSyncAccumulationEqualsLargerBatch(t *testing.T) {
 	want := reference(t, 2)
 	for _, view := range []bool{false, true} {
 		checkEquivalent(t, want, distributed(t, 2, GradientAsBucketView(view)))
+		checkEquivalent(t, want, distributed(t, 2, GradientAsBucketView(view), OverlapComm(false)))
 	}
 }
 
@@ -271,6 +277,14 @@ func TestUnusedParameters(t *testing.T) {
 }
 
 func TestCommunicationFailureSurfacesFromBackward(t *testing.T) {
+	for _, overlap := range []bool{true, false} {
+		t.Run(fmt.Sprintf("overlap=%v", overlap), func(t *testing.T) {
+			testCommunicationFailure(t, OverlapComm(overlap), BucketCapMB(100.0/(1<<20)))
+		})
+	}
+}
+
+func testCommunicationFailure(t *testing.T, opts ...Option) {
 	gs := newLocalGroups(2)
 	boom := errors.New("peer 1 lost")
 	m := smallModel(1)
@@ -279,12 +293,12 @@ func TestCommunicationFailureSurfacesFromBackward(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if _, err := New(context.Background(), smallModel(2), gs[1]); err != nil {
+		if _, err := New(context.Background(), smallModel(2), gs[1], opts...); err != nil {
 			t.Error(err)
 		}
 		gs[1].h.breakAll(boom)
 	}()
-	dm, err := New(context.Background(), m, gs[0])
+	dm, err := New(context.Background(), m, gs[0], opts...)
 	wg.Wait()
 	if err != nil {
 		t.Fatal(err)
@@ -295,5 +309,39 @@ func TestCommunicationFailureSurfacesFromBackward(t *testing.T) {
 	err = nn.CrossEntropy(dm.Forward(bx), by).Backward()
 	if !errors.Is(err, boom) {
 		t.Fatalf("Backward returned %v, want the communication error", err)
+	}
+}
+
+// sharedGroup is a group that reports ranks sharing this host.
+type sharedGroup struct {
+	Group
+	shared bool
+	size   int
+}
+
+func (g sharedGroup) SharedMemory() bool { return g.shared }
+func (g sharedGroup) Size() int          { return g.size }
+
+func TestOverlapByDefault(t *testing.T) {
+	prev := kernels.SetNumThreads(1)
+	defer kernels.SetNumThreads(prev)
+	cpus := runtime.NumCPU()
+	for _, tc := range []struct {
+		g    Group
+		want bool
+	}{
+		{newLocalGroups(2)[0], true},                   // no SharedMemory method: maybe several hosts
+		{sharedGroup{shared: false, size: cpus}, true}, // ranks on several hosts
+		{sharedGroup{shared: true, size: cpus}, false}, // one rank per CPU: no spare CPU
+		{sharedGroup{shared: true, size: 2 * cpus}, false},
+	} {
+		if got := overlapByDefault(tc.g); got != tc.want {
+			t.Errorf("overlapByDefault(%+v) on %d CPUs = %v, want %v", tc.g, cpus, got, tc.want)
+		}
+	}
+	if cpus > 1 {
+		if !overlapByDefault(sharedGroup{shared: true, size: 1}) {
+			t.Errorf("one rank on %d CPUs: want overlap", cpus)
+		}
 	}
 }

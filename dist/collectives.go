@@ -40,7 +40,10 @@ func (g *Group) allReduceStart(ctx context.Context, sync bool, buf any, op Reduc
 
 // allReduceAlgo picks the algorithm for nbytes.
 func (g *Group) allReduceAlgo(nbytes int) string {
-	if g.cfg.AllReduceAlgo != AlgoAuto {
+	if g.arena != nil {
+		return AlgoShm
+	}
+	if g.cfg.AllReduceAlgo != AlgoAuto && g.cfg.AllReduceAlgo != AlgoShm {
 		return g.cfg.AllReduceAlgo
 	}
 	// Recursive doubling moves the whole buffer log2(n) times but takes
@@ -72,7 +75,10 @@ func (g *Group) runAllReduce(ctx context.Context, c *comm, b flat, op ReduceOp) 
 	}
 	reduce := reducer(b.dt, op)
 	fin := func(seg []byte) { finish(b.dt, op, seg, c.size()) }
-	if g.allReduceAlgo(len(b.bytes)) == AlgoRecursiveDoubling {
+	switch g.allReduceAlgo(len(b.bytes)) {
+	case AlgoShm:
+		return g.allReduceShm(ctx, c, b.bytes, reduce, fin)
+	case AlgoRecursiveDoubling:
 		return allReduceDoubling(ctx, c, b.bytes, b.dt.size(), reduce, fin)
 	}
 	return allReduceRing(ctx, c, b.bytes, b.dt.size(), reduce, fin)

@@ -77,6 +77,10 @@ const (
 	AlgoAuto              = "auto"
 	AlgoRing              = "ring"
 	AlgoRecursiveDoubling = "recursive-doubling"
+	// AlgoShm reduces through a shared-memory arena when every rank runs
+	// on one host (what auto does then too), and falls back to auto
+	// otherwise.
+	AlgoShm = "shm"
 )
 
 // resolve fills defaults from the environment and validates.
@@ -148,9 +152,9 @@ func (c Config) resolve() (Config, error) {
 		}
 	}
 	switch c.AllReduceAlgo {
-	case AlgoAuto, AlgoRing, AlgoRecursiveDoubling:
+	case AlgoAuto, AlgoRing, AlgoRecursiveDoubling, AlgoShm:
 	default:
-		return c, fmt.Errorf("%w: allreduce algorithm %q (want %q, %q or %q)", ErrConfig, c.AllReduceAlgo, AlgoAuto, AlgoRing, AlgoRecursiveDoubling)
+		return c, fmt.Errorf("%w: allreduce algorithm %q (want %q, %q, %q or %q)", ErrConfig, c.AllReduceAlgo, AlgoAuto, AlgoRing, AlgoRecursiveDoubling, AlgoShm)
 	}
 	if !c.AgentStore {
 		c.AgentStore = os.Getenv("GOTRAIN_AGENT_STORE") == "1" || strings.EqualFold(os.Getenv("TORCHELASTIC_USE_AGENT_STORE"), "true")

@@ -39,6 +39,7 @@ type Group struct {
 	p2p      sync.WaitGroup // running point-to-point operations
 
 	scratch []byte // the worker's reusable scratch buffer
+	arena   *arena // shared-memory allreduce when all ranks share a host; nil otherwise
 
 	wake       chan struct{} // capacity 1: "queue changed"
 	workerDone chan struct{}
@@ -49,6 +50,12 @@ func (g *Group) Rank() int { return g.rank }
 
 // Size returns the number of ranks in the group.
 func (g *Group) Size() int { return g.size }
+
+// SharedMemory reports whether every rank of the group runs on this host
+// and allreduce goes through shared memory (see GOTRAIN_SHM). Such ranks
+// share this host's CPUs, which is what DDP needs to know to decide
+// whether communication can overlap computation.
+func (g *Group) SharedMemory() bool { return g.arena != nil }
 
 func newGroup(cfg Config, id string, rank, size int, mesh transport.Mesh, st store.Store) *Group {
 	g := &Group{
@@ -82,9 +89,13 @@ func (g *Group) Destroy() error {
 	case g.wake <- struct{}{}:
 	default:
 	}
+	if g.arena != nil {
+		g.arena.closed.Store(true) // a rank spinning on a peer gives up
+	}
 	err := g.mesh.Close()
 	<-g.workerDone
 	g.p2p.Wait()
+	g.arena.close()
 	if g.owner != nil {
 		if cerr := g.owner.close(); err == nil {
 			err = cerr
@@ -258,6 +269,9 @@ func (g *Group) execute(w *Work) error {
 		c.hdr = transport.Header{Kind: transport.KindP2P, DType: uint8(w.op.dt), Root: -1, Count: uint64(w.op.count), Tag: w.op.tag}
 	} else {
 		g.mesh.Begin(c.hdr)
+		if g.arena != nil {
+			g.arena.begin(c.hdr.Seq, opDescWord(c.hdr.Op, c.hdr.DType, c.hdr.RedOp), c.hdr.Count)
+		}
 	}
 	err := w.run(ctx, c)
 	if err == nil {

@@ -169,7 +169,16 @@ func connect(ctx context.Context, cfg Config, id string, rank, size int, owner *
 	if err != nil {
 		return nil, fmt.Errorf("%s: connect the data plane: %w", where, err)
 	}
-	return newGroup(cfg, id, rank, size, mesh, st), nil
+	var ar *arena
+	if cfg.AllReduceAlgo == AlgoAuto || cfg.AllReduceAlgo == AlgoShm {
+		if ar, err = setupArena(ctx, st, rank, size); err != nil {
+			mesh.Close()
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+	}
+	g := newGroup(cfg, id, rank, size, mesh, st)
+	g.arena = ar
+	return g, nil
 }
 
 // NewGroup makes a group of the given ranks of g (like PyTorch's

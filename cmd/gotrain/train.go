@@ -85,6 +85,7 @@ model= world= epochs= steps= samples_per_s= test_acc= peak_rss_mib=`,
 	f.IntVar(&cfg.MaxSteps, "max-steps", 0, "stop after N steps per worker (0: no limit)")
 	f.BoolVar(&cfg.Profile, "profile", false, "print the mean time per step in data, forward, backward, exposed allreduce wait and optimizer")
 	f.BoolVar(&cfg.Progress, "progress", true, "show a progress bar")
+	f.StringVar(&cfg.LRScaling, "lr-scaling", "", "adapt --lr to the global batch of N ranks: linear (×N) or none; default linear for sgd, none for adadelta and adam")
 	f.StringVar(&cfg.CommHook, "comm-hook", "allreduce", "how DDP reduces gradients: allreduce (float32), fp16 or bf16 (compressed)")
 	trainCmd.AddCommand(cmd)
 }

@@ -48,6 +48,11 @@ type Config struct {
 	Profile   bool    // print a per-step time breakdown
 	Progress  bool    // show a progress bar (rank 0)
 	CommHook  string  // DDP gradient reduction: "allreduce" (default), "fp16" or "bf16"
+	// LRScaling adapts LR to the number of ranks, whose global batch is
+	// world × BatchSize: "linear" multiplies it by world (Goyal et al.'s
+	// rule, so N ranks train like one), "none" keeps it; "" means linear
+	// for SGD and none for the adaptive Adadelta and Adam.
+	LRScaling string
 
 	Out    io.Writer // progress and results; default os.Stderr
 	Logger *slog.Logger
@@ -114,6 +119,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		defer pg.Destroy()
 		world, rank = pg.Size(), pg.Rank()
 	}
+	cfg.LR = scaledLR(cfg, world)
 
 	nn.SetSeed(cfg.Seed)
 	var model nn.Module
@@ -335,6 +341,8 @@ func (cfg *Config) validate() error {
 		return fmt.Errorf("mnistjob: unknown optimizer %q (want sgd, adadelta or adam)", cfg.Optimizer)
 	case commHooks[cfg.CommHook] == nil:
 		return fmt.Errorf("mnistjob: unknown comm hook %q (want allreduce, fp16 or bf16)", cfg.CommHook)
+	case cfg.LRScaling != "" && cfg.LRScaling != "linear" && cfg.LRScaling != "none":
+		return fmt.Errorf("mnistjob: unknown lr scaling %q (want linear or none)", cfg.LRScaling)
 	}
 	return nil
 }
@@ -372,6 +380,14 @@ func (cfg *Config) defaults() {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+}
+
+// scaledLR is the learning rate for world ranks (see Config.LRScaling).
+func scaledLR(cfg Config, world int) float64 {
+	if cfg.LRScaling == "linear" || cfg.LRScaling == "" && cfg.Optimizer == "sgd" {
+		return cfg.LR * float64(world)
+	}
+	return cfg.LR
 }
 
 func newOptimizer(cfg Config, params []*tensor.Tensor) (optim.Optimizer, optim.Scheduler, error) {

@@ -89,10 +89,28 @@ func TestRunOptimizers(t *testing.T) {
 
 func TestRunRejectsBadConfig(t *testing.T) {
 	t.Setenv("WORLD_SIZE", "")
-	for _, cfg := range []Config{{Model: "resnet"}, {Optimizer: "lbfgs"}, {CommHook: "gzip"}} {
-		_, err := Run(context.Background(), Config{Model: cfg.Model, Optimizer: cfg.Optimizer, CommHook: cfg.CommHook, MaxSteps: 1, Out: io.Discard})
+	for _, cfg := range []Config{{Model: "resnet"}, {Optimizer: "lbfgs"}, {CommHook: "gzip"}, {LRScaling: "sqrt"}} {
+		_, err := Run(context.Background(), Config{Model: cfg.Model, Optimizer: cfg.Optimizer, CommHook: cfg.CommHook, LRScaling: cfg.LRScaling, MaxSteps: 1, Out: io.Discard})
 		if err == nil || !strings.Contains(err.Error(), "unknown") {
 			t.Errorf("Run(%+v) = %v; want an error naming the unknown choice", cfg, err)
+		}
+	}
+}
+
+func TestScaledLR(t *testing.T) {
+	for _, tc := range []struct {
+		cfg   Config
+		world int
+		want  float64
+	}{
+		{Config{Optimizer: "sgd", LR: 0.01}, 1, 0.01},
+		{Config{Optimizer: "sgd", LR: 0.01}, 4, 0.04},
+		{Config{Optimizer: "sgd", LR: 0.01, LRScaling: "none"}, 4, 0.01},
+		{Config{Optimizer: "adadelta", LR: 1}, 2, 1},
+		{Config{Optimizer: "adam", LR: 0.001, LRScaling: "linear"}, 2, 0.002},
+	} {
+		if got := scaledLR(tc.cfg, tc.world); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("scaledLR(%+v, world %d) = %v, want %v", tc.cfg, tc.world, got, tc.want)
 		}
 	}
 }
@@ -145,7 +163,8 @@ func TestTwoRanksMatchOneProcessWithTwiceTheBatch(t *testing.T) {
 	runLocal(t, Config{MaxSteps: 20, BatchSize: 64, Save: one})
 
 	two := filepath.Join(dir, "two.safetensors")
-	cfg, err := json.Marshal(Config{MaxSteps: 20, BatchSize: 32, Save: two})
+	// The global batch stays 64, so the learning rate must not scale.
+	cfg, err := json.Marshal(Config{MaxSteps: 20, BatchSize: 32, Save: two, LRScaling: "none"})
 	if err != nil {
 		t.Fatal(err)
 	}
