@@ -90,3 +90,85 @@ func bitsEqual(a, b []float32) bool {
 	}
 	return true
 }
+
+// TestSequentialFreesOnlyIntermediates runs several training steps through
+// Sequentials whose intermediates are recycled, checking against the same
+// children run one by one (nothing recycled) that outputs and gradients are
+// bit for bit equal, that results and inputs the caller holds are never
+// overwritten by later steps, and that storage shared with the input or
+// the result (Flatten first or last) is never recycled.
+func TestSequentialFreesOnlyIntermediates(t *testing.T) {
+	models := map[string]func() *SequentialLayer{
+		"cnn": func() *SequentialLayer {
+			return Sequential(Conv2d(1, 8, 3), ReLU(), Conv2d(8, 16, 3), ReLU(), MaxPool2d(2), Dropout(0.25),
+				Flatten(), Linear(16*4*4, 32), ReLU(), Dropout(0.5), Linear(32, 10))
+		},
+		"flatten-first": func() *SequentialLayer {
+			return Sequential(Flatten(), Linear(144, 64), ReLU(), Linear(64, 64), ReLU(), Linear(64, 10))
+		},
+		"flatten-last": func() *SequentialLayer {
+			return Sequential(Conv2d(1, 8, 3), ReLU(), Conv2d(8, 8, 3), ReLU(), Flatten())
+		},
+		"dropout-eval-last": func() *SequentialLayer {
+			m := Sequential(Flatten(), Linear(144, 64), ReLU(), Dropout(0.5))
+			SetTrain(m, false)
+			return m
+		},
+	}
+	for name, build := range models {
+		t.Run(name, func(t *testing.T) {
+			SetSeed(11)
+			m := build()
+			SetSeed(11)
+			ref := build()
+			if name == "dropout-eval-last" {
+				SetTrain(ref, false)
+			}
+			step := func(m *SequentialLayer, forward func(*tensor.Tensor) *tensor.Tensor, x *tensor.Tensor) (*tensor.Tensor, [][]float32) {
+				for _, p := range Parameters(m) {
+					p.SetGrad(nil)
+				}
+				y := forward(x)
+				if err := tensor.Sum(tensor.Mul(y, y), false).Backward(); err != nil {
+					t.Fatal(err)
+				}
+				var grads [][]float32
+				for _, p := range Parameters(m) {
+					grads = append(grads, p.Grad().Clone().Data())
+				}
+				return y, grads
+			}
+			var held, heldX []*tensor.Tensor
+			var heldData, heldXData [][]float32
+			for s := 0; s < 4; s++ {
+				x := tensor.Rand(tensor.NewRNG(uint64(s)), 16, 1, 12, 12)
+				xData := slices.Clone(x.Data())
+				y, grads := step(m, m.Forward, x)
+				wantY, wantGrads := step(ref, func(x *tensor.Tensor) *tensor.Tensor {
+					for i := 0; i < ref.Len(); i++ {
+						x = ref.At(i).Forward(x)
+					}
+					return x
+				}, x)
+				if !bitsEqual(y.Data(), wantY.Data()) {
+					t.Fatalf("step %d: output differs from layer by layer", s)
+				}
+				for i := range grads {
+					if !bitsEqual(grads[i], wantGrads[i]) {
+						t.Fatalf("step %d: gradient %d differs from layer by layer", s, i)
+					}
+				}
+				held, heldData = append(held, y), append(heldData, slices.Clone(y.Data()))
+				heldX, heldXData = append(heldX, x), append(heldXData, xData)
+				for i := range held {
+					if !bitsEqual(held[i].Data(), heldData[i]) {
+						t.Fatalf("step %d: result of step %d was overwritten", s, i)
+					}
+					if !bitsEqual(heldX[i].Data(), heldXData[i]) {
+						t.Fatalf("step %d: input of step %d was overwritten", s, i)
+					}
+				}
+			}
+		})
+	}
+}

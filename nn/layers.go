@@ -135,16 +135,77 @@ func (s *SequentialLayer) String() string {
 // gradients: Conv2d followed by ReLU (tensor.Conv2dReLU), and that
 // followed by a 2×2 MaxPool2d at stride 2 without padding
 // (tensor.Conv2dReLUMaxPool2x2).
+//
+// The outputs between children are also handed to
+// tensor.(*Tensor).FreeWithGraph when only built-in layers read them, so
+// that the next training step reuses their storage.
 func (s *SequentialLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
-	for i := 0; i < len(s.layers); i++ {
-		if y, used := s.fused(i, x); used > 0 {
-			x = y
-			i += used - 1
+	if len(s.layers) == 0 {
+		return x
+	}
+	// outs[k] is the output of a run of children; next[k] the index of
+	// the child that reads it (len(s.layers) for the result).
+	outs := make([]*tensor.Tensor, 0, len(s.layers)+1)
+	next := make([]int, 0, len(s.layers)+1)
+	outs, next = append(outs, x), append(next, 0)
+	for i := 0; i < len(s.layers); {
+		y, used := s.fused(i, x)
+		if used == 0 {
+			y, used = s.layers[i].Forward(x), 1
+		}
+		i += used
+		x = y
+		outs, next = append(outs, y), append(next, i)
+	}
+	s.freeIntermediates(outs, next)
+	return x
+}
+
+// freeIntermediates marks outputs between children as FreeWithGraph when
+// that is safe: outputs sharing storage are grouped, and a group is freed
+// (through its first member, which a Backward releases last) only if it
+// does not hold the input or the result and every member is read only by
+// a built-in layer that keeps nothing beyond its backward pass.
+func (s *SequentialLayer) freeIntermediates(outs []*tensor.Tensor, next []int) {
+	if len(outs) < 3 {
+		return
+	}
+	type group struct {
+		first *tensor.Tensor
+		ok    bool
+	}
+	groups := make(map[*float32]*group, len(outs))
+	for k, t := range outs {
+		d := t.Data()
+		if len(d) == 0 {
 			continue
 		}
-		x = s.layers[i].Forward(x)
+		p := &d[0]
+		gr := groups[p]
+		if gr == nil {
+			gr = &group{first: t, ok: true}
+			groups[p] = gr
+		}
+		if k == 0 || next[k] >= len(s.layers) || !graphOnly(s.layers[next[k]]) {
+			gr.ok = false
+		}
 	}
-	return x
+	for _, gr := range groups {
+		if gr.ok {
+			gr.first.FreeWithGraph()
+		}
+	}
+}
+
+// graphOnly reports whether m is a built-in layer that reads its input
+// only in its forward and backward passes and whose output is either new
+// storage or a view of its input.
+func graphOnly(m Module) bool {
+	switch m.(type) {
+	case *Conv2dLayer, *LinearLayer, *ReLULayer, *Pool2dLayer, *DropoutLayer, *FlattenLayer:
+		return true
+	}
+	return false
 }
 
 // fused runs the children from i as one fused op if they form a pattern

@@ -196,6 +196,12 @@ func (t *Tensor) BackwardWith(grad *Tensor) error {
 		n.node = nil
 		n.requiresGrad = false
 		n.released = true
+		if n.recycle {
+			// Every op that reads n comes later in order and has run.
+			putBuf(n.data)
+			n.data = nil
+			n.recycle = false
+		}
 	}
 	var errs []error
 	for _, f := range pass.finishes {

@@ -110,7 +110,9 @@ func conv2d(x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) *Tensor {
 		outLen = g.o * qh * qw
 		shape = []int{g.n, g.o, qh, qw}
 	}
-	out := &Tensor{data: make([]float32, g.n*outLen), shape: shape}
+	// Every element is written below (the GEMM with beta 0 does not read
+	// its output): a recycled buffer needs no clearing.
+	out := &Tensor{data: getBuf(g.n * outLen), shape: shape}
 	track := GradEnabled() && (x.requiresGrad || x.released || w.requiresGrad || w.released ||
 		(b != nil && (b.requiresGrad || b.released)))
 	// The ReLU's bit mask, per image a whole number of 16-bit pieces; and
@@ -122,7 +124,9 @@ func conv2d(x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) *Tensor {
 		mask = make([]byte, g.n*mlen)
 	}
 	if ep == epReLUPool {
-		arg = make([]int32, len(out.data))
+		// Only this op's backward reads the argmax, once: it hands the
+		// buffer back when done (or at once if nothing is recorded).
+		arg = getIdx(len(out.data))
 	}
 	var ones []float32
 	if b != nil {
@@ -177,6 +181,7 @@ func conv2d(x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) *Tensor {
 		}
 	})
 	if !track {
+		putIdx(arg)
 		return out
 	}
 	inputs := []*Tensor{x, w}
@@ -204,6 +209,8 @@ func conv2d(x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) *Tensor {
 			}
 		}
 		conv2dBackward(g, x, w, b, gradOf, ep != epNone)
+		putIdx(arg)
+		arg = nil
 	}, inputs...)
 }
 
@@ -214,8 +221,11 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, gradOf func(i int, buf []float3
 	ckk, p := g.ckk(), g.plane()
 	needX, needW, needB := x.needsGrad(), w.needsGrad(), b.needsGrad()
 	var gx, gw, gb []float32
+	// A fresh input gradient buffer is cleared an image at a time, just
+	// before that image's gradient is added into it, while it is in cache.
+	freshX := false
 	if needX {
-		gx = x.accGrad()
+		gx, freshX = x.gradDst()
 	}
 	if needW {
 		gw = w.accGrad()
@@ -274,8 +284,15 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, gradOf func(i int, buf []float3
 			if needX { // dcol = Wᵀ · g_i, folded back into the image
 				dxi := gx[i*g.inSize() : (i+1)*g.inSize()]
 				if g.direct() {
-					kernels.Sgemm(true, false, ckk, p, g.o, 1, w.data, ckk, gi, p, 1, dxi, p)
+					beta := float32(1)
+					if freshX {
+						beta = 0
+					}
+					kernels.Sgemm(true, false, ckk, p, g.o, 1, w.data, ckk, gi, p, beta, dxi, p)
 					continue
+				}
+				if freshX {
+					clear(dxi)
 				}
 				kernels.Sgemm(true, false, ckk, p, g.o, 1, w.data, ckk, gi, p, 0, scratch, p)
 				kernels.Col2im(scratch, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, dxi)

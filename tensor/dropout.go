@@ -17,11 +17,22 @@ func Dropout(x *Tensor, p float32, training bool, rng *RNG) *Tensor {
 	if !training || p == 0 {
 		return x
 	}
-	out := Zeros(x.shape...)
-	mask := make([]float32, len(x.data))
+	// MulTo below writes every element, so out needs no clearing; with
+	// p = 1 the mask is cleared and out is cleared with it.
+	out := &Tensor{data: getBuf(len(x.data)), shape: append([]int(nil), x.shape...)}
+	// Only backward reads the mask, once: it hands the buffer back for
+	// reuse when done (or at once if nothing is recorded).
+	mask := getBuf(len(x.data))
 	if p < 1 {
 		dropoutMask(mask, 1/(1-p), 1-p, rng)
 		kernels.MulTo(out.data, x.data, mask)
+	} else {
+		clear(mask)
+		clear(out.data)
+	}
+	if !GradEnabled() || !(x.requiresGrad || x.released) {
+		putBuf(mask)
+		return out
 	}
 	return record(out, "dropout", func(g []float32) {
 		if gx, fresh := x.gradDst(); fresh {
@@ -29,6 +40,8 @@ func Dropout(x *Tensor, p float32, training bool, rng *RNG) *Tensor {
 		} else {
 			kernels.AddMulTo(gx, g, mask)
 		}
+		putBuf(mask)
+		mask = nil
 	}, x)
 }
 

@@ -197,7 +197,8 @@ func sigmoid(v float32) float32 {
 // backward pass needs only whether each x > 0: a bit mask of n/8 bytes
 // instead of reading the n-float output again.
 func ReLU(x *Tensor) *Tensor {
-	out := Zeros(x.shape...)
+	// Every element is written below.
+	out := &Tensor{data: getBuf(len(x.data)), shape: append([]int(nil), x.shape...)}
 	n := len(x.data)
 	if !GradEnabled() || !(x.requiresGrad || x.released) {
 		parallelFor(n, elemMinItems, func(_, lo, hi int) {

@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"sync"
+	"unsafe"
 
 	"github.com/gotrain/gotrain/internal/kernels"
 )
@@ -46,7 +47,7 @@ var scratch struct {
 
 const (
 	maxScratchBytes = 256 << 20
-	maxScratchPer   = 4    // buffers kept per size
+	maxScratchPer   = 8    // buffers kept per size
 	minScratchLen   = 1024 // smaller buffers are cheap to allocate
 )
 
@@ -82,4 +83,22 @@ func putBuf(b []float32) {
 	}
 	scratch.free[n] = append(scratch.free[n], b[:n:n])
 	scratch.bytes += 4 * n
+}
+
+// getIdx is getBuf for int32 indices (pooling argmax), sharing its free
+// lists: the buffers hold no pointers either way.
+func getIdx(n int) []int32 {
+	b := getBuf(n)
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*int32)(unsafe.Pointer(&b[0])), n)
+}
+
+// putIdx hands a buffer from getIdx back for reuse.
+func putIdx(b []int32) {
+	if len(b) == 0 {
+		return
+	}
+	putBuf(unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)))
 }

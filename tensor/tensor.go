@@ -46,6 +46,10 @@ type Tensor struct {
 	// released marks a non-leaf whose recorded history an earlier Backward
 	// freed; differentiating through it again is an error.
 	released bool
+	// recycle marks an intermediate result only the graph reads (see
+	// FreeWithGraph): releasing its history hands its storage back for
+	// reuse.
+	recycle bool
 }
 
 // New wraps data (not copied) in a tensor of the given shape. It panics if
@@ -148,6 +152,22 @@ func (t *Tensor) SetGrad(g *Tensor) {
 func (t *Tensor) ZeroGrad() {
 	if t.grad != nil {
 		clear(t.grad.data)
+	}
+}
+
+// FreeWithGraph declares that t is an intermediate result that nothing but
+// its recorded graph will read: the caller never hands t (or a tensor
+// sharing its data) to anyone, and the ops that consumed it do not keep it
+// beyond their backward pass. When a Backward releases t's history, after
+// every op that reads t has run its backward, t's storage is recycled for
+// the results of later ops, which saves allocating, zeroing and
+// page-faulting large fresh activations every training step. t is then
+// empty (Len 0). nn.Sequential marks the outputs between its built-in
+// layers this way. It has no effect on a tensor without recorded history,
+// which no Backward releases.
+func (t *Tensor) FreeWithGraph() {
+	if t.node != nil {
+		t.recycle = true
 	}
 }
 
