@@ -7,7 +7,6 @@ import (
 	"unsafe"
 
 	"github.com/gotrain/gotrain/dist"
-	"github.com/gotrain/gotrain/internal/kernels"
 )
 
 // Group is what DDP needs of a process group; *dist.Group implements it.
@@ -22,17 +21,18 @@ type Group interface {
 // CommHook reduces one bucket of gradients across the group. On a nil
 // return, bucket must hold the gradient averaged over all ranks, identical
 // on every rank. Hooks run on DDP's communication goroutine, one bucket at a
-// time in bucket order, while backward goes on; the hook must not retain
-// bucket after returning.
+// time in bucket order, while backward goes on (or, when DDP does not
+// overlap, in the grad hooks themselves: see OverlapComm); the hook must not
+// retain bucket after returning.
 type CommHook func(ctx context.Context, g Group, bucket []float32) error
 
-// AllReduceHook is the default hook: divide by the world size, then
-// allreduce-sum in float32 (PyTorch's default).
+// AllReduceHook is the default hook: allreduce-average in float32, like
+// PyTorch's default. The division by the world size is done by the
+// allreduce on each rank's share of the sum, a pass over 1/n of the bucket
+// instead of all of it before sending (PyTorch divides first to keep fp16
+// from overflowing, which float32 gradients do not need).
 func AllReduceHook(ctx context.Context, g Group, bucket []float32) error {
-	if n := g.Size(); n > 1 {
-		kernels.Scale(1/float32(n), bucket)
-	}
-	return g.AllReduce(ctx, bucket, dist.Sum)
+	return g.AllReduce(ctx, bucket, dist.Avg)
 }
 
 // FP16CompressHook sends gradients as IEEE half precision, halving the bytes

@@ -87,8 +87,8 @@ func (g *localGroup) AllReduce(ctx context.Context, buf any, op dist.ReduceOp) e
 	if !ok {
 		return fmt.Errorf("localGroup: AllReduce of %T", buf)
 	}
-	if op != dist.Sum {
-		return errors.New("localGroup: only Sum")
+	if op != dist.Sum && op != dist.Avg {
+		return errors.New("localGroup: only Sum and Avg")
 	}
 	all, err := g.h.exchange(g.rank, append([]float32(nil), b...))
 	if err != nil {
@@ -98,6 +98,11 @@ func (g *localGroup) AllReduce(ctx context.Context, buf any, op dist.ReduceOp) e
 	for _, v := range all { // rank order: identical on every rank
 		for i, x := range v.([]float32) {
 			b[i] += x
+		}
+	}
+	if op == dist.Avg {
+		for i := range b {
+			b[i] /= float32(g.h.n)
 		}
 	}
 	return nil

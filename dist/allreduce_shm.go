@@ -119,29 +119,40 @@ func (a *arena) publishAndWait(ctx context.Context, g *Group, c *comm) error {
 	if atomic.LoadUint64(&me.sleepers) != 0 {
 		futexWakeAll(&me.phase)
 	}
-	spins := 0
+	spins, slept := 0, false
+	var start time.Time
 	for r := 0; r < a.size; r++ {
 		p := a.ctl[r]
 		for atomic.LoadUint64(&p.phase) < want {
 			spins++
-			if spins < a.spin {
+			if spins&255 != 0 {
 				if spins&63 == 0 {
 					runtime.Gosched()
 				}
 				continue
 			}
+			if start.IsZero() {
+				start = time.Now()
+			}
 			if err := a.waitErr(ctx, g, c, r, want); err != nil {
 				return err
+			}
+			if time.Since(start) < a.spin {
+				continue
 			}
 			// Announce the sleep, then re-check: the peer either sees
 			// the announcement after its store (and wakes us) or its
 			// store is seen here. The timeout re-checks errors.
+			slept = true
 			atomic.AddUint64(&p.sleepers, 1)
 			if v := atomic.LoadUint64(&p.phase); v < want {
 				futexSleep(&p.phase, uint32(v), 5*time.Millisecond)
 			}
 			atomic.AddUint64(&p.sleepers, ^uint64(0))
 		}
+	}
+	if !start.IsZero() {
+		a.adaptSpin(slept)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/gotrain/gotrain/dist/store"
@@ -48,14 +49,15 @@ const (
 
 // arena is one rank's view of the group's shared-memory file.
 type arena struct {
-	mem    []byte
-	rank   int
-	size   int
-	ctl    []*arenaControl // each rank's control block
-	data   [][2][]byte     // data[r][i]: rank r's area for rounds ≡ i mod 2
-	round  uint64          // this rank's completed phases (2 per round)
-	spin   int             // spin iterations before sleeping
-	closed atomic.Bool
+	mem     []byte
+	rank    int
+	size    int
+	ctl     []*arenaControl // each rank's control block
+	data    [][2][]byte     // data[r][i]: rank r's area for rounds ≡ i mod 2
+	round   uint64          // this rank's completed phases (2 per round)
+	spin    time.Duration   // how long a wait spins before it sleeps now
+	maxSpin time.Duration
+	closed  atomic.Bool
 }
 
 // arenaControl is a rank's control block in shared memory. Phase is
@@ -65,10 +67,10 @@ type arenaControl struct {
 	phase    uint64
 	sleepers uint64 // peers asleep on phase (a futex word)
 	_        [48]byte
-	seq   uint64
-	desc  uint64 // op kind, dtype and reduce op
-	count uint64
-	_     [40]byte
+	seq      uint64
+	desc     uint64 // op kind, dtype and reduce op
+	count    uint64
+	_        [40]byte
 	// cur is 1 + the sequence number of the collective this rank runs,
 	// of any kind, published when it begins (0: none yet). A rank waiting
 	// in the arena compares it with its own operation, which catches a
@@ -228,14 +230,34 @@ func newArena(mem []byte, rank, size int) *arena {
 		})
 	}
 	// Spinning is how a waiting rank notices its peers within a
-	// microsecond; but a spinning rank may steal the CPU of the rank it
-	// waits for (more ranks than CPUs, or other busy processes), so it
-	// soon sleeps on a futex instead, which the peer's next phase wakes.
-	a.spin = 4096
+	// microsecond. Sleeping costs far more than the futex calls: an idle
+	// CPU halts, and on a virtual machine waking a halted vCPU can take
+	// milliseconds. But a spinning rank steals the CPU of any other
+	// process that wants it — possibly the peer it waits for, when ranks
+	// outnumber CPUs or other work shares the machine. So the spin budget
+	// adapts (see adaptSpin): long while waits end during the spin, short
+	// once they do not.
+	a.maxSpin = 2 * time.Millisecond
 	if size > runtime.NumCPU() {
-		a.spin = 64
+		a.maxSpin = 20 * time.Microsecond
 	}
+	a.spin = a.maxSpin
 	return a
+}
+
+// minSpin is the least a wait spins: a futex round trip's worth.
+const minSpin = 20 * time.Microsecond
+
+// adaptSpin updates the spin budget after a wait that took waited and
+// slept or not. A wait that had to sleep halves the budget (the peer was
+// not running, and spinning only kept it from running sooner); a wait
+// that ended while spinning grows it back. Like an adaptive mutex.
+func (a *arena) adaptSpin(slept bool) {
+	if slept {
+		a.spin = max(a.spin/2, minSpin)
+	} else {
+		a.spin = min(a.spin*2, a.maxSpin)
+	}
 }
 
 // close unmaps the arena. The caller guarantees no operation is running.
