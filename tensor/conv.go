@@ -60,9 +60,10 @@ func Conv2dReLU(x, w, b *Tensor, stride, padding [2]int) *Tensor {
 // Conv2dReLUMaxPool2x2 is MaxPool2d(ReLU(Conv2d(x, w, b, stride, padding)),
 // 2×2 window, stride 2, no padding) as one op, with the same values and
 // gradients. The convolution and ReLU outputs of an image live only in a
-// per-goroutine buffer that stays in cache; forward keeps the ReLU's bit
-// mask and the pooling's argmax, and backward rebuilds each image's
-// convolution gradient from them.
+// per-goroutine buffer that stays in cache; forward keeps the pooling's
+// argmax, and backward rebuilds each image's convolution gradient from it
+// and the result (the ReLU passes the gradient of a window's maximum where
+// the pooled value is positive).
 func Conv2dReLUMaxPool2x2(x, w, b *Tensor, stride, padding [2]int) *Tensor {
 	return conv2d(x, w, b, stride, padding, epReLUPool)
 }
@@ -115,12 +116,12 @@ func conv2d(x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) *Tensor {
 	out := &Tensor{data: getBuf(g.n * outLen), shape: shape}
 	track := GradEnabled() && (x.requiresGrad || x.released || w.requiresGrad || w.released ||
 		(b != nil && (b.requiresGrad || b.released)))
-	// The ReLU's bit mask, per image a whole number of 16-bit pieces; and
-	// the pooling's argmax.
+	// The ReLU's bit mask (unpooled only), per image a whole number of
+	// 16-bit pieces; and the pooling's argmax.
 	mlen := kernels.ReluMaskLen(g.o * p)
 	var mask []byte
 	var arg []int32
-	if ep != epNone && track {
+	if ep == epReLU && track {
 		mask = make([]byte, g.n*mlen)
 	}
 	if ep == epReLUPool {
@@ -202,22 +203,35 @@ func conv2d(x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) *Tensor {
 				return buf
 			}
 		case epReLUPool:
+			// The pooled value is the ReLU output at the window's argmax,
+			// positive exactly where the ReLU passes the gradient there;
+			// the window's other elements get none. So the ReLU is applied
+			// to the pooled gradient (a quarter of the size) before it is
+			// scattered to the argmax.
 			gradOf = func(i int, buf []float32) []float32 {
-				kernels.MaxPool2x2Backward(buf, grad[i*outLen:(i+1)*outLen], arg[i*outLen:(i+1)*outLen], g.o, g.oh, g.ow, false)
-				kernels.ReluBackwardMask(buf, buf, mask[i*mlen:(i+1)*mlen], false)
-				return buf
+				y, pg := buf[:g.o*p], buf[g.o*p:]
+				kernels.ReluBackwardSet(pg, grad[i*outLen:(i+1)*outLen], out.data[i*outLen:(i+1)*outLen])
+				kernels.MaxPool2x2Backward(y, pg, arg[i*outLen:(i+1)*outLen], g.o, g.oh, g.ow, false)
+				return y
 			}
 		}
-		conv2dBackward(g, x, w, b, gradOf, ep != epNone)
+		bufLen := 0
+		switch ep {
+		case epReLU:
+			bufLen = g.o * p
+		case epReLUPool:
+			bufLen = g.o*p + outLen
+		}
+		conv2dBackward(g, x, w, b, gradOf, bufLen)
 		putIdx(arg)
 		arg = nil
 	}, inputs...)
 }
 
 // conv2dBackward accumulates Conv2d's input, weight and bias gradients.
-// gradOf returns image i's output gradient; if gradBuf, it needs a buffer
-// of O·OH·OW elements to build it in.
-func conv2dBackward(g convGeom, x, w, b *Tensor, gradOf func(i int, buf []float32) []float32, gradBuf bool) {
+// gradOf returns image i's output gradient, built in a buffer of bufLen
+// elements if bufLen > 0.
+func conv2dBackward(g convGeom, x, w, b *Tensor, gradOf func(i int, buf []float32) []float32, bufLen int) {
 	ckk, p := g.ckk(), g.plane()
 	needX, needW, needB := x.needsGrad(), w.needsGrad(), b.needsGrad()
 	var gx, gw, gb []float32
@@ -252,8 +266,8 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, gradOf func(i int, buf []float3
 		if (needW || needX) && !g.direct() {
 			scratch = getBuf(ckk * p)
 		}
-		if gradBuf {
-			gbuf = getBuf(g.o * p)
+		if bufLen > 0 {
+			gbuf = getBuf(bufLen)
 		}
 		dw := gw
 		if needW && (transposed || worker > 0) {
