@@ -251,3 +251,31 @@ func TestExampleMNISTUnderRun(t *testing.T) {
 		t.Fatalf("%d summary lines; want rank 0's only:\n%s", n, stdout)
 	}
 }
+
+// TestTrainMomentumZero: --momentum 0 trains without momentum. The job's
+// zero value means its 0.9 default, so the flag's 0 must be passed on as
+// "none": its weights differ from 0.9's, while leaving the flag out gives
+// 0.9's exactly.
+func TestTrainMomentumZero(t *testing.T) {
+	dir := t.TempDir()
+	weights := func(name string, extra ...string) []byte {
+		path := filepath.Join(dir, name+".safetensors")
+		args := append([]string{"train", "mnist", "--max-steps", "5", "--progress=false", "--save", path}, extra...)
+		all, _, code := runGotrain(t, 60*time.Second, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit code %d; output:\n%s", args, code, all)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	none, fixed, dflt := weights("none", "--momentum", "0"), weights("fixed", "--momentum", "0.9"), weights("default")
+	if bytes.Equal(none, fixed) {
+		t.Error("--momentum 0 gave the weights of --momentum 0.9")
+	}
+	if !bytes.Equal(dflt, fixed) {
+		t.Error("no --momentum gave other weights than --momentum 0.9")
+	}
+}
