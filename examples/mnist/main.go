@@ -48,6 +48,7 @@ type options struct {
 	epochs          int
 	batchSize       int
 	lr, momentum    float64
+	scaleLR         bool
 	seed            uint64
 	dataDir         string
 	save            string
@@ -65,6 +66,7 @@ func main() {
 	flag.IntVar(&o.batchSize, "batch-size", 64, "batch size per rank")
 	flag.Float64Var(&o.lr, "lr", 0.01, "SGD learning rate")
 	flag.Float64Var(&o.momentum, "momentum", 0.9, "SGD momentum")
+	flag.BoolVar(&o.scaleLR, "scale-lr", true, "multiply --lr by the number of ranks, whose global batch is that many times larger (the linear scaling rule)")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the initial weights and of the shuffling")
 	flag.StringVar(&o.dataDir, "data", "", "directory with the MNIST IDX files (default: the copy shipped in the binary)")
 	flag.StringVar(&o.save, "save", "", "rank 0 saves the model here (safetensors) after training")
@@ -130,7 +132,13 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	loader := data.NewLoader(train, o.batchSize, sampler)
-	opt := optim.NewSGD(params, o.lr, optim.Momentum(o.momentum))
+	lr := o.lr
+	if o.scaleLR {
+		// N ranks take steps N times the batch: N times the learning rate
+		// keeps them training like one process (Goyal et al., 2017).
+		lr *= float64(world)
+	}
+	opt := optim.NewSGD(params, lr, optim.Momentum(o.momentum))
 
 	// With --resume every rank reads rank 0's last checkpoint: the same
 	// weights, optimizer state and place in the data.
