@@ -35,13 +35,13 @@ const (
 	// arenaChunk is the largest piece of an allreduce done in one round;
 	// each rank's region holds two, so a round can start while peers
 	// still read the previous one.
-	arenaChunk = 128 << 10
+	arenaChunk = 4 << 20
 	// arenaCtl is each rank's control block: its round counter and the
 	// description of the operation it runs, on their own cache lines.
 	arenaCtl = 256
-	// arenaMaxRanks bounds the file (2 MiB of data per rank).
+	// arenaMaxRanks bounds the file (8 MiB of data per rank).
 	arenaMaxRanks = 64
-	// arenaMagicOff holds the creator's random nonce, which proves to the
+	// arenaNonceLen bytes at the start of the file hold the creator's random nonce, which proves to the
 	// other ranks that they mapped the very file it created.
 	arenaNonceLen = 16
 	arenaHeader   = 4096
