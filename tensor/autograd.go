@@ -178,9 +178,12 @@ func (t *Tensor) BackwardWith(grad *Tensor) error {
 	}
 	for i := len(order) - 1; i >= 0; i-- {
 		n := order[i]
-		if n.passGrad != nil {
-			n.node.backward(n.passGrad)
-			putBuf(n.passGrad)
+		if g := n.passGrad; g != nil {
+			n.node.backward(g)
+			// An op may have handed the buffer on to its input (Reshape).
+			if n.passGrad != nil {
+				putBuf(n.passGrad)
+			}
 		}
 		n.passGrad = nil
 		for _, in := range n.node.inputs {

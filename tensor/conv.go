@@ -122,7 +122,8 @@ func conv2d(x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) *Tensor {
 	var mask []byte
 	var arg []int32
 	if ep == epReLU && track {
-		mask = make([]byte, g.n*mlen)
+		// Like the argmax, read once by backward and handed back.
+		mask = getBytes(g.n * mlen)
 	}
 	if ep == epReLUPool {
 		// Only this op's backward reads the argmax, once: it hands the
@@ -224,7 +225,8 @@ func conv2d(x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) *Tensor {
 		}
 		conv2dBackward(g, x, w, b, gradOf, bufLen)
 		putIdx(arg)
-		arg = nil
+		putBytes(mask)
+		arg, mask = nil, nil
 	}, inputs...)
 }
 

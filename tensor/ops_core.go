@@ -33,6 +33,13 @@ func (t *Tensor) Reshape(shape ...int) *Tensor {
 	}
 	out := &Tensor{data: t.data, shape: shape}
 	return record(out, "reshape", func(g []float32) {
+		if t.node != nil && t.passGrad == nil && len(g) > 0 && len(out.passGrad) > 0 && &out.passGrad[0] == &g[0] {
+			// t's gradient is g itself: hand the pass-local buffer on
+			// instead of copying it (Backward does not recycle it with
+			// out's).
+			t.passGrad, out.passGrad = g, nil
+			return
+		}
 		if gt, fresh := t.gradDst(); fresh {
 			copy(gt, g)
 		} else {

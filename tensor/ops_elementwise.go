@@ -206,7 +206,8 @@ func ReLU(x *Tensor) *Tensor {
 		})
 		return out
 	}
-	mask := make([]byte, kernels.ReluMaskLen(n))
+	// Only backward reads the mask, once: it hands it back for reuse.
+	mask := getBytes(kernels.ReluMaskLen(n))
 	// Workers take whole 64-element blocks, so that no two write one
 	// 16-bit piece of the mask.
 	blocks := (n + 63) / 64
@@ -220,6 +221,8 @@ func ReLU(x *Tensor) *Tensor {
 			a, b := lo*64, min(hi*64, n)
 			kernels.ReluBackwardMask(gx[a:b], g[a:b], mask[a/8:], !fresh)
 		})
+		putBytes(mask)
+		mask = nil
 	}, x)
 }
 

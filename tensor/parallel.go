@@ -102,3 +102,22 @@ func putIdx(b []int32) {
 	}
 	putBuf(unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)))
 }
+
+// getBytes is getBuf for byte buffers (bit masks): a recycled float32
+// buffer of ⌈n/4⌉ elements seen as n bytes.
+func getBytes(n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	b := getBuf((n + 3) / 4)
+	return unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), 4*len(b))[:n]
+}
+
+// putBytes hands a buffer from getBytes back for reuse.
+func putBytes(b []byte) {
+	if cap(b) < 4 {
+		return
+	}
+	b = b[:cap(b)]
+	putBuf(unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4))
+}

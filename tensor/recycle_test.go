@@ -69,16 +69,41 @@ func TestFreeWithGraph(t *testing.T) {
 
 // TestRecycledOpBuffersInterleaved builds several graphs before running
 // their backward passes, so that buffers an op hands back after its
-// backward (dropout masks, pooling argmax) are reused by ops of graphs
-// whose backward is still to come: their gradients must be unaffected.
+// backward (ReLU and dropout masks, pooling argmax) are reused by ops of
+// graphs whose backward is still to come: their gradients must equal the
+// unfused ops' computed one graph at a time.
 func TestRecycledOpBuffersInterleaved(t *testing.T) {
 	rng := NewRNG(5)
 	one, zero := [2]int{1, 1}, [2]int{}
-	w := randT(rng, -1, 1, 8, 3, 3, 3).SetRequiresGrad(true)
+	w0 := randT(rng, -1, 1, 8, 4, 3, 3).SetRequiresGrad(true)
+	w := randT(rng, -1, 1, 8, 8, 3, 3).SetRequiresGrad(true)
+	// Every buffer is large enough to be recycled: ReLU masks of 11 kB,
+	// argmax and dropout masks of 20k elements. Random signs make the side
+	// ReLU's mask unrelated to the first convolution's.
+	signs := randT(rng, -1, 1, 8, 8, 38, 38)
+	for i, v := range signs.data {
+		signs.data[i] = 1
+		if v < 0 {
+			signs.data[i] = -1
+		}
+	}
+	// The reference uses the unfused ops, one graph at a time.
+	fused := true
 	build := func(seed uint64) (*Tensor, *Tensor) {
-		x := randT(NewRNG(seed), -1, 1, 4, 3, 20, 20).SetRequiresGrad(true)
-		y := Dropout(Conv2dReLUMaxPool2x2(x, w, nil, one, zero), 0.5, true, NewRNG(seed))
-		return x, Sum(Mul(y, y), false)
+		x := randT(NewRNG(seed), -1, 1, 8, 4, 40, 40).SetRequiresGrad(true)
+		// c feeds a convolution (a dense gradient) and a side ReLU whose
+		// mask has c's mask's size and an unrelated pattern.
+		var c, y *Tensor
+		if fused {
+			c = Conv2dReLU(x, w0, nil, one, zero)
+			y = Conv2dReLUMaxPool2x2(c, w, nil, one, zero)
+		} else {
+			c = ReLU(Conv2d(x, w0, nil, one, zero))
+			y = MaxPool2d(ReLU(Conv2d(c, w, nil, one, zero)), [2]int{2, 2}, [2]int{2, 2}, zero)
+		}
+		r := ReLU(Mul(c, signs))
+		y = Dropout(y, 0.5, true, NewRNG(seed))
+		return x, Add(Sum(Mul(y, y), false), Sum(Mul(r, r), false))
 	}
 	grads := func(seeds ...uint64) map[uint64][]float32 {
 		xs, losses := map[uint64]*Tensor{}, map[uint64]*Tensor{}
@@ -88,19 +113,22 @@ func TestRecycledOpBuffersInterleaved(t *testing.T) {
 		out := map[uint64][]float32{}
 		for _, s := range seeds {
 			w.SetGrad(nil)
+			w0.SetGrad(nil)
 			if err := losses[s].Backward(); err != nil {
 				t.Fatal(err)
 			}
 			// A graph built after this backward reuses its buffers.
 			build(100 + s)
-			out[s] = append(xs[s].Grad().Clone().data, w.Grad().data...)
+			out[s] = append(append(xs[s].Grad().Clone().data, w.Grad().data...), w0.Grad().data...)
 		}
 		return out
 	}
 	want := map[uint64][]float32{}
+	fused = false
 	for _, s := range []uint64{1, 2, 3} {
-		want[s] = grads(s)[s] // one graph at a time
+		want[s] = grads(s)[s]
 	}
+	fused = true
 	got := grads(1, 2, 3)
 	for s := range want {
 		if !slices.Equal(got[s], want[s]) {
