@@ -109,6 +109,9 @@ func TestSequentialFreesOnlyIntermediates(t *testing.T) {
 		"flatten-last": func() *SequentialLayer {
 			return Sequential(Conv2d(1, 8, 3), ReLU(), Conv2d(8, 8, 3), ReLU(), Flatten())
 		},
+		"unbatched": func() *SequentialLayer {
+			return Sequential(Conv2d(1, 8, 3), ReLU(), MaxPool2d(2), Conv2d(8, 8, 3), ReLU(), FlattenFrom(0), Linear(72, 10))
+		},
 		"dropout-eval-last": func() *SequentialLayer {
 			m := Sequential(Flatten(), Linear(144, 64), ReLU(), Dropout(0.5))
 			SetTrain(m, false)
@@ -142,6 +145,9 @@ func TestSequentialFreesOnlyIntermediates(t *testing.T) {
 			var heldData, heldXData [][]float32
 			for s := 0; s < 4; s++ {
 				x := tensor.Rand(tensor.NewRNG(uint64(s)), 16, 1, 12, 12)
+				if name == "unbatched" {
+					x = tensor.Rand(tensor.NewRNG(uint64(s)), 1, 12, 12)
+				}
 				xData := slices.Clone(x.Data())
 				y, grads := step(m, m.Forward, x)
 				wantY, wantGrads := step(ref, func(x *tensor.Tensor) *tensor.Tensor {

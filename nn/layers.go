@@ -144,29 +144,36 @@ func (s *SequentialLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 		return x
 	}
 	// outs[k] is the output of a run of children; next[k] the index of
-	// the child that reads it (len(s.layers) for the result).
+	// the child that reads it (len(s.layers) for the result); direct[k]
+	// whether it is the result of one op, not a view made inside a layer.
 	outs := make([]*tensor.Tensor, 0, len(s.layers)+1)
 	next := make([]int, 0, len(s.layers)+1)
-	outs, next = append(outs, x), append(next, 0)
+	direct := make([]bool, 0, len(s.layers)+1)
+	outs, next, direct = append(outs, x), append(next, 0), append(direct, false)
 	for i := 0; i < len(s.layers); {
 		y, used := s.fused(i, x)
+		d := used > 0
 		if used == 0 {
+			d = directOutput(s.layers[i], x)
 			y, used = s.layers[i].Forward(x), 1
 		}
 		i += used
 		x = y
-		outs, next = append(outs, y), append(next, i)
+		outs, next, direct = append(outs, y), append(next, i), append(direct, d)
 	}
-	s.freeIntermediates(outs, next)
+	s.freeIntermediates(outs, next, direct)
 	return x
 }
 
 // freeIntermediates marks outputs between children as FreeWithGraph when
 // that is safe: outputs sharing storage are grouped, and a group is freed
 // (through its first member, which a Backward releases last) only if it
-// does not hold the input or the result and every member is read only by
-// a built-in layer that keeps nothing beyond its backward pass.
-func (s *SequentialLayer) freeIntermediates(outs []*tensor.Tensor, next []int) {
+// does not hold the input or the result, every member is read only by a
+// built-in layer that keeps nothing beyond its backward pass, and the
+// first member is an op's own result (a view made inside a layer, such as
+// the reshape of an unbatched input, would be released before the op's
+// result it shares storage with).
+func (s *SequentialLayer) freeIntermediates(outs []*tensor.Tensor, next []int, direct []bool) {
 	if len(outs) < 3 {
 		return
 	}
@@ -183,7 +190,7 @@ func (s *SequentialLayer) freeIntermediates(outs []*tensor.Tensor, next []int) {
 		p := &d[0]
 		gr := groups[p]
 		if gr == nil {
-			gr = &group{first: t, ok: true}
+			gr = &group{first: t, ok: direct[k]}
 			groups[p] = gr
 		}
 		if k == 0 || next[k] >= len(s.layers) || !graphOnly(s.layers[next[k]]) {
@@ -195,6 +202,20 @@ func (s *SequentialLayer) freeIntermediates(outs []*tensor.Tensor, next []int) {
 			gr.first.FreeWithGraph()
 		}
 	}
+}
+
+// directOutput reports whether m's output for input x is the result of a
+// single op on new storage, not a view.
+func directOutput(m Module, x *tensor.Tensor) bool {
+	switch m := m.(type) {
+	case *LinearLayer, *ReLULayer:
+		return true
+	case *DropoutLayer:
+		return m.Training() && m.P > 0
+	case *Conv2dLayer, *Pool2dLayer:
+		return x.Dim() == 4
+	}
+	return false
 }
 
 // graphOnly reports whether m is a built-in layer that reads its input
