@@ -23,12 +23,15 @@ func Linear(x, w, b *Tensor) *Tensor {
 		rows = numel(x.shape[:x.Dim()-1])
 	}
 	shape := append(append([]int(nil), x.shape[:x.Dim()-1]...), outF)
-	out := Zeros(shape...)
-	if b != nil {
-		kernels.AddBias(out.data, rows, b.data)
-	}
+	// The output may be a recycled buffer (see FreeWithGraph): it is
+	// written whole, by the bias rows and a GEMM that adds to them, or by a
+	// GEMM with beta 0, which does not read it.
+	out := &Tensor{data: getBuf(rows * outF), shape: shape}
 	beta := float32(0)
-	if b != nil {
+	if b != nil && outF > 0 {
+		for r := range rows {
+			copy(out.data[r*outF:(r+1)*outF], b.data)
+		}
 		beta = 1
 	}
 	kernels.Sgemm(false, true, rows, outF, in, 1, x.data, in, w.data, in, beta, out.data, outF)
