@@ -285,3 +285,27 @@ func BenchmarkVec(b *testing.B) {
 }
 
 var sinkF32 float32
+
+func TestStreamCopy(t *testing.T) {
+	for _, n := range []int{0, 1, 63, 64, 1000, 1024, 1025, 4096 + 17, 100000} {
+		for _, off := range []int{0, 1, 16} {
+			src := make([]float32, n)
+			for i := range src {
+				src[i] = float32(i) + 0.5
+			}
+			buf := make([]float32, n+off+32)
+			dst := buf[off : off+n]
+			StreamCopy(dst, src)
+			for i := range src {
+				if dst[i] != src[i] {
+					t.Fatalf("n=%d off=%d: dst[%d]=%v, want %v", n, off, i, dst[i], src[i])
+				}
+			}
+			for i, v := range buf[off+n:] {
+				if v != 0 {
+					t.Fatalf("n=%d off=%d: wrote past the end at %d", n, off, i)
+				}
+			}
+		}
+	}
+}
