@@ -129,7 +129,7 @@ func (a *arena) publishAndWait(ctx context.Context, g *Group, c *comm) error {
 	if atomic.LoadUint64(&me.sleepers) != 0 {
 		futexWakeAll(&me.phase)
 	}
-	spins, slept := 0, false
+	spins := 0
 	var start time.Time
 	for r := 0; r < a.size; r++ {
 		p := a.ctl[r]
@@ -153,7 +153,6 @@ func (a *arena) publishAndWait(ctx context.Context, g *Group, c *comm) error {
 			// Announce the sleep, then re-check: the peer either sees
 			// the announcement after its store (and wakes us) or its
 			// store is seen here. The timeout re-checks errors.
-			slept = true
 			atomic.AddUint64(&p.sleepers, 1)
 			if v := atomic.LoadUint64(&p.phase); v < want {
 				futexSleep(&p.phase, uint32(v), 5*time.Millisecond)
@@ -162,7 +161,7 @@ func (a *arena) publishAndWait(ctx context.Context, g *Group, c *comm) error {
 		}
 	}
 	if !start.IsZero() {
-		a.adaptSpin(slept)
+		a.adaptSpin(time.Since(start))
 	}
 	return nil
 }

@@ -248,15 +248,17 @@ func newArena(mem []byte, rank, size int) *arena {
 // minSpin is the least a wait spins: a futex round trip's worth.
 const minSpin = 20 * time.Microsecond
 
-// adaptSpin updates the spin budget after a wait that took waited and
-// slept or not. A wait that had to sleep halves the budget (the peer was
-// not running, and spinning only kept it from running sooner); a wait
-// that ended while spinning grows it back. Like an adaptive mutex.
-func (a *arena) adaptSpin(slept bool) {
-	if slept {
-		a.spin = max(a.spin/2, minSpin)
+// adaptSpin updates the spin budget after a wait that took waited. A wait
+// shorter than the longest spin would have been cheaper spun through in
+// full (a sleep costs a wake-up, and on a virtual machine the halted CPU's),
+// so the budget goes back to the longest; a longer wait means the peer was
+// busy or not running at all, and spinning only kept it from the CPU, so
+// the budget halves. Like an adaptive mutex.
+func (a *arena) adaptSpin(waited time.Duration) {
+	if waited < a.maxSpin {
+		a.spin = a.maxSpin
 	} else {
-		a.spin = min(a.spin*2, a.maxSpin)
+		a.spin = max(a.spin/2, minSpin)
 	}
 }
 
