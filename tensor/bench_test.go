@@ -66,14 +66,21 @@ func BenchmarkMLPStep(b *testing.B) {
 	})
 }
 
+// cnnBenchParams returns the MNIST Net's weights and biases, initialised
+// as PyTorch does (conv1, conv2, fc1, fc2).
+func cnnBenchParams() (c1w, c1b, c2w, c2b, f1w, f1b, f2w, f2b *Tensor) {
+	rng := NewRNG(3)
+	c1w, c1b = benchParam(rng, 9, 32, 1, 3, 3), benchParam(rng, 9, 32)
+	c2w, c2b = benchParam(rng, 288, 64, 32, 3, 3), benchParam(rng, 288, 64)
+	f1w, f1b = benchParam(rng, 9216, 128, 9216), benchParam(rng, 9216, 128)
+	f2w, f2b = benchParam(rng, 128, 10, 128), benchParam(rng, 128, 10)
+	return
+}
+
 // BenchmarkCNNStep is one training step of the pytorch/examples MNIST Net
 // (conv32-conv64-maxpool-dropout-fc128-dropout-fc10) on a batch of 64.
 func BenchmarkCNNStep(b *testing.B) {
-	rng := NewRNG(3)
-	c1w, c1b := benchParam(rng, 9, 32, 1, 3, 3), benchParam(rng, 9, 32)
-	c2w, c2b := benchParam(rng, 288, 64, 32, 3, 3), benchParam(rng, 288, 64)
-	f1w, f1b := benchParam(rng, 9216, 128, 9216), benchParam(rng, 9216, 128)
-	f2w, f2b := benchParam(rng, 128, 10, 128), benchParam(rng, 128, 10)
+	c1w, c1b, c2w, c2b, f1w, f1b, f2w, f2b := cnnBenchParams()
 	drop := NewRNG(4)
 	one, zero := [2]int{1, 1}, [2]int{0, 0}
 	benchStep(b, 64, []*Tensor{c1w, c1b, c2w, c2b, f1w, f1b, f2w, f2b}, func(x *Tensor) *Tensor {
@@ -90,11 +97,7 @@ func BenchmarkCNNStep(b *testing.B) {
 // convolution ops nn.Sequential uses for the same layers: Conv2dReLU and
 // Conv2dReLUMaxPool2x2.
 func BenchmarkCNNStepFused(b *testing.B) {
-	rng := NewRNG(3)
-	c1w, c1b := benchParam(rng, 9, 32, 1, 3, 3), benchParam(rng, 9, 32)
-	c2w, c2b := benchParam(rng, 288, 64, 32, 3, 3), benchParam(rng, 288, 64)
-	f1w, f1b := benchParam(rng, 9216, 128, 9216), benchParam(rng, 9216, 128)
-	f2w, f2b := benchParam(rng, 128, 10, 128), benchParam(rng, 128, 10)
+	c1w, c1b, c2w, c2b, f1w, f1b, f2w, f2b := cnnBenchParams()
 	drop := NewRNG(4)
 	one, zero := [2]int{1, 1}, [2]int{0, 0}
 	benchStep(b, 64, []*Tensor{c1w, c1b, c2w, c2b, f1w, f1b, f2w, f2b}, func(x *Tensor) *Tensor {
