@@ -13,7 +13,7 @@ import (
 )
 
 // allReduceShm runs an allreduce through the group's shared-memory arena,
-// one chunk of at most arenaChunk bytes per round. In a round each rank
+// one chunk of at most a.chunk bytes per round. In a round each rank
 //
 //  1. copies its chunk, except its own share, into its region and
 //     announces it (phase 2k+1);
@@ -32,8 +32,8 @@ func (g *Group) allReduceShm(ctx context.Context, c *comm, buf []byte, reduce tr
 	a := g.arena
 	me, n := a.rank, a.size
 	desc := opDescWord(c.hdr.Op, c.hdr.DType, c.hdr.RedOp)
-	for off := 0; off < len(buf); off += arenaChunk {
-		chunk := buf[off:min(off+arenaChunk, len(buf))]
+	for off := 0; off < len(buf); off += a.chunk {
+		chunk := buf[off:min(off+a.chunk, len(buf))]
 		area := int((a.round / 2) % 2)
 		lo, hi := shareBounds(len(chunk), me, n)
 		mine := a.data[me][area]

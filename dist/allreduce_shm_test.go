@@ -1,12 +1,17 @@
 package dist
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -127,5 +132,51 @@ func TestShareBounds(t *testing.T) {
 				t.Fatalf("size %d, %d ranks: shares cover %d bytes", size, n, end)
 			}
 		}
+	}
+}
+
+func TestChunkFor(t *testing.T) {
+	prev := arenaChunk
+	for n := 2; n <= arenaMaxRanks; n++ {
+		c := chunkFor(n)
+		if c > prev || c < arenaMinChunk || c%(64<<10) != 0 {
+			t.Fatalf("chunkFor(%d) = %d after %d", n, c, prev)
+		}
+		if data := 2 * n * c; data > arenaBudget && c > arenaMinChunk {
+			t.Fatalf("%d ranks: %d bytes of data areas, budget %d", n, data, arenaBudget)
+		}
+		prev = c
+	}
+	if chunkFor(2) != arenaChunk {
+		t.Errorf("2 ranks: chunk %d, want %d", chunkFor(2), arenaChunk)
+	}
+}
+
+// TestSharedMemoryFullFallsBack: when /dev/shm cannot hold the arena (as
+// in a container's small default), the group warns and reduces over the
+// sockets instead of dying of SIGBUS later.
+func TestSharedMemoryFullFallsBack(t *testing.T) {
+	reserveFile = func(*os.File, int64) error { return syscall.ENOSPC }
+	defer func() { reserveFile = reserve }()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	runGroup(t, 2, func(c *Config) { c.Logger = log }, func(ctx context.Context, g *Group) error {
+		if g.SharedMemory() {
+			return errors.New("SharedMemory() = true with a full /dev/shm")
+		}
+		x := make([]float32, 1<<20)
+		for i := range x {
+			x[i] = float32(g.Rank() + 1)
+		}
+		if err := g.AllReduce(ctx, x, Sum); err != nil {
+			return err
+		}
+		if x[0] != 3 || x[len(x)-1] != 3 {
+			return fmt.Errorf("sum %v…%v, want 3", x[0], x[len(x)-1])
+		}
+		return nil
+	})
+	if !strings.Contains(logs.String(), "no shared-memory arena") || !strings.Contains(logs.String(), "no space left") {
+		t.Errorf("no warning naming the cause; log:\n%s", logs.String())
 	}
 }

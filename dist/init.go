@@ -3,6 +3,7 @@ package dist
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -171,7 +172,11 @@ func connect(ctx context.Context, cfg Config, id string, rank, size int, owner *
 	}
 	var ar *arena
 	if cfg.AllReduceAlgo == AlgoAuto || cfg.AllReduceAlgo == AlgoShm {
-		if ar, err = setupArena(ctx, st, rank, size); err != nil {
+		log := cfg.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		if ar, err = setupArena(ctx, st, rank, size, log); err != nil {
 			mesh.Close()
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"strconv"
@@ -32,14 +33,21 @@ import (
 // frame of another operation arriving while this rank runs an arena
 // allreduce), and the arena's waits give up as soon as the mesh fails.
 const (
-	// arenaChunk is the largest piece of an allreduce done in one round;
-	// each rank's region holds two, so a round can start while peers
-	// still read the previous one.
+	// arenaChunk is the largest piece of an allreduce done in one round
+	// (fewer rounds, fewer waits); each rank's region holds two, so a round
+	// can start while peers still read the previous one. With many ranks
+	// the chunk shrinks (see chunkFor) to bound the file, all of which is
+	// reserved up front.
 	arenaChunk = 4 << 20
+	// arenaBudget bounds the data areas of all ranks together.
+	arenaBudget = 64 << 20
+	// arenaMinChunk is the smallest chunk, for the most ranks.
+	arenaMinChunk = 256 << 10
 	// arenaCtl is each rank's control block: its round counter and the
 	// description of the operation it runs, on their own cache lines.
 	arenaCtl = 256
-	// arenaMaxRanks bounds the file (8 MiB of data per rank).
+	// arenaMaxRanks bounds the file (512 KiB of data per rank at most
+	// ranks).
 	arenaMaxRanks = 64
 	// arenaNonceLen bytes at the start of the file hold the creator's random nonce, which proves to the
 	// other ranks that they mapped the very file it created.
@@ -52,6 +60,7 @@ type arena struct {
 	mem     []byte
 	rank    int
 	size    int
+	chunk   int             // bytes per round: chunkFor(size)
 	ctl     []*arenaControl // each rank's control block
 	data    [][2][]byte     // data[r][i]: rank r's area for rounds ≡ i mod 2
 	round   uint64          // this rank's completed phases (2 per round)
@@ -93,7 +102,13 @@ func opDescWord(op, dt, red uint8) uint64 {
 	return uint64(op) | uint64(dt)<<8 | uint64(red)<<16
 }
 
-func arenaFileSize(n int) int { return arenaHeader + n*(arenaCtl+2*arenaChunk) }
+// chunkFor is the chunk for n ranks: arenaChunk, or less so that the data
+// areas fit arenaBudget, in whole 64 KiB.
+func chunkFor(n int) int {
+	return max(arenaMinChunk, min(arenaChunk, arenaBudget/(2*n)&^(64<<10-1)))
+}
+
+func arenaFileSize(n int) int { return arenaHeader + n*(arenaCtl+2*chunkFor(n)) }
 
 // shmArenaEnabled reports whether shared memory may be used at all
 // (GOTRAIN_SHM=0 turns it off, for the mesh's rings too).
@@ -104,7 +119,7 @@ func shmArenaEnabled() bool { return os.Getenv("GOTRAIN_SHM") != "0" }
 // store; each rank maps it and reports whether it could; the arena is used
 // only if all could (ranks on other hosts cannot), so every rank takes the
 // same allreduce path. It returns nil, nil when the arena is not used.
-func setupArena(ctx context.Context, st store.Store, rank, size int) (*arena, error) {
+func setupArena(ctx context.Context, st store.Store, rank, size int, log *slog.Logger) (*arena, error) {
 	if size < 2 || size > arenaMaxRanks {
 		return nil, nil
 	}
@@ -113,7 +128,10 @@ func setupArena(ctx context.Context, st store.Store, rank, size int) (*arena, er
 	var nonce [arenaNonceLen]byte
 	if rank == 0 {
 		if shmArenaEnabled() {
-			path, mem = createArena(size, &nonce)
+			var err error
+			if path, mem, err = createArena(size, &nonce); err != nil {
+				log.Warn("dist: no shared-memory arena; allreduce goes over the sockets (slower)", "err", err)
+			}
 		}
 		defer func() {
 			if path != "" {
@@ -161,27 +179,38 @@ func setupArena(ctx context.Context, st store.Store, rank, size int) (*arena, er
 	return newArena(mem, rank, size), nil
 }
 
-func createArena(size int, nonce *[arenaNonceLen]byte) (string, []byte) {
+// reserveFile is reserve, replaceable by tests.
+var reserveFile = reserve
+
+func createArena(size int, nonce *[arenaNonceLen]byte) (string, []byte, error) {
 	if _, err := rand.Read(nonce[:]); err != nil {
-		return "", nil
+		return "", nil, err
 	}
 	f, err := os.CreateTemp("/dev/shm", "gotrain-arena-*")
 	if err != nil {
-		return "", nil
+		return "", nil, err
 	}
 	defer f.Close()
 	n := arenaFileSize(size)
-	if err := f.Truncate(int64(n)); err != nil {
+	// Reserve the whole file now: a write to a page that a full /dev/shm
+	// cannot back kills the process with SIGBUS (Docker's default is
+	// 64 MiB), while a failed reservation just leaves allreduce on the
+	// sockets.
+	err = f.Truncate(int64(n))
+	if err == nil {
+		err = reserveFile(f, int64(n))
+	}
+	if err != nil {
 		os.Remove(f.Name())
-		return "", nil
+		return "", nil, fmt.Errorf("reserve %d MiB in /dev/shm: %w", n>>20, err)
 	}
 	mem, err := syscall.Mmap(int(f.Fd()), 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
 		os.Remove(f.Name())
-		return "", nil
+		return "", nil, err
 	}
 	copy(mem, nonce[:])
-	return f.Name(), mem
+	return f.Name(), mem, nil
 }
 
 // openArena maps the file at path if it is the one rank 0 created (its
@@ -218,15 +247,16 @@ func syscallMunmap(mem []byte) {
 }
 
 func newArena(mem []byte, rank, size int) *arena {
-	a := &arena{mem: mem, rank: rank, size: size}
+	chunk := chunkFor(size)
+	a := &arena{mem: mem, rank: rank, size: size, chunk: chunk}
 	regions := mem[arenaHeader:]
 	for r := 0; r < size; r++ {
-		reg := regions[r*(arenaCtl+2*arenaChunk):]
+		reg := regions[r*(arenaCtl+2*chunk):]
 		a.ctl = append(a.ctl, (*arenaControl)(unsafe.Pointer(&reg[0])))
 		d := reg[arenaCtl:]
 		a.data = append(a.data, [2][]byte{
-			d[:arenaChunk:arenaChunk],
-			d[arenaChunk : 2*arenaChunk : 2*arenaChunk],
+			d[:chunk:chunk],
+			d[chunk : 2*chunk : 2*chunk],
 		})
 	}
 	// Spinning is how a waiting rank notices its peers within a

@@ -191,7 +191,10 @@ func createShm() (string, []byte) {
 		return "", nil
 	}
 	defer f.Close()
-	if err := f.Truncate(shmSize); err != nil {
+	// Reserve the ring now: writing a page that a full /dev/shm cannot
+	// back would kill the process with SIGBUS; a failed reservation just
+	// leaves the pair on TCP.
+	if err := f.Truncate(shmSize); err != nil || reserve(f, shmSize) != nil {
 		os.Remove(f.Name())
 		return "", nil
 	}

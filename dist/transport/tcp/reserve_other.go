@@ -1,0 +1,8 @@
+//go:build !linux
+
+package tcp
+
+import "os"
+
+// reserve is a no-op where fallocate is not available.
+func reserve(f *os.File, n int64) error { return nil }
