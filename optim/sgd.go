@@ -62,6 +62,21 @@ func (o *SGD) updateParam(p, grad, scratch []float32, slots [][]float32, step in
 			kernels.Axpy(float32(o.weightDecay), p, d)
 		}
 	}
+	if o.momentum != 0 && !o.nesterov && step > 1 {
+		// The common case, blocked so that the three passes over each
+		// block run in L1: the parameters, gradient and momentum stream
+		// from memory once instead of three times (same operations, same
+		// order per element, so the same bits).
+		buf := slots[0]
+		m, damp, lr := float32(o.momentum), float32(1-o.dampening), float32(-o.lr)
+		for lo := 0; lo < len(p); lo += sgdBlock {
+			hi := min(lo+sgdBlock, len(p))
+			kernels.Scale(m, buf[lo:hi])
+			kernels.Axpy(damp, d[lo:hi], buf[lo:hi])
+			kernels.Axpy(lr, buf[lo:hi], p[lo:hi])
+		}
+		return
+	}
 	if o.momentum != 0 {
 		buf := slots[0]
 		if step == 1 {
@@ -78,3 +93,7 @@ func (o *SGD) updateParam(p, grad, scratch []float32, slots [][]float32, step in
 	}
 	kernels.Axpy(float32(-o.lr), d, p)
 }
+
+// sgdBlock is how many elements the momentum update takes at a time: three
+// 8 KiB slices fit in L1 together.
+const sgdBlock = 2048
