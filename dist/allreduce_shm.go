@@ -118,9 +118,11 @@ func describeOp(seq, desc, count uint64) string {
 }
 
 // publishAndWait ends this rank's current phase and waits until every
-// rank has ended it too. It spins (a peer is usually a few microseconds
-// away), then sleeps in short naps; it gives up when ctx ends, the group
-// is destroyed, or the mesh fails (a peer died or aborted).
+// rank has ended it too. It spins for up to the adaptive budget (a peer is
+// usually microseconds away), then sleeps on the peer's phase word, a
+// futex the peer wakes when it publishes; it gives up when ctx ends, the
+// group is destroyed, a peer runs another collective, or the mesh fails
+// (a peer died or aborted).
 func (a *arena) publishAndWait(ctx context.Context, g *Group, c *comm) error {
 	a.round++
 	want := a.round
