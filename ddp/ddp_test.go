@@ -252,10 +252,11 @@ func TestUnusedParameters(t *testing.T) {
 		return nn.Sequential(used, unused), unused
 	}
 	x, y := fixedData(perRank * worldSize)
-	for _, find := range []bool{false, true} {
+	for _, c := range []struct{ find, overlap bool }{{false, true}, {true, true}, {false, false}, {true, false}} {
+		find := c.find
 		errs := runRanks(2, func(rank int, g Group) error {
 			m, _ := build()
-			dm, err := New(context.Background(), m, g, FindUnusedParameters(find))
+			dm, err := New(context.Background(), m, g, FindUnusedParameters(find), OverlapComm(c.overlap))
 			if err != nil {
 				return err
 			}
