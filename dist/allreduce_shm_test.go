@@ -1,7 +1,6 @@
 package dist
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gotrain/gotrain/internal/testlog"
 )
 
 // TestSharedMemoryChosen: ranks on one host get the arena unless shared
@@ -158,7 +159,7 @@ func TestChunkFor(t *testing.T) {
 func TestSharedMemoryFullFallsBack(t *testing.T) {
 	reserveFile = func(*os.File, int64) error { return syscall.ENOSPC }
 	defer func() { reserveFile = reserve }()
-	var logs bytes.Buffer
+	var logs testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	runGroup(t, 2, func(c *Config) { c.Logger = log }, func(ctx context.Context, g *Group) error {
 		if g.SharedMemory() {

@@ -11,10 +11,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testlog"
 )
 
 // asGotrainEnv makes the test binary behave as the gotrain command, so the
@@ -49,24 +50,6 @@ func gotrainCmd(ctx context.Context, t *testing.T, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// output collects a process's stdout and stderr; safe for concurrent use.
-type output struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (o *output) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.Write(p)
-}
-
-func (o *output) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.String()
-}
-
 // runGotrain runs `gotrain args...` to completion within limit and returns
 // its combined output, its stdout, and its exit code.
 func runGotrain(t *testing.T, limit time.Duration, args ...string) (combined, stdout string, code int) {
@@ -74,7 +57,7 @@ func runGotrain(t *testing.T, limit time.Duration, args ...string) (combined, st
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := gotrainCmd(ctx, t, args...)
-	var all, out output
+	var all, out testlog.Buffer
 	cmd.Stdout = io.MultiWriter(&all, &out)
 	cmd.Stderr = &all
 	err := cmd.Run()
@@ -166,7 +149,7 @@ func parentPID(pid int) int {
 }
 
 // waitFile waits up to limit for path to exist.
-func waitFile(t *testing.T, path string, limit time.Duration, out *output) {
+func waitFile(t *testing.T, path string, limit time.Duration, out *testlog.Buffer) {
 	t.Helper()
 	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if _, err := os.Stat(path); err == nil {

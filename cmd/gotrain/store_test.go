@@ -1,17 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gotrain/gotrain/dist/store"
+	"github.com/gotrain/gotrain/internal/testlog"
 )
 
 func TestLoadToken(t *testing.T) {
@@ -45,7 +44,7 @@ func TestLoadToken(t *testing.T) {
 func TestStoreCommand(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncWriter
+	var out testlog.Buffer
 	done := make(chan error, 1)
 	go func() { done <- serveStore(ctx, &out, "127.0.0.1:0", []byte("tok"), time.Second) }()
 
@@ -79,22 +78,4 @@ func TestStoreCommand(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("serveStore did not stop after its context ended")
 	}
-}
-
-// syncWriter is a bytes.Buffer safe for one writer and one reader.
-type syncWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
 }

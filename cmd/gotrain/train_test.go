@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/internal/testlog"
 )
 
 // The resume test trains one whole epoch at batch 256 per rank (quicker
@@ -114,7 +115,7 @@ func TestTrainResumesAfterWorkerKilled(t *testing.T) {
 	// takes a free port: 29500 may be another job's.
 	cmd := gotrainCmd(ctx, t, "run", "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", self,
 		"train", "mnist", "--batch-size", resumeBatch, "--progress=false", "--save", save, "--save-every", "10", "--resume")
-	var all, stdout output
+	var all, stdout testlog.Buffer
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(&all, &stdout), &all
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -181,7 +182,7 @@ func TestTrainWorkerKilledStopsTheOthers(t *testing.T) {
 	defer cancel()
 	cmd := gotrainCmd(ctx, t, "train", "mnist", "--nproc-per-node", "2", "--epochs", "3",
 		"--progress=false", "--save", save, "--save-every", "10")
-	var all output
+	var all testlog.Buffer
 	cmd.Stdout, cmd.Stderr = &all, &all
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -5,12 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testlog"
 )
 
 type outcome struct {
@@ -46,33 +47,6 @@ func run(t *testing.T, c, s net.Conn, ctok, stok []byte, ch, sh Hello, accept fu
 	}
 	wg.Wait()
 	return client, server
-}
-
-// captureLog redirects slog's default logger for the test.
-func captureLog(t *testing.T) *syncBuffer {
-	t.Helper()
-	buf := &syncBuffer{}
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(buf, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
-	return buf
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 var (
@@ -116,7 +90,7 @@ func TestWrongToken(t *testing.T) {
 		{"server missing", []byte("a"), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := captureLog(t)
+			logs := testlog.Capture(t)
 			c, s := handshake(t, tc.ctok, tc.stok, workerHello, masterHello, func(Hello) error {
 				t.Error("accept called for an unauthenticated peer")
 				return nil
@@ -135,7 +109,7 @@ func TestWrongToken(t *testing.T) {
 }
 
 func TestVersionMismatch(t *testing.T) {
-	captureLog(t)
+	testlog.Capture(t)
 	ch := workerHello
 	ch.Version = ProtocolVersion + 1
 	c, s := handshake(t, nil, nil, ch, masterHello, nil)
@@ -226,7 +200,7 @@ func TestServerCancel(t *testing.T) {
 // Replaying a recorded client's messages on a new connection fails: the
 // server's fresh nonce makes the old proof worthless.
 func TestReplayRefused(t *testing.T) {
-	captureLog(t)
+	testlog.Capture(t)
 	tok := []byte("secret")
 	// Record a successful client's messages.
 	c, s := net.Pipe()
@@ -274,7 +248,7 @@ func (r *recordingConn) Write(p []byte) (int, error) {
 // A peer that is not gotrain at all (an HTTP request) gets an error, not an
 // allocation of the length it seems to announce.
 func TestGarbagePeer(t *testing.T) {
-	captureLog(t)
+	testlog.Capture(t)
 	c, s := net.Pipe()
 	defer c.Close()
 	go func() {
@@ -322,7 +296,7 @@ func TestTCP(t *testing.T) {
 		t.Fatalf("server: %v", err)
 	}
 
-	logs := captureLog(t)
+	logs := testlog.Capture(t)
 	conn, err = net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)

@@ -6,15 +6,15 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/dist/auth"
 	"go.uber.org/goleak"
+
+	"github.com/gotrain/gotrain/dist/auth"
+	"github.com/gotrain/gotrain/internal/testlog"
 )
 
 var testToken = []byte("test token")
@@ -53,35 +53,8 @@ func TestTCPPrefixConformance(t *testing.T) {
 	})
 }
 
-// captureLog redirects slog's default logger for the test.
-func captureLog(t *testing.T) *syncBuffer {
-	t.Helper()
-	buf := &syncBuffer{}
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(buf, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
-	return buf
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestTCPWrongToken(t *testing.T) {
-	logs := captureLog(t)
+	logs := testlog.Capture(t)
 	s := startServer(t)
 	start := time.Now()
 	_, err := Dial(ctxFor(t, 5*time.Second), s.Addr().String(), []byte("not the token"))
@@ -255,7 +228,7 @@ func TestTCPMalformedFrames(t *testing.T) {
 		}(),
 	} {
 		t.Run(name, func(t *testing.T) {
-			logs := captureLog(t)
+			logs := testlog.Capture(t)
 			s := startServer(t)
 			conn := rawConn(t, s)
 			if _, err := conn.Write(frame); err != nil {
