@@ -7,12 +7,12 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/gotrain/gotrain/internal/shmfile"
 	"github.com/gotrain/gotrain/internal/testlog"
 )
 
@@ -157,8 +157,10 @@ func TestChunkFor(t *testing.T) {
 // in a container's small default), the group warns and reduces over the
 // sockets instead of dying of SIGBUS later.
 func TestSharedMemoryFullFallsBack(t *testing.T) {
-	reserveFile = func(*os.File, int64) error { return syscall.ENOSPC }
-	defer func() { reserveFile = reserve }()
+	createFile = func(_ string, n int) (string, []byte, error) {
+		return "", nil, fmt.Errorf("reserve %d MiB in /dev/shm: %w", n>>20, syscall.ENOSPC)
+	}
+	defer func() { createFile = shmfile.Create }()
 	var logs testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	runGroup(t, 2, func(c *Config) { c.Logger = log }, func(ctx context.Context, g *Group) error {

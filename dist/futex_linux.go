@@ -1,7 +1,6 @@
 package dist
 
 import (
-	"os"
 	"syscall"
 	"time"
 	"unsafe"
@@ -25,10 +24,4 @@ func futexSleep(addr *uint64, val uint32, d time.Duration) {
 // futexWakeAll wakes every process sleeping on the word at addr.
 func futexWakeAll(addr *uint64) {
 	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWake, 1<<30, 0, 0, 0)
-}
-
-// reserve allocates f's first n bytes on its file system now, so that
-// writing them later cannot fail.
-func reserve(f *os.File, n int64) error {
-	return syscall.Fallocate(int(f.Fd()), 0, 0, n)
 }

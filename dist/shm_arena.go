@@ -11,11 +11,11 @@ import (
 	"runtime"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unsafe"
 
 	"github.com/gotrain/gotrain/dist/store"
+	"github.com/gotrain/gotrain/internal/shmfile"
 )
 
 // When every rank of a group runs on one host, allreduce goes through a
@@ -46,11 +46,12 @@ const (
 	// arenaCtl is each rank's control block: its round counter and the
 	// description of the operation it runs, on their own cache lines.
 	arenaCtl = 256
-	// arenaMaxRanks bounds the file (512 KiB of data per rank at most
+	// arenaMaxRanks bounds the file (two 512 KiB chunks per rank at 64
 	// ranks).
 	arenaMaxRanks = 64
-	// arenaNonceLen bytes at the start of the file hold the creator's random nonce, which proves to the
-	// other ranks that they mapped the very file it created.
+	// arenaNonceLen bytes at the start of the file hold the creator's
+	// random nonce, which proves to the other ranks that they mapped the
+	// very file it created.
 	arenaNonceLen = 16
 	arenaHeader   = 4096
 )
@@ -110,10 +111,6 @@ func chunkFor(n int) int {
 
 func arenaFileSize(n int) int { return arenaHeader + n*(arenaCtl+2*chunkFor(n)) }
 
-// shmArenaEnabled reports whether shared memory may be used at all
-// (GOTRAIN_SHM=0 turns it off, for the mesh's rings too).
-func shmArenaEnabled() bool { return os.Getenv("GOTRAIN_SHM") != "0" }
-
 // setupArena agrees with every rank of the group on a shared-memory
 // arena. Rank 0 creates the file and publishes its path and nonce in the
 // store; each rank maps it and reports whether it could; the arena is used
@@ -127,7 +124,7 @@ func setupArena(ctx context.Context, st store.Store, rank, size int, log *slog.L
 	var path string
 	var nonce [arenaNonceLen]byte
 	if rank == 0 {
-		if shmArenaEnabled() {
+		if shmfile.Enabled() {
 			var err error
 			if path, mem, err = createArena(size, &nonce); err != nil {
 				log.Warn("dist: no shared-memory arena; allreduce goes over the sockets (slower)", "err", err)
@@ -143,7 +140,7 @@ func setupArena(ctx context.Context, st store.Store, rank, size int, log *slog.L
 			offer = path + "\n" + hex.EncodeToString(nonce[:])
 		}
 		if err := st.Set(ctx, "arena/offer", []byte(offer)); err != nil {
-			syscallMunmap(mem)
+			shmfile.Unmap(mem)
 			return nil, fmt.Errorf("publish the shared-memory arena: %w", err)
 		}
 	} else {
@@ -151,7 +148,7 @@ func setupArena(ctx context.Context, st store.Store, rank, size int, log *slog.L
 		if err != nil {
 			return nil, fmt.Errorf("read the shared-memory arena offer: %w", err)
 		}
-		if p, n, ok := bytes.Cut(offer, []byte("\n")); ok && shmArenaEnabled() {
+		if p, n, ok := bytes.Cut(offer, []byte("\n")); ok && shmfile.Enabled() {
 			mem = openArena(string(p), size, string(n))
 		}
 	}
@@ -160,57 +157,38 @@ func setupArena(ctx context.Context, st store.Store, rank, size int, log *slog.L
 		ok = "1"
 	}
 	if err := st.Set(ctx, "arena/ok/"+strconv.Itoa(rank), []byte(ok)); err != nil {
-		syscallMunmap(mem)
+		shmfile.Unmap(mem)
 		return nil, fmt.Errorf("report the shared-memory arena: %w", err)
 	}
 	all := true
 	for r := 0; r < size; r++ {
 		v, err := st.Get(ctx, "arena/ok/"+strconv.Itoa(r))
 		if err != nil {
-			syscallMunmap(mem)
+			shmfile.Unmap(mem)
 			return nil, fmt.Errorf("agree on the shared-memory arena: %w", err)
 		}
 		all = all && string(v) == "1"
 	}
 	if !all {
-		syscallMunmap(mem)
+		shmfile.Unmap(mem)
 		return nil, nil
 	}
 	return newArena(mem, rank, size), nil
 }
 
-// reserveFile is reserve, replaceable by tests.
-var reserveFile = reserve
+// createFile is shmfile.Create, replaceable by tests.
+var createFile = shmfile.Create
 
 func createArena(size int, nonce *[arenaNonceLen]byte) (string, []byte, error) {
 	if _, err := rand.Read(nonce[:]); err != nil {
 		return "", nil, err
 	}
-	f, err := os.CreateTemp("/dev/shm", "gotrain-arena-*")
+	path, mem, err := createFile("gotrain-arena-*", arenaFileSize(size))
 	if err != nil {
-		return "", nil, err
-	}
-	defer f.Close()
-	n := arenaFileSize(size)
-	// Reserve the whole file now: a write to a page that a full /dev/shm
-	// cannot back kills the process with SIGBUS (Docker's default is
-	// 64 MiB), while a failed reservation just leaves allreduce on the
-	// sockets.
-	err = f.Truncate(int64(n))
-	if err == nil {
-		err = reserveFile(f, int64(n))
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return "", nil, fmt.Errorf("reserve %d MiB in /dev/shm: %w", n>>20, err)
-	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
-	if err != nil {
-		os.Remove(f.Name())
 		return "", nil, err
 	}
 	copy(mem, nonce[:])
-	return f.Name(), mem, nil
+	return path, mem, nil
 }
 
 // openArena maps the file at path if it is the one rank 0 created (its
@@ -220,30 +198,15 @@ func openArena(path string, size int, nonceHex string) []byte {
 	if err != nil || len(nonce) != arenaNonceLen {
 		return nil
 	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	n := arenaFileSize(size)
-	if fi, err := f.Stat(); err != nil || fi.Size() != int64(n) {
-		return nil
-	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	mem, err := shmfile.Open(path, arenaFileSize(size))
 	if err != nil {
 		return nil
 	}
 	if !bytes.Equal(mem[:arenaNonceLen], nonce) {
-		syscall.Munmap(mem)
+		shmfile.Unmap(mem)
 		return nil
 	}
 	return mem
-}
-
-func syscallMunmap(mem []byte) {
-	if mem != nil {
-		syscall.Munmap(mem)
-	}
 }
 
 func newArena(mem []byte, rank, size int) *arena {
@@ -298,6 +261,6 @@ func (a *arena) close() {
 		return
 	}
 	a.closed.Store(true)
-	syscallMunmap(a.mem)
+	shmfile.Unmap(a.mem)
 	a.mem = nil
 }

@@ -10,9 +10,10 @@ import (
 	"os"
 	"runtime"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/gotrain/gotrain/internal/shmfile"
 )
 
 // Same-host peers move large payloads through shared memory instead of
@@ -105,8 +106,8 @@ func (l *shmLink) take() int {
 }
 
 func (l *shmLink) unmap() {
-	if l != nil && l.mem != nil {
-		syscall.Munmap(l.mem)
+	if l != nil {
+		shmfile.Unmap(l.mem)
 		l.mem = nil
 	}
 }
@@ -117,9 +118,6 @@ func sameHost(c net.Conn) bool {
 	ra, ok2 := c.RemoteAddr().(*net.TCPAddr)
 	return ok1 && ok2 && la.IP.Equal(ra.IP)
 }
-
-// shmEnabled is false when GOTRAIN_SHM=0.
-func shmEnabled() bool { return os.Getenv("GOTRAIN_SHM") != "0" }
 
 // setupShm runs on every new connection before its reader starts. The
 // lower rank offers a ring (a file path, or "" if it has none); the higher
@@ -134,7 +132,7 @@ func setupShm(ctx context.Context, c net.Conn, lower bool) (*shmLink, error) {
 	if lower {
 		var path string
 		var mem []byte
-		if shmEnabled() && sameHost(c) {
+		if shmfile.Enabled() && sameHost(c) {
 			path, mem = createShm()
 		}
 		defer func() {
@@ -143,16 +141,16 @@ func setupShm(ctx context.Context, c net.Conn, lower bool) (*shmLink, error) {
 			}
 		}()
 		if err := writeString(c, path); err != nil {
-			syscallMunmap(mem)
+			shmfile.Unmap(mem)
 			return nil, err
 		}
 		var ok [1]byte
 		if _, err := io.ReadFull(c, ok[:]); err != nil {
-			syscallMunmap(mem)
+			shmfile.Unmap(mem)
 			return nil, err
 		}
 		if ok[0] != 1 || mem == nil {
-			syscallMunmap(mem)
+			shmfile.Unmap(mem)
 			return nil, nil
 		}
 		return newShmLink(mem, true), nil
@@ -162,7 +160,7 @@ func setupShm(ctx context.Context, c net.Conn, lower bool) (*shmLink, error) {
 		return nil, err
 	}
 	var mem []byte
-	if path != "" && shmEnabled() {
+	if path != "" && shmfile.Enabled() {
 		mem = openShm(path)
 	}
 	ok := []byte{0}
@@ -170,7 +168,7 @@ func setupShm(ctx context.Context, c net.Conn, lower bool) (*shmLink, error) {
 		ok[0] = 1
 	}
 	if _, err := c.Write(ok); err != nil {
-		syscallMunmap(mem)
+		shmfile.Unmap(mem)
 		return nil, err
 	}
 	if mem == nil {
@@ -179,46 +177,16 @@ func setupShm(ctx context.Context, c net.Conn, lower bool) (*shmLink, error) {
 	return newShmLink(mem, false), nil
 }
 
-func syscallMunmap(mem []byte) {
-	if mem != nil {
-		syscall.Munmap(mem)
-	}
-}
-
 func createShm() (string, []byte) {
-	f, err := os.CreateTemp("/dev/shm", "gotrain-*")
+	path, mem, err := shmfile.Create("gotrain-*", shmSize)
 	if err != nil {
-		return "", nil
+		return "", nil // the pair stays on TCP
 	}
-	defer f.Close()
-	// Reserve the ring now: writing a page that a full /dev/shm cannot
-	// back would kill the process with SIGBUS; a failed reservation just
-	// leaves the pair on TCP.
-	if err := f.Truncate(shmSize); err != nil || reserve(f, shmSize) != nil {
-		os.Remove(f.Name())
-		return "", nil
-	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, shmSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
-	if err != nil {
-		os.Remove(f.Name())
-		return "", nil
-	}
-	return f.Name(), mem
+	return path, mem
 }
 
 func openShm(path string) []byte {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || st.Size() != shmSize {
-		return nil
-	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, shmSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
-	if err != nil {
-		return nil
-	}
+	mem, _ := shmfile.Open(path, shmSize) // nil: the pair stays on TCP
 	return mem
 }
 

@@ -1,4 +1,4 @@
-package tcp
+package shmfile
 
 import (
 	"os"

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package tcp
+package shmfile
 
 import "os"
 
