@@ -94,12 +94,11 @@ type Model struct {
 	removers []func()
 	stats    Stats
 
-	reducing atomic.Int64 // nanoseconds in the comm hook, written by the comm goroutine
+	reducing atomic.Int64 // nanoseconds in the comm hook (on the comm goroutine or inline)
 
-	inline  bool            // reduce buckets in the grad hooks, not on a goroutine
-	commCtx context.Context // bounds reductions; cancelled by Close
-	failed  int             // with inline: pass whose reduction failed
-	failure error           // with inline: that failure
+	inline        bool            // reduce buckets in the grad hooks, not on a goroutine
+	commCtx       context.Context // bounds reductions; cancelled by Close
+	inlineFailure passFailure     // with inline: the pass whose reduction failed
 
 	cancel context.CancelFunc // ends in-flight reductions on Close
 	work   chan job
@@ -172,7 +171,7 @@ func New(ctx context.Context, module nn.Module, g Group, opts ...Option) (*Model
 	}
 	m.setBuckets(assignBuckets(order, m.numel, cfg.firstBucketCapBytes, cfg.bucketCapBytes))
 	commCtx, cancel := context.WithCancel(context.Background())
-	m.cancel, m.commCtx, m.failed = cancel, commCtx, -1
+	m.cancel, m.commCtx, m.inlineFailure = cancel, commCtx, passFailure{pass: -1}
 	if g.Size() > 1 {
 		m.inline = !overlapByDefault(g)
 		if cfg.overlap != nil {
@@ -283,43 +282,45 @@ func overlapByDefault(g Group) bool {
 	return g.Size()*kernels.NumThreads() < runtime.NumCPU()
 }
 
-// reduceInline reduces bucket j on the calling goroutine (the one running
-// backward). After a failure the pass's remaining buckets fail at once,
-// as on the communication goroutine.
-func (m *Model) reduceInline(j job) {
-	if j.pass == m.failed {
-		j.done <- m.failure
-		return
+// passFailure remembers the pass whose reduction failed, so the pass's
+// remaining buckets fail at once: the group is broken or stuck, and each
+// would otherwise wait out another timeout.
+type passFailure struct {
+	pass int
+	err  error
+}
+
+// reduce runs the comm hook on bucket j (or fails it with the pass's
+// earlier failure), reports the result on j.done and returns how long the
+// hook took.
+func (m *Model) reduce(ctx context.Context, j job, f *passFailure) time.Duration {
+	if j.pass == f.pass {
+		j.done <- f.err
+		return 0
 	}
 	start := time.Now()
-	err := m.cfg.hook(m.commCtx, m.group, j.buf)
+	err := m.cfg.hook(ctx, m.group, j.buf)
 	d := time.Since(start)
 	m.reducing.Add(int64(d))
-	m.stats.ExposedWait += d // backward stood still meanwhile
 	if err != nil {
-		m.failed, m.failure = j.pass, err
+		f.pass, f.err = j.pass, err
 	}
 	j.done <- err
+	return d
+}
+
+// reduceInline reduces bucket j on the goroutine running backward, which
+// stands still meanwhile: the time counts as exposed.
+func (m *Model) reduceInline(j job) {
+	m.stats.ExposedWait += m.reduce(m.commCtx, j, &m.inlineFailure)
 }
 
 // communicate reduces buckets in the order they are launched.
 func (m *Model) communicate(ctx context.Context, work <-chan job) {
 	defer m.wg.Done()
-	failedPass, failure := -1, error(nil)
+	f := passFailure{pass: -1}
 	for j := range work {
-		if j.pass == failedPass {
-			// The group is broken or stuck: do not wait out another
-			// timeout for each remaining bucket of this pass.
-			j.done <- failure
-			continue
-		}
-		start := time.Now()
-		err := m.cfg.hook(ctx, m.group, j.buf)
-		m.reducing.Add(int64(time.Since(start)))
-		if err != nil {
-			failedPass, failure = j.pass, err
-		}
-		j.done <- err
+		m.reduce(ctx, j, &f)
 	}
 }
 
