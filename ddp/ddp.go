@@ -218,6 +218,14 @@ func (m *Model) gradRegion(p int) []float32 {
 	return m.buckets[b][off : off+m.numel[p]]
 }
 
+// ReducesInline reports whether bucket reductions run on the goroutine
+// that runs backward (see OverlapComm): true when no CPU is spare for
+// background work. A training loop should then load its batches on that
+// goroutine too (data.Prefetch(0)): a producer goroutine could only run on
+// a CPU that another rank computes on, delaying that rank, and every rank
+// waits for the slowest at each allreduce.
+func (m *Model) ReducesInline() bool { return m.inline }
+
 // Module returns the wrapped module (for saving a checkpoint).
 func (m *Model) Module() nn.Module { return m.module }
 

@@ -346,3 +346,24 @@ func TestOverlapByDefault(t *testing.T) {
 		}
 	}
 }
+
+func TestReducesInlineFollowsOverlapComm(t *testing.T) {
+	for _, overlap := range []bool{false, true} {
+		errs := runRanks(2, func(rank int, g Group) error {
+			dm, err := New(context.Background(), smallModel(1), g, OverlapComm(overlap))
+			if err != nil {
+				return err
+			}
+			defer dm.Close()
+			if got := dm.ReducesInline(); got == overlap {
+				return fmt.Errorf("OverlapComm(%v): ReducesInline() = %v", overlap, got)
+			}
+			return nil
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Errorf("rank %d: %v", r, err)
+			}
+		}
+	}
+}

@@ -111,6 +111,7 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("unknown model %q (want mlp or cnn)", o.model)
 	}
 	forward, params := model.Forward, nn.Parameters(model)
+	var loaderOpts []data.LoaderOption
 	if pg != nil {
 		// DDP checks that every rank built the same model and copies rank
 		// 0's weights to all; Backward then averages the gradients.
@@ -120,6 +121,11 @@ func run(ctx context.Context, o options) error {
 		}
 		defer dm.Close()
 		forward, params = dm.Forward, dm.Parameters()
+		if dm.ReducesInline() {
+			// Every CPU runs a rank: load batches on this goroutine, so
+			// that no producer goroutine delays another rank.
+			loaderOpts = append(loaderOpts, data.Prefetch(0))
+		}
 	}
 
 	norm := mnist.Normalize(0.1307, 0.3081)
@@ -131,7 +137,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	loader := data.NewLoader(train, o.batchSize, sampler)
+	loader := data.NewLoader(train, o.batchSize, sampler, loaderOpts...)
 	lr := o.lr
 	if o.scaleLR {
 		// N ranks take steps N times the batch: N times the learning rate

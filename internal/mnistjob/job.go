@@ -153,7 +153,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	loader := data.NewLoader(train, cfg.BatchSize, sampler)
+	var loaderOpts []data.LoaderOption
+	if dm != nil && dm.ReducesInline() {
+		// No CPU is spare for a prefetching goroutine (see ReducesInline).
+		loaderOpts = append(loaderOpts, data.Prefetch(0))
+	}
+	loader := data.NewLoader(train, cfg.BatchSize, sampler, loaderOpts...)
 
 	opt, sched, err := newOptimizer(cfg, params)
 	if err != nil {
