@@ -13,7 +13,7 @@
 //
 // Rank 0's last line is a summary:
 //
-//	model=mlp world=2 epochs=1 samples_per_s=… test_acc=…
+//	model=mlp world=2 epochs=1 steps=469 samples_per_s=… test_acc=… peak_rss_mib=…
 package main
 
 import (
@@ -230,8 +230,19 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	fmt.Printf("model=%s world=%d epochs=%d samples_per_s=%.0f test_acc=%.4f\n", o.model, world, o.epochs, perSec, acc)
+	fmt.Printf("model=%s world=%d epochs=%d steps=%d samples_per_s=%.0f test_acc=%.4f peak_rss_mib=%.0f\n",
+		o.model, world, o.epochs, steps, perSec, acc, peakRSSMiB())
 	return nil
+}
+
+// peakRSSMiB is this process's peak resident set size (Linux reports
+// ru_maxrss in KiB), the figure to compare with a PyTorch rank's.
+func peakRSSMiB() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Maxrss) / 1024
 }
 
 func loadMNIST(dir string, norm mnist.Option) (train, test *mnist.Dataset, err error) {

@@ -86,8 +86,12 @@ func checkSummary(t *testing.T, stdout, world string) {
 		k, v, _ := strings.Cut(f, "=")
 		kv[k] = v
 	}
-	if kv["model"] != "mlp" || kv["world"] != world || kv["epochs"] != "1" || kv["samples_per_s"] == "" {
-		t.Fatalf("summary %q: want model=mlp world=%s epochs=1 samples_per_s=…", line, world)
+	if kv["model"] != "mlp" || kv["world"] != world || kv["epochs"] != "1" || kv["steps"] != "30" || kv["samples_per_s"] == "" {
+		t.Fatalf("summary %q: want model=mlp world=%s epochs=1 steps=30 samples_per_s=…", line, world)
+	}
+	var rss float64
+	if _, err := fmt.Sscan(kv["peak_rss_mib"], &rss); err != nil || rss <= 0 {
+		t.Fatalf("summary %q: want peak_rss_mib=<MiB>", line)
 	}
 	var acc float64
 	if _, err := fmt.Sscan(kv["test_acc"], &acc); err != nil || acc < 0.5 || acc > 1 {
