@@ -57,26 +57,21 @@ func benchTrain(ctx context.Context, nproc, rounds int, trainArgs []string, out 
 	if err != nil {
 		return fmt.Errorf("bench train: find this executable: %w", err)
 	}
-	base := append([]string{"train", "mnist"}, trainArgs...)
-	base = append(base, "--progress=false")
-	single := slices.Concat(base)
-	multi := slices.Concat(base, []string{"--nproc-per-node", strconv.Itoa(nproc)})
+	single := slices.Concat([]string{"train", "mnist"}, trainArgs, []string{"--progress=false"})
+	// runs[0] is the single process, runs[1] the N workers.
+	runs := [2][]string{single, slices.Concat(single, []string{"--nproc-per-node", strconv.Itoa(nproc)})}
 	var singles, ddps, scalings []float64
 	var model string
 	for r := 1; r <= rounds; r++ {
 		// Alternate which goes first, so a trend in the machine's load
 		// does not always favour the same side.
-		order := []bool{false, true}
+		order := []int{0, 1}
 		if r%2 == 0 {
-			order = []bool{true, false}
+			order = []int{1, 0}
 		}
 		var sps [2]float64
-		for _, isDDP := range order {
-			args := single
-			if isDDP {
-				args = multi
-			}
-			kv, err := runTrainSummary(ctx, exe, args)
+		for _, i := range order {
+			kv, err := runTrainSummary(ctx, exe, runs[i])
 			if err != nil {
 				return fmt.Errorf("bench train: round %d: %w", r, err)
 			}
@@ -84,12 +79,7 @@ func benchTrain(ctx context.Context, nproc, rounds int, trainArgs []string, out 
 			if err != nil || v <= 0 {
 				return fmt.Errorf("bench train: round %d: no samples_per_s in the summary %v", r, kv)
 			}
-			model = kv["model"]
-			if isDDP {
-				sps[1] = v
-			} else {
-				sps[0] = v
-			}
+			sps[i], model = v, kv["model"]
 		}
 		s := sps[1] / sps[0]
 		singles, ddps, scalings = append(singles, sps[0]), append(ddps, sps[1]), append(scalings, s)
