@@ -60,7 +60,7 @@ func GradientAsBucketView(on bool) Option { return func(c *config) { c.gradAsBuc
 // compute threads already take all its CPUs (the launcher's default), a
 // reduction running "in the background" only takes turns with backward
 // and adds thread wake-ups, so by default DDP overlaps unless
-// dist.Group.SharedMemory reports one host and ranks × GOTRAIN_NUM_THREADS
+// distributed.Group.SharedMemory reports one host and ranks × GOTRAIN_NUM_THREADS
 // ≥ the CPUs.
 func OverlapComm(on bool) Option { return func(c *config) { c.overlap = &on } }
 

@@ -100,9 +100,9 @@ func reference(t *testing.T, accumulate int) [][]float32 {
 	return paramsOf(m)
 }
 
-// distributed trains worldSize replicas, each seeded differently (DDP must
+// trainDDP trains worldSize replicas, each seeded differently (DDP must
 // broadcast rank 0's weights), rank r taking its share of every batch.
-func distributed(t *testing.T, accumulate int, opts ...Option) [][][]float32 {
+func trainDDP(t *testing.T, accumulate int, opts ...Option) [][][]float32 {
 	x, y := fixedData(steps * perRank * worldSize)
 	results := make([][][]float32, worldSize)
 	errs := runRanks(worldSize, func(rank int, g Group) error {
@@ -176,7 +176,7 @@ func TestDDPMatchesSingleProcess(t *testing.T) {
 		{"inline-tiny-buckets-view", []Option{OverlapComm(false), BucketCapMB(100.0 / (1 << 20)), GradientAsBucketView(true)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkEquivalent(t, want, distributed(t, 1, tc.opts...))
+			checkEquivalent(t, want, trainDDP(t, 1, tc.opts...))
 		})
 	}
 }
@@ -184,15 +184,15 @@ func TestDDPMatchesSingleProcess(t *testing.T) {
 func TestNoSyncAccumulationEqualsLargerBatch(t *testing.T) {
 	want := reference(t, 2)
 	for _, view := range []bool{false, true} {
-		checkEquivalent(t, want, distributed(t, 2, GradientAsBucketView(view)))
-		checkEquivalent(t, want, distributed(t, 2, GradientAsBucketView(view), OverlapComm(false)))
+		checkEquivalent(t, want, trainDDP(t, 2, GradientAsBucketView(view)))
+		checkEquivalent(t, want, trainDDP(t, 2, GradientAsBucketView(view), OverlapComm(false)))
 	}
 }
 
 func TestCompressionHooksApproximateAverage(t *testing.T) {
 	want := reference(t, 1)
 	for name, h := range map[string]CommHook{"fp16": FP16CompressHook, "bf16": BF16CompressHook} {
-		got := distributed(t, 1, WithCommHook(h))
+		got := trainDDP(t, 1, WithCommHook(h))
 		tol := 2e-2
 		if d := maxRelDiffAbs(got[0], want); d > tol {
 			t.Errorf("%s: parameters differ from full precision by %g (> %g)", name, d, tol)

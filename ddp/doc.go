@@ -22,7 +22,7 @@
 //
 // The training loop is PyTorch's:
 //
-//	pg, err := dist.Init(ctx, dist.Config{InitMethod: "env://"})
+//	pg, err := distributed.Init(ctx, distributed.Config{InitMethod: "env://"})
 //	dm, err := ddp.New(ctx, model, pg)
 //	opt := optim.NewSGD(dm.Parameters(), 0.01, optim.Momentum(0.9))
 //	for batch := range loader.Batches() {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/gotrain/gotrain/data"
 	"github.com/gotrain/gotrain/ddp"
-	"github.com/gotrain/gotrain/dist"
+	"github.com/gotrain/gotrain/distributed"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/optim"
 	"github.com/gotrain/gotrain/tensor"
@@ -25,7 +25,7 @@ func Example() {
 		return
 	}
 	defer os.RemoveAll(dir)
-	pg, err := dist.Init(ctx, dist.Config{InitMethod: "file://" + filepath.Join(dir, "store"), Rank: 0, WorldSize: 1})
+	pg, err := distributed.Init(ctx, distributed.Config{InitMethod: "file://" + filepath.Join(dir, "store"), Rank: 0, WorldSize: 1})
 	if err != nil {
 		fmt.Println(err)
 		return

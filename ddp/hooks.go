@@ -6,14 +6,14 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/gotrain/gotrain/dist"
+	"github.com/gotrain/gotrain/distributed"
 )
 
-// Group is what DDP needs of a process group; *dist.Group implements it.
+// Group is what DDP needs of a process group; *distributed.Group implements it.
 type Group interface {
 	Rank() int
 	Size() int
-	AllReduce(ctx context.Context, buf any, op dist.ReduceOp) error
+	AllReduce(ctx context.Context, buf any, op distributed.ReduceOp) error
 	Broadcast(ctx context.Context, buf any, root int) error
 	AllGather(ctx context.Context, dst, src any) error
 }
@@ -32,7 +32,7 @@ type CommHook func(ctx context.Context, g Group, bucket []float32) error
 // instead of all of it before sending (PyTorch divides first to keep fp16
 // from overflowing, which float32 gradients do not need).
 func AllReduceHook(ctx context.Context, g Group, bucket []float32) error {
-	return g.AllReduce(ctx, bucket, dist.Avg)
+	return g.AllReduce(ctx, bucket, distributed.Avg)
 }
 
 // FP16CompressHook sends gradients as IEEE half precision, halving the bytes
@@ -115,7 +115,7 @@ func decodeAddBF16(dst []float32, src []uint16) {
 func compressedHook(ctx context.Context, g Group, bucket []float32, encode func(dst []uint16, src []float32, scale float32), decodeAdd func(dst []float32, src []uint16)) error {
 	n := g.Size()
 	scale := 1 / float32(n)
-	// Two 16-bit values per int32 word: dist moves 32- and 64-bit types.
+	// Two 16-bit values per int32 word: distributed moves 32- and 64-bit types.
 	nw := (len(bucket) + 1) / 2
 	words := getWords(nw)
 	defer putWords(words)

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/gotrain/gotrain/dist"
+	"github.com/gotrain/gotrain/distributed"
 )
 
 // hub joins n in-process ranks: each collective is an exchange in which
 // every rank deposits its input and, once all have, reads all inputs. It
 // lets the Reducer be tested without a network; the multi-process tests
-// use the real dist package.
+// use the real distributed package.
 type hub struct {
 	n         int
 	mu        sync.Mutex
@@ -81,13 +81,13 @@ func newLocalGroups(n int) []*localGroup {
 func (g *localGroup) Rank() int { return g.rank }
 func (g *localGroup) Size() int { return g.h.n }
 
-func (g *localGroup) AllReduce(ctx context.Context, buf any, op dist.ReduceOp) error {
+func (g *localGroup) AllReduce(ctx context.Context, buf any, op distributed.ReduceOp) error {
 	g.calls++
 	b, ok := buf.([]float32)
 	if !ok {
 		return fmt.Errorf("localGroup: AllReduce of %T", buf)
 	}
-	if op != dist.Sum && op != dist.Avg {
+	if op != distributed.Sum && op != distributed.Avg {
 		return errors.New("localGroup: only Sum and Avg")
 	}
 	all, err := g.h.exchange(g.rank, append([]float32(nil), b...))
@@ -100,7 +100,7 @@ func (g *localGroup) AllReduce(ctx context.Context, buf any, op dist.ReduceOp) e
 			b[i] += x
 		}
 	}
-	if op == dist.Avg {
+	if op == distributed.Avg {
 		for i := range b {
 			b[i] /= float32(g.h.n)
 		}

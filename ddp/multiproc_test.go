@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/dist"
-	"github.com/gotrain/gotrain/dist/store"
+	"github.com/gotrain/gotrain/distributed"
+	"github.com/gotrain/gotrain/distributed/store"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/optim"
 )
@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 func ddpWorker() error {
 	ctx := context.Background()
 	rank, _ := strconv.Atoi(os.Getenv("RANK"))
-	g, err := dist.Init(ctx, dist.Config{InitMethod: "env://", AgentStore: true, Timeout: 20 * time.Second})
+	g, err := distributed.Init(ctx, distributed.Config{InitMethod: "env://", AgentStore: true, Timeout: 20 * time.Second})
 	if err != nil {
 		return err
 	}

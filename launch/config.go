@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
-	"runtime"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -148,73 +145,4 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: master-addr %q is not a host name or IP address", ErrConfig, c.MasterAddr)
 	}
 	return nil
-}
-
-// ParseNProcPerNode parses torchrun's --nproc-per-node: a positive integer,
-// or "auto" or "cpu" for the number of CPUs this process may use. "gpu" is
-// refused: gotrain trains on CPUs.
-func ParseNProcPerNode(s string) (int, error) {
-	switch s {
-	case "auto", "cpu":
-		return runtime.NumCPU(), nil
-	case "gpu":
-		return 0, fmt.Errorf("%w: nproc-per-node gpu: gotrain has no GPU support; use a number, auto or cpu", ErrConfig)
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return 0, fmt.Errorf("%w: nproc-per-node %q is not a number, auto or cpu", ErrConfig, s)
-	}
-	if n <= 0 {
-		return 0, fmt.Errorf("%w: nproc-per-node must be at least 1, got %d", ErrConfig, n)
-	}
-	return n, nil
-}
-
-// ParseNNodes parses torchrun's --nnodes: N, or MIN:MAX with MIN = MAX.
-// Elastic ranges (MIN < MAX) are refused: the launcher does static
-// rendezvous only.
-func ParseNNodes(s string) (int, error) {
-	lo, hi, isRange := strings.Cut(s, ":")
-	parse := func(v string) (int, error) {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return 0, fmt.Errorf("%w: nnodes %q is not N or MIN:MAX", ErrConfig, s)
-		}
-		if n <= 0 {
-			return 0, fmt.Errorf("%w: nnodes must be at least 1, got %q", ErrConfig, s)
-		}
-		return n, nil
-	}
-	minNodes, err := parse(lo)
-	if err != nil || !isRange {
-		return minNodes, err
-	}
-	maxNodes, err := parse(hi)
-	if err != nil {
-		return 0, err
-	}
-	if minNodes != maxNodes {
-		return 0, fmt.Errorf("%w: nnodes %s: elastic training (MIN < MAX) is not supported; use a fixed --nnodes N", ErrConfig, s)
-	}
-	return minNodes, nil
-}
-
-// maxIntervalSeconds bounds ParseInterval so seconds always fit a Duration.
-const maxIntervalSeconds = 1e6
-
-// ParseInterval parses a duration given as torchrun does, in seconds
-// ("0.1"), or as a Go duration ("100ms"). It must be positive.
-func ParseInterval(s string) (time.Duration, error) {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		secs, ferr := strconv.ParseFloat(s, 64)
-		if ferr != nil || math.IsNaN(secs) || secs > maxIntervalSeconds {
-			return 0, fmt.Errorf("%w: %q is neither seconds nor a duration like 100ms", ErrConfig, s)
-		}
-		d = time.Duration(secs * float64(time.Second))
-	}
-	if d <= 0 {
-		return 0, fmt.Errorf("%w: duration %q must be positive", ErrConfig, s)
-	}
-	return d, nil
 }

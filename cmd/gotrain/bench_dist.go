@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gotrain/gotrain/dist"
+	"github.com/gotrain/gotrain/distributed"
 	"github.com/spf13/cobra"
 )
 
@@ -135,7 +135,7 @@ func benchLaunch(ctx context.Context, op string, nproc int, out io.Writer) error
 // benchWorker is one rank: it times the collective at each size and rank
 // 0 prints the median.
 func benchWorker(ctx context.Context, op string, sizes []int, algo string, out io.Writer) error {
-	g, err := dist.Init(ctx, dist.Config{AllReduceAlgo: algo})
+	g, err := distributed.Init(ctx, distributed.Config{AllReduceAlgo: algo})
 	if err != nil {
 		return err
 	}
@@ -150,7 +150,7 @@ func benchWorker(ctx context.Context, op string, sizes []int, algo string, out i
 			for i := range buf {
 				buf[i] = float32(i%1000) * 1e-3
 			}
-			run = func() error { return g.AllReduce(ctx, buf, dist.Sum) }
+			run = func() error { return g.AllReduce(ctx, buf, distributed.Sum) }
 		case "broadcast":
 			buf := make([]float32, count)
 			run = func() error { return g.Broadcast(ctx, buf, 0) }

@@ -107,16 +107,16 @@ func runConfig(f *pflag.FlagSet, o runFlags, args []string) (launch.Config, erro
 		RunID:       o.runID,
 	}
 	var err error
-	if cfg.NProcPerNode, err = launch.ParseNProcPerNode(o.nprocPerNode); err != nil {
+	if cfg.NProcPerNode, err = parseNProcPerNode(o.nprocPerNode); err != nil {
 		return cfg, err
 	}
-	if cfg.NNodes, err = launch.ParseNNodes(o.nnodes); err != nil {
+	if cfg.NNodes, err = parseNNodes(o.nnodes); err != nil {
 		return cfg, err
 	}
-	if cfg.MonitorInterval, err = launch.ParseInterval(o.monitorInterval); err != nil {
+	if cfg.MonitorInterval, err = parseInterval(o.monitorInterval); err != nil {
 		return cfg, fmt.Errorf("--monitor-interval: %w", err)
 	}
-	if cfg.StopTimeout, err = launch.ParseInterval(o.stopTimeout); err != nil {
+	if cfg.StopTimeout, err = parseInterval(o.stopTimeout); err != nil {
 		return cfg, fmt.Errorf("--stop-timeout: %w", err)
 	}
 	if o.masterPort <= 0 || o.masterPort > 65535 {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gotrain/gotrain/dist/store"
+	"github.com/gotrain/gotrain/distributed/store"
 )
 
 // tokenEnv names the environment variable holding the job's shared token.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/dist/store"
+	"github.com/gotrain/gotrain/distributed/store"
 	"github.com/gotrain/gotrain/internal/testlog"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gotrain/gotrain/internal/mnistjob"
+	"github.com/gotrain/gotrain/jobs/mnistjob"
 	"github.com/gotrain/gotrain/launch"
 )
 
@@ -44,7 +44,7 @@ model= world= epochs= steps= samples_per_s= test_acc= peak_rss_mib=`,
 			if cfg.Momentum == 0 {
 				cfg.Momentum = -1 // the job's zero value means "default 0.9"
 			}
-			n, err := launch.ParseNProcPerNode(nproc)
+			n, err := parseNProcPerNode(nproc)
 			if err != nil {
 				return err
 			}

@@ -33,7 +33,7 @@ import (
 	"github.com/gotrain/gotrain/data"
 	"github.com/gotrain/gotrain/datasets/mnist"
 	"github.com/gotrain/gotrain/ddp"
-	"github.com/gotrain/gotrain/dist"
+	"github.com/gotrain/gotrain/distributed"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/nn/models"
 	"github.com/gotrain/gotrain/optim"
@@ -88,10 +88,10 @@ func main() {
 func run(ctx context.Context, o options) error {
 	// One process unless there is a group to join.
 	world, rank := 1, 0
-	var pg *dist.Group
+	var pg *distributed.Group
 	if ws, _ := strconv.Atoi(os.Getenv("WORLD_SIZE")); o.initMethodGiven || ws > 1 {
 		var err error
-		pg, err = dist.Init(ctx, dist.Config{InitMethod: o.initMethod, Rank: o.rank, WorldSize: o.worldSize})
+		pg, err = distributed.Init(ctx, distributed.Config{InitMethod: o.initMethod, Rank: o.rank, WorldSize: o.worldSize})
 		if err != nil {
 			return fmt.Errorf("joining the process group: %w", err)
 		}

@@ -1,5 +1,0 @@
-//go:build !race
-
-package dist
-
-const raceEnabled = false

@@ -1,0 +1,188 @@
+package distributed
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults of Config's zero fields.
+const (
+	// DefaultTimeout bounds each operation. PyTorch waits thirty minutes;
+	// five are plenty for any single collective and fail a stuck job
+	// sooner.
+	DefaultTimeout = 5 * time.Minute
+	// DefaultConnectTimeout bounds Init's rendezvous: reaching the store
+	// and connecting the mesh.
+	DefaultConnectTimeout = 60 * time.Second
+)
+
+// Config configures Init. The zero value works under torchrun, a
+// Kubernetes PyTorchJob or `gotrain run`: it reads the environment.
+type Config struct {
+	// InitMethod is "env://" (the default), "tcp://host:port" or
+	// "file:///path". With env:// and tcp://, the store is a TCP store at
+	// MASTER_ADDR:MASTER_PORT (resp. host:port) that rank 0 serves unless
+	// AgentStore is set; with file:// it is a file store at path on a file
+	// system every rank shares.
+	InitMethod string
+	// Rank and WorldSize of this process. If WorldSize is 0 both come from
+	// the RANK and WORLD_SIZE environment variables.
+	Rank, WorldSize int
+	// Timeout bounds every operation from the moment it starts running; 0
+	// means DefaultTimeout. A context deadline that comes first wins.
+	Timeout time.Duration
+	// ConnectTimeout bounds Init and NewGroup (store and mesh); 0 means
+	// $GOTRAIN_CONNECT_TIMEOUT (a Go duration) or DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// Token is the shared secret every connection proves it knows; ""
+	// means $GOTRAIN_TOKEN.
+	Token string
+	// JobID names the job; connections from other jobs are refused and
+	// store keys are namespaced by it. "" means $GOTRAIN_RUN_ID, or
+	// "default".
+	JobID string
+	// ListenHost is the interface the data plane listens on; "" means
+	// $GOTRAIN_LISTEN_HOST, or all interfaces. Peers dial this host if it
+	// is a specific address, else the address this host uses to reach the
+	// store.
+	ListenHost string
+	// PortMin and PortMax restrict the data-plane listen port (inclusive),
+	// so a firewall can be opened for it; both 0 means
+	// $GOTRAIN_PORT_RANGE ("29600-29700") or any free port.
+	PortMin, PortMax int
+	// AllReduceAlgo forces an allreduce algorithm: "ring" or
+	// "recursive-doubling"; "" means $GOTRAIN_ALLREDUCE_ALGO, or "auto"
+	// (chosen by size and world size).
+	AllReduceAlgo string
+	// AgentStore means a launcher already serves the TCP store at the
+	// master address, so rank 0 connects to it instead of serving it
+	// (torchrun's TORCHELASTIC_USE_AGENT_STORE); false means
+	// $GOTRAIN_AGENT_STORE=1 or TORCHELASTIC_USE_AGENT_STORE=True.
+	AgentStore bool
+	// SocketBuffer sets the data connections' SO_SNDBUF/SO_RCVBUF in
+	// bytes; 0 means $GOTRAIN_SOCKET_BUFFER, or the kernel's automatic
+	// tuning (which measured as fast on loopback).
+	SocketBuffer int
+	// Logger receives warnings (refused connections); nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Allreduce algorithm names.
+const (
+	AlgoAuto              = "auto"
+	AlgoRing              = "ring"
+	AlgoRecursiveDoubling = "recursive-doubling"
+	// AlgoShm reduces through a shared-memory arena when every rank runs
+	// on one host (what auto does then too), and falls back to auto
+	// otherwise.
+	AlgoShm = "shm"
+)
+
+// resolve fills defaults from the environment and validates.
+func (c Config) resolve() (Config, error) {
+	if c.InitMethod == "" {
+		c.InitMethod = "env://"
+	}
+	if c.WorldSize == 0 {
+		var err error
+		if c.Rank, err = envInt("RANK"); err != nil {
+			return c, err
+		}
+		if c.WorldSize, err = envInt("WORLD_SIZE"); err != nil {
+			return c, err
+		}
+	}
+	if c.WorldSize < 1 {
+		return c, fmt.Errorf("%w: world size %d, want at least 1", ErrConfig, c.WorldSize)
+	}
+	if c.Rank < 0 || c.Rank >= c.WorldSize {
+		return c, fmt.Errorf("%w: rank %d is outside world size %d (ranks are 0..%d)", ErrConfig, c.Rank, c.WorldSize, c.WorldSize-1)
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+		if s := os.Getenv("GOTRAIN_CONNECT_TIMEOUT"); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil || d <= 0 {
+				return c, fmt.Errorf("%w: GOTRAIN_CONNECT_TIMEOUT=%q is not a positive duration", ErrConfig, s)
+			}
+			c.ConnectTimeout = d
+		}
+	}
+	if c.Timeout < 0 || c.ConnectTimeout < 0 {
+		return c, fmt.Errorf("%w: negative timeout", ErrConfig)
+	}
+	if c.Token == "" {
+		c.Token = os.Getenv("GOTRAIN_TOKEN")
+	}
+	if c.JobID == "" {
+		c.JobID = os.Getenv("GOTRAIN_RUN_ID")
+		if c.JobID == "" {
+			c.JobID = "default"
+		}
+	}
+	if c.ListenHost == "" {
+		c.ListenHost = os.Getenv("GOTRAIN_LISTEN_HOST")
+	}
+	if c.PortMin == 0 && c.PortMax == 0 {
+		if s := os.Getenv("GOTRAIN_PORT_RANGE"); s != "" {
+			lo, hi, ok := strings.Cut(s, "-")
+			a, err1 := strconv.Atoi(lo)
+			b, err2 := strconv.Atoi(hi)
+			if !ok || err1 != nil || err2 != nil {
+				return c, fmt.Errorf("%w: GOTRAIN_PORT_RANGE=%q, want MIN-MAX", ErrConfig, s)
+			}
+			c.PortMin, c.PortMax = a, b
+		}
+	}
+	if c.PortMin < 0 || c.PortMax < c.PortMin || c.PortMax > 65535 || (c.PortMin == 0) != (c.PortMax == 0) {
+		return c, fmt.Errorf("%w: data-plane port range %d-%d", ErrConfig, c.PortMin, c.PortMax)
+	}
+	if c.AllReduceAlgo == "" {
+		c.AllReduceAlgo = os.Getenv("GOTRAIN_ALLREDUCE_ALGO")
+		if c.AllReduceAlgo == "" {
+			c.AllReduceAlgo = AlgoAuto
+		}
+	}
+	switch c.AllReduceAlgo {
+	case AlgoAuto, AlgoRing, AlgoRecursiveDoubling, AlgoShm:
+	default:
+		return c, fmt.Errorf("%w: allreduce algorithm %q (want %q, %q, %q or %q)", ErrConfig, c.AllReduceAlgo, AlgoAuto, AlgoRing, AlgoRecursiveDoubling, AlgoShm)
+	}
+	if !c.AgentStore {
+		c.AgentStore = os.Getenv("GOTRAIN_AGENT_STORE") == "1" || strings.EqualFold(os.Getenv("TORCHELASTIC_USE_AGENT_STORE"), "true")
+	}
+	if c.SocketBuffer == 0 {
+		c.SocketBuffer = envInt0("GOTRAIN_SOCKET_BUFFER", 0)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+func envInt(name string) (int, error) {
+	s, ok := os.LookupEnv(name)
+	if !ok {
+		return 0, fmt.Errorf("%w: %s is not set (set it, or Config.Rank and Config.WorldSize)", ErrConfig, name)
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s=%q is not an integer", ErrConfig, name, s)
+	}
+	return v, nil
+}
+
+func envInt0(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,35 @@
+// Package dist is gotrain's torch.distributed: process groups whose ranks
+// run collectives (AllReduce, Broadcast, Reduce, AllGather, Gather,
+// Scatter, ReduceScatter, AllToAll, Barrier) and point-to-point messages
+// (Send, Recv with tags) on flat []float32, []float64, []int32 and []int64
+// buffers, each blocking or asynchronous (a *Work to Wait on).
+//
+// Init joins a group the way torch.distributed.init_process_group does:
+// env:// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, as torchrun, a
+// Kubernetes PyTorchJob or `gotrain run` set them), tcp://host:port or
+// file:///path. Ranks meet through a store (package dist/store), then
+// connect a full TCP mesh (package dist/transport/tcp) in which every
+// connection is authenticated (package dist/auth) with the job's token.
+//
+// The contracts:
+//
+//   - No silent hang. A peer that dies (EOF, reset) fails every pending and
+//     later operation on every rank at once, with an error naming the dead
+//     rank and its address; a live but stuck peer fails the operation at
+//     Config.Timeout. Errors are *OpError values naming this rank, the
+//     operation, its sequence number, type and count, and wrapping a
+//     sentinel: ErrPeerLost, ErrTimeout, ErrMismatch, ErrGroupClosed.
+//   - Mismatches are caught. Every frame carries its operation's identity
+//     (op, type, count, reduce op, root, sequence number); a rank that
+//     receives a frame of another operation than the one it runs fails
+//     with ErrMismatch and tells every peer, so all ranks report it. No
+//     extra message is needed.
+//   - After any such failure the group is unusable; Destroy it.
+//
+// Algorithms (docs/algorithms.md gives their steps and bytes on the wire)
+// take flat byte buffers and a reduce function and know nothing of the
+// network; the transport knows nothing of algorithms. AllReduce uses
+// recursive doubling for small buffers and a segmented, pipelined ring
+// for large ones (Config.AllReduceAlgo or GOTRAIN_ALLREDUCE_ALGO
+// override the choice).
+package distributed

@@ -1,0 +1,5 @@
+//go:build !race
+
+package distributed
+
+const raceEnabled = false

@@ -1,0 +1,362 @@
+package store
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/auth"
+)
+
+const (
+	// handshakeTimeout bounds a new connection's dist/auth handshake, so a
+	// peer that connects and says nothing cannot hold a goroutine.
+	handshakeTimeout = 10 * time.Second
+	// writeTimeout bounds writing one response: a client that stops
+	// reading is disconnected rather than blocking the server.
+	writeTimeout = 30 * time.Second
+	// keepAlive settings detect a peer host that vanished without closing.
+	keepAliveIdle     = 5 * time.Second
+	keepAliveInterval = 2 * time.Second
+	keepAliveCount    = 3
+)
+
+var keepAlive = net.KeepAliveConfig{Enable: true, Idle: keepAliveIdle, Interval: keepAliveInterval, Count: keepAliveCount}
+
+// Server is a TCP store server, like PyTorch's TCPStore master: rank 0 (or
+// `gotrain store`) runs one and every rank, rank 0 included, connects to it
+// with Dial. Each connection must pass the dist/auth handshake (role
+// "store") with the server's token; a wrong token is refused and logged.
+type Server struct {
+	ln    net.Listener
+	token []byte
+	data  *Mem
+	done  chan struct{}  // closed by Close
+	wg    sync.WaitGroup // the accept loop and every connection's goroutines
+
+	mu     sync.Mutex // guards conns, idle
+	conns  map[net.Conn]struct{}
+	idle   chan struct{} // closed when conns becomes empty (for Shutdown)
+	closed bool
+}
+
+// Listen listens on addr ("host:port"; port 0 picks a free one, see Addr)
+// and serves the store on it. token is the shared secret clients must know;
+// empty is allowed but authenticates nothing.
+func Listen(addr string, token []byte) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("store: listen on %s: %w", addr, err)
+	}
+	return Serve(ln, token), nil
+}
+
+// Serve serves the store on a listener the caller made; the Server owns it
+// from now on and closes it in Close.
+func Serve(ln net.Listener, token []byte) *Server {
+	s := &Server{
+		ln:    ln,
+		token: append([]byte(nil), token...),
+		data:  NewMem(),
+		done:  make(chan struct{}),
+		conns: make(map[net.Conn]struct{}),
+	}
+	s.wg.Add(1)
+	go s.acceptLoop()
+	return s
+}
+
+// Addr returns the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Close stops the server now: it closes the listener and every connection,
+// so clients' pending and later calls fail promptly, and waits for the
+// server's goroutines to end.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	already := s.closed
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	if already {
+		s.wg.Wait()
+		return nil
+	}
+	// Closing the connections (above) ends their handshakes and read
+	// loops; closing the data ends their blocked Gets and Waits.
+	err := s.ln.Close()
+	close(s.done)
+	s.data.Close()
+	s.wg.Wait()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Shutdown stops accepting connections and waits until every client has
+// disconnected (so rank 0 does not pull the store from under ranks still
+// reading it) or ctx ends, then closes the server. It returns ctx's error
+// if ctx ended first.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.ln.Close()
+	s.mu.Lock()
+	var idle chan struct{}
+	if len(s.conns) > 0 {
+		if s.idle == nil {
+			s.idle = make(chan struct{})
+		}
+		idle = s.idle
+	}
+	s.mu.Unlock()
+	var err error
+	if idle != nil {
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			err = fmt.Errorf("store: shutdown with clients still connected: %w", ctx.Err())
+		}
+	}
+	if cerr := s.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	var backoff time.Duration
+	for {
+		conn, err := s.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Temporary trouble such as too many open files: wait and retry
+			// rather than spin or give up.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			slog.Warn("store: accept failed", "addr", s.ln.Addr(), "err", err, "retry_in", backoff)
+			select {
+			case <-time.After(backoff):
+				continue
+			case <-s.done:
+				return
+			}
+		}
+		backoff = 0
+		if !s.track(conn) {
+			conn.Close()
+			return
+		}
+		s.wg.Add(1)
+		go s.serveConn(conn)
+	}
+}
+
+// track registers conn; it reports false once the server is closed.
+func (s *Server) track(conn net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[conn] = struct{}{}
+	return true
+}
+
+func (s *Server) untrack(conn net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, conn)
+	if len(s.conns) == 0 && s.idle != nil {
+		close(s.idle)
+		s.idle = nil
+	}
+}
+
+func (s *Server) serveConn(conn net.Conn) {
+	defer s.wg.Done()
+	defer s.untrack(conn)
+	defer conn.Close()
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetKeepAliveConfig(keepAlive)
+	}
+	hctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+	_, err := auth.Server(hctx, conn, s.token, auth.Hello{Role: auth.RoleStore, Rank: -1, WorldSize: -1}, nil)
+	cancel()
+	if err != nil {
+		if !errors.Is(err, auth.ErrAuth) && !s.isClosed() { // dist/auth logs refused tokens itself
+			slog.Warn("store: handshake failed", "remote", conn.RemoteAddr(), "err", err)
+		}
+		return
+	}
+	sc := &serverConn{s: s, conn: conn, pending: make(map[uint64]context.CancelFunc)}
+	if err := sc.serve(); err != nil && !s.isClosed() {
+		slog.Warn("store: closing connection", "remote", conn.RemoteAddr(), "err", err)
+	}
+}
+
+func (s *Server) isClosed() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// maxBlocked bounds the Gets and Waits one connection may have blocked on
+// the server at once (each holds a goroutine); more is a protocol error.
+const maxBlocked = 1 << 16
+
+// serverConn is one authenticated client connection.
+type serverConn struct {
+	s    *Server
+	conn net.Conn
+	wmu  sync.Mutex // serializes response writes
+
+	mu      sync.Mutex // guards pending
+	pending map[uint64]context.CancelFunc
+}
+
+// serve reads requests until the connection ends. It returns an error only
+// for a protocol violation, not for the client hanging up.
+func (sc *serverConn) serve() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	var blocked sync.WaitGroup
+	defer blocked.Wait() // runs after cancel: blocked requests end first
+	defer cancel()
+	br := bufio.NewReader(sc.conn)
+	for {
+		f, err := readFrame(br, MaxFrameSize)
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, errMalformed) {
+				return err
+			}
+			return nil // reset, timeout: the client is gone
+		}
+		req, err := decodeRequest(f)
+		if err != nil {
+			return err
+		}
+		switch req.op {
+		case opCancel:
+			sc.mu.Lock()
+			if c := sc.pending[req.id]; c != nil {
+				c()
+			}
+			sc.mu.Unlock()
+		case opGet, opWait:
+			rctx, rcancel := context.WithCancel(ctx)
+			sc.mu.Lock()
+			_, dup := sc.pending[req.id]
+			full := len(sc.pending) >= maxBlocked
+			if !dup && !full {
+				sc.pending[req.id] = rcancel
+			}
+			sc.mu.Unlock()
+			if dup {
+				rcancel()
+				return fmt.Errorf("%w: request id %d already in flight", errMalformed, req.id)
+			}
+			if full {
+				rcancel()
+				return fmt.Errorf("store: client has more than %d blocked Gets and Waits", maxBlocked)
+			}
+			blocked.Add(1)
+			go func() {
+				defer blocked.Done()
+				resp := sc.s.exec(rctx, req)
+				sc.mu.Lock()
+				delete(sc.pending, req.id)
+				sc.mu.Unlock()
+				rcancel()
+				if ctx.Err() == nil { // else the connection is going away
+					sc.write(resp)
+				}
+			}()
+		default:
+			sc.write(sc.s.exec(ctx, req))
+		}
+	}
+}
+
+// write sends one response frame; a failed write closes the connection,
+// which ends serve.
+func (sc *serverConn) write(frame net.Buffers) {
+	sc.wmu.Lock()
+	defer sc.wmu.Unlock()
+	sc.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if _, err := frame.WriteTo(sc.conn); err != nil {
+		sc.conn.Close()
+	}
+}
+
+// exec runs req against the server's data and returns the response frame.
+func (s *Server) exec(ctx context.Context, r request) net.Buffers {
+	var e *encoder
+	var err error
+	switch r.op {
+	case opSet:
+		// The value aliases a frame buffer read for this request alone, so
+		// the store may keep it without a copy.
+		if err = s.data.setOwned(r.key, r.value); err == nil {
+			e = newFrame(r.id, statusOK, 0)
+		}
+	case opGet:
+		var v []byte
+		// Stored values are never modified in place, so the reply can be
+		// written from the stored slice.
+		if v, err = s.data.getShared(ctx, r.key); err == nil {
+			e = newFrame(r.id, statusOK, 4).tailBytes(v)
+		}
+	case opAdd:
+		var n int64
+		if n, err = s.data.Add(ctx, r.key, r.delta); err == nil {
+			e = newFrame(r.id, statusOK, 8).i64(n)
+		}
+	case opCAS:
+		var v []byte
+		if v, err = s.data.CompareAndSet(ctx, r.key, r.expected, r.desired); err == nil {
+			present := byte(0)
+			if v != nil {
+				present = 1
+			}
+			e = newFrame(r.id, statusOK, len(v)+5).u8(present).bytes(v)
+		}
+	case opWait:
+		if err = s.data.Wait(ctx, r.keys...); err == nil {
+			e = newFrame(r.id, statusOK, 0)
+		}
+	case opDelete:
+		var ok bool
+		if ok, err = s.data.Delete(ctx, r.key); err == nil {
+			b := byte(0)
+			if ok {
+				b = 1
+			}
+			e = newFrame(r.id, statusOK, 1).u8(b)
+		}
+	case opNumKeys:
+		var n int64
+		if n, err = s.data.NumKeys(ctx); err == nil {
+			e = newFrame(r.id, statusOK, 8).i64(n)
+		}
+	}
+	if err != nil {
+		msg := err.Error()
+		e = newFrame(r.id, statusErr, len(msg)).bytes([]byte(msg))
+	}
+	return e.buffers()
+}

@@ -1,0 +1,487 @@
+package tcp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/transport"
+)
+
+const (
+	// readBufferSize is the bufio buffer in front of each connection: a
+	// header and a small payload come in one read; larger payloads bypass
+	// it and land straight in the destination.
+	readBufferSize = 64 << 10
+	// scratchSize is the piece a reducing receive reads before reducing it
+	// into the destination; small enough to stay in L2 between the read
+	// and the reduce.
+	scratchSize = 128 << 10
+	// maxAbortReason bounds the abort text kept from a peer.
+	maxAbortReason = 4096
+)
+
+// pair is one connection. The reader goroutine owns br, scratch and every
+// receive it has popped; wmu serialises writers.
+type pair struct {
+	m    *Mesh
+	peer int
+	addr string
+	conn *net.TCPConn
+	br   *bufio.Reader
+
+	scratch []byte
+	shm     *shmLink // nil: payloads go inline; guarded by wmu for writers
+
+	wmu       sync.Mutex // wmu guards writes to conn, wdeadline, hdr and broken
+	wdeadline time.Time
+	hdr       [transport.HeaderSize]byte
+	broken    bool // a write failed part-way: the stream is unusable
+
+	qmu        sync.Mutex // qmu guards queue, failed, p2p and unexpected
+	queue      []*transport.Recv
+	signal     chan struct{} // capacity 1: "queue changed"
+	failed     error
+	p2p        map[int64][]*transport.Recv
+	unexpected map[int64][]p2pFrame
+}
+
+type p2pFrame struct {
+	h       transport.Header
+	payload []byte
+}
+
+func newPair(m *Mesh, peer int, addr string, c *net.TCPConn) *pair {
+	return &pair{
+		m: m, peer: peer, addr: addr, conn: c,
+		br:         bufio.NewReaderSize(c, readBufferSize),
+		signal:     make(chan struct{}, 1),
+		p2p:        make(map[int64][]*transport.Recv),
+		unexpected: make(map[int64][]p2pFrame),
+	}
+}
+
+// Peer implements transport.Pair.
+func (p *pair) Peer() int { return p.peer }
+
+// Addr implements transport.Pair.
+func (p *pair) Addr() string { return p.addr }
+
+func (p *pair) peerErr(err error) error {
+	return &transport.PeerError{Rank: p.peer, Addr: p.addr, Err: err}
+}
+
+// Send implements transport.Pair.
+func (p *pair) Send(ctx context.Context, h transport.Header, payload []byte) error {
+	if len(payload) > transport.MaxPayload {
+		panic(fmt.Sprintf("tcp: payload of %d bytes exceeds transport.MaxPayload", len(payload)))
+	}
+	h.Length = uint32(len(payload))
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if err := p.m.Err(); err != nil {
+		return err
+	}
+	if p.broken {
+		return p.peerErr(fmt.Errorf("%w: an earlier write failed", transport.ErrPeerLost))
+	}
+	d, _ := ctx.Deadline()
+	if !d.Equal(p.wdeadline) {
+		p.conn.SetWriteDeadline(d)
+		p.wdeadline = d
+	}
+	if l := p.shm; l != nil && len(payload) >= shmMin && len(payload) <= shmSlotSize {
+		if err := l.waitSlot(ctx, p.m.failed); err != nil {
+			if merr := p.m.Err(); merr != nil {
+				return merr
+			}
+			return p.peerErr(fmt.Errorf("waiting for a free shared-memory slot: %w", err))
+		}
+		slot := l.take()
+		copy(l.out[slot], payload)
+		h.Flags |= transport.FlagShm | uint8(slot)<<transport.ShmSlotBits
+		payload = nil
+	}
+	h.Encode(p.hdr[:])
+	var err error
+	if len(payload) == 0 {
+		_, err = p.conn.Write(p.hdr[:])
+	} else {
+		// One writev: header and payload without a copy.
+		bufs := net.Buffers{p.hdr[:], payload}
+		_, err = bufs.WriteTo(p.conn)
+	}
+	if err != nil {
+		p.broken = true
+		if errors.Is(err, net.ErrClosed) {
+			if merr := p.m.Err(); merr != nil {
+				return merr
+			}
+		}
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			// A stuck peer: the operation's deadline passed.
+			return p.peerErr(fmt.Errorf("write %s frame: %w", h.Kind, err))
+		}
+		return p.peerErr(fmt.Errorf("%w: write %s frame: %w", transport.ErrPeerLost, h.Kind, err))
+	}
+	return nil
+}
+
+// abort sends a best-effort abort frame carrying code and err's text.
+func (p *pair) abort(code int, err error) {
+	// Kick a writer blocked on a stuck peer, then take the lock.
+	p.conn.SetWriteDeadline(time.Now().Add(abortWriteTimeout))
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if p.broken {
+		return
+	}
+	p.wdeadline = time.Time{}
+	p.conn.SetWriteDeadline(time.Now().Add(abortWriteTimeout))
+	reason := []byte(err.Error())
+	if len(reason) > maxAbortReason {
+		reason = reason[:maxAbortReason]
+	}
+	h := transport.Header{Kind: transport.KindAbort, Root: -1, Tag: int64(code), Length: uint32(len(reason))}
+	h.Encode(p.hdr[:])
+	bufs := net.Buffers{p.hdr[:], reason}
+	if _, werr := bufs.WriteTo(p.conn); werr != nil {
+		p.broken = true
+	}
+}
+
+// Post implements transport.Pair.
+func (p *pair) Post(r *transport.Recv) {
+	p.qmu.Lock()
+	if p.failed != nil {
+		err := p.failed
+		p.qmu.Unlock()
+		r.Finish(err)
+		return
+	}
+	p.queue = append(p.queue, r)
+	p.qmu.Unlock()
+	select {
+	case p.signal <- struct{}{}:
+	default:
+	}
+}
+
+// nextPosted pops the oldest posted receive for the frame h, waiting for
+// one. It returns nil once the pair has failed, and a mismatch error if h
+// cannot belong to the operation this rank runs (see Mesh.Begin).
+func (p *pair) nextPosted(h *transport.Header) (*transport.Recv, error) {
+	for {
+		p.qmu.Lock()
+		if p.failed != nil {
+			p.qmu.Unlock()
+			return nil, nil
+		}
+		if len(p.queue) > 0 {
+			r := p.queue[0]
+			p.queue[0] = nil
+			p.queue = p.queue[1:]
+			if len(p.queue) == 0 {
+				p.queue = p.queue[:0:0] // let the backing array go
+			}
+			p.qmu.Unlock()
+			return r, nil
+		}
+		p.qmu.Unlock()
+		if cur := p.m.current.Load(); cur != nil && (h.Seq < cur.Seq || h.Seq == cur.Seq && !cur.SameOp(h)) {
+			return nil, &transport.MismatchError{Want: *cur, Got: *h}
+		}
+		<-p.signal
+	}
+}
+
+func (p *pair) wake() {
+	select {
+	case p.signal <- struct{}{}:
+	default:
+	}
+}
+
+// failQueued fails every receive still queued and every later Post.
+func (p *pair) failQueued(err error) {
+	p.qmu.Lock()
+	if p.failed != nil {
+		p.qmu.Unlock()
+		return
+	}
+	p.failed = err
+	queue := p.queue
+	p.queue = nil
+	var p2p []*transport.Recv
+	for _, rs := range p.p2p {
+		p2p = append(p2p, rs...)
+	}
+	p.p2p = nil
+	p.unexpected = nil
+	p.qmu.Unlock()
+	select {
+	case p.signal <- struct{}{}:
+	default:
+	}
+	for _, r := range queue {
+		r.Finish(err)
+	}
+	for _, r := range p2p {
+		r.Finish(err)
+	}
+}
+
+// readLoop reads frames until the connection fails or the mesh closes.
+func (p *pair) readLoop() {
+	defer p.m.readers.Done()
+	defer p.linger()
+	p.scratch = make([]byte, scratchSize)
+	var hb [transport.HeaderSize]byte
+	for {
+		if _, err := io.ReadFull(p.br, hb[:]); err != nil {
+			p.m.failPeer(p, fmt.Errorf("%w: read frame header: %w", transport.ErrPeerLost, err))
+			return
+		}
+		h, err := transport.Decode(hb[:])
+		if err != nil {
+			p.m.failPeer(p, err)
+			return
+		}
+		switch h.Kind {
+		case transport.KindCollective:
+			err = p.readCollective(h)
+		case transport.KindP2P:
+			err = p.readP2P(h)
+		case transport.KindAbort:
+			err = p.readAbort(h)
+			var ab *transport.AbortError
+			if errors.As(err, &ab) && ab.Code == transport.AbortClosed {
+				// A graceful goodbye: only operations that need this peer
+				// fail; the others may still complete.
+				p.failQueued(p.peerErr(fmt.Errorf("%w: %w", transport.ErrPeerLost, err)))
+				return
+			}
+		}
+		if err != nil {
+			p.m.failPeer(p, err)
+			return
+		}
+	}
+}
+
+func (p *pair) readCollective(h transport.Header) error {
+	r, err := p.nextPosted(&h)
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		return transport.ErrClosed
+	}
+	if !r.Want.SameOp(&h) || int(h.Length) != len(r.Buf) {
+		err := &transport.MismatchError{Want: r.Want, Got: h}
+		want := r.Want
+		want.Length = uint32(len(r.Buf))
+		err.Want = want
+		r.Finish(p.peerErr(err))
+		return err
+	}
+	if err := p.readPayload(&h, r.Buf, r.Reduce); err != nil {
+		err = fmt.Errorf("%w: read %d-byte payload: %w", transport.ErrPeerLost, h.Length, err)
+		r.Finish(p.peerErr(err))
+		return err
+	}
+	r.Finish(nil)
+	return nil
+}
+
+// readPayload fills buf from the connection, or reduces the payload into
+// it piece by piece through scratch.
+func (p *pair) readPayload(h *transport.Header, buf []byte, reduce transport.ReduceFunc) error {
+	if h.Flags&transport.FlagShm != 0 {
+		data, err := p.shmPayload(h)
+		if err != nil {
+			return err
+		}
+		if reduce != nil {
+			reduce(buf, data)
+		} else {
+			copy(buf, data)
+		}
+		p.shmConsumed()
+		return nil
+	}
+	if reduce == nil {
+		_, err := io.ReadFull(p.br, buf)
+		return err
+	}
+	for off := 0; off < len(buf); {
+		n := min(len(p.scratch), len(buf)-off)
+		if _, err := io.ReadFull(p.br, p.scratch[:n]); err != nil {
+			return err
+		}
+		reduce(buf[off:off+n], p.scratch[:n])
+		off += n
+	}
+	return nil
+}
+
+func (p *pair) readAbort(h transport.Header) error {
+	n := min(int(h.Length), maxAbortReason)
+	reason := make([]byte, n)
+	if _, err := io.ReadFull(p.br, reason); err != nil {
+		return fmt.Errorf("%w: read abort frame: %w", transport.ErrPeerLost, err)
+	}
+	return &transport.AbortError{Code: int(h.Tag), Reason: string(reason)}
+}
+
+// p2pMatches reports whether frame h belongs to the message r expects.
+func p2pMatches(r *transport.Recv, h *transport.Header) bool {
+	return h.DType == r.Want.DType && h.Count == r.Want.Count && int(h.Length) <= len(r.Buf)-r.Filled
+}
+
+// PostP2P implements transport.Pair.
+func (p *pair) PostP2P(r *transport.Recv) {
+	p.qmu.Lock()
+	if p.failed != nil {
+		err := p.failed
+		p.qmu.Unlock()
+		r.Finish(err)
+		return
+	}
+	tag := r.Want.Tag
+	if len(p.p2p[tag]) == 0 {
+		// Consume frames that arrived before this receive. Every message
+		// is at least one frame (an empty one is one empty frame), so r
+		// is complete when a consumed frame fills it.
+		frames := p.unexpected[tag]
+		for len(frames) > 0 {
+			f := frames[0]
+			if !p2pMatches(r, &f.h) {
+				p.qmu.Unlock()
+				err := p.peerErr(&transport.MismatchError{Want: r.Want, Got: f.h})
+				r.Finish(err)
+				p.m.Fail(transport.AbortMismatch, err)
+				return
+			}
+			copy(r.Buf[r.Filled:], f.payload)
+			r.Filled += len(f.payload)
+			frames = frames[1:]
+			if r.Filled == len(r.Buf) {
+				if len(frames) == 0 {
+					delete(p.unexpected, tag)
+				} else {
+					p.unexpected[tag] = frames
+				}
+				p.qmu.Unlock()
+				r.Finish(nil)
+				return
+			}
+		}
+		delete(p.unexpected, tag)
+	}
+	p.p2p[tag] = append(p.p2p[tag], r)
+	p.qmu.Unlock()
+}
+
+// readP2P delivers a point-to-point frame to the oldest receive posted for
+// its tag, reading straight into it, or buffers it until one is posted.
+func (p *pair) readP2P(h transport.Header) error {
+	p.qmu.Lock()
+	if p.failed != nil {
+		p.qmu.Unlock()
+		return transport.ErrClosed
+	}
+	posted := p.p2p[h.Tag]
+	if len(posted) == 0 {
+		p.qmu.Unlock()
+		payload := make([]byte, h.Length) // bounded by MaxPayload
+		if err := p.readPayload(&h, payload, nil); err != nil {
+			return fmt.Errorf("%w: read %d-byte p2p payload: %w", transport.ErrPeerLost, h.Length, err)
+		}
+		p.qmu.Lock()
+		defer p.qmu.Unlock()
+		if p.failed != nil {
+			return nil
+		}
+		if rs := p.p2p[h.Tag]; len(rs) > 0 && len(p.unexpected[h.Tag]) == 0 {
+			// A receive was posted while the payload was being read.
+			r := rs[0]
+			if !p2pMatches(r, &h) {
+				return &transport.MismatchError{Want: r.Want, Got: h}
+			}
+			copy(r.Buf[r.Filled:], payload)
+			r.Filled += len(payload)
+			if r.Filled == len(r.Buf) {
+				if len(rs) == 1 {
+					delete(p.p2p, h.Tag)
+				} else {
+					p.p2p[h.Tag] = rs[1:]
+				}
+				r.Finish(nil)
+			}
+			return nil
+		}
+		p.unexpected[h.Tag] = append(p.unexpected[h.Tag], p2pFrame{h: h, payload: payload})
+		return nil
+	}
+	r := posted[0]
+	if !p2pMatches(r, &h) {
+		p.qmu.Unlock()
+		return &transport.MismatchError{Want: r.Want, Got: h}
+	}
+	// The reader owns r while filling it; it stays first in line for its
+	// tag, and Post only appends behind it.
+	p.qmu.Unlock()
+	n := int(h.Length)
+	if err := p.readPayload(&h, r.Buf[r.Filled:r.Filled+n], nil); err != nil {
+		return fmt.Errorf("%w: read %d-byte p2p payload: %w", transport.ErrPeerLost, h.Length, err)
+	}
+	p.qmu.Lock()
+	r.Filled += n
+	done := r.Filled == len(r.Buf)
+	if done && p.failed == nil {
+		rest := p.p2p[h.Tag][1:]
+		if len(rest) == 0 {
+			delete(p.p2p, h.Tag)
+		} else {
+			p.p2p[h.Tag] = rest
+		}
+	}
+	failed := p.failed != nil
+	p.qmu.Unlock()
+	if done && !failed {
+		r.Finish(nil)
+	}
+	return nil
+}
+
+// linger discards what the peer still sends after the mesh failed, until
+// it closes or lingerTime passes (see lingerTime).
+func (p *pair) linger() {
+	if p.m.Err() == nil {
+		return
+	}
+	p.conn.SetReadDeadline(time.Now().Add(lingerTime))
+	io.Copy(io.Discard, p.br)
+}
+
+// shmPayload returns the slot holding h's payload.
+func (p *pair) shmPayload(h *transport.Header) ([]byte, error) {
+	slot := int(h.Flags&transport.ShmSlotMask) >> transport.ShmSlotBits
+	if p.shm == nil || h.Length > shmSlotSize || slot >= shmSlots {
+		return nil, fmt.Errorf("%w: shared-memory frame (slot %d, %d bytes) on a link without such a ring", transport.ErrMalformed, slot, h.Length)
+	}
+	return p.shm.in[slot][:h.Length], nil
+}
+
+// shmConsumed frees the slot just read for the peer.
+func (p *pair) shmConsumed() {
+	p.shm.consumed0++
+	atomic.StoreUint64(p.shm.ack, p.shm.consumed0)
+}

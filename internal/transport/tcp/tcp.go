@@ -1,0 +1,463 @@
+// Package tcp is gotrain's TCP transport: a full mesh with one connection
+// per pair of ranks, rendezvoused through a store and authenticated with
+// the versioned HMAC handshake of package auth.
+//
+// The rule that avoids duplicate-connect races: the higher rank dials, the
+// lower rank accepts, so each pair is connected exactly once. Every
+// connection has TCP_NODELAY set and, optionally, large socket buffers.
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gotrain/gotrain/distributed/store"
+	"github.com/gotrain/gotrain/internal/auth"
+	"github.com/gotrain/gotrain/internal/transport"
+)
+
+// Options configures Connect.
+type Options struct {
+	// Rank and Size of this process in the mesh.
+	Rank, Size int
+	// Store is where ranks publish their addresses (key "addr/<rank>");
+	// the caller namespaces it per job and group.
+	Store store.Store
+	// Token is the shared secret of the handshake.
+	Token []byte
+	// JobID must match on every connection.
+	JobID string
+	// ListenHost is the interface to listen on; "" means all interfaces.
+	ListenHost string
+	// AdvertiseHost is the host other ranks dial; "" means ListenHost, or
+	// the loopback address if that is empty too.
+	AdvertiseHost string
+	// PortMin and PortMax bound the listen port (inclusive); both zero
+	// means any free port.
+	PortMin, PortMax int
+	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF; 0 leaves the kernel's
+	// automatic tuning on.
+	SocketBuffer int
+	// Logger receives refused connections; nil means slog.Default().
+	Logger *slog.Logger
+
+	version int // protocol version to claim; 0 means auth.ProtocolVersion (tests set others)
+}
+
+// Mesh is a connected full mesh. It implements transport.Mesh.
+type Mesh struct {
+	rank, size int
+	pairs      []*pair // pairs[rank] is nil
+	log        *slog.Logger
+
+	mu       sync.Mutex // mu guards err
+	err      error
+	failDone chan struct{} // closed once the first Fail has told every peer
+	failed   chan struct{} // closed when Fail starts
+
+	readers sync.WaitGroup
+
+	current atomic.Pointer[transport.Header] // the running collective
+}
+
+var _ transport.Mesh = (*Mesh)(nil)
+
+// Connect listens, publishes this rank's address, connects to every other
+// rank and returns the mesh once all Size-1 connections are up and
+// authenticated. ctx bounds the whole rendezvous (the connect timeout).
+func Connect(ctx context.Context, o Options) (*Mesh, error) {
+	if o.Size < 1 || o.Rank < 0 || o.Rank >= o.Size {
+		return nil, fmt.Errorf("tcp: rank %d is outside world size %d", o.Rank, o.Size)
+	}
+	m := &Mesh{rank: o.Rank, size: o.Size, pairs: make([]*pair, o.Size), log: o.Logger,
+		failDone: make(chan struct{}), failed: make(chan struct{})}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	if o.Size == 1 {
+		return m, nil
+	}
+	ln, err := listen(o.ListenHost, o.PortMin, o.PortMax)
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	host := o.AdvertiseHost
+	if host == "" {
+		host = o.ListenHost
+	}
+	if host == "" || net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	self := net.JoinHostPort(host, strconv.Itoa(port))
+	if err := o.Store.Set(ctx, addrKey(o.Rank), []byte(self)); err != nil {
+		return nil, fmt.Errorf("tcp: rank %d: publish address %s: %w", o.Rank, self, err)
+	}
+
+	conns := make([]net.Conn, o.Size)
+	addrs := make([]string, o.Size)
+	var mu sync.Mutex // mu guards conns and addrs during setup
+	errs := make(chan error, o.Size)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+
+	// Higher ranks dial us; we dial lower ranks.
+	nAccept := o.Size - 1 - o.Rank
+	go func() { errs <- m.acceptAll(ctx, ln, o, nAccept, conns, addrs, &mu) }()
+	for peer := 0; peer < o.Rank; peer++ {
+		go func() {
+			c, addr, err := dialPeer(ctx, o, peer)
+			if err == nil {
+				mu.Lock()
+				conns[peer], addrs[peer] = c, addr
+				mu.Unlock()
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for i := 0; i < o.Rank+1; i++ {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			cancel()
+		}
+	}
+	if first != nil {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+		return nil, first
+	}
+	shms := make([]*shmLink, o.Size)
+	for peer, c := range conns {
+		if peer == o.Rank {
+			continue
+		}
+		go func() {
+			l, err := setupShm(ctx, c, o.Rank < peer)
+			if err != nil {
+				err = fmt.Errorf("tcp: rank %d: set up shared memory with rank %d at %s: %w", o.Rank, peer, addrs[peer], err)
+			}
+			shms[peer] = l
+			errs <- err
+		}()
+	}
+	for range o.Size - 1 {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		for peer, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+			shms[peer].unmap()
+		}
+		return nil, first
+	}
+	for peer, c := range conns {
+		if peer == o.Rank {
+			continue
+		}
+		tc := c.(*net.TCPConn)
+		tc.SetNoDelay(true)
+		if o.SocketBuffer > 0 {
+			tc.SetReadBuffer(o.SocketBuffer)
+			tc.SetWriteBuffer(o.SocketBuffer)
+		}
+		m.pairs[peer] = newPair(m, peer, addrs[peer], tc)
+		m.pairs[peer].shm = shms[peer]
+	}
+	for _, p := range m.pairs {
+		if p != nil {
+			m.readers.Add(1)
+			go p.readLoop()
+		}
+	}
+	return m, nil
+}
+
+func addrKey(rank int) string { return "addr/" + strconv.Itoa(rank) }
+
+// listen binds host on the first free port in [min, max].
+func listen(host string, min, max int) (net.Listener, error) {
+	if min == 0 && max == 0 {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("tcp: listen on %q: %w", host, err)
+		}
+		return ln, nil
+	}
+	if min <= 0 || max < min || max > 65535 {
+		return nil, fmt.Errorf("tcp: bad listen port range %d-%d", min, max)
+	}
+	var last error
+	for port := min; port <= max; port++ {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err == nil {
+			return ln, nil
+		}
+		last = err
+	}
+	return nil, fmt.Errorf("tcp: no free port in %d-%d on %q: %w", min, max, host, last)
+}
+
+// handshakeTimeout bounds one connection's handshake, so that a stray
+// client that connects and says nothing cannot hold up the rendezvous.
+const handshakeTimeout = 10 * time.Second
+
+// acceptAll accepts and authenticates n connections from higher ranks,
+// each handshake on its own goroutine. Connections that fail the
+// handshake (wrong token, wrong job, stray clients) are logged and
+// dropped; the rendezvous goes on.
+func (m *Mesh) acceptAll(ctx context.Context, ln net.Listener, o Options, n int, conns []net.Conn, addrs []string, mu *sync.Mutex) error {
+	hello := auth.Hello{Version: o.version, Role: auth.RoleData, JobID: o.JobID, Rank: o.Rank, WorldSize: o.Size}
+	accepted := make(chan struct{}, o.Size)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	// The caller closes ln when its ctx ends (context.AfterFunc), possibly
+	// before cancellation reaches the child below: ask the parent whether
+	// a closed listener means the rendezvous timed out.
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx) // ends strays' handshakes on return
+	defer cancel()
+	acceptErr := make(chan error, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				acceptErr <- err
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if m.handshake(ctx, c, o, hello, conns, addrs, mu) {
+					accepted <- struct{}{}
+				}
+			}()
+		}
+	}()
+	for got := 0; got < n; {
+		select {
+		case <-accepted:
+			got++
+		case err := <-acceptErr:
+			if parent.Err() != nil {
+				return fmt.Errorf("tcp: rank %d: waiting for %d more connections from higher ranks: %w", o.Rank, n-got, context.Cause(parent))
+			}
+			return fmt.Errorf("tcp: rank %d: accept: %w", o.Rank, err)
+		case <-ctx.Done():
+			ln.Close()
+			<-acceptErr
+			return fmt.Errorf("tcp: rank %d: waiting for %d more connections from higher ranks: %w", o.Rank, n-got, context.Cause(ctx))
+		}
+	}
+	ln.Close() // no more peers: stop accepting
+	<-acceptErr
+	return nil
+}
+
+// handshake authenticates one accepted connection and records it,
+// reporting whether it joined the mesh.
+func (m *Mesh) handshake(ctx context.Context, c net.Conn, o Options, hello auth.Hello, conns []net.Conn, addrs []string, mu *sync.Mutex) bool {
+	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	peer, err := auth.Server(hctx, c, o.Token, hello, func(p auth.Hello) error {
+		switch {
+		case p.JobID != o.JobID:
+			return fmt.Errorf("job %q, this rank is in job %q", p.JobID, o.JobID)
+		case p.WorldSize != o.Size:
+			return fmt.Errorf("rank %d says world size %d, rank %d says %d", p.Rank, p.WorldSize, o.Rank, o.Size)
+		case p.Rank <= o.Rank || p.Rank >= o.Size:
+			return fmt.Errorf("rank %d may not dial rank %d (world size %d)", p.Rank, o.Rank, o.Size)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if conns[p.Rank] != nil {
+			return fmt.Errorf("duplicate rank %d: already connected from %s", p.Rank, addrs[p.Rank])
+		}
+		return nil
+	})
+	if err != nil {
+		c.Close()
+		if ctx.Err() == nil {
+			m.log.Warn("tcp: refused data-plane connection", "rank", o.Rank, "remote", c.RemoteAddr().String(), "err", err)
+		}
+		return false
+	}
+	// Name the peer by the address it listens on (as errors elsewhere
+	// do), not by its ephemeral client port.
+	addr := c.RemoteAddr().String()
+	if b, err := o.Store.Get(hctx, addrKey(peer.Rank)); err == nil {
+		addr = string(b)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if conns[peer.Rank] != nil || ctx.Err() != nil { // lost a race with a duplicate, or too late
+		c.Close()
+		return false
+	}
+	conns[peer.Rank], addrs[peer.Rank] = c, addr
+	return true
+}
+
+// dialPeer looks up peer's address, dials it (retrying refused
+// connections until ctx ends) and authenticates.
+func dialPeer(ctx context.Context, o Options, peer int) (net.Conn, string, error) {
+	b, err := o.Store.Get(ctx, addrKey(peer))
+	if err != nil {
+		return nil, "", fmt.Errorf("tcp: rank %d: look up address of rank %d: %w", o.Rank, peer, err)
+	}
+	addr := string(b)
+	var d net.Dialer
+	backoff := 10 * time.Millisecond
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			hello := auth.Hello{Version: o.version, Role: auth.RoleData, JobID: o.JobID, Rank: o.Rank, WorldSize: o.Size}
+			srv, err := auth.Client(ctx, c, o.Token, hello)
+			if err != nil {
+				c.Close()
+				return nil, "", fmt.Errorf("tcp: rank %d: handshake with rank %d at %s: %w", o.Rank, peer, addr, err)
+			}
+			if srv.Rank != peer || srv.WorldSize != o.Size || srv.JobID != o.JobID {
+				c.Close()
+				return nil, "", fmt.Errorf("tcp: rank %d: %s answered as rank %d of %d in job %q, want rank %d of %d in job %q",
+					o.Rank, addr, srv.Rank, srv.WorldSize, srv.JobID, peer, o.Size, o.JobID)
+			}
+			return c, addr, nil
+		}
+		if ctx.Err() != nil {
+			return nil, "", fmt.Errorf("tcp: rank %d: connect to rank %d at %s: %w", o.Rank, peer, addr, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, "", fmt.Errorf("tcp: rank %d: connect to rank %d at %s: %w", o.Rank, peer, addr, err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// Rank implements transport.Mesh.
+func (m *Mesh) Rank() int { return m.rank }
+
+// Size implements transport.Mesh.
+func (m *Mesh) Size() int { return m.size }
+
+// Pair implements transport.Mesh.
+func (m *Mesh) Pair(peer int) transport.Pair { return m.pairs[peer] }
+
+// Begin implements transport.Mesh.
+func (m *Mesh) Begin(h transport.Header) {
+	m.current.Store(&h)
+	for _, p := range m.pairs {
+		if p != nil {
+			p.wake()
+		}
+	}
+}
+
+// Err implements transport.Mesh.
+func (m *Mesh) Err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.err
+}
+
+// abortWriteTimeout bounds the best-effort abort frame to each peer.
+const abortWriteTimeout = 200 * time.Millisecond
+
+// lingerTime is how long a failed mesh keeps reading (and discarding)
+// what peers still send. Closing a socket with unread data makes the
+// kernel send a reset, which can destroy the abort frame just sent before
+// the peer reads it; reading until the peer closes avoids that.
+const lingerTime = 2 * time.Second
+
+// Fail implements transport.Mesh. Connections stay half open (our side
+// shut for writing, reads drained) until Close or the linger time ends,
+// so every peer gets the abort frame.
+func (m *Mesh) Fail(code int, err error) {
+	m.mu.Lock()
+	if m.err != nil {
+		m.mu.Unlock()
+		// Return only once the peers have been told, so that a caller
+		// who then closes the mesh cannot overtake the abort frames.
+		<-m.failDone
+		return
+	}
+	m.err = err
+	m.mu.Unlock()
+	close(m.failed)
+	defer close(m.failDone)
+	var wg sync.WaitGroup
+	for _, p := range m.pairs {
+		if p == nil {
+			continue
+		}
+		p.failQueued(err)
+		// Interrupt the reader: it releases any buffer it is filling.
+		p.conn.SetReadDeadline(time.Unix(1, 0))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.abort(code, err)
+			p.conn.CloseWrite()
+		}()
+	}
+	wg.Wait()
+}
+
+// Close implements transport.Mesh. If the mesh has not failed, each peer
+// gets a goodbye frame: its operations that still need this rank fail
+// with ErrPeerLost, the others complete.
+func (m *Mesh) Close() error {
+	m.Fail(transport.AbortClosed, fmt.Errorf("rank %d destroyed the group: %w", m.rank, transport.ErrClosed))
+	for _, p := range m.pairs {
+		if p != nil {
+			p.conn.SetReadDeadline(time.Unix(1, 0))
+			p.conn.Close()
+		}
+	}
+	m.readers.Wait()
+	for _, p := range m.pairs {
+		if p != nil {
+			// A writer copying into a slot holds wmu; after Fail no
+			// writer starts another copy.
+			p.wmu.Lock()
+			p.shm.unmap()
+			p.shm = nil
+			p.wmu.Unlock()
+		}
+	}
+	return nil
+}
+
+// failPeer fails the mesh because of an error on p's connection.
+func (m *Mesh) failPeer(p *pair, err error) {
+	if m.Err() != nil {
+		return // the mesh is already failed; this is the fallout
+	}
+	var ab *transport.AbortError
+	code := transport.AbortPeerLost
+	if errors.As(err, &ab) {
+		code = ab.Code
+	} else if errors.Is(err, transport.ErrMismatch) {
+		code = transport.AbortMismatch
+	}
+	m.Fail(code, &transport.PeerError{Rank: p.peer, Addr: p.addr, Err: err})
+}
