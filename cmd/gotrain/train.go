@@ -56,7 +56,7 @@ model= world= epochs= steps= samples_per_s= test_acc= peak_rss_mib=`,
 			if err != nil {
 				return err
 			}
-			if os.Getenv("RANK") != "" && os.Getenv("RANK") != "0" {
+			if res.Rank != 0 {
 				return nil
 			}
 			if f := os.Getenv(summaryFileEnv); f != "" {
