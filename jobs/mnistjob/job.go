@@ -59,11 +59,11 @@ type job struct {
 	forward func(*tensor.Tensor) *tensor.Tensor
 	params  []*tensor.Tensor
 
-	train, test *mnist.Dataset
-	sampler     *data.DistributedSampler
-	loader      *data.Loader
-	opt         optim.Optimizer
-	sched       optim.Scheduler // nil without decay
+	trainSet, testSet *mnist.Dataset
+	sampler           *data.DistributedSampler
+	loader            *data.Loader
+	opt               optim.Optimizer
+	sched             optim.Scheduler // nil without decay
 
 	ckpt  checkpoint.TrainingState // counters and what SaveTraining writes
 	extra resumeState
@@ -98,7 +98,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := j.resume(); err != nil {
 		return Result{}, err
 	}
-	return j.run(ctx)
+	return j.train(ctx)
 }
 
 // joinGroup joins the process group if the job has more than one rank.
@@ -159,20 +159,20 @@ func (j *job) loadData() error {
 	norm := mnist.Normalize(0.1307, 0.3081)
 	var err error
 	if dir := j.cfg.DataDir; dir == "" {
-		if j.train, err = mnist.Embedded(mnist.Train, norm); err == nil {
-			j.test, err = mnist.Embedded(mnist.Test, norm)
+		if j.trainSet, err = mnist.Embedded(mnist.Train, norm); err == nil {
+			j.testSet, err = mnist.Embedded(mnist.Test, norm)
 		}
-	} else if j.train, err = mnist.Load(dir, mnist.Train, norm); err == nil {
-		j.test, err = mnist.Load(dir, mnist.Test, norm)
+	} else if j.trainSet, err = mnist.Load(dir, mnist.Train, norm); err == nil {
+		j.testSet, err = mnist.Load(dir, mnist.Test, norm)
 	}
 	if err != nil {
 		return fmt.Errorf("mnistjob: loading MNIST: %w", err)
 	}
-	j.sampler, err = data.NewDistributedSampler(j.train.Len(), j.world, j.rank, data.Seed(j.cfg.Seed))
+	j.sampler, err = data.NewDistributedSampler(j.trainSet.Len(), j.world, j.rank, data.Seed(j.cfg.Seed))
 	if err != nil {
 		return fmt.Errorf("mnistjob: %w", err)
 	}
-	j.loader = data.NewLoader(j.train, j.cfg.BatchSize, j.sampler)
+	j.loader = data.NewLoader(j.trainSet, j.cfg.BatchSize, j.sampler)
 	return nil
 }
 
@@ -234,7 +234,7 @@ func (j *job) evaluate() float64 {
 	nn.SetTrain(j.model, false)
 	defer nn.SetTrain(j.model, true)
 	// Batches of 200 bound the CNN's im2col memory in eval.
-	loader := data.NewLoader(j.test, 200, data.NewSequentialSampler(j.test.Len()))
+	loader := data.NewLoader(j.testSet, 200, data.NewSequentialSampler(j.testSet.Len()))
 	correct := 0
 	tensor.NoGrad(func() {
 		for b := range loader.Batches() {
@@ -245,7 +245,7 @@ func (j *job) evaluate() float64 {
 			}
 		}
 	})
-	return float64(correct) / float64(j.test.Len())
+	return float64(correct) / float64(j.testSet.Len())
 }
 
 // peakRSSMiB is this process's peak resident set size, the figure to

@@ -7,9 +7,9 @@ import (
 	"github.com/gotrain/gotrain/nn"
 )
 
-// run trains from the resumed epoch on, until cfg.Epochs or MaxSteps, and
+// train trains from the resumed epoch on, until cfg.Epochs or MaxSteps, and
 // returns the run's summary.
-func (j *job) run(ctx context.Context) (Result, error) {
+func (j *job) train(ctx context.Context) (Result, error) {
 	m := newMeter(j)
 	res := Result{Model: j.cfg.Model, World: j.world, Rank: j.rank}
 	nn.SetTrain(j.model, true)
