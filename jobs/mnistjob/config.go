@@ -128,7 +128,7 @@ func (cfg *Config) validate() error {
 	case cfg.Rank < 0 || cfg.WorldSize < 0 || cfg.WorldSize > 0 && cfg.Rank >= cfg.WorldSize:
 		err = fmt.Errorf("rank %d of world size %d: want 0 <= rank < world size", cfg.Rank, cfg.WorldSize)
 	case cfg.Resume && cfg.Save == "":
-		err = errors.New("resume without a checkpoint to resume from: set Save too")
+		err = errors.New("resume needs Save, the checkpoint to resume from")
 	}
 	if err != nil {
 		return fmt.Errorf("mnistjob: %w", err)

@@ -28,15 +28,16 @@ import (
 	"github.com/gotrain/gotrain/tensor"
 )
 
-// Result summarises a run (rank 0's view).
+// Result summarises a run as this process saw it; only rank 0 evaluates
+// and reports.
 type Result struct {
 	Model         string
 	World         int
-	Rank          int // of this process; only rank 0 reports
-	Epochs        int
-	Steps         int
+	Rank          int
+	Epochs        int     // the last epoch trained, counting from 1
+	Steps         int     // taken in this run (after a resume: since it)
 	SamplesPerSec float64 // all ranks, over the steps after the first 5
-	TestAccuracy  float64
+	TestAccuracy  float64 // after the last epoch; 0 on ranks other than 0
 	PeakRSSMiB    float64
 	Profile       Profile
 }

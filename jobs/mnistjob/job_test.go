@@ -105,7 +105,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		{Config{LR: math.NaN()}, "learning rate NaN"},
 		{Config{Rank: 2, WorldSize: 2}, "rank 2 of world size 2"},
 		{Config{Rank: -1}, "rank -1"},
-		{Config{Resume: true}, "set Save"},
+		{Config{Resume: true}, "resume needs Save"},
 	} {
 		cfg := tc.cfg
 		cfg.Out = io.Discard

@@ -3,12 +3,14 @@ package mnistjob
 import (
 	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/gotrain/gotrain/ddp"
+	"github.com/gotrain/gotrain/distributed"
 	"github.com/gotrain/gotrain/tensor"
 )
 
@@ -36,8 +38,12 @@ func (p Profile) String() string {
 // calls startStep, forwarded, backwarded and stepped around the phases of
 // each step.
 type meter struct {
-	j     *job
-	steps int // taken in this run
+	pg     *distributed.Group // nil alone: no ranks to line up
+	dm     *ddp.Model         // nil alone: no allreduce to profile
+	world  int
+	epochs int
+	barOut io.Writer // nil without a progress bar
+	steps  int       // taken in this run
 
 	// The clock counts training time from step warmupSteps on, without
 	// evaluation and checkpoints (as the PyTorch script stops its clock
@@ -57,16 +63,22 @@ type meter struct {
 	epochSamples int
 }
 
-func newMeter(j *job) *meter { return &meter{j: j} }
+// newMeter meters j's loop; rank 0 shows the bar if cfg asks for it.
+func newMeter(j *job) *meter {
+	m := &meter{pg: j.pg, dm: j.dm, world: j.world, epochs: j.cfg.Epochs}
+	if j.rank == 0 && j.cfg.Progress {
+		m.barOut = j.cfg.Out
+	}
+	return m
+}
 
 // startEpoch starts the epoch's clock (after the warm-up) and its bar.
 func (m *meter) startEpoch(epoch, batches int) {
-	cfg := m.j.cfg
 	m.epoch, m.epochSamples = epoch, 0
-	if m.j.rank == 0 && cfg.Progress {
+	if m.barOut != nil {
 		m.bar = progressbar.NewOptions(batches,
-			progressbar.OptionSetWriter(cfg.Out),
-			progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", epoch+1, cfg.Epochs)),
+			progressbar.OptionSetWriter(m.barOut),
+			progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", epoch+1, m.epochs)),
 			progressbar.OptionThrottle(200*time.Millisecond),
 			progressbar.OptionShowCount(),
 			progressbar.OptionClearOnFinish())
@@ -82,8 +94,8 @@ func (m *meter) startEpoch(epoch, batches int) {
 // the ranks up and restarts the clock and the profile from zero.
 func (m *meter) startStep(ctx context.Context) error {
 	if m.steps == warmupSteps {
-		if m.j.pg != nil {
-			if err := m.j.pg.Barrier(ctx); err != nil {
+		if m.pg != nil {
+			if err := m.pg.Barrier(ctx); err != nil {
 				return err
 			}
 		}
@@ -97,8 +109,8 @@ func (m *meter) startStep(ctx context.Context) error {
 // forwarded marks the end of the forward pass (and the loss).
 func (m *meter) forwarded() {
 	m.t1 = time.Now()
-	if m.j.dm != nil {
-		m.before = m.j.dm.Stats()
+	if m.dm != nil {
+		m.before = m.dm.Stats()
 	}
 }
 
@@ -113,8 +125,8 @@ func (m *meter) stepped(loss *tensor.Tensor, n int) {
 	m.prof.Forward += m.t1.Sub(m.t0)
 	m.prof.Backward += m.t2.Sub(m.t1)
 	m.prof.Optimizer += now.Sub(m.t2)
-	if m.j.dm != nil {
-		after := m.j.dm.Stats()
+	if m.dm != nil {
+		after := m.dm.Stats()
 		m.prof.ExposedAllReduce += after.ExposedWait - m.before.ExposedWait
 		m.prof.AllReduce += after.Reducing - m.before.Reducing
 	}
@@ -123,8 +135,8 @@ func (m *meter) stepped(loss *tensor.Tensor, n int) {
 	m.counted += n
 	m.epochSamples += n
 	if m.bar != nil {
-		rate := float64(m.epochSamples*m.j.world) / time.Since(m.epochStart).Seconds()
-		m.bar.Describe(fmt.Sprintf("epoch %d/%d loss %.4f %.0f samples/s", m.epoch+1, m.j.cfg.Epochs, loss.Item(), rate))
+		rate := float64(m.epochSamples*m.world) / time.Since(m.epochStart).Seconds()
+		m.bar.Describe(fmt.Sprintf("epoch %d/%d loss %.4f %.0f samples/s", m.epoch+1, m.epochs, loss.Item(), rate))
 		m.bar.Add(1)
 	}
 	m.dataStart = time.Now()
@@ -146,8 +158,8 @@ func (m *meter) untimed(f func() error) error {
 // bar.
 func (m *meter) endEpoch(ctx context.Context) error {
 	if !m.countStart.IsZero() {
-		if m.j.pg != nil {
-			if err := m.j.pg.Barrier(ctx); err != nil {
+		if m.pg != nil {
+			if err := m.pg.Barrier(ctx); err != nil {
 				return err
 			}
 		}
@@ -165,7 +177,7 @@ func (m *meter) endEpoch(ctx context.Context) error {
 // to res.
 func (m *meter) summarise(res Result) Result {
 	if m.counting > 0 {
-		res.SamplesPerSec = float64(m.counted*m.j.world) / m.counting.Seconds()
+		res.SamplesPerSec = float64(m.counted*m.world) / m.counting.Seconds()
 	}
 	res.Steps = m.steps
 	if n := time.Duration(m.profiled); n > 0 {
