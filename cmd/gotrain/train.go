@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gotrain/gotrain/jobs/mnistjob"
 	"github.com/gotrain/gotrain/launch"
@@ -28,9 +29,20 @@ var trainCmd = &cobra.Command{
 
 func init() {
 	rootCmd.AddCommand(trainCmd)
-	var cfg mnistjob.Config
-	var nproc string
-	var launchCfg launch.Config
+	trainCmd.AddCommand(newTrainMNISTCmd())
+}
+
+// trainMNISTFlags are the flags of `gotrain train mnist`: the job's
+// Config and, for --nproc-per-node > 1, the launcher's.
+type trainMNISTFlags struct {
+	job    mnistjob.Config
+	nproc  string
+	launch launch.Config
+}
+
+// newTrainMNISTCmd is `gotrain train mnist`.
+func newTrainMNISTCmd() *cobra.Command {
+	var fl trainMNISTFlags
 	cmd := &cobra.Command{
 		Use:   "mnist",
 		Short: "Train an MNIST classifier (MLP or the pytorch/examples CNN), on one or several local workers",
@@ -40,36 +52,46 @@ With --nproc-per-node N > 1 it starts N workers like 'gotrain run' and trains
 them with DistributedDataParallel. The last line printed is a summary:
 model= world= epochs= steps= samples_per_s= test_acc= peak_rss_mib=`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Momentum == 0 {
-				cfg.Momentum = -1 // the job's zero value means "default 0.9"
-			}
-			n, err := parseNProcPerNode(nproc)
-			if err != nil {
-				return err
-			}
-			if n > 1 && os.Getenv(trainWorkerEnv) == "" {
-				launchCfg.NProcPerNode = n
-				return launchTrainWorkers(cmd.Context(), launchCfg)
-			}
-			res, err := mnistjob.Run(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			if os.Getenv("RANK") != "" && os.Getenv("RANK") != "0" {
-				return nil
-			}
-			if f := os.Getenv(summaryFileEnv); f != "" {
-				return os.WriteFile(f, []byte(res.Summary()+"\n"), 0o644)
-			}
-			fmt.Println(res.Summary())
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return trainMNIST(cmd.Context(), fl) },
 	}
-	f := cmd.Flags()
-	f.StringVar(&nproc, "nproc-per-node", "1", "number of local workers (an integer, or auto for one per CPU)")
-	f.IntVar(&launchCfg.MaxRestarts, "max-restarts", 0, "with --nproc-per-node > 1: restart all workers up to N times when one fails (use with --save and --resume)")
-	f.StringVar(&launchCfg.LogDir, "log-dir", "", "with --nproc-per-node > 1: also write each worker's output under this directory")
+	fl.register(cmd.Flags())
+	return cmd
+}
+
+// trainMNIST runs the job in this process, or starts the workers that do.
+func trainMNIST(ctx context.Context, fl trainMNISTFlags) error {
+	cfg := fl.job
+	if cfg.Momentum == 0 {
+		cfg.Momentum = -1 // the job's zero value means "default 0.9"
+	}
+	n, err := parseNProcPerNode(fl.nproc)
+	if err != nil {
+		return err
+	}
+	if n > 1 && os.Getenv(trainWorkerEnv) == "" {
+		fl.launch.NProcPerNode = n
+		return launchTrainWorkers(ctx, fl.launch)
+	}
+	res, err := mnistjob.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if res.Rank != 0 {
+		return nil
+	}
+	if f := os.Getenv(summaryFileEnv); f != "" {
+		return os.WriteFile(f, []byte(res.Summary()+"\n"), 0o644)
+	}
+	fmt.Println(res.Summary())
+	return nil
+}
+
+// register defines the flags on f, with their defaults.
+func (fl *trainMNISTFlags) register(f *pflag.FlagSet) {
+	cfg := &fl.job
+	f.StringVar(&fl.nproc, "nproc-per-node", "1", "number of local workers (an integer, or auto for one per CPU)")
+	f.IntVar(&fl.launch.MaxRestarts, "max-restarts", 0, "with --nproc-per-node > 1: restart all workers up to N times when one fails (use with --save and --resume)")
+	f.StringVar(&fl.launch.LogDir, "log-dir", "", "with --nproc-per-node > 1: also write each worker's output under this directory")
 	f.StringVar(&cfg.Model, "model", "mlp", "mlp (784-512-512-10) or cnn (the pytorch/examples MNIST Net)")
 	f.IntVar(&cfg.Epochs, "epochs", 1, "epochs to train")
 	f.IntVar(&cfg.BatchSize, "batch-size", 64, "batch size per worker")
@@ -87,7 +109,6 @@ model= world= epochs= steps= samples_per_s= test_acc= peak_rss_mib=`,
 	f.BoolVar(&cfg.Progress, "progress", true, "show a progress bar")
 	f.StringVar(&cfg.LRScaling, "lr-scaling", "", "adapt --lr to the global batch of N ranks: linear (×N) or none; default linear for sgd, none for adadelta and adam")
 	f.StringVar(&cfg.CommHook, "comm-hook", "allreduce", "how DDP reduces gradients: allreduce (float32), fp16 or bf16 (compressed)")
-	trainCmd.AddCommand(cmd)
 }
 
 // launchTrainWorkers re-runs this command as cfg.NProcPerNode workers

@@ -1,277 +1,90 @@
 // Command mnist is the program of gotrain's design written as a user would
 // write it: PyTorch's classic DistributedDataParallel MNIST script, in Go.
 //
-// It joins the process group (env:// under `gotrain run`, torchrun or a
-// Kubernetes PyTorchJob; tcp://host:port with --rank and --world-size when
-// started by hand), wraps the model in DDP, gives each rank its shard of the
-// training set with a DistributedSampler, trains, evaluates on rank 0, saves
-// on rank 0 only and leaves the group. Started alone, with no WORLD_SIZE and
-// no --init-method, it trains in this one process.
+// Its flags fill a mnistjob.Config and mnistjob.Run is the training loop,
+// the same one `gotrain train mnist` runs (jobs/mnistjob/train.go reads
+// like the README's snippet). It joins the process group (env:// under
+// `gotrain run`, torchrun or a Kubernetes PyTorchJob; tcp://host:port or
+// file:///path with --rank and --world-size when started by hand), wraps
+// the model in DDP, gives each rank its shard of the training set with a
+// DistributedSampler, trains, evaluates and saves on rank 0 and leaves the
+// group. Started alone, with no WORLD_SIZE and no --init-method, it trains
+// in this one process.
 //
 //	go build -o mnist-example ./examples/mnist
 //	gotrain run --nproc-per-node 2 ./mnist-example --epochs 1
 //
-// Rank 0's last line is a summary:
+// Rank 0's last line, the only one on its stdout, is a summary:
 //
 //	model=mlp world=2 epochs=1 steps=469 samples_per_s=… test_acc=… peak_rss_mib=…
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
-	"time"
 
-	"github.com/gotrain/gotrain/checkpoint"
-	"github.com/gotrain/gotrain/data"
-	"github.com/gotrain/gotrain/datasets/mnist"
-	"github.com/gotrain/gotrain/ddp"
-	"github.com/gotrain/gotrain/distributed"
-	"github.com/gotrain/gotrain/nn"
-	"github.com/gotrain/gotrain/nn/models"
-	"github.com/gotrain/gotrain/optim"
-	"github.com/gotrain/gotrain/tensor"
+	"github.com/gotrain/gotrain/jobs/mnistjob"
 )
 
-type options struct {
-	initMethod      string
-	initMethodGiven bool
-	rank, worldSize int
-	model           string
-	epochs          int
-	batchSize       int
-	lr, momentum    float64
-	scaleLR         bool
-	seed            uint64
-	dataDir         string
-	save            string
-	resume          bool
-	maxSteps        int
-}
-
 func main() {
-	var o options
-	flag.StringVar(&o.initMethod, "init-method", "env://", "how to find the other ranks: env://, tcp://host:port or file:///path")
-	flag.IntVar(&o.rank, "rank", 0, "this process's rank (with tcp:// or file://; env:// reads RANK)")
-	flag.IntVar(&o.worldSize, "world-size", 0, "number of processes (with tcp:// or file://; env:// reads WORLD_SIZE)")
-	flag.StringVar(&o.model, "model", "mlp", "mlp (784-512-512-10) or cnn (the pytorch/examples MNIST Net)")
-	flag.IntVar(&o.epochs, "epochs", 1, "epochs to train")
-	flag.IntVar(&o.batchSize, "batch-size", 64, "batch size per rank")
-	flag.Float64Var(&o.lr, "lr", 0.01, "SGD learning rate")
-	flag.Float64Var(&o.momentum, "momentum", 0.9, "SGD momentum")
-	flag.BoolVar(&o.scaleLR, "scale-lr", true, "multiply --lr by the number of ranks, whose global batch is that many times larger (the linear scaling rule)")
-	flag.Uint64Var(&o.seed, "seed", 1, "seed of the initial weights and of the shuffling")
-	flag.StringVar(&o.dataDir, "data", "", "directory with the MNIST IDX files (default: the copy shipped in the binary)")
-	flag.StringVar(&o.save, "save", "", "rank 0 saves the model here (safetensors) after training")
-	flag.BoolVar(&o.resume, "resume", false, "with --save: checkpoint the training state after each epoch and carry on from it when restarted")
-	flag.IntVar(&o.maxSteps, "max-steps", 0, "stop after this many steps per rank (0: no limit)")
-	flag.Parse()
-	flag.Visit(func(f *flag.Flag) { o.initMethodGiven = o.initMethodGiven || f.Name == "init-method" })
-
+	cfg, err := parseFlags(flag.CommandLine, os.Args[1:])
+	if err != nil {
+		os.Exit(2) // the flag package has printed the error and the usage
+	}
 	// `gotrain run` forwards SIGINT and SIGTERM: stop cleanly on either.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, o)
+	res, err := mnistjob.Run(ctx, cfg)
 	stop()
 	if err != nil {
 		slog.Error("mnist: training failed", "err", err)
 		os.Exit(1)
 	}
+	if res.Rank == 0 {
+		fmt.Println(res.Summary())
+	}
 }
 
-func run(ctx context.Context, o options) error {
-	// One process unless there is a group to join.
-	world, rank := 1, 0
-	var pg *distributed.Group
-	if ws, _ := strconv.Atoi(os.Getenv("WORLD_SIZE")); o.initMethodGiven || ws > 1 {
-		var err error
-		pg, err = distributed.Init(ctx, distributed.Config{InitMethod: o.initMethod, Rank: o.rank, WorldSize: o.worldSize})
-		if err != nil {
-			return fmt.Errorf("joining the process group: %w", err)
-		}
-		defer pg.Destroy()
-		world, rank = pg.Size(), pg.Rank()
-	}
-	log := slog.With("rank", rank)
-
-	nn.SetSeed(o.seed)
-	var model nn.Module
-	switch o.model {
-	case "mlp":
-		model = models.MLP()
-	case "cnn":
-		model = models.MNISTNet()
-	default:
-		return fmt.Errorf("unknown model %q (want mlp or cnn)", o.model)
-	}
-	forward, params := model.Forward, nn.Parameters(model)
-	var loaderOpts []data.LoaderOption
-	if pg != nil {
-		// DDP checks that every rank built the same model and copies rank
-		// 0's weights to all; Backward then averages the gradients.
-		dm, err := ddp.New(ctx, model, pg)
-		if err != nil {
-			return err
-		}
-		defer dm.Close()
-		forward, params = dm.Forward, dm.Parameters()
-		if dm.ReducesInline() {
-			// Every CPU runs a rank: load batches on this goroutine, so
-			// that no producer goroutine delays another rank.
-			loaderOpts = append(loaderOpts, data.Prefetch(0))
-		}
+// parseFlags turns the command line into the job's Config.
+func parseFlags(fs *flag.FlagSet, args []string) (mnistjob.Config, error) {
+	cfg := mnistjob.Config{Optimizer: "sgd"}
+	initMethod := fs.String("init-method", "env://", "how to find the other ranks: env://, tcp://host:port or file:///path")
+	fs.IntVar(&cfg.Rank, "rank", 0, "this process's rank (with tcp:// or file://; env:// reads RANK)")
+	fs.IntVar(&cfg.WorldSize, "world-size", 0, "number of processes (with tcp:// or file://; env:// reads WORLD_SIZE)")
+	fs.StringVar(&cfg.Model, "model", "mlp", "mlp (784-512-512-10) or cnn (the pytorch/examples MNIST Net)")
+	fs.IntVar(&cfg.Epochs, "epochs", 1, "epochs to train")
+	fs.IntVar(&cfg.BatchSize, "batch-size", 64, "batch size per rank")
+	fs.Float64Var(&cfg.LR, "lr", 0.01, "SGD learning rate")
+	fs.Float64Var(&cfg.Momentum, "momentum", 0.9, "SGD momentum (0 for none)")
+	scaleLR := fs.Bool("scale-lr", true, "multiply --lr by the number of ranks, whose global batch is that many times larger (the linear scaling rule)")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the initial weights and of the shuffling")
+	fs.StringVar(&cfg.DataDir, "data", "", "directory with the MNIST IDX files (default: the copy shipped in the binary)")
+	fs.StringVar(&cfg.Save, "save", "", "rank 0 saves the model here (safetensors) after each epoch, with a training checkpoint beside it")
+	fs.BoolVar(&cfg.Resume, "resume", false, "with --save: carry on from the training checkpoint beside it when restarted")
+	fs.IntVar(&cfg.MaxSteps, "max-steps", 0, "stop after this many steps per rank (0: no limit)")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
 	}
 
-	norm := mnist.Normalize(0.1307, 0.3081)
-	train, test, err := loadMNIST(o.dataDir, norm)
-	if err != nil {
-		return err
-	}
-	sampler, err := data.NewDistributedSampler(train.Len(), world, rank, data.Seed(o.seed))
-	if err != nil {
-		return err
-	}
-	loader := data.NewLoader(train, o.batchSize, sampler, loaderOpts...)
-	lr := o.lr
-	if o.scaleLR {
-		// N ranks take steps N times the batch: N times the learning rate
-		// keeps them training like one process (Goyal et al., 2017).
-		lr *= float64(world)
-	}
-	opt := optim.NewSGD(params, lr, optim.Momentum(o.momentum))
-
-	// With --resume every rank reads rank 0's last checkpoint: the same
-	// weights, optimizer state and place in the data.
-	var pos data.SamplerState
-	state := checkpoint.TrainingState{Model: model, Optimizer: opt, Extra: &pos}
-	if o.resume && o.save != "" {
-		switch err := checkpoint.LoadTraining(o.save, &state); {
-		case err == nil:
-			if err := sampler.Restore(pos); err != nil {
-				return fmt.Errorf("resuming from %s: %w", o.save, err)
-			}
-			log.Info("resumed", "checkpoint", o.save, "epoch", state.Epoch, "step", state.Step)
-		case errors.Is(err, fs.ErrNotExist):
-			log.Info("no checkpoint yet, starting fresh", "checkpoint", o.save)
-		default:
-			return err
-		}
-	}
-	checkpointTraining := func(epoch int) error {
-		if rank != 0 || !o.resume || o.save == "" {
-			return nil
-		}
-		pos = sampler.State()
-		state.Epoch = epoch
-		return checkpoint.SaveTraining(o.save, state)
-	}
-
-	const warmup = 5 // steps left out of samples/s, as in the PyTorch anchor
-	steps, samples := 0, 0
-	var start time.Time
-	nn.SetTrain(model, true)
-	for epoch := state.Epoch; epoch < o.epochs; epoch++ {
-		sampler.SetEpoch(epoch) // keeps a restored position within this epoch
-		for b := range loader.Batches() {
-			if steps == warmup {
-				start, samples = time.Now(), 0
-			}
-			opt.ZeroGrad()
-			loss := nn.CrossEntropy(forward(b.X), b.Y)
-			// A failed allreduce (a dead peer) surfaces here, never as a hang.
-			if err := loss.Backward(); err != nil {
-				return err
-			}
-			opt.Step()
-			steps++
-			state.Step++
-			samples += len(b.Y)
-			if o.maxSteps > 0 && steps >= o.maxSteps {
-				break
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		if o.maxSteps > 0 && steps >= o.maxSteps {
-			// Stopped within the epoch: a resumed run carries on from here.
-			if err := checkpointTraining(epoch); err != nil {
-				return err
-			}
-			break
-		}
-		if err := checkpointTraining(epoch + 1); err != nil {
-			return err
-		}
-	}
-	if pg != nil {
-		// Wait for the slowest rank so that samples/s counts every rank's work.
-		if err := pg.Barrier(ctx); err != nil {
-			return err
-		}
-	}
-	var perSec float64
-	if !start.IsZero() {
-		perSec = float64(samples*world) / time.Since(start).Seconds()
-	}
-	if rank != 0 {
-		return nil
-	}
-
-	acc := accuracy(model, test)
-	if o.save != "" && !o.resume { // with --resume, checkpointTraining has saved it
-		if err := checkpoint.Save(o.save, model); err != nil {
-			return err
-		}
-	}
-	fmt.Printf("model=%s world=%d epochs=%d steps=%d samples_per_s=%.0f test_acc=%.4f peak_rss_mib=%.0f\n",
-		o.model, world, o.epochs, steps, perSec, acc, peakRSSMiB())
-	return nil
-}
-
-// peakRSSMiB is this process's peak resident set size (Linux reports
-// ru_maxrss in KiB), the figure to compare with a PyTorch rank's.
-func peakRSSMiB() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Maxrss) / 1024
-}
-
-func loadMNIST(dir string, norm mnist.Option) (train, test *mnist.Dataset, err error) {
-	if dir == "" {
-		if train, err = mnist.Embedded(mnist.Train, norm); err == nil {
-			test, err = mnist.Embedded(mnist.Test, norm)
-		}
-		return train, test, err
-	}
-	if train, err = mnist.Load(dir, mnist.Train, norm); err == nil {
-		test, err = mnist.Load(dir, mnist.Test, norm)
-	}
-	return train, test, err
-}
-
-// accuracy is the fraction of ds the model classifies correctly, in eval mode.
-func accuracy(model nn.Module, ds *mnist.Dataset) float64 {
-	nn.SetTrain(model, false)
-	defer nn.SetTrain(model, true)
-	loader := data.NewLoader(ds, 500, data.NewSequentialSampler(ds.Len()))
-	correct := 0
-	tensor.NoGrad(func() {
-		for b := range loader.Batches() {
-			for i, p := range tensor.ArgMax(model.Forward(b.X), 1) {
-				if p == b.Y[i] {
-					correct++
-				}
-			}
+	// Without --init-method the job joins with env:// only when
+	// WORLD_SIZE names more than one rank, and otherwise trains alone.
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "init-method" {
+			cfg.InitMethod = *initMethod
 		}
 	})
-	return float64(correct) / float64(ds.Len())
+	cfg.LRScaling = "none"
+	if *scaleLR {
+		// N ranks take steps N times the batch: N times the learning rate
+		// keeps them training like one process (Goyal et al., 2017).
+		cfg.LRScaling = "linear"
+	}
+	if cfg.Momentum == 0 {
+		cfg.Momentum = -1 // the job's zero value means its default 0.9
+	}
+	return cfg, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -194,4 +195,31 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// The flags map onto the job's Config: --init-method only when given (so
+// that a lone process without WORLD_SIZE trains alone), --scale-lr to the
+// LR scaling, --momentum 0 to "none" (the job's 0 is its default).
+func TestParseFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args                         []string
+		initMethod, lrScaling, optim string
+		momentum                     float64
+		rank, world                  int
+	}{
+		{nil, "", "linear", "sgd", 0.9, 0, 0},
+		{[]string{"--init-method", "tcp://127.0.0.1:1", "--rank", "1", "--world-size", "2"}, "tcp://127.0.0.1:1", "linear", "sgd", 0.9, 1, 2},
+		{[]string{"--init-method=env://", "--scale-lr=false", "--momentum", "0"}, "env://", "none", "sgd", -1, 0, 0},
+		{[]string{"--model", "cnn", "--momentum", "0.5"}, "", "linear", "sgd", 0.5, 0, 0},
+	} {
+		cfg, err := parseFlags(flag.NewFlagSet("mnist", flag.ContinueOnError), tc.args)
+		if err != nil {
+			t.Fatalf("parseFlags(%q): %v", tc.args, err)
+		}
+		if cfg.InitMethod != tc.initMethod || cfg.LRScaling != tc.lrScaling || cfg.Optimizer != tc.optim ||
+			cfg.Momentum != tc.momentum || cfg.Rank != tc.rank || cfg.WorldSize != tc.world {
+			t.Errorf("parseFlags(%q) = %+v; want init method %q, lr scaling %q, optimizer %q, momentum %v, rank %d of %d",
+				tc.args, cfg, tc.initMethod, tc.lrScaling, tc.optim, tc.momentum, tc.rank, tc.world)
+		}
+	}
 }

@@ -89,10 +89,32 @@ func TestRunOptimizers(t *testing.T) {
 
 func TestRunRejectsBadConfig(t *testing.T) {
 	t.Setenv("WORLD_SIZE", "")
-	for _, cfg := range []Config{{Model: "resnet"}, {Optimizer: "lbfgs"}, {CommHook: "gzip"}, {LRScaling: "sqrt"}} {
-		_, err := Run(context.Background(), Config{Model: cfg.Model, Optimizer: cfg.Optimizer, CommHook: cfg.CommHook, LRScaling: cfg.LRScaling, MaxSteps: 1, Out: io.Discard})
-		if err == nil || !strings.Contains(err.Error(), "unknown") {
-			t.Errorf("Run(%+v) = %v; want an error naming the unknown choice", cfg, err)
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Model: "resnet"}, `unknown model "resnet"`},
+		{Config{Optimizer: "lbfgs"}, `unknown optimizer "lbfgs"`},
+		{Config{CommHook: "gzip"}, `unknown comm hook "gzip"`},
+		{Config{LRScaling: "sqrt"}, `unknown lr scaling "sqrt"`},
+		{Config{Epochs: -1}, "epochs -1"},
+		{Config{BatchSize: -64}, "batch size -64"},
+		{Config{SaveEvery: -1}, "save every -1"},
+		{Config{MaxSteps: -1}, "max steps -1"},
+		{Config{LR: -0.1}, "learning rate -0.1"},
+		{Config{LR: math.NaN()}, "learning rate NaN"},
+		{Config{Rank: 2, WorldSize: 2}, "rank 2 of world size 2"},
+		{Config{Rank: -1}, "rank -1"},
+		{Config{Resume: true}, "resume needs Save"},
+	} {
+		cfg := tc.cfg
+		cfg.Out = io.Discard
+		if cfg.MaxSteps == 0 {
+			cfg.MaxSteps = 1
+		}
+		_, err := Run(context.Background(), cfg)
+		if err == nil || !strings.HasPrefix(err.Error(), "mnistjob: ") || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("Run(%+v) = %v; want one line \"mnistjob: …%s…\"", tc.cfg, err, tc.want)
 		}
 	}
 }

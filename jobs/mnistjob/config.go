@@ -1,0 +1,145 @@
+package mnistjob
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+
+	"github.com/gotrain/gotrain/ddp"
+)
+
+// Config is one training run. The zero value of each field means the
+// default given in its comment, so Config{} trains the MLP for one epoch
+// in this process (or as one rank of the job its environment names).
+type Config struct {
+	// InitMethod is how this process finds the other ranks: "env://",
+	// "tcp://host:port" or "file:///path" (see distributed.Config). ""
+	// joins with env:// if WORLD_SIZE names more than one rank (as
+	// `gotrain run` and torchrun set it) and otherwise trains alone.
+	InitMethod string
+	// Rank and WorldSize are this process's place in the job with tcp://
+	// and file://; WorldSize 0 takes both from RANK and WORLD_SIZE.
+	Rank, WorldSize int
+
+	Model     string  // "mlp" (default) or "cnn"
+	Epochs    int     // default 1
+	BatchSize int     // per rank; default 64
+	Optimizer string  // "sgd", "adadelta" or "adam"; default sgd for mlp, adadelta for cnn
+	LR        float64 // default 0.01 (sgd), 1.0 (adadelta), 0.001 (adam)
+	Momentum  float64 // SGD momentum; negative means 0; default 0.9
+	Gamma     float64 // StepLR gamma per epoch; default 0.7 for adadelta, none otherwise; negative disables
+	// LRScaling adapts LR to the number of ranks, whose global batch is
+	// world × BatchSize: "linear" multiplies it by world (Goyal et al.'s
+	// rule, so N ranks train like one), "none" keeps it; "" means linear
+	// for SGD and none for the adaptive Adadelta and Adam.
+	LRScaling string
+	CommHook  string // DDP gradient reduction: "allreduce" (default), "fp16" or "bf16"
+	Seed      uint64 // initialisation and shuffling
+
+	DataDir   string // IDX files; "" uses the copy shipped in the binary
+	Save      string // rank 0 writes the model here (safetensors) after each epoch, plus a training sidecar
+	Resume    bool   // continue from Save's training checkpoint if it exists
+	SaveEvery int    // also checkpoint every N steps (0: only at epoch ends)
+	MaxSteps  int    // stop after N steps per rank (0: no limit), for benchmarks and tests
+
+	Profile  bool // print a per-step time breakdown (rank 0)
+	Progress bool // show a progress bar (rank 0)
+
+	Out    io.Writer    // progress, per-epoch accuracy and profile; default os.Stderr
+	Logger *slog.Logger // default slog.Default()
+}
+
+// commHooks are the DDP reductions Config.CommHook names.
+var commHooks = map[string]ddp.CommHook{"": ddp.AllReduceHook, "allreduce": ddp.AllReduceHook,
+	"fp16": ddp.FP16CompressHook, "bf16": ddp.BF16CompressHook}
+
+// defaultLR is each optimizer's learning rate when Config.LR is 0.
+var defaultLR = map[string]float64{"sgd": 0.01, "adadelta": 1.0, "adam": 0.001}
+
+// resolve fills in the defaults, reads the environment (the one place the
+// job does) and validates the result.
+func (cfg *Config) resolve() error {
+	cfg.defaults()
+	if cfg.InitMethod == "" {
+		if ws, _ := strconv.Atoi(os.Getenv("WORLD_SIZE")); ws > 1 {
+			cfg.InitMethod = "env://"
+		}
+	}
+	return cfg.validate()
+}
+
+func (cfg *Config) defaults() {
+	if cfg.Model == "" {
+		cfg.Model = "mlp"
+	}
+	if cfg.Epochs == 0 {
+		cfg.Epochs = 1
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = 64
+	}
+	if cfg.Optimizer == "" {
+		cfg.Optimizer = "sgd"
+		if cfg.Model == "cnn" {
+			cfg.Optimizer = "adadelta"
+		}
+	}
+	if cfg.LR == 0 {
+		cfg.LR = defaultLR[cfg.Optimizer]
+	}
+	if cfg.Momentum == 0 {
+		cfg.Momentum = 0.9
+	} else if cfg.Momentum < 0 {
+		cfg.Momentum = 0
+	}
+	if cfg.Gamma == 0 && cfg.Optimizer == "adadelta" {
+		cfg.Gamma = 0.7
+	}
+	if cfg.Out == nil {
+		cfg.Out = os.Stderr
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+}
+
+// validate rejects unknown choices and impossible numbers before the job
+// joins a process group or loads data, so a typo fails at once, on every
+// rank, with one line naming the field.
+func (cfg *Config) validate() error {
+	var err error
+	switch {
+	case cfg.Model != "mlp" && cfg.Model != "cnn":
+		err = fmt.Errorf("unknown model %q (want mlp or cnn)", cfg.Model)
+	case defaultLR[cfg.Optimizer] == 0:
+		err = fmt.Errorf("unknown optimizer %q (want sgd, adadelta or adam)", cfg.Optimizer)
+	case commHooks[cfg.CommHook] == nil:
+		err = fmt.Errorf("unknown comm hook %q (want allreduce, fp16 or bf16)", cfg.CommHook)
+	case cfg.LRScaling != "" && cfg.LRScaling != "linear" && cfg.LRScaling != "none":
+		err = fmt.Errorf("unknown lr scaling %q (want linear or none)", cfg.LRScaling)
+	case cfg.Epochs < 0, cfg.BatchSize < 0, cfg.SaveEvery < 0, cfg.MaxSteps < 0:
+		err = fmt.Errorf("epochs %d, batch size %d, save every %d, max steps %d: want none negative",
+			cfg.Epochs, cfg.BatchSize, cfg.SaveEvery, cfg.MaxSteps)
+	case !(cfg.LR > 0): // also rejects NaN
+		err = fmt.Errorf("learning rate %v: want > 0", cfg.LR)
+	case cfg.Rank < 0 || cfg.WorldSize < 0 || cfg.WorldSize > 0 && cfg.Rank >= cfg.WorldSize:
+		err = fmt.Errorf("rank %d of world size %d: want 0 <= rank < world size", cfg.Rank, cfg.WorldSize)
+	case cfg.Resume && cfg.Save == "":
+		err = errors.New("resume needs Save, the checkpoint to resume from")
+	}
+	if err != nil {
+		return fmt.Errorf("mnistjob: %w", err)
+	}
+	return nil
+}
+
+// scaledLR is the learning rate for world ranks (see Config.LRScaling).
+func scaledLR(cfg Config, world int) float64 {
+	if cfg.LRScaling == "linear" || cfg.LRScaling == "" && cfg.Optimizer == "sgd" {
+		return cfg.LR * float64(world)
+	}
+	return cfg.LR
+}

@@ -1,0 +1,189 @@
+package mnistjob
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/gotrain/gotrain/ddp"
+	"github.com/gotrain/gotrain/distributed"
+	"github.com/gotrain/gotrain/tensor"
+)
+
+// warmupSteps are excluded from samples/s, as in the PyTorch reference
+// script.
+const warmupSteps = 5
+
+// Profile is the mean time per step spent in each phase.
+type Profile struct {
+	Data, Forward, Backward, ExposedAllReduce, Optimizer time.Duration
+	// AllReduce is the whole time spent reducing gradients, hidden by
+	// backward or not.
+	AllReduce time.Duration
+}
+
+// String is the profile line `--profile` prints.
+func (p Profile) String() string {
+	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 3, 64) }
+	return fmt.Sprintf("profile per step: data_ms=%s forward_ms=%s backward_ms=%s (of which exposed_allreduce_wait_ms=%s) optimizer_ms=%s allreduce_total_ms=%s",
+		ms(p.Data), ms(p.Forward), ms(p.Backward), ms(p.ExposedAllReduce), ms(p.Optimizer), ms(p.AllReduce))
+}
+
+// meter is the training loop's bookkeeping, kept out of its way: the
+// throughput clock, the per-phase profile and the progress bar. The loop
+// calls startStep, forwarded, backwarded and stepped around the phases of
+// each step.
+type meter struct {
+	pg     *distributed.Group // nil alone: no ranks to line up
+	dm     *ddp.Model         // nil alone: no allreduce to profile
+	world  int
+	epochs int
+	barOut io.Writer // nil without a progress bar
+	steps  int       // taken in this run
+
+	// The clock counts training time from step warmupSteps on, without
+	// evaluation and checkpoints (as the PyTorch script stops its clock
+	// before evaluating); countStart is zero while it is stopped.
+	counted    int // samples of this rank within counting
+	counting   time.Duration
+	countStart time.Time
+
+	prof         Profile // sums over profiled steps
+	profiled     int
+	dataStart    time.Time // when the loop asked for the next batch
+	t0, t1, t2   time.Time // step start, forward done, backward done
+	before       ddp.Stats
+	bar          *progressbar.ProgressBar // nil without a bar
+	epoch        int
+	epochStart   time.Time
+	epochSamples int
+}
+
+// newMeter meters j's loop; rank 0 shows the bar if cfg asks for it.
+func newMeter(j *job) *meter {
+	m := &meter{pg: j.pg, dm: j.dm, world: j.world, epochs: j.cfg.Epochs}
+	if j.rank == 0 && j.cfg.Progress {
+		m.barOut = j.cfg.Out
+	}
+	return m
+}
+
+// startEpoch starts the epoch's clock (after the warm-up) and its bar.
+func (m *meter) startEpoch(epoch, batches int) {
+	m.epoch, m.epochSamples = epoch, 0
+	if m.barOut != nil {
+		m.bar = progressbar.NewOptions(batches,
+			progressbar.OptionSetWriter(m.barOut),
+			progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", epoch+1, m.epochs)),
+			progressbar.OptionThrottle(200*time.Millisecond),
+			progressbar.OptionShowCount(),
+			progressbar.OptionClearOnFinish())
+	}
+	now := time.Now()
+	if m.steps >= warmupSteps {
+		m.countStart = now
+	}
+	m.epochStart, m.dataStart = now, now
+}
+
+// startStep marks the start of a step. At the end of the warm-up it lines
+// the ranks up and restarts the clock and the profile from zero.
+func (m *meter) startStep(ctx context.Context) error {
+	if m.steps == warmupSteps {
+		if m.pg != nil {
+			if err := m.pg.Barrier(ctx); err != nil {
+				return err
+			}
+		}
+		m.countStart, m.counted, m.counting = time.Now(), 0, 0
+		m.prof, m.profiled = Profile{}, 0
+	}
+	m.t0 = time.Now()
+	return nil
+}
+
+// forwarded marks the end of the forward pass (and the loss).
+func (m *meter) forwarded() {
+	m.t1 = time.Now()
+	if m.dm != nil {
+		m.before = m.dm.Stats()
+	}
+}
+
+// backwarded marks the end of backward, gradients reduced.
+func (m *meter) backwarded() { m.t2 = time.Now() }
+
+// stepped marks the end of the optimizer step of a batch of n samples
+// with the given loss, and adds the step to the profile and the bar.
+func (m *meter) stepped(loss *tensor.Tensor, n int) {
+	now := time.Now()
+	m.prof.Data += m.t0.Sub(m.dataStart)
+	m.prof.Forward += m.t1.Sub(m.t0)
+	m.prof.Backward += m.t2.Sub(m.t1)
+	m.prof.Optimizer += now.Sub(m.t2)
+	if m.dm != nil {
+		after := m.dm.Stats()
+		m.prof.ExposedAllReduce += after.ExposedWait - m.before.ExposedWait
+		m.prof.AllReduce += after.Reducing - m.before.Reducing
+	}
+	m.profiled++
+	m.steps++
+	m.counted += n
+	m.epochSamples += n
+	if m.bar != nil {
+		rate := float64(m.epochSamples*m.world) / time.Since(m.epochStart).Seconds()
+		m.bar.Describe(fmt.Sprintf("epoch %d/%d loss %.4f %.0f samples/s", m.epoch+1, m.epochs, loss.Item(), rate))
+		m.bar.Add(1)
+	}
+	m.dataStart = time.Now()
+}
+
+// untimed runs f (a checkpoint) with the clock and the profile paused.
+func (m *meter) untimed(f func() error) error {
+	paused := time.Now()
+	err := f()
+	pause := time.Since(paused)
+	if !m.countStart.IsZero() {
+		m.countStart = m.countStart.Add(pause)
+	}
+	m.dataStart = m.dataStart.Add(pause)
+	return err
+}
+
+// endEpoch stops the clock once the slowest rank is done and closes the
+// bar.
+func (m *meter) endEpoch(ctx context.Context) error {
+	if !m.countStart.IsZero() {
+		if m.pg != nil {
+			if err := m.pg.Barrier(ctx); err != nil {
+				return err
+			}
+		}
+		m.counting += time.Since(m.countStart)
+		m.countStart = time.Time{}
+	}
+	if m.bar != nil {
+		m.bar.Finish()
+		m.bar = nil
+	}
+	return nil
+}
+
+// summarise adds the run's throughput, steps, mean profile and peak RSS
+// to res.
+func (m *meter) summarise(res Result) Result {
+	if m.counting > 0 {
+		res.SamplesPerSec = float64(m.counted*m.world) / m.counting.Seconds()
+	}
+	res.Steps = m.steps
+	if n := time.Duration(m.profiled); n > 0 {
+		p := m.prof
+		res.Profile = Profile{p.Data / n, p.Forward / n, p.Backward / n, p.ExposedAllReduce / n, p.Optimizer / n, p.AllReduce / n}
+	}
+	res.PeakRSSMiB = peakRSSMiB()
+	return res
+}

@@ -1,0 +1,91 @@
+package mnistjob
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gotrain/gotrain/nn"
+)
+
+// train trains from the resumed epoch on, until cfg.Epochs or MaxSteps, and
+// returns the run's summary.
+func (j *job) train(ctx context.Context) (Result, error) {
+	m := newMeter(j)
+	res := Result{Model: j.cfg.Model, World: j.world, Rank: j.rank}
+	nn.SetTrain(j.model, true)
+	for epoch := j.ckpt.Epoch; epoch < j.cfg.Epochs; epoch++ {
+		j.sampler.SetEpoch(epoch) // keeps a resumed position within this epoch
+		stopped, err := j.trainEpoch(ctx, epoch, m)
+		if err != nil {
+			return res, err
+		}
+		if err := j.endEpoch(ctx, epoch, stopped, m, &res); err != nil {
+			return res, err
+		}
+		if stopped {
+			break
+		}
+	}
+	res = m.summarise(res)
+	if j.cfg.Profile && j.rank == 0 {
+		fmt.Fprintln(j.cfg.Out, res.Profile)
+	}
+	return res, nil
+}
+
+// trainEpoch is one pass over this rank's shard: the PyTorch DDP loop,
+// with the meter noting where the time goes. It reports whether MaxSteps
+// ended the pass early.
+func (j *job) trainEpoch(ctx context.Context, epoch int, m *meter) (stopped bool, err error) {
+	m.startEpoch(epoch, j.loader.Len())
+	for batch := range j.loader.Batches() {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		if err := m.startStep(ctx); err != nil {
+			return false, err
+		}
+		j.opt.ZeroGrad()
+		loss := nn.CrossEntropy(j.forward(batch.X), batch.Y)
+		m.forwarded()
+		// A failed allreduce (a dead peer) surfaces here, never as a hang.
+		if err := loss.Backward(); err != nil {
+			return false, err
+		}
+		m.backwarded()
+		j.opt.Step()
+		m.stepped(loss, len(batch.Y))
+
+		j.ckpt.Step++
+		if every := int64(j.cfg.SaveEvery); every > 0 && j.ckpt.Step%every == 0 {
+			if err := m.untimed(func() error { return j.checkpoint(epoch) }); err != nil {
+				return false, err
+			}
+		}
+		if j.cfg.MaxSteps > 0 && m.steps >= j.cfg.MaxSteps {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// endEpoch stops the clock once every rank is done, steps the schedule,
+// evaluates on rank 0 and checkpoints where a resumed run carries on: the
+// next epoch, or this one if MaxSteps stopped it midway.
+func (j *job) endEpoch(ctx context.Context, epoch int, stopped bool, m *meter, res *Result) error {
+	if err := m.endEpoch(ctx); err != nil {
+		return err
+	}
+	if j.sched != nil {
+		j.sched.Step()
+	}
+	res.Epochs = epoch + 1
+	if j.rank == 0 {
+		res.TestAccuracy = j.evaluate()
+		fmt.Fprintf(j.cfg.Out, "epoch %d: test_acc=%.4f\n", epoch+1, res.TestAccuracy)
+	}
+	if stopped {
+		return j.checkpoint(epoch)
+	}
+	return j.checkpoint(epoch + 1)
+}
