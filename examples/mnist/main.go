@@ -111,7 +111,6 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("unknown model %q (want mlp or cnn)", o.model)
 	}
 	forward, params := model.Forward, nn.Parameters(model)
-	var loaderOpts []data.LoaderOption
 	if pg != nil {
 		// DDP checks that every rank built the same model and copies rank
 		// 0's weights to all; Backward then averages the gradients.
@@ -121,11 +120,6 @@ func run(ctx context.Context, o options) error {
 		}
 		defer dm.Close()
 		forward, params = dm.Forward, dm.Parameters()
-		if dm.ReducesInline() {
-			// Every CPU runs a rank: load batches on this goroutine, so
-			// that no producer goroutine delays another rank.
-			loaderOpts = append(loaderOpts, data.Prefetch(0))
-		}
 	}
 
 	norm := mnist.Normalize(0.1307, 0.3081)
@@ -133,11 +127,8 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	sampler, err := data.NewDistributedSampler(train.Len(), world, rank, data.Seed(o.seed))
-	if err != nil {
-		return err
-	}
-	loader := data.NewLoader(train, o.batchSize, sampler, loaderOpts...)
+	sampler := data.NewDistributedSampler(train.Len(), world, rank, data.Seed(o.seed))
+	loader := data.NewLoader(train, o.batchSize, sampler)
 	lr := o.lr
 	if o.scaleLR {
 		// N ranks take steps N times the batch: N times the learning rate

@@ -149,16 +149,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	sampler, err := data.NewDistributedSampler(train.Len(), world, rank, data.Seed(cfg.Seed))
-	if err != nil {
-		return Result{}, err
-	}
-	var loaderOpts []data.LoaderOption
-	if dm != nil && dm.ReducesInline() {
-		// No CPU is spare for a prefetching goroutine (see ReducesInline).
-		loaderOpts = append(loaderOpts, data.Prefetch(0))
-	}
-	loader := data.NewLoader(train, cfg.BatchSize, sampler, loaderOpts...)
+	sampler := data.NewDistributedSampler(train.Len(), world, rank, data.Seed(cfg.Seed))
+	loader := data.NewLoader(train, cfg.BatchSize, sampler)
 
 	opt, sched, err := newOptimizer(cfg, params)
 	if err != nil {
