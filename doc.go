@@ -42,9 +42,10 @@
 // are float64, as PyTorch's Python floats are, whatever precision the
 // tensors compute in.
 //
-// Settings that a deployment provides (torchrun's and Kubernetes'
-// environment) are the fields of a Config struct instead, whose zero value
-// reads the environment: distributed.Config, launch.Config.
+// Settings that describe a deployment rather than a model are the fields
+// of a Config struct instead, whose zero fields mean the environment's
+// value or a default: distributed.Config (torchrun's and Kubernetes'
+// variables), launch.Config.
 //
 // # Errors and panics
 //
@@ -67,8 +68,9 @@
 // # Environment variables
 //
 // A package reads the environment in one place, the step that resolves
-// its configuration (distributed.Config's resolve, the loader's prefetch
-// default, the kernels' thread count), never deep inside an operation. A
+// its configuration (distributed.Init filling its Config, NewLoader
+// choosing its prefetch default, the kernels' thread count at start-up),
+// never deep inside an operation. A
 // variable that decides what runs (RANK, WORLD_SIZE, MASTER_ADDR,
 // GOTRAIN_PORT_RANGE) makes that step return an error when it is
 // malformed; one that only tunes speed (GOTRAIN_NUM_THREADS,

@@ -40,8 +40,8 @@ type DistributedSampler struct {
 // a dataset of n examples. Options: Shuffle (default true), Seed (default
 // 0), DropLast (default false). It panics, naming them, on arguments that
 // cannot describe a world (n < 0, numReplicas <= 0, rank outside
-// [0, numReplicas)) and on an option that is not one of these: a process
-// group's Size and Rank are always valid.
+// [0, numReplicas)), which a process group's Size and Rank never are, and
+// on an option that is not one of these.
 func NewDistributedSampler(n, numReplicas, rank int, opts ...Option) *DistributedSampler {
 	switch {
 	case n < 0:

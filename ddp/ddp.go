@@ -62,15 +62,15 @@ func GradientAsBucketView(on bool) Option { return func(c *config) { c.gradAsBuc
 // goroutine while backward goes on (true), or on the goroutine running
 // backward, each as soon as its bucket is ready (false).
 //
-// The default follows one policy (internal/cpu, shared with the data
-// loader's prefetch default): overlap, unless the group reduces through
-// shared memory (Group.SharedMemory: all ranks on this host) and the
-// ranks' compute threads, ranks × GOTRAIN_NUM_THREADS, take all of the
-// host's CPUs, as the launcher arranges by default. A shared-memory
-// reduction is CPU work, and with no spare CPU it running "in the
-// background" only takes turns with backward and adds thread wake-ups. A
-// reduction over the network mostly waits, so it overlaps whatever the
-// CPUs. OverlapComm overrides the default either way.
+// The default comes from the spare-CPU policy that data.Prefetch's default
+// follows too: overlap, unless the group reduces through shared memory
+// (Group.SharedMemory: every rank on this host) and the ranks' compute
+// threads, ranks × GOTRAIN_NUM_THREADS, take all of the host's CPUs, as the
+// launcher arranges by default. A shared-memory reduction is CPU work: with
+// no CPU spare, running it "in the background" only takes turns with
+// backward and adds thread wake-ups. A reduction over the network mostly
+// waits, so it overlaps whatever the CPU count. OverlapComm overrides the
+// default either way.
 func OverlapComm(on bool) Option { return func(c *config) { c.overlap = &on } }
 
 // WithCommHook replaces the bucket reduction (default AllReduceHook), e.g.
