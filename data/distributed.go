@@ -31,33 +31,31 @@ type DistributedSampler struct {
 	position
 	n, replicas, rank int
 	numSamples        int
-	cfg               samplerConfig
+	cfg               config
 	// perm is scratch for the epoch's permutation, kept between epochs.
 	perm []int
 }
 
 // NewDistributedSampler returns the sampler of rank among numReplicas over
 // a dataset of n examples. Options: Shuffle (default true), Seed (default
-// 0), DropLast (default false). Arguments that cannot describe a world
-// (n < 0, numReplicas <= 0, rank outside [0, numReplicas)) return an error
-// wrapping ErrInvalidArgument that names them.
-func NewDistributedSampler(n, numReplicas, rank int, opts ...SamplerOption) (*DistributedSampler, error) {
+// 0), DropLast (default false). It panics, naming them, on arguments that
+// cannot describe a world (n < 0, numReplicas <= 0, rank outside
+// [0, numReplicas)), which a process group's Size and Rank never are, and
+// on an option that is not one of these.
+func NewDistributedSampler(n, numReplicas, rank int, opts ...Option) *DistributedSampler {
 	switch {
 	case n < 0:
-		return nil, fmt.Errorf("%w: DistributedSampler: dataset size %d is negative", ErrInvalidArgument, n)
+		panic(fmt.Sprintf("data: NewDistributedSampler: dataset size %d is negative", n))
 	case numReplicas <= 0:
-		return nil, fmt.Errorf("%w: DistributedSampler: numReplicas %d must be positive", ErrInvalidArgument, numReplicas)
+		panic(fmt.Sprintf("data: NewDistributedSampler: numReplicas %d must be positive", numReplicas))
 	case rank < 0 || rank >= numReplicas:
-		return nil, fmt.Errorf("%w: DistributedSampler: rank %d outside [0, %d)", ErrInvalidArgument, rank, numReplicas)
+		panic(fmt.Sprintf("data: NewDistributedSampler: rank %d outside [0, %d)", rank, numReplicas))
 	}
-	cfg := samplerConfig{shuffle: true}
-	for _, o := range opts {
-		o.applySampler(&cfg)
-	}
+	cfg := config{shuffle: true}.apply("NewDistributedSampler", opts, "Shuffle", "Seed", "DropLast")
 	return &DistributedSampler{
 		n: n, replicas: numReplicas, rank: rank, cfg: cfg,
 		numSamples: distributedNumSamples(n, numReplicas, cfg.dropLast),
-	}, nil
+	}
 }
 
 // distributedNumSamples is PyTorch's num_samples.

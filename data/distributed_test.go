@@ -2,7 +2,6 @@ package data
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -56,13 +55,9 @@ func torchReference(n, replicas int, dropLast bool, base []int) (int, [][]int) {
 	return numSamples, shards
 }
 
-func mustSampler(t testing.TB, n, replicas, rank int, opts ...SamplerOption) *DistributedSampler {
+func mustSampler(t testing.TB, n, replicas, rank int, opts ...Option) *DistributedSampler {
 	t.Helper()
-	s, err := NewDistributedSampler(n, replicas, rank, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return NewDistributedSampler(n, replicas, rank, opts...)
 }
 
 // TestDistributedSamplerMatchesTorch checks the shards against those
@@ -226,13 +221,18 @@ func TestDistributedSamplerBadArguments(t *testing.T) {
 		{10, 2, 2, "rank 2 outside [0, 2)"},
 		{10, 2, -1, "rank -1 outside [0, 2)"},
 	} {
-		_, err := NewDistributedSampler(c.n, c.replicas, c.rank)
-		if !errors.Is(err, ErrInvalidArgument) {
-			t.Fatalf("%+v: error %v, want ErrInvalidArgument", c, err)
-		}
-		if !strings.Contains(err.Error(), c.mention) {
-			t.Errorf("%+v: error %q does not mention %q", c, err, c.mention)
-		}
+		func() {
+			defer func() {
+				r, _ := recover().(string)
+				if !strings.HasPrefix(r, "data: NewDistributedSampler: ") {
+					t.Fatalf("%+v: recovered %q, want a data: NewDistributedSampler: panic", c, r)
+				}
+				if !strings.Contains(r, c.mention) {
+					t.Errorf("%+v: panic %q does not mention %q", c, r, c.mention)
+				}
+			}()
+			NewDistributedSampler(c.n, c.replicas, c.rank)
+		}()
 	}
 }
 

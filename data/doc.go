@@ -1,6 +1,7 @@
 // Package data feeds training loops: a Dataset of fixed-shape examples, a
 // Sampler that orders one epoch's indices, and a Loader that assembles
-// batches on a background goroutine into reusable buffers.
+// batches into reusable buffers, ahead of the loop on a background
+// goroutine when a CPU is spare for it (see Prefetch).
 //
 // DistributedSampler shards a dataset across data-parallel replicas with
 // PyTorch's torch.utils.data.distributed.DistributedSampler semantics
@@ -13,8 +14,7 @@
 //
 // A typical loop:
 //
-//	sampler, err := data.NewDistributedSampler(ds.Len(), worldSize, rank)
-//	if err != nil { return err }
+//	sampler := data.NewDistributedSampler(ds.Len(), worldSize, rank)
 //	loader := data.NewLoader(ds, 64, sampler)
 //	for epoch := range epochs {
 //		sampler.SetEpoch(epoch)
@@ -22,4 +22,7 @@
 //			// b.X is [n, shape...], b.Y the labels; valid until the body returns.
 //		}
 //	}
+//
+// Options and errors follow the module's conventions (package
+// github.com/gotrain/gotrain).
 package data

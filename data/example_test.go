@@ -18,10 +18,7 @@ func ExampleDistributedSampler() {
 	ds := data.NewTensorDataset(tensor.New(x, 10, 2), y)
 
 	for rank := range 2 {
-		sampler, err := data.NewDistributedSampler(ds.Len(), 2, rank, data.Shuffle(false))
-		if err != nil {
-			panic(err)
-		}
+		sampler := data.NewDistributedSampler(ds.Len(), 2, rank, data.Shuffle(false))
 		loader := data.NewLoader(ds, 2, sampler)
 		for epoch := range 2 {
 			sampler.SetEpoch(epoch)
@@ -49,7 +46,7 @@ func ExampleDistributedSampler() {
 // restart, resumes mid-epoch without repeating the batches it trained on.
 func ExampleSamplerState() {
 	ds := data.NewTensorDataset(tensor.New(make([]float32, 8), 8, 1), []int{0, 1, 2, 3, 4, 5, 6, 7})
-	sampler, _ := data.NewDistributedSampler(ds.Len(), 1, 0, data.Shuffle(false))
+	sampler := data.NewDistributedSampler(ds.Len(), 1, 0, data.Shuffle(false))
 	loader := data.NewLoader(ds, 2, sampler)
 	for b := range loader.Batches() {
 		fmt.Println("before the crash:", b.Y)
@@ -63,7 +60,7 @@ func ExampleSamplerState() {
 	// After the restart: a fresh sampler, restored.
 	var st data.SamplerState
 	_ = json.Unmarshal(checkpoint, &st)
-	sampler, _ = data.NewDistributedSampler(ds.Len(), 1, 0, data.Shuffle(false))
+	sampler = data.NewDistributedSampler(ds.Len(), 1, 0, data.Shuffle(false))
 	if err := sampler.Restore(st); err != nil {
 		panic(err)
 	}

@@ -25,15 +25,15 @@ type Batch struct {
 
 // Loader assembles batches of a Dataset in the order of a Sampler.
 //
-// With prefetching (the default), a background goroutine fills the next
-// batches while the training loop runs. Buffers are reused: a Loader holds
+// With prefetching (the default when a CPU is spare: see Prefetch), a
+// background goroutine fills the next batches while the training loop runs. Buffers are reused: a Loader holds
 // Prefetch(n)+1 batches in memory, whatever the number of epochs. A Loader
 // may be ranged over again and again, but by one loop at a time.
 type Loader struct {
 	ds        Dataset
 	sampler   Sampler
 	batchSize int
-	cfg       loaderConfig
+	cfg       config
 	shape     []int // example shape
 	feature   int   // values per example
 
@@ -54,18 +54,17 @@ type batchBuffer struct {
 
 // NewLoader returns a Loader of batches of batchSize examples of ds, in the
 // order sampler gives. Options: DropLast (default false), Prefetch
-// (default 2). It panics if ds or sampler is nil or batchSize <= 0.
-func NewLoader(ds Dataset, batchSize int, sampler Sampler, opts ...LoaderOption) *Loader {
+// (default 2, or 0 when no CPU is spare for prefetching: see Prefetch). It
+// panics if ds or sampler is nil, batchSize <= 0 or an option is not one of
+// these.
+func NewLoader(ds Dataset, batchSize int, sampler Sampler, opts ...Option) *Loader {
 	if ds == nil || sampler == nil {
 		panic("data: NewLoader: nil dataset or sampler")
 	}
 	if batchSize <= 0 {
 		panic(fmt.Sprintf("data: NewLoader: batch size %d must be positive", batchSize))
 	}
-	cfg := loaderConfig{prefetch: 2}
-	for _, o := range opts {
-		o.applyLoader(&cfg)
-	}
+	cfg := config{prefetch: -1}.apply("NewLoader", opts, "DropLast", "Prefetch").resolvePrefetch()
 	shape := append([]int(nil), ds.Shape()...)
 	feature := 1
 	for _, d := range shape {

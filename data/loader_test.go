@@ -136,7 +136,7 @@ func TestLoaderBreakStopsWorker(t *testing.T) {
 
 func TestLoaderPanicInBodyStopsWorker(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	l := NewLoader(indexDataset(100), 10, NewSequentialSampler(100))
+	l := NewLoader(indexDataset(100), 10, NewSequentialSampler(100), Prefetch(2))
 	func() {
 		defer func() {
 			if r := recover(); r != "body" {

@@ -1,61 +1,118 @@
 package data
 
-// LoaderOption configures a Loader.
-type LoaderOption interface{ applyLoader(*loaderConfig) }
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
 
-// SamplerOption configures a DistributedSampler.
-type SamplerOption interface{ applySampler(*samplerConfig) }
+	"github.com/gotrain/gotrain/internal/cpu"
+	"github.com/gotrain/gotrain/internal/kernels"
+)
 
-type loaderConfig struct {
-	dropLast bool
-	prefetch int
-}
+// Option configures NewLoader or NewDistributedSampler: DropLast serves
+// both, Prefetch only the loader, Shuffle and Seed only the sampler. Giving
+// a constructor an option it does not take panics, since it is a mistake
+// in the program.
+type Option func(*config)
 
-type samplerConfig struct {
-	shuffle  bool
+// config holds every option of the package; each constructor reads its
+// own fields.
+type config struct {
+	dropLast bool // loader and sampler
+	prefetch int  // loader; -1 until set: decided by resolvePrefetch
+	shuffle  bool // sampler
 	seed     uint64
-	dropLast bool
+	given    []string // names of the options applied, checked by apply
 }
 
-// DropLastOption is both a LoaderOption and a SamplerOption; see DropLast.
-type DropLastOption bool
-
-func (o DropLastOption) applyLoader(c *loaderConfig)   { c.dropLast = bool(o) }
-func (o DropLastOption) applySampler(c *samplerConfig) { c.dropLast = bool(o) }
+// apply runs opts over c and panics if one of them is not in takes.
+func (c config) apply(ctor string, opts []Option, takes ...string) config {
+	for _, o := range opts {
+		if o == nil {
+			panic(fmt.Sprintf("data: %s: nil Option", ctor))
+		}
+		o(&c)
+	}
+	for _, name := range c.given {
+		if !slices.Contains(takes, name) {
+			panic(fmt.Sprintf("data: %s does not take option %s", ctor, name))
+		}
+	}
+	return c
+}
 
 // DropLast, given to NewLoader, drops an epoch's last batch when it is
 // smaller than the batch size. Given to NewDistributedSampler, it drops the
 // tail of the dataset so that it divides evenly among the replicas instead
 // of padding it with repeated samples (PyTorch's drop_last). Default false
 // for both.
-func DropLast(drop bool) DropLastOption { return DropLastOption(drop) }
+func DropLast(drop bool) Option {
+	return func(c *config) { c.dropLast = drop; c.given = append(c.given, "DropLast") }
+}
 
-type prefetchOption int
-
-func (o prefetchOption) applyLoader(c *loaderConfig) { c.prefetch = int(o) }
+// defaultPrefetch is the number of batches a Loader assembles ahead when a
+// CPU is spare for it (see Prefetch).
+const defaultPrefetch = 2
 
 // Prefetch sets how many batches a Loader assembles ahead of the training
 // loop on its background goroutine. 0 assembles each batch synchronously in
-// the loop, with no goroutine. Default 2. It panics if n < 0.
-func Prefetch(n int) LoaderOption {
+// the loop, with no goroutine.
+//
+// The default follows the policy DDP's overlap default follows
+// (ddp.OverlapComm): 2 batches when this process has a CPU to spare
+// for the goroutine, else 0. No CPU is spare when several ranks share this
+// host (LOCAL_WORLD_SIZE, as `gotrain run` and torchrun set it) and their
+// compute threads, ranks × GOTRAIN_NUM_THREADS, take all of its CPUs: a
+// producer goroutine could then only run on a CPU another rank computes
+// on, delaying that rank, and every rank waits for the slowest at each
+// allreduce. A single process always prefetches by default.
+//
+// Prefetch panics if n < 0.
+func Prefetch(n int) Option {
 	if n < 0 {
-		panic("data: Prefetch: negative batch count")
+		panic(fmt.Sprintf("data: Prefetch(%d): negative batch count", n))
 	}
-	return prefetchOption(n)
+	return func(c *config) { c.prefetch = n; c.given = append(c.given, "Prefetch") }
 }
-
-type shuffleOption bool
-
-func (o shuffleOption) applySampler(c *samplerConfig) { c.shuffle = bool(o) }
 
 // Shuffle makes a DistributedSampler permute the dataset every epoch
 // (seeded by seed+epoch, identically on every rank). Default true.
-func Shuffle(shuffle bool) SamplerOption { return shuffleOption(shuffle) }
-
-type seedOption uint64
-
-func (o seedOption) applySampler(c *samplerConfig) { c.seed = uint64(o) }
+func Shuffle(shuffle bool) Option {
+	return func(c *config) { c.shuffle = shuffle; c.given = append(c.given, "Shuffle") }
+}
 
 // Seed sets the base seed of a DistributedSampler's permutations. Every
 // rank must use the same seed. Default 0.
-func Seed(seed uint64) SamplerOption { return seedOption(seed) }
+func Seed(seed uint64) Option {
+	return func(c *config) { c.seed = seed; c.given = append(c.given, "Seed") }
+}
+
+// envLocalWorldSize is the number of ranks on this host, as the launchers
+// set it.
+const envLocalWorldSize = "LOCAL_WORLD_SIZE"
+
+// resolvePrefetch fills the prefetch default from the environment: the one
+// place this package reads it. An unset LOCAL_WORLD_SIZE means one rank; an
+// invalid one is logged and read as one rank, since the value only tunes
+// speed, never results.
+func (c config) resolvePrefetch() config {
+	if c.prefetch >= 0 {
+		return c
+	}
+	ranks := 1
+	if s, ok := os.LookupEnv(envLocalWorldSize); ok && s != "" {
+		n, err := strconv.Atoi(s)
+		if err == nil && n >= 1 {
+			ranks = n
+		} else {
+			slog.Warn("data: ignoring invalid rank count", "env", envLocalWorldSize, "value", s, "using", ranks)
+		}
+	}
+	c.prefetch = 0
+	if cpu.Spare(ranks, kernels.NumThreads()) {
+		c.prefetch = defaultPrefetch
+	}
+	return c
+}

@@ -7,10 +7,6 @@ import (
 	"math/rand/v2"
 )
 
-// ErrInvalidArgument is wrapped by the errors of sampler constructors given
-// impossible arguments (negative sizes, a rank outside the world).
-var ErrInvalidArgument = errors.New("data: invalid argument")
-
 // ErrInvalidState is wrapped by Restore errors for a SamplerState that
 // cannot belong to the sampler.
 var ErrInvalidState = errors.New("data: invalid sampler state")

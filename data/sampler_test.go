@@ -44,7 +44,7 @@ func TestRandomSampler(t *testing.T) {
 var samplerFactories = map[string]func() ResumableSampler{
 	"sequential":  func() ResumableSampler { return NewSequentialSampler(103) },
 	"random":      func() ResumableSampler { return NewRandomSampler(103, 9) },
-	"distributed": func() ResumableSampler { s, _ := NewDistributedSampler(103, 3, 1, Seed(9)); return s },
+	"distributed": func() ResumableSampler { return NewDistributedSampler(103, 3, 1, Seed(9)) },
 }
 
 // TestResumeMidEpoch stops a loop after some batches, saves the state as

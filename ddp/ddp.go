@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/cpu"
 	"github.com/gotrain/gotrain/internal/kernels"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/tensor"
@@ -29,9 +29,14 @@ type config struct {
 
 // BucketCapMB sets the bucket size in MiB (PyTorch's bucket_cap_mb,
 // default 25). The first bucket stays at 1 MiB unless the cap is smaller.
+// It panics if the cap is less than one byte.
 func BucketCapMB(mb float64) Option {
+	bytes := int(mb * (1 << 20))
+	if !(mb > 0) || bytes <= 0 {
+		panic(fmt.Sprintf("ddp: BucketCapMB(%v): the cap must be at least one byte", mb))
+	}
 	return func(c *config) {
-		c.bucketCapBytes = int(mb * (1 << 20))
+		c.bucketCapBytes = bytes
 		if c.bucketCapBytes < c.firstBucketCapBytes {
 			c.firstBucketCapBytes = c.bucketCapBytes
 		}
@@ -55,18 +60,27 @@ func GradientAsBucketView(on bool) Option { return func(c *config) { c.gradAsBuc
 
 // OverlapComm decides whether bucket reductions run on a communication
 // goroutine while backward goes on (true), or on the goroutine running
-// backward, each as soon as its bucket is ready (false). Overlap needs a
-// spare CPU: when every rank of the group shares this host and the ranks'
-// compute threads already take all its CPUs (the launcher's default), a
-// reduction running "in the background" only takes turns with backward
-// and adds thread wake-ups, so by default DDP overlaps unless
-// distributed.Group.SharedMemory reports one host and ranks × GOTRAIN_NUM_THREADS
-// ≥ the CPUs.
+// backward, each as soon as its bucket is ready (false).
+//
+// The default comes from the spare-CPU policy that data.Prefetch's default
+// follows too: overlap, unless the group reduces through shared memory
+// (Group.SharedMemory: every rank on this host) and the ranks' compute
+// threads, ranks × GOTRAIN_NUM_THREADS, take all of the host's CPUs, as the
+// launcher arranges by default. A shared-memory reduction is CPU work: with
+// no CPU spare, running it "in the background" only takes turns with
+// backward and adds thread wake-ups. A reduction over the network mostly
+// waits, so it overlaps whatever the CPU count. OverlapComm overrides the
+// default either way.
 func OverlapComm(on bool) Option { return func(c *config) { c.overlap = &on } }
 
 // WithCommHook replaces the bucket reduction (default AllReduceHook), e.g.
-// with FP16CompressHook.
-func WithCommHook(h CommHook) Option { return func(c *config) { c.hook = h } }
+// with FP16CompressHook. It panics if h is nil.
+func WithCommHook(h CommHook) Option {
+	if h == nil {
+		panic("ddp: WithCommHook: nil hook")
+	}
+	return func(c *config) { c.hook = h }
+}
 
 // Model is a module wrapped for distributed data-parallel training: after
 // each Backward, the gradients of its parameters are averaged across the
@@ -131,7 +145,9 @@ type Stats struct {
 // New wraps module for data-parallel training over g. It checks that every
 // rank has the same parameter names and shapes (an error names the first
 // difference and each rank's shape) and copies rank 0's parameters and
-// buffers to all ranks, so every replica starts identical.
+// buffers to all ranks, so every replica starts identical. Its errors come
+// from the group (a peer that differs, fails or times out); an invalid
+// option panics when it is made.
 func New(ctx context.Context, module nn.Module, g Group, opts ...Option) (*Model, error) {
 	cfg := config{
 		bucketCapBytes:      DefaultBucketCapBytes,
@@ -141,9 +157,6 @@ func New(ctx context.Context, module nn.Module, g Group, opts ...Option) (*Model
 	}
 	for _, o := range opts {
 		o(&cfg)
-	}
-	if cfg.bucketCapBytes <= 0 {
-		return nil, fmt.Errorf("ddp: bucket cap must be positive, got %d bytes", cfg.bucketCapBytes)
 	}
 	m := &Model{module: module, group: g, cfg: cfg}
 	for _, np := range nn.NamedParameters(module) {
@@ -219,11 +232,9 @@ func (m *Model) gradRegion(p int) []float32 {
 }
 
 // ReducesInline reports whether bucket reductions run on the goroutine
-// that runs backward (see OverlapComm): true when no CPU is spare for
-// background work. A training loop should then load its batches on that
-// goroutine too (data.Prefetch(0)): a producer goroutine could only run on
-// a CPU that another rank computes on, delaying that rank, and every rank
-// waits for the slowest at each allreduce.
+// that runs backward (see OverlapComm): by default, when no CPU is spare
+// for background work. The data loader's prefetch default follows the
+// same policy, so a plain training loop needs no option for it.
 func (m *Model) ReducesInline() bool { return m.inline }
 
 // Module returns the wrapped module (for saving a checkpoint).
@@ -279,15 +290,11 @@ func (m *Model) Close() error {
 	return nil
 }
 
-// overlapByDefault reports whether a spare CPU can run reductions while
-// backward runs: not when every rank shares this host and their compute
-// threads take all its CPUs.
+// overlapByDefault reports whether reductions should run beside backward
+// (see OverlapComm): always over the network, and through shared memory
+// only when a CPU is spare.
 func overlapByDefault(g Group) bool {
-	sm, ok := g.(interface{ SharedMemory() bool })
-	if !ok || !sm.SharedMemory() {
-		return true
-	}
-	return g.Size()*kernels.NumThreads() < runtime.NumCPU()
+	return !g.SharedMemory() || cpu.Spare(g.Size(), kernels.NumThreads())
 }
 
 // passFailure remembers the pass whose reduction failed, so the pass's

@@ -331,7 +331,7 @@ func TestOverlapByDefault(t *testing.T) {
 		g    Group
 		want bool
 	}{
-		{newLocalGroups(2)[0], true},                   // no SharedMemory method: maybe several hosts
+		{newLocalGroups(2)[0], true},                   // no shared memory: reductions wait on the network
 		{sharedGroup{shared: false, size: cpus}, true}, // ranks on several hosts
 		{sharedGroup{shared: true, size: cpus}, false}, // one rank per CPU: no spare CPU
 		{sharedGroup{shared: true, size: 2 * cpus}, false},

@@ -16,9 +16,13 @@
 //
 // The Reducer is a state machine without I/O (it decides "bucket k may
 // start" and is told nothing else); one communication goroutine runs the
-// comm hook on each launched bucket in order. Hooks replace how a bucket is
-// reduced: AllReduceHook (the default), FP16CompressHook and
-// BF16CompressHook.
+// comm hook on each launched bucket in order. When no CPU is spare for that
+// goroutine, the grad hook runs the comm hook itself instead: the default
+// when every rank shares this host and their compute threads fill its CPUs,
+// as `gotrain run` arranges (see OverlapComm). The data loader's prefetch
+// default follows the same policy, so the plain loop below is the fast
+// one. Hooks replace how a bucket is reduced: AllReduceHook (the default),
+// FP16CompressHook and BF16CompressHook.
 //
 // The training loop is PyTorch's:
 //
@@ -34,4 +38,7 @@
 //
 // Gradient accumulation: backward passes inside NoSync only accumulate
 // locally, and the next synchronised Backward averages the sum.
+//
+// Options and errors follow the module's conventions (package
+// github.com/gotrain/gotrain).
 package ddp

@@ -51,11 +51,7 @@ func Example() {
 		}
 	}
 	train := data.NewTensorDataset(x, y)
-	sampler, err := data.NewDistributedSampler(train.Len(), pg.Size(), pg.Rank())
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	sampler := data.NewDistributedSampler(train.Len(), pg.Size(), pg.Rank())
 	loader := data.NewLoader(train, 32, sampler)
 	opt := optim.NewSGD(dm.Parameters(), 0.1, optim.Momentum(0.9))
 

@@ -13,6 +13,10 @@ import (
 type Group interface {
 	Rank() int
 	Size() int
+	// SharedMemory reports whether every rank runs on this host and
+	// reduces through shared memory, so that a reduction is CPU work
+	// competing with the ranks' compute (see OverlapComm).
+	SharedMemory() bool
 	AllReduce(ctx context.Context, buf any, op distributed.ReduceOp) error
 	Broadcast(ctx context.Context, buf any, root int) error
 	AllGather(ctx context.Context, dst, src any) error

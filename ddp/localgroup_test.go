@@ -81,6 +81,9 @@ func newLocalGroups(n int) []*localGroup {
 func (g *localGroup) Rank() int { return g.rank }
 func (g *localGroup) Size() int { return g.h.n }
 
+// SharedMemory reports false: the hub is not a shared-memory transport.
+func (g *localGroup) SharedMemory() bool { return false }
+
 func (g *localGroup) AllReduce(ctx context.Context, buf any, op distributed.ReduceOp) error {
 	g.calls++
 	b, ok := buf.([]float32)

@@ -83,8 +83,39 @@ const (
 	AlgoShm = "shm"
 )
 
-// resolve fills defaults from the environment and validates.
-func (c Config) resolve() (Config, error) {
+// storeEnv is what Init reads from the environment besides Config's
+// fields: where the env:// store is, and which restart of the job this is.
+type storeEnv struct {
+	// masterHost and masterPort are MASTER_ADDR and MASTER_PORT, the
+	// env:// store's address.
+	masterHost, masterPort string
+	// restart is GOTRAIN_RESTART_COUNT, else TORCHELASTIC_RESTART_COUNT:
+	// it namespaces the store keys so a restarted job does not meet the
+	// keys of its previous attempt.
+	restart string
+}
+
+// resolve fills defaults from the environment and validates: the one
+// place this package reads the environment.
+func (c Config) resolve() (Config, storeEnv, error) {
+	c, err := c.resolveFields()
+	if err != nil {
+		return c, storeEnv{}, err
+	}
+	env := storeEnv{
+		masterHost: os.Getenv("MASTER_ADDR"),
+		masterPort: os.Getenv("MASTER_PORT"),
+		restart:    os.Getenv("GOTRAIN_RESTART_COUNT"),
+	}
+	if env.restart == "" {
+		env.restart = os.Getenv("TORCHELASTIC_RESTART_COUNT")
+	}
+	return c, env, nil
+}
+
+// resolveFields fills Config's zero fields from the environment or their
+// defaults and validates them.
+func (c Config) resolveFields() (Config, error) {
 	if c.InitMethod == "" {
 		c.InitMethod = "env://"
 	}

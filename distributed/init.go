@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,13 +21,13 @@ import (
 // rank is connected, or an error naming what is wrong after at most
 // cfg.ConnectTimeout.
 func Init(ctx context.Context, cfg Config) (*Group, error) {
-	cfg, err := cfg.resolve()
+	cfg, env, err := cfg.resolve()
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
-	owner, err := openStore(ctx, cfg)
+	owner, err := openStore(ctx, cfg, env)
 	if err != nil {
 		return nil, err
 	}
@@ -61,12 +60,8 @@ func (o *storeOwner) close() error {
 }
 
 // openStore reaches the store of cfg.InitMethod.
-func openStore(ctx context.Context, cfg Config) (*storeOwner, error) {
-	restart := os.Getenv("GOTRAIN_RESTART_COUNT")
-	if restart == "" {
-		restart = os.Getenv("TORCHELASTIC_RESTART_COUNT")
-	}
-	o := &storeOwner{prefix: "gotrain/" + cfg.JobID + "/" + restart + "/"}
+func openStore(ctx context.Context, cfg Config, env storeEnv) (*storeOwner, error) {
+	o := &storeOwner{prefix: "gotrain/" + cfg.JobID + "/" + env.restart + "/"}
 	method := cfg.InitMethod
 	u, err := url.Parse(method)
 	if err != nil || u.Scheme == "" || !strings.Contains(method, "://") {
@@ -75,7 +70,7 @@ func openStore(ctx context.Context, cfg Config) (*storeOwner, error) {
 	var addr string
 	switch u.Scheme {
 	case "env":
-		host, port := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT")
+		host, port := env.masterHost, env.masterPort
 		if host == "" || port == "" {
 			return nil, fmt.Errorf("%w: env:// needs MASTER_ADDR and MASTER_PORT (got %q and %q)", ErrConfig, host, port)
 		}

@@ -23,7 +23,7 @@ type BatchNormLayer struct {
 	Base
 	Dims              int // 1 for BatchNorm1d, 2 for BatchNorm2d
 	Features          int
-	Momentum, Eps     float32
+	Momentum, Eps     float64
 	Weight, Bias      *tensor.Tensor // [Features]
 	RunningMean       *tensor.Tensor // [Features]
 	RunningVar        *tensor.Tensor // [Features]
@@ -47,7 +47,7 @@ func newBatchNorm(dims, features int, opts []Option) *BatchNormLayer {
 	if features < 1 {
 		panic(fmt.Sprintf("nn: %s(%d): features must be positive", name, features))
 	}
-	o := applyOptions(name, layerOptions{momentum: 0.1, eps: 1e-5}, opts, "Momentum", "Eps")
+	o := config{momentum: 0.1, eps: 1e-5}.apply(name, opts, "Momentum", "Eps")
 	b := &BatchNormLayer{Dims: dims, Features: features, Momentum: o.momentum, Eps: o.eps}
 	b.Weight = b.RegisterParameter("weight", tensor.Zeros(features))
 	b.Bias = b.RegisterParameter("bias", tensor.Zeros(features))
@@ -103,5 +103,5 @@ func (b *BatchNormLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 		}
 		b.NumBatchesTracked.Data()[0]++
 	}
-	return tensor.BatchNorm(x, b.Weight, b.Bias, b.RunningMean, b.RunningVar, training, b.Momentum, b.Eps)
+	return tensor.BatchNorm(x, b.Weight, b.Bias, b.RunningMean, b.RunningVar, training, float32(b.Momentum), float32(b.Eps))
 }

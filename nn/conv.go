@@ -27,7 +27,7 @@ func Conv2d(in, out, kernel int, opts ...Option) *Conv2dLayer {
 	if in < 1 || out < 1 || kernel < 1 {
 		panic(fmt.Sprintf("nn: Conv2d(%d, %d, kernel %d): sizes must be positive", in, out, kernel))
 	}
-	o := applyOptions("Conv2d", layerOptions{stride: [2]int{1, 1}}, opts, "Stride", "Padding", "NoBias")
+	o := config{stride: [2]int{1, 1}}.apply("Conv2d", opts, "Stride", "Padding", "NoBias")
 	c := &Conv2dLayer{In: in, Out: out, Kernel: kernel, Stride: o.stride, Padding: o.padding}
 	c.Weight = c.RegisterParameter("weight", tensor.Zeros(out, in, kernel, kernel))
 	if !o.noBias {
@@ -129,7 +129,7 @@ func newPool(name string, isMax bool, kernel int, opts []Option) *Pool2dLayer {
 	if kernel < 1 {
 		panic(fmt.Sprintf("nn: %s(%d): kernel must be positive", name, kernel))
 	}
-	o := applyOptions(name, layerOptions{}, opts, "Stride", "Padding")
+	o := config{}.apply(name, opts, "Stride", "Padding")
 	if !o.strideSet {
 		o.stride = [2]int{kernel, kernel}
 	}

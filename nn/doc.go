@@ -42,5 +42,6 @@
 // panics with a message naming the layer and the shapes, for example
 // "nn: Linear(784→512): input [64 10] does not match in_features 784".
 // Problems with data from outside the program, such as a state dict read
-// from a file, are returned as errors.
+// from a file, are returned as errors. Options and errors follow the
+// module's conventions, described in package github.com/gotrain/gotrain.
 package nn

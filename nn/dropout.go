@@ -12,13 +12,13 @@ import (
 // from the generator SetSeed controls and re-seedable with Seed.
 type DropoutLayer struct {
 	Base
-	P   float32
+	P   float64
 	rng *tensor.RNG
 }
 
 // Dropout returns a dropout layer with drop probability p in [0, 1].
-func Dropout(p float32) *DropoutLayer {
-	if p < 0 || p > 1 {
+func Dropout(p float64) *DropoutLayer {
+	if !(p >= 0 && p <= 1) {
 		panic(fmt.Sprintf("nn: Dropout(%v): probability must be in [0, 1]", p))
 	}
 	d := &DropoutLayer{P: p}
@@ -33,7 +33,7 @@ func (d *DropoutLayer) Seed(seed uint64) { d.rng = tensor.NewRNG(seed) }
 // Forward applies dropout in training mode and returns x unchanged in eval
 // mode.
 func (d *DropoutLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
-	return tensor.Dropout(x, d.P, d.Training(), d.rng)
+	return tensor.Dropout(x, float32(d.P), d.Training(), d.rng)
 }
 
 // String returns "Dropout(p=…, inplace=False)".

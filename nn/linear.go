@@ -27,7 +27,7 @@ func Linear(in, out int, opts ...Option) *LinearLayer {
 	if in < 0 || out < 0 {
 		panic(fmt.Sprintf("nn: Linear(%d, %d): negative size", in, out))
 	}
-	o := applyOptions("Linear", layerOptions{}, opts, "NoBias")
+	o := config{}.apply("Linear", opts, "NoBias")
 	l := &LinearLayer{In: in, Out: out}
 	l.Weight = l.RegisterParameter("weight", tensor.Zeros(out, in))
 	if !o.noBias {

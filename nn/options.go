@@ -9,17 +9,18 @@ import (
 // the pools, NoBias for Linear and Conv2d, Momentum and Eps for BatchNorm.
 // Giving a layer an option it does not take panics, since it is a mistake
 // in the program.
-type Option struct {
-	name  string
-	apply func(*layerOptions)
-}
+type Option func(*config)
 
-type layerOptions struct {
+// config holds every layer option; each constructor reads its own fields.
+type config struct {
 	stride, padding [2]int
 	strideSet       bool
 	noBias          bool
-	momentum, eps   float32
+	momentum, eps   float64
+	given           []string // names of the options applied, checked by apply
 }
+
+func (c *config) mark(name string) { c.given = append(c.given, name) }
 
 // Stride sets the step of a convolution or pooling window in both spatial
 // dimensions (default 1 for Conv2d, the kernel size for pools).
@@ -32,7 +33,7 @@ func StrideHW(h, w int) Option {
 	if h < 1 || w < 1 {
 		panic(fmt.Sprintf("nn: stride must be positive, got (%d, %d)", h, w))
 	}
-	return Option{"Stride", func(o *layerOptions) { o.stride = [2]int{h, w}; o.strideSet = true }}
+	return func(c *config) { c.stride = [2]int{h, w}; c.strideSet = true; c.mark("Stride") }
 }
 
 // Padding sets the implicit zero padding (-inf for MaxPool2d) added to
@@ -46,45 +47,45 @@ func PaddingHW(h, w int) Option {
 	if h < 0 || w < 0 {
 		panic(fmt.Sprintf("nn: padding must not be negative, got (%d, %d)", h, w))
 	}
-	return Option{"Padding", func(o *layerOptions) { o.padding = [2]int{h, w} }}
+	return func(c *config) { c.padding = [2]int{h, w}; c.mark("Padding") }
 }
 
 // NoBias builds a Linear or Conv2d layer without a bias (PyTorch's
 // bias=False); its state dict then has no "bias" entry.
 func NoBias() Option {
-	return Option{"NoBias", func(o *layerOptions) { o.noBias = true }}
+	return func(c *config) { c.noBias = true; c.mark("NoBias") }
 }
 
 // Momentum sets the weight BatchNorm gives the current batch when updating
 // its running statistics (default 0.1).
-func Momentum(m float32) Option {
-	if m < 0 || m > 1 {
+func Momentum(m float64) Option {
+	if !(m >= 0 && m <= 1) {
 		panic(fmt.Sprintf("nn: BatchNorm momentum must be in [0, 1], got %v", m))
 	}
-	return Option{"Momentum", func(o *layerOptions) { o.momentum = m }}
+	return func(c *config) { c.momentum = m; c.mark("Momentum") }
 }
 
 // Eps sets the value BatchNorm adds to the variance for numerical stability
 // (default 1e-5).
-func Eps(e float32) Option {
-	if e <= 0 {
+func Eps(e float64) Option {
+	if !(e > 0) {
 		panic(fmt.Sprintf("nn: BatchNorm eps must be positive, got %v", e))
 	}
-	return Option{"Eps", func(o *layerOptions) { o.eps = e }}
+	return func(c *config) { c.eps = e; c.mark("Eps") }
 }
 
-// applyOptions applies opts over defaults, panicking on an option the
-// layer does not take.
-func applyOptions(layer string, defaults layerOptions, opts []Option, allowed ...string) layerOptions {
-	o := defaults
-	for _, opt := range opts {
-		if opt.apply == nil {
-			panic(fmt.Sprintf("nn: %s: zero Option", layer))
+// apply runs opts over c, panicking on an option the layer does not take.
+func (c config) apply(layer string, opts []Option, takes ...string) config {
+	for _, o := range opts {
+		if o == nil {
+			panic(fmt.Sprintf("nn: %s: nil Option", layer))
 		}
-		if !slices.Contains(allowed, opt.name) {
-			panic(fmt.Sprintf("nn: %s does not take option %s", layer, opt.name))
-		}
-		opt.apply(&o)
+		o(&c)
 	}
-	return o
+	for _, name := range c.given {
+		if !slices.Contains(takes, name) {
+			panic(fmt.Sprintf("nn: %s does not take option %s", layer, name))
+		}
+	}
+	return c
 }

@@ -14,12 +14,15 @@
 // An optimizer and its scheduler belong to the training loop's goroutine.
 // Step runs on that goroutine alone: its loops are vectorised and bound by
 // memory bandwidth, so a second goroutine measured slower, not faster.
+//
+// Invalid hyper-parameters panic and state that does not fit returns an
+// error, following the module's conventions (package
+// github.com/gotrain/gotrain).
 package optim
 
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -307,23 +310,21 @@ func metaInt(meta map[string]string, key string) (int, error) {
 	return v, nil
 }
 
-// Option sets an optimizer hyper-parameter. Options that an optimizer does
-// not have (Rho for SGD, say) make its constructor panic.
+// Option sets an optimizer hyper-parameter. Giving an optimizer an option
+// it does not have (Rho for SGD, say) panics, since it is a mistake in the
+// program.
 type Option func(*config)
 
+// config holds every optimizer option; each constructor reads its own
+// fields.
 type config struct {
 	momentum, dampening, weightDecay float64
 	beta1, beta2, eps, rho           float64
 	nesterov, maximize               bool
-	set                              map[string]bool
+	given                            []string // names of the options applied, checked by apply
 }
 
-func (c *config) mark(name string) {
-	if c.set == nil {
-		c.set = map[string]bool{}
-	}
-	c.set[name] = true
-}
+func (c *config) mark(name string) { c.given = append(c.given, name) }
 
 // Momentum sets SGD's momentum factor (default 0).
 func Momentum(m float64) Option {
@@ -368,14 +369,18 @@ func Maximize(on bool) Option {
 	return func(c *config) { c.maximize = on; c.mark("Maximize") }
 }
 
-// apply runs opts over defaults and panics if one is not in allowed.
-func (c config) apply(kind string, opts []Option, allowed ...string) config {
+// apply runs opts over c and panics if one of them is not in takes or
+// sets an invalid value.
+func (c config) apply(kind string, opts []Option, takes ...string) config {
 	for _, o := range opts {
+		if o == nil {
+			panic(fmt.Sprintf("optim: %s: nil Option", kind))
+		}
 		o(&c)
 	}
-	for _, name := range slices.Sorted(maps.Keys(c.set)) {
-		if !slices.Contains(allowed, name) {
-			panic(fmt.Sprintf("optim: %s has no option %s", kind, name))
+	for _, name := range c.given {
+		if !slices.Contains(takes, name) {
+			panic(fmt.Sprintf("optim: %s does not take option %s", kind, name))
 		}
 	}
 	check := func(ok bool, what string, v float64) {

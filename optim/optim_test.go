@@ -356,8 +356,8 @@ func TestConstructorPanics(t *testing.T) {
 	ps := []*tensor.Tensor{tensor.Zeros(1)}
 	expectPanic(t, "Nesterov", func() { NewSGD(ps, 0.1, Nesterov(true)) })
 	expectPanic(t, "Nesterov", func() { NewSGD(ps, 0.1, Momentum(0.9), Dampening(0.1), Nesterov(true)) })
-	expectPanic(t, "no option Rho", func() { NewSGD(ps, 0.1, Rho(0.5)) })
-	expectPanic(t, "no option Momentum", func() { NewAdam(ps, 0.1, Momentum(0.5)) })
+	expectPanic(t, "does not take option Rho", func() { NewSGD(ps, 0.1, Rho(0.5)) })
+	expectPanic(t, "does not take option Momentum", func() { NewAdam(ps, 0.1, Momentum(0.5)) })
 	expectPanic(t, "invalid learning rate", func() { NewAdamW(ps, -1) })
 	expectPanic(t, "invalid beta2", func() { NewAdam(ps, 0.1, Betas(0.9, 1)) })
 	expectPanic(t, "invalid rho", func() { NewAdadelta(ps, 1, Rho(1.5)) })

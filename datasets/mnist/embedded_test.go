@@ -154,10 +154,7 @@ func BenchmarkLoaderEpoch(b *testing.B) {
 	}
 	for _, prefetch := range []int{0, 2} {
 		b.Run(fmt.Sprintf("prefetch=%d", prefetch), func(b *testing.B) {
-			sampler, err := data.NewDistributedSampler(train.Len(), 2, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
+			sampler := data.NewDistributedSampler(train.Len(), 2, 0)
 			loader := data.NewLoader(train, 64, sampler, data.Prefetch(prefetch))
 			epoch := 0
 			for b.Loop() {

@@ -19,10 +19,7 @@ func Example() {
 	}
 	const worldSize = 2
 	for rank := range worldSize {
-		sampler, err := data.NewDistributedSampler(test.Len(), worldSize, rank, data.Seed(1))
-		if err != nil {
-			panic(err)
-		}
+		sampler := data.NewDistributedSampler(test.Len(), worldSize, rank, data.Seed(1))
 		loader := data.NewLoader(test, 64, sampler)
 		sampler.SetEpoch(0)
 		batches, examples := 0, 0

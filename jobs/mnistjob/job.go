@@ -169,10 +169,7 @@ func (j *job) loadData() error {
 	if err != nil {
 		return fmt.Errorf("mnistjob: loading MNIST: %w", err)
 	}
-	j.sampler, err = data.NewDistributedSampler(j.trainSet.Len(), j.world, j.rank, data.Seed(j.cfg.Seed))
-	if err != nil {
-		return fmt.Errorf("mnistjob: %w", err)
-	}
+	j.sampler = data.NewDistributedSampler(j.trainSet.Len(), j.world, j.rank, data.Seed(j.cfg.Seed))
 	j.loader = data.NewLoader(j.trainSet, j.cfg.BatchSize, j.sampler)
 	return nil
 }
