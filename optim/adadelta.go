@@ -1,6 +1,9 @@
 package optim
 
-import "github.com/gotrain/gotrain/tensor"
+import (
+	"github.com/gotrain/gotrain/internal/kernels"
+	"github.com/gotrain/gotrain/tensor"
+)
 
 // Adadelta is torch.optim.Adadelta:
 //
@@ -34,13 +37,13 @@ func NewAdadelta(params []*tensor.Tensor, lr float64, opts ...Option) *Adadelta 
 
 // updateParam is one fused pass per element over p, g and both averages.
 func (o *Adadelta) updateParam(p, g, _ []float32, slots [][]float32, _ int64) {
-	k := adadeltaConsts{
-		sign: 1, wd: float32(o.weightDecay),
-		rho: float32(o.rho), c: float32(1 - o.rho),
-		eps: float32(o.eps), lr: float32(o.lr),
+	k := kernels.AdadeltaConsts{
+		Sign: 1, WD: float32(o.weightDecay),
+		Rho: float32(o.rho), C: float32(1 - o.rho),
+		Eps: float32(o.eps), LR: float32(o.lr),
 	}
 	if o.maximize {
-		k.sign = -1
+		k.Sign = -1
 	}
-	adadeltaFused(p, g, slots[0], slots[1], &k)
+	kernels.AdadeltaUpdate(p, g, slots[0], slots[1], &k)
 }

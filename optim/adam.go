@@ -3,6 +3,7 @@ package optim
 import (
 	"math"
 
+	"github.com/gotrain/gotrain/internal/kernels"
 	"github.com/gotrain/gotrain/tensor"
 )
 
@@ -70,16 +71,16 @@ func adamHypers(beta1, beta2, eps, wd *float64, maximize *bool) []hyper {
 // PyTorch's single-tensor path. wd is Adam's L2 weight decay; decay
 // multiplies p first (AdamW's decoupled decay, 1 for Adam).
 func adamUpdate(p, g, m, v []float32, step int64, lr, beta1, beta2, eps, wd float64, decay float32, maximize bool) {
-	k := adamConsts{
-		decay: decay, sign: 1, wd: float32(wd),
-		b1: float32(beta1), c1: float32(1 - beta1),
-		b2: float32(beta2), c2: float32(1 - beta2),
-		invBC2:   float32(1 / math.Sqrt(1-math.Pow(beta2, float64(step)))),
-		eps:      float32(eps),
-		stepSize: float32(lr / (1 - math.Pow(beta1, float64(step)))),
+	k := kernels.AdamConsts{
+		Decay: decay, Sign: 1, WD: float32(wd),
+		B1: float32(beta1), C1: float32(1 - beta1),
+		B2: float32(beta2), C2: float32(1 - beta2),
+		InvBC2:   float32(1 / math.Sqrt(1-math.Pow(beta2, float64(step)))),
+		Eps:      float32(eps),
+		StepSize: float32(lr / (1 - math.Pow(beta1, float64(step)))),
 	}
 	if maximize {
-		k.sign = -1
+		k.Sign = -1
 	}
-	adamFused(p, g, m, v, &k)
+	kernels.AdamUpdate(p, g, m, v, &k)
 }

@@ -9,3 +9,7 @@ func allArchGemms() []*gemmImpl { return nil }
 func defaultVec() *vecImpl { return genericVec }
 
 func allArchVecs() []*vecImpl { return nil }
+
+func defaultOpt() *optImpl { return genericOpt }
+
+func allArchOpts() []*optImpl { return nil }

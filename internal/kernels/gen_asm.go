@@ -2,16 +2,22 @@
 
 // gen_asm writes the amd64 assembly of package kernels: the SGEMM
 // micro-kernels (gemm_amd64.s) and the vector operations (vec_amd64.s).
-// It uses only the standard library; run it with `go generate`.
+// It uses only the standard library; run it with `go generate`. The -o
+// flag names another output directory (TestGeneratedAssembly uses it to
+// check that the committed files are the generator's output).
 package main
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"log"
 	"os"
+	"path/filepath"
 	"strings"
 )
+
+var outDir = flag.String("o", ".", "output `directory`")
 
 type asm struct{ bytes.Buffer }
 
@@ -26,6 +32,7 @@ func (w *asm) header() {
 }
 
 func main() {
+	flag.Parse()
 	var g asm
 	g.header()
 	// Full tiles and, for the edges of C, every smaller row count.
@@ -55,7 +62,7 @@ func main() {
 }
 
 func write(name string, w *asm) {
-	if err := os.WriteFile(name, w.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(*outDir, name), w.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
 	}
 }
