@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"syscall"
 
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/data"
@@ -244,14 +243,4 @@ func (j *job) evaluate() float64 {
 		}
 	})
 	return float64(correct) / float64(j.testSet.Len())
-}
-
-// peakRSSMiB is this process's peak resident set size, the figure to
-// compare with a PyTorch rank's.
-func peakRSSMiB() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Maxrss) / 1024 // Linux reports KiB
 }

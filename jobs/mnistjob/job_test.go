@@ -158,6 +158,27 @@ func TestResumeEqualsUninterrupted(t *testing.T) {
 	equalFiles(t, checkpoint.TrainingPath(resumed), checkpoint.TrainingPath(straight))
 }
 
+// A run stopped within an epoch and resumed steps its per-epoch schedule
+// once for that epoch, as the uninterrupted run does: the rest of the
+// epoch trains at the same learning rate, and the saved schedule agrees.
+func TestResumeMidEpochStepsScheduleOnce(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Optimizer: "adadelta", BatchSize: 1000} // StepLR γ=0.7 per epoch; 60 steps an epoch
+	straight := filepath.Join(dir, "straight.safetensors")
+	c := cfg
+	c.Save = straight
+	runLocal(t, c)
+
+	resumed := filepath.Join(dir, "resumed.safetensors")
+	c = cfg
+	c.Save, c.Resume, c.MaxSteps = resumed, true, 25
+	runLocal(t, c)
+	c.MaxSteps = 0
+	runLocal(t, c)
+	equalFiles(t, resumed, straight)
+	equalFiles(t, checkpoint.TrainingPath(resumed), checkpoint.TrainingPath(straight))
+}
+
 func TestResumeFromCorruptCheckpointFails(t *testing.T) {
 	save := filepath.Join(t.TempDir(), "m.safetensors")
 	runLocal(t, Config{MaxSteps: 3, Save: save})

@@ -76,7 +76,9 @@ func (j *job) endEpoch(ctx context.Context, epoch int, stopped bool, m *meter, r
 	if err := m.endEpoch(ctx); err != nil {
 		return err
 	}
-	if j.sched != nil {
+	if j.sched != nil && !stopped {
+		// A stopped epoch is not over: the resumed run finishes it and
+		// steps the schedule then, once.
 		j.sched.Step()
 	}
 	res.Epochs = epoch + 1
