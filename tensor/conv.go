@@ -382,6 +382,14 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, gradOf func(i int, buf []float3
 			putBuf(gbuf)
 		}
 	})
+	g.mergePartials(gw, gb, partialW, partialB, used, transposed)
+}
+
+// mergePartials adds the private weight and bias gradients of the first
+// used workers into gw and gb, in worker order, and recycles the weight
+// buffers. A transposed partial holds dWᵀ [ckk, O].
+func (g convGeom) mergePartials(gw, gb []float32, partialW, partialB [][]float32, used int, transposed bool) {
+	ckk := g.ckk()
 	for wk := 0; wk < used; wk++ {
 		if dw := partialW[wk]; dw != nil {
 			if transposed {
