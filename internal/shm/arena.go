@@ -29,14 +29,14 @@ import (
 //
 //	[0, arenaNonceLen)   the creator's random nonce
 //	[arenaHeader, ...)   per rank r, in rank order, a region of
-//	                     arenaCtl bytes of control block (Control)
+//	                     arenaCtl bytes of control block (control)
 //	                     2 data areas of chunkFor(size) bytes each
 const (
 	// ArenaChunk is the largest piece of an allreduce done in one round
 	// (fewer rounds, fewer waits); each rank's region holds two, so a round
 	// can start while peers still read the previous one. With many ranks
-	// the chunk shrinks (see chunkFor) to bound the file, all of which is
-	// reserved up front.
+	// the chunk shrinks, to bound the file, all of which is reserved up
+	// front.
 	ArenaChunk = 4 << 20
 	// arenaBudget bounds the data areas of all ranks together.
 	arenaBudget = 64 << 20
@@ -172,7 +172,7 @@ func NewArena(mem []byte, rank, size int) *Arena {
 	return a
 }
 
-// Rank is this rank's index in the group; Size the number of ranks.
+// Rank is this rank's index in the group.
 func (a *Arena) Rank() int { return a.rank }
 
 // Size is the number of ranks sharing the arena.
@@ -190,8 +190,9 @@ func (a *Arena) Area() int { return int((a.round / 2) % 2) }
 // that r writes and every rank reads.
 func (a *Arena) Data(r, area int) []byte { return a.data[r][area] }
 
-// Begin publishes the collective this rank starts, of any kind (see
-// control.cur), before it runs.
+// Begin publishes the collective this rank starts, of any kind, before it
+// runs, so that a peer waiting for this rank in the arena can tell that it
+// runs another one (PeerRunsOther) instead of waiting out its timeout.
 func (a *Arena) Begin(op Op) {
 	c := a.ctl[a.rank]
 	c.curDesc, c.curCount = op.Desc, op.Count
