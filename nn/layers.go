@@ -137,9 +137,9 @@ func (s *SequentialLayer) String() string {
 // and that followed by a 2×2 MaxPool2d at stride 2 without padding (with
 // tensor.PostMaxPool2x2 too).
 //
-// The outputs between children are also marked for recycling
-// (tensorhook.FreeWithGraph) when only built-in layers read them, so that
-// the next training step reuses their storage.
+// The outputs between children are also handed back to package tensor's
+// buffer pool once Backward is done with them, when only built-in layers
+// read them, so that the next training step reuses their storage.
 func (s *SequentialLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 	if len(s.layers) == 0 {
 		return x
@@ -166,7 +166,8 @@ func (s *SequentialLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 	return x
 }
 
-// freeIntermediates marks outputs between children for recycling when
+// freeIntermediates marks outputs between children for recycling
+// (tensorhook.FreeWithGraph, whose promise this upholds) when
 // that is safe: outputs sharing storage are grouped, and a group is freed
 // (through its first member, which a Backward releases last) only if it
 // does not hold the input or the result, every member is read only by a
