@@ -1,19 +1,23 @@
 package distributed
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"sync/atomic"
-	"time"
+	"log/slog"
+	"os"
+	"strconv"
 
+	"github.com/gotrain/gotrain/distributed/store"
 	"github.com/gotrain/gotrain/internal/kernels"
+	"github.com/gotrain/gotrain/internal/shm"
 	"github.com/gotrain/gotrain/internal/transport"
 )
 
-// allReduceShm runs an allreduce through the group's shared-memory arena,
-// one chunk of at most a.chunk bytes per round. In a round each rank
+// allReduceShm runs an allreduce through the group's shared-memory arena
+// (package shm owns its layout and waits), one chunk of at most a.Chunk()
+// bytes per round. In a round each rank
 //
 //  1. copies its chunk, except its own share, into its region and
 //     announces it (phase 2k+1);
@@ -30,44 +34,54 @@ import (
 // between and so has finished reading it.
 func (g *Group) allReduceShm(ctx context.Context, c *comm, buf []byte, reduce transport.ReduceFunc, fin func([]byte)) error {
 	a := g.arena
-	me, n := a.rank, a.size
-	desc := opDescWord(c.hdr.Op, c.hdr.DType, c.hdr.RedOp)
-	for off := 0; off < len(buf); off += a.chunk {
-		chunk := buf[off:min(off+a.chunk, len(buf))]
-		area := int((a.round / 2) % 2)
+	me, n := a.Rank(), a.Size()
+	op := arenaOp(&c.hdr)
+	stop := func(r int, want uint64) error { return g.arenaWaitErr(ctx, c, r, want) }
+	for off := 0; off < len(buf); off += a.Chunk() {
+		chunk := buf[off:min(off+a.Chunk(), len(buf))]
+		area := a.Area()
 		lo, hi := shareBounds(len(chunk), me, n)
-		mine := a.data[me][area]
+		mine := a.Data(me, area)
 		streamCopy(mine[:lo], chunk[:lo])
 		streamCopy(mine[hi:len(chunk)], chunk[hi:])
-		ctl := a.ctl[me]
-		ctl.seq, ctl.desc, ctl.count = c.hdr.Seq, desc, c.hdr.Count
-		if err := a.publishAndWait(ctx, g, c); err != nil {
+		a.SetRound(op)
+		if err := a.PublishAndWait(stop); err != nil {
 			return err
 		}
 		if off == 0 {
-			if err := a.checkPeers(c, desc); err != nil {
+			if err := checkPeers(a, c, op); err != nil {
 				return err
 			}
 		}
 		share := chunk[lo:hi]
 		for r := 0; r < n; r++ {
 			if r != me {
-				reduce(share, a.data[r][area][lo:hi])
+				reduce(share, a.Data(r, area)[lo:hi])
 			}
 		}
 		fin(share)
 		streamCopy(mine[lo:hi], share)
-		if err := a.publishAndWait(ctx, g, c); err != nil {
+		if err := a.PublishAndWait(stop); err != nil {
 			return err
 		}
 		for r := 0; r < n; r++ {
 			if r != me {
 				l, h := shareBounds(len(chunk), r, n)
-				copy(chunk[l:h], a.data[r][area][l:h])
+				copy(chunk[l:h], a.Data(r, area)[l:h])
 			}
 		}
 	}
 	return nil
+}
+
+// arenaOp is the arena's description of the collective h belongs to.
+func arenaOp(h *transport.Header) shm.Op {
+	return shm.Op{Seq: h.Seq, Desc: opDescWord(h.Op, h.DType, h.RedOp), Count: h.Count}
+}
+
+// opDescWord packs an operation's kind, dtype and reduce op.
+func opDescWord(op, dt, red uint8) uint64 {
+	return uint64(op) | uint64(dt)<<8 | uint64(red)<<16
 }
 
 // streamCopy copies what peers will read next with non-temporal stores,
@@ -92,100 +106,44 @@ func shareBounds(size, r, n int) (int, int) {
 // rank's: the arena has no frame headers, so a mismatched allreduce
 // (another count, dtype or reduce op, or another sequence number) is
 // caught here, on every rank.
-func (a *arena) checkPeers(c *comm, desc uint64) error {
-	for r := 0; r < a.size; r++ {
-		p := a.ctl[r]
-		if p.seq != c.hdr.Seq || p.desc != desc || p.count != c.hdr.Count {
-			return a.mismatch(c, r, p.seq, p.desc, p.count)
+func checkPeers(a *shm.Arena, c *comm, op shm.Op) error {
+	for r := 0; r < a.Size(); r++ {
+		if p := a.RoundOp(r); p != op {
+			return arenaMismatch(c, r, p)
 		}
 	}
 	return nil
 }
 
-// mismatch describes peer r running another operation than this rank.
-func (a *arena) mismatch(c *comm, r int, seq, desc, count uint64) error {
+// arenaMismatch describes peer r running another operation than this rank.
+func arenaMismatch(c *comm, r int, peer shm.Op) error {
 	return fmt.Errorf("%w: this rank runs %s, peer rank %d runs %s (through shared memory)",
-		transport.ErrMismatch, describeOp(c.hdr.Seq, opDescWord(c.hdr.Op, c.hdr.DType, c.hdr.RedOp), c.hdr.Count),
-		r, describeOp(seq, desc, count))
+		transport.ErrMismatch, describeOp(arenaOp(&c.hdr)), r, describeOp(peer))
 }
 
-func describeOp(seq, desc, count uint64) string {
-	s := fmt.Sprintf("%s #%d (%s ×%d", opKind(desc&0xff), seq, dtype(desc>>8&0xff), count)
+func describeOp(op shm.Op) string {
+	desc := op.Desc
+	s := fmt.Sprintf("%s #%d (%s ×%d", opKind(desc&0xff), op.Seq, dtype(desc>>8&0xff), op.Count)
 	if opKind(desc&0xff) == opAllReduce {
 		s += ", " + ReduceOp(desc>>16&0xff).String()
 	}
 	return s + ")"
 }
 
-// publishAndWait ends this rank's current phase and waits until every
-// rank has ended it too. It spins for up to the adaptive budget (a peer is
-// usually microseconds away), then sleeps on the peer's phase word, a
-// futex the peer wakes when it publishes; it gives up when ctx ends, the
-// group is destroyed, a peer runs another collective, or the mesh fails
-// (a peer died or aborted).
-func (a *arena) publishAndWait(ctx context.Context, g *Group, c *comm) error {
-	a.round++
-	want := a.round
-	me := a.ctl[a.rank]
-	atomic.StoreUint64(&me.phase, want)
-	if atomic.LoadUint64(&me.sleepers) != 0 {
-		futexWakeAll(&me.phase)
-	}
-	spins := 0
-	var start time.Time
-	for r := 0; r < a.size; r++ {
-		p := a.ctl[r]
-		for atomic.LoadUint64(&p.phase) < want {
-			spins++
-			if spins&255 != 0 {
-				if spins&63 == 0 {
-					runtime.Gosched()
-				}
-				continue
-			}
-			if start.IsZero() {
-				start = time.Now()
-			}
-			if err := a.waitErr(ctx, g, c, r, want); err != nil {
-				return err
-			}
-			if time.Since(start) < a.spin {
-				continue
-			}
-			// Announce the sleep, then re-check: the peer either sees
-			// the announcement after its store (and wakes us) or its
-			// store is seen here. The timeout re-checks errors.
-			atomic.AddUint64(&p.sleepers, 1)
-			if v := atomic.LoadUint64(&p.phase); v < want {
-				futexSleep(&p.phase, uint32(v), 5*time.Millisecond)
-			}
-			atomic.AddUint64(&p.sleepers, ^uint64(0))
-		}
-	}
-	if !start.IsZero() {
-		a.adaptSpin(time.Since(start))
-	}
-	return nil
-}
-
-// waitErr is checked while this rank waits for peer r: the reasons to
-// stop waiting.
-func (a *arena) waitErr(ctx context.Context, g *Group, c *comm, r int, want uint64) error {
-	if a.closed.Load() {
+// arenaWaitErr is checked while this rank waits in the arena for peer r
+// to reach phase want: the reasons to stop waiting. It gives up when the
+// group is destroyed, the mesh fails (a peer died or aborted), a peer runs
+// another collective, or ctx ends.
+func (g *Group) arenaWaitErr(ctx context.Context, c *comm, r int, want uint64) error {
+	a := g.arena
+	if a.Interrupted() {
 		return ErrGroupClosed
 	}
 	if err := g.mesh.Err(); err != nil {
 		return err
 	}
-	// The peer writes its phase before it begins a later operation, so
-	// reading the phase after its current operation tells a peer that
-	// has legitimately moved on (phase reached) from a mismatch.
-	p := a.ctl[r]
-	cur := atomic.LoadUint64(&p.cur)
-	desc, count := p.curDesc, p.curCount
-	if atomic.LoadUint64(&p.phase) < want && (cur > c.hdr.Seq+1 ||
-		cur == c.hdr.Seq+1 && (desc != opDescWord(c.hdr.Op, c.hdr.DType, c.hdr.RedOp) || count != c.hdr.Count)) {
-		return a.mismatch(c, r, cur-1, desc, count)
+	if other, ok := a.PeerRunsOther(r, want, arenaOp(&c.hdr)); ok {
+		return arenaMismatch(c, r, other)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("waiting for peer rank %d (%s) in shared memory: %w", r, g.mesh.Pair(r).Addr(), err)
@@ -197,4 +155,71 @@ func (a *arena) waitErr(ctx context.Context, g *Group, c *comm, r int, want uint
 		return errors.Join(ErrGroupClosed, errors.New("destroyed while waiting for peers in shared memory"))
 	}
 	return nil
+}
+
+// createArena is shm.CreateArena, replaceable by tests.
+var createArena = shm.CreateArena
+
+// setupArena agrees with every rank of the group on a shared-memory
+// arena. Rank 0 creates the file and publishes its path and nonce in the
+// store; each rank maps it and reports whether it could; the arena is used
+// only if all could (ranks on other hosts cannot), so every rank takes the
+// same allreduce path. It returns nil, nil when the arena is not used.
+func setupArena(ctx context.Context, st store.Store, rank, size int, log *slog.Logger) (*shm.Arena, error) {
+	if size < 2 || size > shm.ArenaMaxRanks {
+		return nil, nil
+	}
+	enabled := shm.Enabled()
+	var mem []byte
+	if rank == 0 {
+		var path, offer string
+		if enabled {
+			var nonce string
+			var err error
+			if path, nonce, mem, err = createArena(size); err != nil {
+				log.Warn("dist: no shared-memory arena; allreduce goes over the sockets (slower)", "err", err)
+			} else {
+				offer = path + "\n" + nonce
+			}
+		}
+		defer func() {
+			if path != "" {
+				os.Remove(path) // every rank has mapped it or given up
+			}
+		}()
+		if err := st.Set(ctx, "arena/offer", []byte(offer)); err != nil {
+			shm.Unmap(mem)
+			return nil, fmt.Errorf("publish the shared-memory arena: %w", err)
+		}
+	} else {
+		offer, err := st.Get(ctx, "arena/offer")
+		if err != nil {
+			return nil, fmt.Errorf("read the shared-memory arena offer: %w", err)
+		}
+		if p, n, ok := bytes.Cut(offer, []byte("\n")); ok && enabled {
+			mem = shm.OpenArena(string(p), size, string(n))
+		}
+	}
+	ok := "0"
+	if mem != nil {
+		ok = "1"
+	}
+	if err := st.Set(ctx, "arena/ok/"+strconv.Itoa(rank), []byte(ok)); err != nil {
+		shm.Unmap(mem)
+		return nil, fmt.Errorf("report the shared-memory arena: %w", err)
+	}
+	all := true
+	for r := 0; r < size; r++ {
+		v, err := st.Get(ctx, "arena/ok/"+strconv.Itoa(r))
+		if err != nil {
+			shm.Unmap(mem)
+			return nil, fmt.Errorf("agree on the shared-memory arena: %w", err)
+		}
+		all = all && string(v) == "1"
+	}
+	if !all {
+		shm.Unmap(mem)
+		return nil, nil
+	}
+	return shm.NewArena(mem, rank, size), nil
 }

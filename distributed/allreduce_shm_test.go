@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gotrain/gotrain/internal/shmfile"
+	"github.com/gotrain/gotrain/internal/shm"
 	"github.com/gotrain/gotrain/internal/testlog"
 )
 
@@ -62,7 +62,7 @@ func TestSharedMemoryChosen(t *testing.T) {
 // a size that does not divide into shares, is close to the float64 result
 // and bitwise identical on every rank.
 func TestSharedMemoryAllReduceIdentical(t *testing.T) {
-	const n = 3*arenaChunk/4 + 12345 // 3+ chunks of float32
+	const n = 3*shm.ArenaChunk/4 + 12345 // 3+ chunks of float32
 	runGroup(t, 3, nil, func(ctx context.Context, g *Group) error {
 		if !g.SharedMemory() {
 			return fmt.Errorf("no shared-memory arena")
@@ -119,7 +119,7 @@ func TestSharedMemoryCountMismatch(t *testing.T) {
 }
 
 func TestShareBounds(t *testing.T) {
-	for _, size := range []int{0, 4, 60, 64, 100, 1000, arenaChunk, arenaChunk - 4} {
+	for _, size := range []int{0, 4, 60, 64, 100, 1000, shm.ArenaChunk, shm.ArenaChunk - 4} {
 		for n := 1; n <= 7; n++ {
 			end := 0
 			for r := 0; r < n; r++ {
@@ -136,31 +136,14 @@ func TestShareBounds(t *testing.T) {
 	}
 }
 
-func TestChunkFor(t *testing.T) {
-	prev := arenaChunk
-	for n := 2; n <= arenaMaxRanks; n++ {
-		c := chunkFor(n)
-		if c > prev || c < arenaMinChunk || c%(64<<10) != 0 {
-			t.Fatalf("chunkFor(%d) = %d after %d", n, c, prev)
-		}
-		if data := 2 * n * c; data > arenaBudget && c > arenaMinChunk {
-			t.Fatalf("%d ranks: %d bytes of data areas, budget %d", n, data, arenaBudget)
-		}
-		prev = c
-	}
-	if chunkFor(2) != arenaChunk {
-		t.Errorf("2 ranks: chunk %d, want %d", chunkFor(2), arenaChunk)
-	}
-}
-
 // TestSharedMemoryFullFallsBack: when /dev/shm cannot hold the arena (as
 // in a container's small default), the group warns and reduces over the
 // sockets instead of dying of SIGBUS later.
 func TestSharedMemoryFullFallsBack(t *testing.T) {
-	createFile = func(_ string, n int) (string, []byte, error) {
-		return "", nil, fmt.Errorf("reserve %d MiB in /dev/shm: %w", n>>20, syscall.ENOSPC)
+	createArena = func(int) (string, string, []byte, error) {
+		return "", "", nil, fmt.Errorf("reserve the arena in /dev/shm: %w", syscall.ENOSPC)
 	}
-	defer func() { createFile = shmfile.Create }()
+	defer func() { createArena = shm.CreateArena }()
 	var logs testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	runGroup(t, 2, func(c *Config) { c.Logger = log }, func(ctx context.Context, g *Group) error {

@@ -31,5 +31,6 @@
 // network; the transport knows nothing of algorithms. AllReduce uses
 // recursive doubling for small buffers and a segmented, pipelined ring
 // for large ones (Config.AllReduceAlgo or GOTRAIN_ALLREDUCE_ALGO
-// override the choice).
+// override the choice). Same-host traffic goes through shared memory:
+// package internal/shm says which path each message takes.
 package distributed

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/gotrain/gotrain/distributed/store"
+	"github.com/gotrain/gotrain/internal/shm"
 	"github.com/gotrain/gotrain/internal/transport"
 )
 
@@ -38,8 +39,8 @@ type Group struct {
 	nsub     int
 	p2p      sync.WaitGroup // running point-to-point operations
 
-	scratch []byte // the worker's reusable scratch buffer
-	arena   *arena // shared-memory allreduce when all ranks share a host; nil otherwise
+	scratch []byte     // the worker's reusable scratch buffer
+	arena   *shm.Arena // shared-memory allreduce when all ranks share a host; nil otherwise
 
 	wake       chan struct{} // capacity 1: "queue changed"
 	workerDone chan struct{}
@@ -90,12 +91,12 @@ func (g *Group) Destroy() error {
 	default:
 	}
 	if g.arena != nil {
-		g.arena.closed.Store(true) // a rank spinning on a peer gives up
+		g.arena.Interrupt() // a rank spinning on a peer gives up
 	}
 	err := g.mesh.Close()
 	<-g.workerDone
 	g.p2p.Wait()
-	g.arena.close()
+	g.arena.Close()
 	if g.owner != nil {
 		if cerr := g.owner.close(); err == nil {
 			err = cerr
@@ -270,7 +271,7 @@ func (g *Group) execute(w *Work) error {
 	} else {
 		g.mesh.Begin(c.hdr)
 		if g.arena != nil {
-			g.arena.begin(c.hdr.Seq, opDescWord(c.hdr.Op, c.hdr.DType, c.hdr.RedOp), c.hdr.Count)
+			g.arena.Begin(arenaOp(&c.hdr))
 		}
 	}
 	err := w.run(ctx, c)

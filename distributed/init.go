@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/gotrain/gotrain/distributed/store"
+	"github.com/gotrain/gotrain/internal/shm"
 	"github.com/gotrain/gotrain/internal/transport/tcp"
 )
 
@@ -165,7 +166,7 @@ func connect(ctx context.Context, cfg Config, id string, rank, size int, owner *
 	if err != nil {
 		return nil, fmt.Errorf("%s: connect the data plane: %w", where, err)
 	}
-	var ar *arena
+	var ar *shm.Arena
 	if cfg.AllReduceAlgo == AlgoAuto || cfg.AllReduceAlgo == AlgoShm {
 		log := cfg.Logger
 		if log == nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/gotrain/gotrain/internal/tensorhook"
 	"github.com/gotrain/gotrain/tensor"
 )
 
@@ -132,13 +133,13 @@ func (s *SequentialLayer) String() string {
 //
 // The outputs between children are not visible to the caller, so some runs
 // of children are computed as one fused op with the same values and
-// gradients: Conv2d followed by ReLU (tensor.Conv2dReLU), and that
-// followed by a 2×2 MaxPool2d at stride 2 without padding
-// (tensor.Conv2dReLUMaxPool2x2).
+// gradients: Conv2d followed by ReLU (tensor.Conv2d with tensor.PostReLU),
+// and that followed by a 2×2 MaxPool2d at stride 2 without padding (with
+// tensor.PostMaxPool2x2 too).
 //
-// The outputs between children are also handed to
-// tensor.(*Tensor).FreeWithGraph when only built-in layers read them, so
-// that the next training step reuses their storage.
+// The outputs between children are also handed back to package tensor's
+// buffer pool once Backward is done with them, when only built-in layers
+// read them, so that the next training step reuses their storage.
 func (s *SequentialLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 	if len(s.layers) == 0 {
 		return x
@@ -165,7 +166,8 @@ func (s *SequentialLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 	return x
 }
 
-// freeIntermediates marks outputs between children as FreeWithGraph when
+// freeIntermediates marks outputs between children for recycling
+// (tensorhook.FreeWithGraph, whose promise this upholds) when
 // that is safe: outputs sharing storage are grouped, and a group is freed
 // (through its first member, which a Backward releases last) only if it
 // does not hold the input or the result, every member is read only by a
@@ -199,7 +201,7 @@ func (s *SequentialLayer) freeIntermediates(outs []*tensor.Tensor, next []int, d
 	}
 	for _, gr := range groups {
 		if gr.ok {
-			gr.first.FreeWithGraph()
+			tensorhook.FreeWithGraph(gr.first)
 		}
 	}
 }
@@ -245,9 +247,9 @@ func (s *SequentialLayer) fused(i int, x *tensor.Tensor) (*tensor.Tensor, int) {
 		if p, ok := s.layers[i+2].(*Pool2dLayer); ok && p.Max && p.Kernel == 2 &&
 			p.Stride == [2]int{2, 2} && p.Padding == [2]int{} {
 			if oh, ow := c.outSize(x.Shape()); oh >= 2 && ow >= 2 {
-				return tensor.Conv2dReLUMaxPool2x2(x, c.Weight, c.Bias, c.Stride, c.Padding), 3
+				return tensor.Conv2d(x, c.Weight, c.Bias, c.Stride, c.Padding, tensor.PostReLU, tensor.PostMaxPool2x2), 3
 			}
 		}
 	}
-	return tensor.Conv2dReLU(x, c.Weight, c.Bias, c.Stride, c.Padding), 2
+	return tensor.Conv2d(x, c.Weight, c.Bias, c.Stride, c.Padding, tensor.PostReLU), 2
 }

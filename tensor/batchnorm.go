@@ -14,58 +14,16 @@ import (
 // running = (1−momentum)·running + momentum·batch, using the unbiased
 // variance for runningVar. In eval it normalises with the running stats.
 func BatchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, momentum, eps float32) *Tensor {
-	if x.Dim() < 2 {
-		panic(fmt.Sprintf("tensor: BatchNorm: input %v is not [N, C, ...]", x.shape))
-	}
-	n, c := x.shape[0], x.shape[1]
-	s := numel(x.shape[2:])
-	for _, p := range []struct {
-		name string
-		t    *Tensor
-	}{{"weight", weight}, {"bias", bias}, {"running mean", runningMean}, {"running var", runningVar}} {
-		if p.t != nil && (p.t.Dim() != 1 || p.t.shape[0] != c) {
-			panic(fmt.Sprintf("tensor: BatchNorm: %s %v does not match input %v (C = %d)", p.name, p.t.shape, x.shape, c))
-		}
-	}
+	bn := newBatchNormGeom(x, weight, bias, runningMean, runningVar)
 	useBatch := training || runningMean == nil || runningVar == nil
-	m := n * s
-	if useBatch && m <= 1 && training {
+	if useBatch && bn.m() <= 1 && training {
 		panic(fmt.Sprintf("tensor: BatchNorm: training needs more than one value per channel, got input %v", x.shape))
 	}
-	mean := make([]float32, c)
-	invStd := make([]float32, c)
-	for ch := 0; ch < c; ch++ {
-		var mu, v float64
-		if useBatch {
-			var sum float64
-			for i := 0; i < n; i++ {
-				for _, xv := range x.data[(i*c+ch)*s : (i*c+ch+1)*s] {
-					sum += float64(xv)
-				}
-			}
-			mu = sum / float64(m)
-			var sq float64
-			for i := 0; i < n; i++ {
-				for _, xv := range x.data[(i*c+ch)*s : (i*c+ch+1)*s] {
-					d := float64(xv) - mu
-					sq += d * d
-				}
-			}
-			v = sq / float64(m)
-			if training && runningMean != nil {
-				mom := float64(momentum)
-				runningMean.data[ch] = float32((1-mom)*float64(runningMean.data[ch]) + mom*mu)
-			}
-			if training && runningVar != nil {
-				mom := float64(momentum)
-				unbiased := sq / float64(max(m-1, 1))
-				runningVar.data[ch] = float32((1-mom)*float64(runningVar.data[ch]) + mom*unbiased)
-			}
-		} else {
-			mu, v = float64(runningMean.data[ch]), float64(runningVar.data[ch])
-		}
-		mean[ch] = float32(mu)
-		invStd[ch] = float32(1 / math.Sqrt(v+float64(eps)))
+	var mean, invStd []float32
+	if useBatch {
+		mean, invStd = bn.batchStats(x.data, runningMean, runningVar, training, momentum, eps)
+	} else {
+		mean, invStd = runningStats(runningMean, runningVar, eps)
 	}
 	out := Zeros(x.shape...)
 	// xhat is kept for the backward pass of batch statistics and weight.
@@ -73,8 +31,104 @@ func BatchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, 
 	if GradEnabled() && (x.requiresGrad || weight.needsGrad()) {
 		xhat = make([]float32, len(x.data))
 	}
-	for i := 0; i < n; i++ {
-		for ch := 0; ch < c; ch++ {
+	bn.normalize(x.data, out.data, xhat, weight, bias, mean, invStd)
+	inputs := []*Tensor{x, weight, bias}
+	return record(out, "batch_norm", func(g []float32) {
+		for ch := 0; ch < bn.c; ch++ {
+			bn.backwardChannel(ch, g, xhat, x, weight, bias, invStd[ch], useBatch)
+		}
+	}, inputs...)
+}
+
+// batchNormGeom is the layout of BatchNorm's input: n samples of c
+// channels of s values each (s = H·W for images, 1 for [N, C]).
+type batchNormGeom struct{ n, c, s int }
+
+// newBatchNormGeom checks BatchNorm's operands (mistakes panic) and
+// returns the input's layout.
+func newBatchNormGeom(x, weight, bias, runningMean, runningVar *Tensor) batchNormGeom {
+	if x.Dim() < 2 {
+		panic(fmt.Sprintf("tensor: BatchNorm: input %v is not [N, C, ...]", x.shape))
+	}
+	bn := batchNormGeom{n: x.shape[0], c: x.shape[1], s: numel(x.shape[2:])}
+	for _, p := range []struct {
+		name string
+		t    *Tensor
+	}{{"weight", weight}, {"bias", bias}, {"running mean", runningMean}, {"running var", runningVar}} {
+		if p.t != nil && (p.t.Dim() != 1 || p.t.shape[0] != bn.c) {
+			panic(fmt.Sprintf("tensor: BatchNorm: %s %v does not match input %v (C = %d)", p.name, p.t.shape, x.shape, bn.c))
+		}
+	}
+	return bn
+}
+
+// m is the number of values per channel.
+func (bn batchNormGeom) m() int { return bn.n * bn.s }
+
+// row returns the s values of channel ch of sample i in data.
+func (bn batchNormGeom) row(data []float32, i, ch int) []float32 {
+	off := (i*bn.c + ch) * bn.s
+	return data[off : off+bn.s]
+}
+
+// batchStats returns each channel's batch mean and 1/sqrt(biased variance
+// + eps), computed in float64, and in training updates the running stats
+// given (without grad): running = (1−momentum)·running + momentum·batch,
+// with the unbiased variance for runningVar.
+func (bn batchNormGeom) batchStats(x []float32, runningMean, runningVar *Tensor, training bool, momentum, eps float32) (mean, invStd []float32) {
+	m := bn.m()
+	mean = make([]float32, bn.c)
+	invStd = make([]float32, bn.c)
+	for ch := 0; ch < bn.c; ch++ {
+		var sum float64
+		for i := 0; i < bn.n; i++ {
+			for _, xv := range bn.row(x, i, ch) {
+				sum += float64(xv)
+			}
+		}
+		mu := sum / float64(m)
+		var sq float64
+		for i := 0; i < bn.n; i++ {
+			for _, xv := range bn.row(x, i, ch) {
+				d := float64(xv) - mu
+				sq += d * d
+			}
+		}
+		v := sq / float64(m)
+		if training && runningMean != nil {
+			mom := float64(momentum)
+			runningMean.data[ch] = float32((1-mom)*float64(runningMean.data[ch]) + mom*mu)
+		}
+		if training && runningVar != nil {
+			mom := float64(momentum)
+			unbiased := sq / float64(max(m-1, 1))
+			runningVar.data[ch] = float32((1-mom)*float64(runningVar.data[ch]) + mom*unbiased)
+		}
+		mean[ch] = float32(mu)
+		invStd[ch] = float32(1 / math.Sqrt(v+float64(eps)))
+	}
+	return mean, invStd
+}
+
+// runningStats returns the running mean and 1/sqrt(running var + eps),
+// the statistics of evaluation.
+func runningStats(runningMean, runningVar *Tensor, eps float32) (mean, invStd []float32) {
+	c := len(runningMean.data)
+	mean = make([]float32, c)
+	invStd = make([]float32, c)
+	for ch := 0; ch < c; ch++ {
+		mu, v := float64(runningMean.data[ch]), float64(runningVar.data[ch])
+		mean[ch] = float32(mu)
+		invStd[ch] = float32(1 / math.Sqrt(v+float64(eps)))
+	}
+	return mean, invStd
+}
+
+// normalize writes out = x̂·γ + β with x̂ = (x − mean)·invStd per channel
+// (γ = 1, β = 0 without affine parameters), and x̂ into xhat unless nil.
+func (bn batchNormGeom) normalize(x, out, xhat []float32, weight, bias *Tensor, mean, invStd []float32) {
+	for i := 0; i < bn.n; i++ {
+		for ch := 0; ch < bn.c; ch++ {
 			a, sh := float32(1), float32(0)
 			if weight != nil {
 				a = weight.data[ch]
@@ -83,8 +137,8 @@ func BatchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, 
 				sh = bias.data[ch]
 			}
 			mu, is := mean[ch], invStd[ch]
-			off := (i*c + ch) * s
-			src, dst := x.data[off:off+s], out.data[off:off+s]
+			off := (i*bn.c + ch) * bn.s
+			src, dst := x[off:off+bn.s], out[off:off+bn.s]
 			for j, xv := range src {
 				h := (xv - mu) * is
 				if xhat != nil {
@@ -94,53 +148,55 @@ func BatchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, 
 			}
 		}
 	}
-	inputs := []*Tensor{x, weight, bias}
-	return record(out, "batch_norm", func(g []float32) {
-		for ch := 0; ch < c; ch++ {
-			a := float32(1)
-			if weight != nil {
-				a = weight.data[ch]
-			}
-			// Σg and Σg·x̂ over the channel give the affine gradients and
-			// the batch-statistics terms of dx.
-			var sg, sgh float64
-			for i := 0; i < n; i++ {
-				off := (i*c + ch) * s
-				for j, gv := range g[off : off+s] {
-					sg += float64(gv)
-					if xhat != nil {
-						sgh += float64(gv) * float64(xhat[off+j])
-					}
-				}
-			}
-			if weight.needsGrad() {
-				weight.accGrad()[ch] += float32(sgh)
-			}
-			if bias.needsGrad() {
-				bias.accGrad()[ch] += float32(sg)
-			}
-			if !x.needsGrad() {
-				continue
-			}
-			gx := x.accGrad()
-			k := a * invStd[ch]
-			if !useBatch { // constant statistics: dx = g·γ/σ
-				for i := 0; i < n; i++ {
-					off := (i*c + ch) * s
-					for j, gv := range g[off : off+s] {
-						gx[off+j] += gv * k
-					}
-				}
-				continue
-			}
-			// dx = γ/σ · (g − mean(g) − x̂·mean(g·x̂))
-			mg, mgh := float32(sg/float64(m)), float32(sgh/float64(m))
-			for i := 0; i < n; i++ {
-				off := (i*c + ch) * s
-				for j, gv := range g[off : off+s] {
-					gx[off+j] += k * (gv - mg - xhat[off+j]*mgh)
-				}
+}
+
+// backwardChannel accumulates channel ch's gradients of x, weight and
+// bias from the output gradient g. With batch statistics (useBatch) the
+// mean and variance depend on x too.
+func (bn batchNormGeom) backwardChannel(ch int, g, xhat []float32, x, weight, bias *Tensor, invStd float32, useBatch bool) {
+	n, c, s, m := bn.n, bn.c, bn.s, bn.m()
+	a := float32(1)
+	if weight != nil {
+		a = weight.data[ch]
+	}
+	// Σg and Σg·x̂ over the channel give the affine gradients and the
+	// batch-statistics terms of dx.
+	var sg, sgh float64
+	for i := 0; i < n; i++ {
+		off := (i*c + ch) * s
+		for j, gv := range g[off : off+s] {
+			sg += float64(gv)
+			if xhat != nil {
+				sgh += float64(gv) * float64(xhat[off+j])
 			}
 		}
-	}, inputs...)
+	}
+	if weight.needsGrad() {
+		weight.accGrad()[ch] += float32(sgh)
+	}
+	if bias.needsGrad() {
+		bias.accGrad()[ch] += float32(sg)
+	}
+	if !x.needsGrad() {
+		return
+	}
+	gx := x.accGrad()
+	k := a * invStd
+	if !useBatch { // constant statistics: dx = g·γ/σ
+		for i := 0; i < n; i++ {
+			off := (i*c + ch) * s
+			for j, gv := range g[off : off+s] {
+				gx[off+j] += gv * k
+			}
+		}
+		return
+	}
+	// dx = γ/σ · (g − mean(g) − x̂·mean(g·x̂))
+	mg, mgh := float32(sg/float64(m)), float32(sgh/float64(m))
+	for i := 0; i < n; i++ {
+		off := (i*c + ch) * s
+		for j, gv := range g[off : off+s] {
+			gx[off+j] += k * (gv - mg - xhat[off+j]*mgh)
+		}
+	}
 }

@@ -94,15 +94,15 @@ func BenchmarkCNNStep(b *testing.B) {
 }
 
 // BenchmarkCNNStepFused is BenchmarkCNNStep with the fused
-// convolution ops nn.Sequential uses for the same layers: Conv2dReLU and
-// Conv2dReLUMaxPool2x2.
+// convolutions nn.Sequential uses for the same layers: Conv2d with the
+// post-ops [ReLU] and [ReLU MaxPool2x2].
 func BenchmarkCNNStepFused(b *testing.B) {
 	c1w, c1b, c2w, c2b, f1w, f1b, f2w, f2b := cnnBenchParams()
 	drop := NewRNG(4)
 	one, zero := [2]int{1, 1}, [2]int{0, 0}
 	benchStep(b, 64, []*Tensor{c1w, c1b, c2w, c2b, f1w, f1b, f2w, f2b}, func(x *Tensor) *Tensor {
-		h := Conv2dReLU(x, c1w, c1b, one, zero)
-		h = Dropout(Conv2dReLUMaxPool2x2(h, c2w, c2b, one, zero), 0.25, true, drop)
+		h := Conv2d(x, c1w, c1b, one, zero, PostReLU)
+		h = Dropout(Conv2d(h, c2w, c2b, one, zero, PostReLU, PostMaxPool2x2), 0.25, true, drop)
 		h = ReLU(Linear(Flatten(h, 1), f1w, f1b))
 		h = Dropout(h, 0.5, true, drop)
 		return Linear(h, f2w, f2b)

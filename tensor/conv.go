@@ -44,28 +44,46 @@ const convMinFlops = 1 << 20
 // OH = (H + 2·padding[0] − KH)/stride[0] + 1 and likewise OW. Each image is
 // unrolled with im2col and multiplied by the weight matrix [O, C·KH·KW];
 // images are spread over goroutines when the batch is large enough.
-func Conv2d(x, w, b *Tensor, stride, padding [2]int) *Tensor {
-	return conv2d(x, w, b, stride, padding, epNone)
+//
+// post lists operations applied to the output in the same op (see
+// PostOp): none, PostReLU, or PostReLU then PostMaxPool2x2. The result,
+// and every gradient, is bit for bit that of the separate ops, for less
+// memory traffic. Other lists panic.
+func Conv2d(x, w, b *Tensor, stride, padding [2]int, post ...PostOp) *Tensor {
+	ep, ok := epilogueOf(post)
+	if !ok {
+		panic(fmt.Sprintf("tensor: Conv2d: post-ops %v not supported (want none, [ReLU] or [ReLU MaxPool2x2])", post))
+	}
+	return conv2d(x, w, b, stride, padding, ep)
 }
 
-// Conv2dReLU is ReLU(Conv2d(x, w, b, stride, padding)) as one op, with the
-// same values and gradients. The ReLU is applied to each image's output
-// while it is still in cache, and the convolution's output exists only as
-// the ReLU's: one activation buffer instead of two, and no separate passes
-// over memory for the ReLU forward and backward.
-func Conv2dReLU(x, w, b *Tensor, stride, padding [2]int) *Tensor {
-	return conv2d(x, w, b, stride, padding, epReLU)
-}
+// PostOp is an operation Conv2d applies to each image's output while it
+// is still in cache, instead of a separate op over the whole batch.
+type PostOp int
 
-// Conv2dReLUMaxPool2x2 is MaxPool2d(ReLU(Conv2d(x, w, b, stride, padding)),
-// 2×2 window, stride 2, no padding) as one op, with the same values and
-// gradients. The convolution and ReLU outputs of an image live only in a
-// per-goroutine buffer that stays in cache; forward keeps the pooling's
-// argmax, and backward rebuilds each image's convolution gradient from it
-// and the result (the ReLU passes the gradient of a window's maximum where
-// the pooled value is positive).
-func Conv2dReLUMaxPool2x2(x, w, b *Tensor, stride, padding [2]int) *Tensor {
-	return conv2d(x, w, b, stride, padding, epReLUPool)
+const (
+	// PostReLU is ReLU. The convolution's output exists only as the
+	// ReLU's: one activation buffer instead of two, and no separate
+	// passes over memory for the ReLU forward and backward.
+	PostReLU PostOp = iota + 1
+	// PostMaxPool2x2 is MaxPool2d with a 2×2 window, stride 2 and no
+	// padding, after PostReLU; the output must be at least 2×2. The
+	// convolution and ReLU outputs of an image then live only in a
+	// per-goroutine buffer that stays in cache; forward keeps the
+	// pooling's argmax, and backward rebuilds each image's convolution
+	// gradient from it and the result.
+	PostMaxPool2x2
+)
+
+// String names the op.
+func (p PostOp) String() string {
+	switch p {
+	case PostReLU:
+		return "ReLU"
+	case PostMaxPool2x2:
+		return "MaxPool2x2"
+	}
+	return fmt.Sprintf("PostOp(%d)", int(p))
 }
 
 // convEpilogue is what a fused convolution applies to its output.
@@ -77,8 +95,69 @@ const (
 	epReLUPool              // ReLU, then 2×2 max pooling at stride 2
 )
 
+// epilogueOf maps a list of post-ops to the epilogue that runs them,
+// reporting whether the list is supported.
+func epilogueOf(post []PostOp) (convEpilogue, bool) {
+	switch {
+	case len(post) == 0:
+		return epNone, true
+	case len(post) == 1 && post[0] == PostReLU:
+		return epReLU, true
+	case len(post) == 2 && post[0] == PostReLU && post[1] == PostMaxPool2x2:
+		return epReLUPool, true
+	}
+	return 0, false
+}
+
+// convOpNames name each epilogue's op in panics and in the graph.
+var (
+	convOpNames   = [...]string{"Conv2d", "Conv2d+ReLU", "Conv2d+ReLU+MaxPool2x2"}
+	convNodeNames = [...]string{"conv2d", "conv2d_relu", "conv2d_relu_max_pool2d"}
+)
+
 func conv2d(x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) *Tensor {
-	op := [...]string{"Conv2d", "Conv2dReLU", "Conv2dReLUMaxPool2x2"}[ep]
+	g := newConvGeom(convOpNames[ep], x, w, b, stride, padding, ep)
+	p := g.plane()
+	// Every element is written below (the GEMM with beta 0 does not read
+	// its output): a recycled buffer needs no clearing.
+	out := &Tensor{data: getBuf(g.n * g.outLen(ep)), shape: g.outShape(ep)}
+	track := GradEnabled() && (x.requiresGrad || x.released || w.requiresGrad || w.released ||
+		(b != nil && (b.requiresGrad || b.released)))
+	// The ReLU's bit mask (unpooled only), per image a whole number of
+	// 16-bit pieces; and the pooling's argmax.
+	mlen := kernels.ReluMaskLen(g.o * p)
+	var mask []byte
+	var arg []int32
+	if ep == epReLU && track {
+		// Like the argmax, read once by backward and handed back.
+		mask = getBytes(g.n * mlen)
+	}
+	if ep == epReLUPool {
+		// Only this op's backward reads the argmax, once: it hands the
+		// buffer back when done (or at once if nothing is recorded).
+		arg = getIdx(len(out.data))
+	}
+	conv2dForward(g, x, w, b, ep, out.data, mask, arg)
+	if !track {
+		putIdx(arg)
+		return out
+	}
+	inputs := []*Tensor{x, w}
+	if b != nil {
+		inputs = append(inputs, b)
+	}
+	return record(out, convNodeNames[ep], func(grad []float32) {
+		gradOf, bufLen := g.outputGrad(ep, grad, out.data, mask, arg)
+		conv2dBackward(g, x, w, b, gradOf, bufLen)
+		putIdx(arg)
+		putBytes(mask)
+		arg, mask = nil, nil
+	}, inputs...)
+}
+
+// newConvGeom checks the operands of the op named op and returns its
+// geometry; mistakes panic.
+func newConvGeom(op string, x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) convGeom {
 	if x.Dim() != 4 || w.Dim() != 4 || x.shape[1] != w.shape[1] {
 		panic(fmt.Sprintf("tensor: %s: input %v ([N, C, H, W]) does not match weight %v ([O, C, KH, KW])", op, x.shape, w.shape))
 	}
@@ -98,38 +177,35 @@ func conv2d(x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) *Tensor {
 	}
 	g.oh = (g.h+2*g.ph-g.kh)/g.sh + 1
 	g.ow = (g.w+2*g.pw-g.kw)/g.sw + 1
-	ckk, p := g.ckk(), g.plane()
-	// Per image: outLen output elements; for the pooled op, the pooled
-	// planes of qh×qw.
-	qh, qw := g.oh/2, g.ow/2
-	if ep == epReLUPool && (qh == 0 || qw == 0) {
+	if ep == epReLUPool && (g.oh/2 == 0 || g.ow/2 == 0) {
 		panic(fmt.Sprintf("tensor: %s: output %dx%d smaller than the 2x2 pooling window", op, g.oh, g.ow))
 	}
-	outLen := g.o * p
-	shape := []int{g.n, g.o, g.oh, g.ow}
+	return g
+}
+
+// outLen is the number of result elements per image: the convolution's
+// planes, or for the pooled op the pooled planes of oh/2×ow/2.
+func (g convGeom) outLen(ep convEpilogue) int {
 	if ep == epReLUPool {
-		outLen = g.o * qh * qw
-		shape = []int{g.n, g.o, qh, qw}
+		return g.o * (g.oh / 2) * (g.ow / 2)
 	}
-	// Every element is written below (the GEMM with beta 0 does not read
-	// its output): a recycled buffer needs no clearing.
-	out := &Tensor{data: getBuf(g.n * outLen), shape: shape}
-	track := GradEnabled() && (x.requiresGrad || x.released || w.requiresGrad || w.released ||
-		(b != nil && (b.requiresGrad || b.released)))
-	// The ReLU's bit mask (unpooled only), per image a whole number of
-	// 16-bit pieces; and the pooling's argmax.
-	mlen := kernels.ReluMaskLen(g.o * p)
-	var mask []byte
-	var arg []int32
-	if ep == epReLU && track {
-		// Like the argmax, read once by backward and handed back.
-		mask = getBytes(g.n * mlen)
-	}
+	return g.o * g.plane()
+}
+
+// outShape is the result's shape.
+func (g convGeom) outShape(ep convEpilogue) []int {
 	if ep == epReLUPool {
-		// Only this op's backward reads the argmax, once: it hands the
-		// buffer back when done (or at once if nothing is recorded).
-		arg = getIdx(len(out.data))
+		return []int{g.n, g.o, g.oh / 2, g.ow / 2}
 	}
+	return []int{g.n, g.o, g.oh, g.ow}
+}
+
+// conv2dForward computes the result into out, image by image: the
+// product with the weights, the bias, then the epilogue. It fills the
+// ReLU's mask if mask is not nil and the pooling's argmax arg.
+func conv2dForward(g convGeom, x, w, b *Tensor, ep convEpilogue, out []float32, mask []byte, arg []int32) {
+	ckk, p := g.ckk(), g.plane()
+	outLen, mlen := g.outLen(ep), kernels.ReluMaskLen(g.o*p)
 	var ones []float32
 	if b != nil {
 		ones = onesBuf(p)
@@ -152,7 +228,7 @@ func conv2d(x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) *Tensor {
 		for i := lo; i < hi; i++ {
 			yi := ybuf
 			if ep != epReLUPool {
-				yi = out.data[i*g.o*p : (i+1)*g.o*p]
+				yi = out[i*g.o*p : (i+1)*g.o*p]
 			}
 			kernels.Sgemm(false, false, g.o, p, ckk, 1, w.data, ckk, g.im2col(x.data, i, scratch), p, 0, yi, p)
 			if b != nil {
@@ -172,7 +248,7 @@ func conv2d(x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) *Tensor {
 				kernels.Relu(yi, yi)
 			}
 			if ep == epReLUPool {
-				kernels.MaxPool2x2(yi, out.data[i*outLen:(i+1)*outLen], arg[i*outLen:(i+1)*outLen], g.o, g.oh, g.ow)
+				kernels.MaxPool2x2(yi, out[i*outLen:(i+1)*outLen], arg[i*outLen:(i+1)*outLen], g.o, g.oh, g.ow)
 			}
 		}
 		if scratch != nil {
@@ -182,52 +258,37 @@ func conv2d(x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) *Tensor {
 			putBuf(ybuf)
 		}
 	})
-	if !track {
-		putIdx(arg)
-		return out
+}
+
+// outputGrad returns, for the backward pass of the op with epilogue ep
+// whose result out received the gradient grad, the function giving image
+// i's convolution output gradient (the incoming gradient itself, or
+// rebuilt in buf through the pooling and the ReLU) and the length of buf
+// it needs.
+func (g convGeom) outputGrad(ep convEpilogue, grad, out []float32, mask []byte, arg []int32) (gradOf func(i int, buf []float32) []float32, bufLen int) {
+	p := g.plane()
+	switch ep {
+	case epReLU:
+		mlen := kernels.ReluMaskLen(g.o * p)
+		return func(i int, buf []float32) []float32 {
+			kernels.ReluBackwardMask(buf, grad[i*g.o*p:(i+1)*g.o*p], mask[i*mlen:(i+1)*mlen], false)
+			return buf
+		}, g.o * p
+	case epReLUPool:
+		// The pooled value is the ReLU output at the window's argmax,
+		// positive exactly where the ReLU passes the gradient there; the
+		// window's other elements get none. So the ReLU is applied to the
+		// pooled gradient (a quarter of the size) before it is scattered
+		// to the argmax.
+		outLen := g.outLen(ep)
+		return func(i int, buf []float32) []float32 {
+			y, pg := buf[:g.o*p], buf[g.o*p:]
+			kernels.ReluBackwardSet(pg, grad[i*outLen:(i+1)*outLen], out[i*outLen:(i+1)*outLen])
+			kernels.MaxPool2x2Backward(y, pg, arg[i*outLen:(i+1)*outLen], g.o, g.oh, g.ow, false)
+			return y
+		}, g.o*p + outLen
 	}
-	inputs := []*Tensor{x, w}
-	if b != nil {
-		inputs = append(inputs, b)
-	}
-	return record(out, [...]string{"conv2d", "conv2d_relu", "conv2d_relu_max_pool2d"}[ep], func(grad []float32) {
-		// gradOf returns image i's convolution output gradient: the
-		// incoming gradient itself, or rebuilt in buf through the pooling
-		// and the ReLU.
-		var gradOf func(i int, buf []float32) []float32
-		switch ep {
-		case epNone:
-			gradOf = func(i int, _ []float32) []float32 { return grad[i*g.o*p : (i+1)*g.o*p] }
-		case epReLU:
-			gradOf = func(i int, buf []float32) []float32 {
-				kernels.ReluBackwardMask(buf, grad[i*g.o*p:(i+1)*g.o*p], mask[i*mlen:(i+1)*mlen], false)
-				return buf
-			}
-		case epReLUPool:
-			// The pooled value is the ReLU output at the window's argmax,
-			// positive exactly where the ReLU passes the gradient there;
-			// the window's other elements get none. So the ReLU is applied
-			// to the pooled gradient (a quarter of the size) before it is
-			// scattered to the argmax.
-			gradOf = func(i int, buf []float32) []float32 {
-				y, pg := buf[:g.o*p], buf[g.o*p:]
-				kernels.ReluBackwardSet(pg, grad[i*outLen:(i+1)*outLen], out.data[i*outLen:(i+1)*outLen])
-				kernels.MaxPool2x2Backward(y, pg, arg[i*outLen:(i+1)*outLen], g.o, g.oh, g.ow, false)
-				return y
-			}
-		}
-		bufLen := 0
-		switch ep {
-		case epReLU:
-			bufLen = g.o * p
-		case epReLUPool:
-			bufLen = g.o*p + outLen
-		}
-		conv2dBackward(g, x, w, b, gradOf, bufLen)
-		putIdx(arg)
-		putBytes(mask)
-		arg, mask = nil, nil
-	}, inputs...)
+	return func(i int, _ []float32) []float32 { return grad[i*g.o*p : (i+1)*g.o*p] }, 0
 }
 
 // conv2dBackward accumulates Conv2d's input, weight and bias gradients.
@@ -321,6 +382,14 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, gradOf func(i int, buf []float3
 			putBuf(gbuf)
 		}
 	})
+	g.mergePartials(gw, gb, partialW, partialB, used, transposed)
+}
+
+// mergePartials adds the private weight and bias gradients of the first
+// used workers into gw and gb, in worker order, and recycles the weight
+// buffers. A transposed partial holds dWᵀ [ckk, O].
+func (g convGeom) mergePartials(gw, gb []float32, partialW, partialB [][]float32, used int, transposed bool) {
+	ckk := g.ckk()
 	for wk := 0; wk < used; wk++ {
 		if dw := partialW[wk]; dw != nil {
 			if transposed {

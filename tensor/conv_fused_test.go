@@ -4,13 +4,14 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gotrain/gotrain/internal/kernels"
 )
 
-// TestConv2dFusedMatchesUnfused checks that Conv2dReLU and
-// Conv2dReLUMaxPool2x2 give bit for bit the values and the input, weight
+// TestConv2dFusedMatchesUnfused checks that Conv2d with the post-ops
+// [ReLU] and [ReLU MaxPool2x2] gives bit for bit the values and the input, weight
 // and bias gradients of the ops they fuse, over geometries with and
 // without bias, padding, stride, odd output sizes (a pooled row and column
 // left over), inputs that are non-leaves, and one and several goroutines.
@@ -57,9 +58,9 @@ func TestConv2dFusedMatchesUnfused(t *testing.T) {
 						var y *Tensor
 						switch {
 						case fused && pooled:
-							y = Conv2dReLUMaxPool2x2(h, w, b, gm.stride, gm.pad)
+							y = Conv2d(h, w, b, gm.stride, gm.pad, PostReLU, PostMaxPool2x2)
 						case fused:
-							y = Conv2dReLU(h, w, b, gm.stride, gm.pad)
+							y = Conv2d(h, w, b, gm.stride, gm.pad, PostReLU)
 						case pooled:
 							y = pool(ReLU(Conv2d(h, w, b, gm.stride, gm.pad)))
 						default:
@@ -106,27 +107,42 @@ func TestConv2dFusedNoGrad(t *testing.T) {
 	b := randT(rng, -1, 1, 4)
 	one, zero := [2]int{1, 1}, [2]int{}
 	want := MaxPool2d(ReLU(Conv2d(x, w, b, one, zero)), [2]int{2, 2}, [2]int{2, 2}, zero)
-	got := Conv2dReLUMaxPool2x2(x, w, b, one, zero)
+	got := Conv2d(x, w, b, one, zero, PostReLU, PostMaxPool2x2)
 	if !slices.Equal(got.shape, want.shape) || !slices.Equal(got.data, want.data) {
-		t.Fatalf("Conv2dReLUMaxPool2x2 = %v, want %v", got, want)
+		t.Fatalf("Conv2d+ReLU+MaxPool2x2 = %v, want %v", got, want)
 	}
 	w.SetRequiresGrad(true)
 	NoGrad(func() {
-		got := Conv2dReLU(x, w, b, one, zero)
+		got := Conv2d(x, w, b, one, zero, PostReLU)
 		if !slices.Equal(got.data, ReLU(Conv2d(x, w, b, one, zero)).data) {
-			t.Fatal("Conv2dReLU differs from ReLU(Conv2d) under NoGrad")
+			t.Fatal("Conv2d+ReLU differs from ReLU(Conv2d) under NoGrad")
 		}
 		if got.RequiresGrad() || !got.IsLeaf() {
-			t.Fatal("Conv2dReLU recorded history under NoGrad")
+			t.Fatal("Conv2d+ReLU recorded history under NoGrad")
 		}
 	})
 }
 
-func TestConv2dReLUMaxPool2x2TooSmall(t *testing.T) {
+func TestConv2dPostPoolTooSmall(t *testing.T) {
 	defer func() {
 		if r := recover(); r == nil || fmt.Sprint(r)[:7] != "tensor:" {
 			t.Fatalf("panic %v, want a tensor: message", r)
 		}
 	}()
-	Conv2dReLUMaxPool2x2(Zeros(1, 1, 3, 5), Zeros(2, 1, 3, 3), nil, [2]int{1, 1}, [2]int{})
+	Conv2d(Zeros(1, 1, 3, 5), Zeros(2, 1, 3, 3), nil, [2]int{1, 1}, [2]int{}, PostReLU, PostMaxPool2x2)
+}
+
+// TestConv2dUnsupportedPostOps: post-op lists Conv2d has no fused kernel
+// for panic with a tensor: message.
+func TestConv2dUnsupportedPostOps(t *testing.T) {
+	for _, post := range [][]PostOp{{PostMaxPool2x2}, {PostReLU, PostReLU}, {PostMaxPool2x2, PostReLU}, {0}} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.HasPrefix(fmt.Sprint(r), "tensor: Conv2d: post-ops") {
+					t.Fatalf("post-ops %v: panic %v, want a tensor: Conv2d: post-ops message", post, r)
+				}
+			}()
+			Conv2d(Zeros(1, 1, 4, 4), Zeros(2, 1, 3, 3), nil, [2]int{1, 1}, [2]int{}, post...)
+		}()
+	}
 }

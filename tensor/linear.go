@@ -23,7 +23,7 @@ func Linear(x, w, b *Tensor) *Tensor {
 		rows = numel(x.shape[:x.Dim()-1])
 	}
 	shape := append(append([]int(nil), x.shape[:x.Dim()-1]...), outF)
-	// The output may be a recycled buffer (see FreeWithGraph): it is
+	// The output may be a recycled buffer (see freeWithGraph): it is
 	// written whole, by the bias rows and a GEMM that adds to them, or by a
 	// GEMM with beta 0, which does not read it.
 	out := &Tensor{data: getBuf(rows * outF), shape: shape}

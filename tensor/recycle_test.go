@@ -4,9 +4,12 @@ import (
 	"errors"
 	"slices"
 	"testing"
+
+	"github.com/gotrain/gotrain/internal/tensorhook"
 )
 
-// TestFreeWithGraph checks that an intermediate marked FreeWithGraph keeps
+// TestFreeWithGraph checks that an intermediate marked freeWithGraph (here
+// through tensorhook.FreeWithGraph, as nn.Sequential does) keeps
 // its values until every op reading it has run its backward, gives the
 // same gradients as an unmarked one, is emptied when released, and that
 // results the caller holds are never overwritten by later ops reusing the
@@ -21,7 +24,7 @@ func TestFreeWithGraph(t *testing.T) {
 		h = ReLU(Linear(x, w, nil)) // [64, 30]: large enough to recycle
 		y := Linear(h, Narrow(w.Detach(), 1, 0, 30), nil)
 		if free {
-			h.FreeWithGraph()
+			tensorhook.FreeWithGraph(h)
 		}
 		out = slices.Clone(y.data)
 		if err := Sum(Mul(y, y), false).Backward(); err != nil {
@@ -34,7 +37,7 @@ func TestFreeWithGraph(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		out, gx, gw, h := run(true)
 		if !slices.Equal(out, wantOut) || !slices.Equal(gx, wantGx) || !slices.Equal(gw, wantGw) {
-			t.Fatalf("step %d: results differ with FreeWithGraph", i)
+			t.Fatalf("step %d: results differ with freeWithGraph", i)
 		}
 		if h.Len() != 0 {
 			t.Fatalf("step %d: released intermediate still has %d values", i, h.Len())
@@ -47,7 +50,7 @@ func TestFreeWithGraph(t *testing.T) {
 	// A second Backward through the released graph fails instead of
 	// recycling the storage twice.
 	h := ReLU(Linear(x, w, nil))
-	h.FreeWithGraph()
+	h.freeWithGraph()
 	loss := Sum(h, false)
 	if err := loss.Backward(); err != nil {
 		t.Fatal(err)
@@ -57,12 +60,12 @@ func TestFreeWithGraph(t *testing.T) {
 	}
 	// Leaves and untracked results are never freed.
 	leaf := Zeros(64, 40)
-	leaf.FreeWithGraph()
+	leaf.freeWithGraph()
 	NoGrad(func() {
 		u := ReLU(Linear(x, w, nil))
-		u.FreeWithGraph()
+		u.freeWithGraph()
 		if u.recycle || leaf.recycle {
-			t.Fatal("FreeWithGraph marked a tensor without history")
+			t.Fatal("freeWithGraph marked a tensor without history")
 		}
 	})
 }
@@ -95,8 +98,8 @@ func TestRecycledOpBuffersInterleaved(t *testing.T) {
 		// mask has c's mask's size and an unrelated pattern.
 		var c, y *Tensor
 		if fused {
-			c = Conv2dReLU(x, w0, nil, one, zero)
-			y = Conv2dReLUMaxPool2x2(c, w, nil, one, zero)
+			c = Conv2d(x, w0, nil, one, zero, PostReLU)
+			y = Conv2d(c, w, nil, one, zero, PostReLU, PostMaxPool2x2)
 		} else {
 			c = ReLU(Conv2d(x, w0, nil, one, zero))
 			y = MaxPool2d(ReLU(Conv2d(c, w, nil, one, zero)), [2]int{2, 2}, [2]int{2, 2}, zero)

@@ -22,6 +22,8 @@ package tensor
 import (
 	"fmt"
 	"strings"
+
+	"github.com/gotrain/gotrain/internal/tensorhook"
 )
 
 // Tensor is a float32 N-d array, optionally tracked by autograd.
@@ -47,7 +49,7 @@ type Tensor struct {
 	// freed; differentiating through it again is an error.
 	released bool
 	// recycle marks an intermediate result only the graph reads (see
-	// FreeWithGraph): releasing its history hands its storage back for
+	// freeWithGraph): releasing its history hands its storage back for
 	// reuse.
 	recycle bool
 }
@@ -155,20 +157,18 @@ func (t *Tensor) ZeroGrad() {
 	}
 }
 
-// FreeWithGraph declares that t is an intermediate result that nothing but
-// its recorded graph will read: the caller never hands t (or a tensor
-// sharing its data) to anyone, and the ops that consumed it do not keep it
-// beyond their backward pass. When a Backward releases t's history, after
-// every op that reads t has run its backward, t's storage is recycled for
-// the results of later ops, which saves allocating, zeroing and
-// page-faulting large fresh activations every training step. t is then
-// empty (Len 0). nn.Sequential marks the outputs between its built-in
-// layers this way. It has no effect on a tensor without recorded history,
-// which no Backward releases.
-func (t *Tensor) FreeWithGraph() {
+// freeWithGraph marks t for recycling once a Backward releases its
+// history; tensorhook.FreeWithGraph (installed below) documents the
+// promise its caller makes. It has no effect on a tensor without recorded
+// history, which no Backward releases.
+func (t *Tensor) freeWithGraph() {
 	if t.node != nil {
 		t.recycle = true
 	}
+}
+
+func init() {
+	tensorhook.FreeWithGraph = func(t any) { t.(*Tensor).freeWithGraph() }
 }
 
 // Detach returns a tensor sharing t's data with no autograd history.

@@ -8,9 +8,9 @@ import (
 	"io"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/shm"
 	"github.com/gotrain/gotrain/internal/transport"
 )
 
@@ -37,7 +37,7 @@ type pair struct {
 	br   *bufio.Reader
 
 	scratch []byte
-	shm     *shmLink // nil: payloads go inline; guarded by wmu for writers
+	ring    *shm.Ring // nil: payloads go inline; guarded by wmu for writers
 
 	wmu       sync.Mutex // wmu guards writes to conn, wdeadline, hdr and broken
 	wdeadline time.Time
@@ -96,15 +96,15 @@ func (p *pair) Send(ctx context.Context, h transport.Header, payload []byte) err
 		p.conn.SetWriteDeadline(d)
 		p.wdeadline = d
 	}
-	if l := p.shm; l != nil && len(payload) >= shmMin && len(payload) <= shmSlotSize {
-		if err := l.waitSlot(ctx, p.m.failed); err != nil {
+	if l := p.ring; l != nil && len(payload) >= shm.RingMinPayload && len(payload) <= shm.SlotSize {
+		if err := l.WaitSlot(ctx, p.m.failed); err != nil {
 			if merr := p.m.Err(); merr != nil {
 				return merr
 			}
 			return p.peerErr(fmt.Errorf("waiting for a free shared-memory slot: %w", err))
 		}
-		slot := l.take()
-		copy(l.out[slot], payload)
+		slot, buf := l.Take()
+		copy(buf, payload)
 		h.Flags |= transport.FlagShm | uint8(slot)<<transport.ShmSlotBits
 		payload = nil
 	}
@@ -304,7 +304,7 @@ func (p *pair) readCollective(h transport.Header) error {
 // it piece by piece through scratch.
 func (p *pair) readPayload(h *transport.Header, buf []byte, reduce transport.ReduceFunc) error {
 	if h.Flags&transport.FlagShm != 0 {
-		data, err := p.shmPayload(h)
+		data, err := p.ringPayload(h)
 		if err != nil {
 			return err
 		}
@@ -313,7 +313,7 @@ func (p *pair) readPayload(h *transport.Header, buf []byte, reduce transport.Red
 		} else {
 			copy(buf, data)
 		}
-		p.shmConsumed()
+		p.ring.Release()
 		return nil
 	}
 	if reduce == nil {
@@ -471,17 +471,12 @@ func (p *pair) linger() {
 	io.Copy(io.Discard, p.br)
 }
 
-// shmPayload returns the slot holding h's payload.
-func (p *pair) shmPayload(h *transport.Header) ([]byte, error) {
+// ringPayload returns the slot of the pair's shared-memory ring holding
+// h's payload; the caller releases it (Ring.Release) once read.
+func (p *pair) ringPayload(h *transport.Header) ([]byte, error) {
 	slot := int(h.Flags&transport.ShmSlotMask) >> transport.ShmSlotBits
-	if p.shm == nil || h.Length > shmSlotSize || slot >= shmSlots {
+	if p.ring == nil || h.Length > shm.SlotSize || slot >= shm.RingSlots {
 		return nil, fmt.Errorf("%w: shared-memory frame (slot %d, %d bytes) on a link without such a ring", transport.ErrMalformed, slot, h.Length)
 	}
-	return p.shm.in[slot][:h.Length], nil
-}
-
-// shmConsumed frees the slot just read for the peer.
-func (p *pair) shmConsumed() {
-	p.shm.consumed0++
-	atomic.StoreUint64(p.shm.ack, p.shm.consumed0)
+	return p.ring.In(slot)[:h.Length], nil
 }

@@ -5,6 +5,10 @@
 // The rule that avoids duplicate-connect races: the higher rank dials, the
 // lower rank accepts, so each pair is connected exactly once. Every
 // connection has TCP_NODELAY set and, optionally, large socket buffers.
+//
+// Two ranks on the same host move large payloads through a shared-memory
+// ring (package shm, whose doc says which path a message takes); the frame
+// headers stay on the connection.
 package tcp
 
 import (
@@ -20,6 +24,7 @@ import (
 
 	"github.com/gotrain/gotrain/distributed/store"
 	"github.com/gotrain/gotrain/internal/auth"
+	"github.com/gotrain/gotrain/internal/shm"
 	"github.com/gotrain/gotrain/internal/transport"
 )
 
@@ -71,7 +76,9 @@ var _ transport.Mesh = (*Mesh)(nil)
 
 // Connect listens, publishes this rank's address, connects to every other
 // rank and returns the mesh once all Size-1 connections are up and
-// authenticated. ctx bounds the whole rendezvous (the connect timeout).
+// authenticated, and each same-host pair has set up its shared-memory
+// ring (package shm). ctx bounds the whole rendezvous (the connect
+// timeout).
 func Connect(ctx context.Context, o Options) (*Mesh, error) {
 	if o.Size < 1 || o.Rank < 0 || o.Rank >= o.Size {
 		return nil, fmt.Errorf("tcp: rank %d is outside world size %d", o.Rank, o.Size)
@@ -89,6 +96,24 @@ func Connect(ctx context.Context, o Options) (*Mesh, error) {
 		return nil, err
 	}
 	defer ln.Close()
+	if err := publishAddr(ctx, o, ln); err != nil {
+		return nil, err
+	}
+	conns, addrs, err := m.connectAll(ctx, o, ln)
+	if err != nil {
+		return nil, err
+	}
+	rings, err := setupRings(ctx, o, conns, addrs)
+	if err != nil {
+		return nil, err
+	}
+	m.start(o, conns, addrs, rings)
+	return m, nil
+}
+
+// publishAddr publishes in the store the address other ranks dial to
+// reach ln: AdvertiseHost, else ListenHost, else loopback.
+func publishAddr(ctx context.Context, o Options, ln net.Listener) error {
 	host := o.AdvertiseHost
 	if host == "" {
 		host = o.ListenHost
@@ -99,9 +124,16 @@ func Connect(ctx context.Context, o Options) (*Mesh, error) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	self := net.JoinHostPort(host, strconv.Itoa(port))
 	if err := o.Store.Set(ctx, addrKey(o.Rank), []byte(self)); err != nil {
-		return nil, fmt.Errorf("tcp: rank %d: publish address %s: %w", o.Rank, self, err)
+		return fmt.Errorf("tcp: rank %d: publish address %s: %w", o.Rank, self, err)
 	}
+	return nil
+}
 
+// connectAll accepts the connections of higher ranks on ln and dials the
+// lower ranks, all at once, and returns every authenticated connection
+// (indexed by peer rank) with the address its peer listens on. On error
+// it closes those it made.
+func (m *Mesh) connectAll(ctx context.Context, o Options, ln net.Listener) ([]net.Conn, []string, error) {
 	conns := make([]net.Conn, o.Size)
 	addrs := make([]string, o.Size)
 	var mu sync.Mutex // mu guards conns and addrs during setup
@@ -138,22 +170,33 @@ func Connect(ctx context.Context, o Options) (*Mesh, error) {
 				c.Close()
 			}
 		}
-		return nil, first
+		return nil, nil, first
 	}
-	shms := make([]*shmLink, o.Size)
+	return conns, addrs, nil
+}
+
+// setupRings sets up every pair's shared-memory ring, all pairs at once,
+// before any reader starts; a pair without one (another host, shared
+// memory off or unavailable) gets nil. On error it closes every connection
+// and unmaps every ring.
+func setupRings(ctx context.Context, o Options, conns []net.Conn, addrs []string) ([]*shm.Ring, error) {
+	enabled := shm.Enabled()
+	rings := make([]*shm.Ring, o.Size)
+	errs := make(chan error, o.Size)
 	for peer, c := range conns {
 		if peer == o.Rank {
 			continue
 		}
 		go func() {
-			l, err := setupShm(ctx, c, o.Rank < peer)
+			l, err := setupRing(ctx, c, o.Rank < peer, enabled)
 			if err != nil {
 				err = fmt.Errorf("tcp: rank %d: set up shared memory with rank %d at %s: %w", o.Rank, peer, addrs[peer], err)
 			}
-			shms[peer] = l
+			rings[peer] = l
 			errs <- err
 		}()
 	}
+	var first error
 	for range o.Size - 1 {
 		if err := <-errs; err != nil && first == nil {
 			first = err
@@ -164,10 +207,37 @@ func Connect(ctx context.Context, o Options) (*Mesh, error) {
 			if c != nil {
 				c.Close()
 			}
-			shms[peer].unmap()
+			rings[peer].Unmap()
 		}
 		return nil, first
 	}
+	return rings, nil
+}
+
+// setupRing runs on a new connection before its reader starts: the lower
+// rank offers a ring if its peer is on the same host, and the higher rank
+// maps it (see shm.OfferRing). ctx's deadline bounds the exchange.
+func setupRing(ctx context.Context, c net.Conn, lower, enabled bool) (*shm.Ring, error) {
+	if d, ok := ctx.Deadline(); ok {
+		c.SetDeadline(d)
+		defer c.SetDeadline(time.Time{})
+	}
+	if lower {
+		return shm.OfferRing(c, enabled && sameHost(c))
+	}
+	return shm.AnswerRing(c, enabled)
+}
+
+// sameHost reports whether c's two ends have the same IP address.
+func sameHost(c net.Conn) bool {
+	la, ok1 := c.LocalAddr().(*net.TCPAddr)
+	ra, ok2 := c.RemoteAddr().(*net.TCPAddr)
+	return ok1 && ok2 && la.IP.Equal(ra.IP)
+}
+
+// start tunes every connection (TCP_NODELAY, socket buffers), makes its
+// pair and starts its reader.
+func (m *Mesh) start(o Options, conns []net.Conn, addrs []string, rings []*shm.Ring) {
 	for peer, c := range conns {
 		if peer == o.Rank {
 			continue
@@ -179,7 +249,7 @@ func Connect(ctx context.Context, o Options) (*Mesh, error) {
 			tc.SetWriteBuffer(o.SocketBuffer)
 		}
 		m.pairs[peer] = newPair(m, peer, addrs[peer], tc)
-		m.pairs[peer].shm = shms[peer]
+		m.pairs[peer].ring = rings[peer]
 	}
 	for _, p := range m.pairs {
 		if p != nil {
@@ -187,7 +257,6 @@ func Connect(ctx context.Context, o Options) (*Mesh, error) {
 			go p.readLoop()
 		}
 	}
-	return m, nil
 }
 
 func addrKey(rank int) string { return "addr/" + strconv.Itoa(rank) }
@@ -439,8 +508,8 @@ func (m *Mesh) Close() error {
 			// A writer copying into a slot holds wmu; after Fail no
 			// writer starts another copy.
 			p.wmu.Lock()
-			p.shm.unmap()
-			p.shm = nil
+			p.ring.Unmap()
+			p.ring = nil
 			p.wmu.Unlock()
 		}
 	}

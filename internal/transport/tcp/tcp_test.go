@@ -12,6 +12,7 @@ import (
 
 	"github.com/gotrain/gotrain/distributed/store"
 	"github.com/gotrain/gotrain/internal/auth"
+	"github.com/gotrain/gotrain/internal/shm"
 	"github.com/gotrain/gotrain/internal/transport"
 	"go.uber.org/goleak"
 )
@@ -55,15 +56,15 @@ func hdr(seq uint64, n int) transport.Header {
 // TestFrames sends inline and shared-memory frames both ways, with and
 // without reduction, with and without the shared-memory ring.
 func TestFrames(t *testing.T) {
-	for _, shm := range []string{"1", "0"} {
-		t.Run("shm="+shm, func(t *testing.T) {
-			t.Setenv("GOTRAIN_SHM", shm)
+	for _, on := range []string{"1", "0"} {
+		t.Run("shm="+on, func(t *testing.T) {
+			t.Setenv("GOTRAIN_SHM", on)
 			ms := connect(t, 2)
-			if got := ms[0].pairs[1].shm != nil; got != (shm == "1") {
-				t.Fatalf("shared memory in use: %v, want %v", got, shm == "1")
+			if got := ms[0].pairs[1].ring != nil; got != (on == "1") {
+				t.Fatalf("shared memory in use: %v, want %v", got, on == "1")
 			}
 			ctx := context.Background()
-			for seq, size := range []int{0, 8, shmMin, shmSlotSize, 3 * shmSlotSize} {
+			for seq, size := range []int{0, 8, shm.RingMinPayload, shm.SlotSize, 3 * shm.SlotSize} {
 				want := make([]byte, size)
 				for i := range want {
 					want[i] = byte(i*7 + seq)
@@ -94,10 +95,10 @@ func TestFrames(t *testing.T) {
 				}
 			}
 			for i := 0; i < 20; i++ {
-				h := hdr(uint64(100+i), shmSlotSize/2)
-				r := transport.NewRecv(h, make([]byte, shmSlotSize/2), nil)
+				h := hdr(uint64(100+i), shm.SlotSize/2)
+				r := transport.NewRecv(h, make([]byte, shm.SlotSize/2), nil)
 				ms[1].Pair(0).Post(r)
-				if err := ms[0].Pair(1).Send(ctx, h, make([]byte, shmSlotSize/2)); err != nil {
+				if err := ms[0].Pair(1).Send(ctx, h, make([]byte, shm.SlotSize/2)); err != nil {
 					t.Fatal(err)
 				}
 				defer func() { <-r.Done() }()

@@ -1,10 +1,4 @@
-// Package shmfile creates, opens and maps the /dev/shm files through which
-// ranks on one host share memory (the transport's per-pair rings, dist's
-// allreduce arena). A file is reserved whole when it is created: a write
-// to a page that a full /dev/shm cannot back would kill the process with
-// SIGBUS (Docker's default /dev/shm is 64 MiB), while a failed reservation
-// is an error the caller can fall back from.
-package shmfile
+package shm
 
 import (
 	"fmt"
@@ -12,9 +6,8 @@ import (
 	"syscall"
 )
 
-// Enabled reports whether shared memory may be used: GOTRAIN_SHM=0 turns
-// it off.
-func Enabled() bool { return os.Getenv("GOTRAIN_SHM") != "0" }
+// supported: Linux has a tmpfs /dev/shm, fallocate and futexes.
+const supported = true
 
 // Create makes a file of n bytes in /dev/shm, named from pattern as by
 // os.CreateTemp, reserves and maps it. The caller removes the file (once
@@ -27,7 +20,7 @@ func Create(pattern string, n int) (path string, mem []byte, err error) {
 	defer f.Close()
 	err = f.Truncate(int64(n))
 	if err == nil {
-		err = reserve(f, int64(n))
+		err = syscall.Fallocate(int(f.Fd()), 0, 0, int64(n))
 	}
 	if err != nil {
 		os.Remove(f.Name())

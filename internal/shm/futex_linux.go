@@ -1,4 +1,4 @@
-package distributed
+package shm
 
 import (
 	"syscall"
