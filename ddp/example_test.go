@@ -14,7 +14,7 @@ import (
 	"github.com/gotrain/gotrain/tensor"
 )
 
-// Example is the seed's DDP loop on one rank (a file store, world size 1);
+// Example is the classic PyTorch DDP loop on one rank (a file store, world size 1);
 // `gotrain run --nproc-per-node N` runs the same program on N ranks with
 // InitMethod "env://".
 func Example() {

@@ -1,4 +1,4 @@
-// Package dist is gotrain's torch.distributed: process groups whose ranks
+// Package distributed is gotrain's torch.distributed: process groups whose ranks
 // run collectives (AllReduce, Broadcast, Reduce, AllGather, Gather,
 // Scatter, ReduceScatter, AllToAll, Barrier) and point-to-point messages
 // (Send, Recv with tags) on flat []float32, []float64, []int32 and []int64
@@ -7,9 +7,16 @@
 // Init joins a group the way torch.distributed.init_process_group does:
 // env:// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, as torchrun, a
 // Kubernetes PyTorchJob or `gotrain run` set them), tcp://host:port or
-// file:///path. Ranks meet through a store (package dist/store), then
-// connect a full TCP mesh (package dist/transport/tcp) in which every
-// connection is authenticated (package dist/auth) with the job's token.
+// file:///path. Ranks meet through a store (package distributed/store),
+// then connect a full TCP mesh (internal/transport/tcp) in which every
+// connection is authenticated (internal/auth) with the job's token.
+//
+// Programs that prefer torch's short name may import it as dist:
+//
+//	import dist "github.com/gotrain/gotrain/distributed"
+//
+// (the directory is not named dist because release tooling writes and
+// cleans ./dist).
 //
 // The contracts:
 //
@@ -28,7 +35,8 @@
 //
 // Algorithms (docs/algorithms.md gives their steps and bytes on the wire)
 // take flat byte buffers and a reduce function and know nothing of the
-// network; the transport knows nothing of algorithms. AllReduce uses
+// network; the transport knows nothing of algorithms. AllReduce uses the
+// shared-memory arena when every rank shares this host, otherwise
 // recursive doubling for small buffers and a segmented, pipelined ring
 // for large ones (Config.AllReduceAlgo or GOTRAIN_ALLREDUCE_ALGO
 // override the choice). Same-host traffic goes through shared memory:

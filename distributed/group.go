@@ -330,7 +330,7 @@ func (c *comm) scratch(n int) []byte {
 }
 func (c *comm) size() int { return c.g.size }
 
-// send writes b to peer as one or more frames of at most segBytes.
+// send writes b to peer as one or more frames of at most maxFrame bytes.
 func (c *comm) send(ctx context.Context, peer int, b []byte) error {
 	p := c.g.mesh.Pair(peer)
 	for off := 0; off < len(b) || off == 0; off += maxFrame {

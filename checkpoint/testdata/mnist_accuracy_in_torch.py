@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Loads a gotrain-saved MNIST model into the same PyTorch model with
 load_state_dict (strict) and prints its test accuracy, to compare with the
-test_acc gotrain reported (the Done-when of the core engine issue).
+test_acc gotrain reported (the two must agree: the weights are the same).
 
     /usr/bin/python3 mnist_accuracy_in_torch.py mlp|cnn MODEL.safetensors MNIST_DIR
 

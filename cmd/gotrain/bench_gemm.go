@@ -16,7 +16,7 @@ type gemmCase struct {
 	transA, transB bool
 }
 
-// gemmCases are the square anchors and the GEMMs of the MNIST MLP
+// gemmCases are square reference sizes and the GEMMs of the MNIST MLP
 // (784-512-512-10, batch 64) and of the CNN's im2col convolution per image.
 var gemmCases = []gemmCase{
 	{512, 512, 512, false, false},    // square
