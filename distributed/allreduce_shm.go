@@ -177,7 +177,7 @@ func setupArena(ctx context.Context, st store.Store, rank, size int, log *slog.L
 			var nonce string
 			var err error
 			if path, nonce, mem, err = createArena(size); err != nil {
-				log.Warn("dist: no shared-memory arena; allreduce goes over the sockets (slower)", "err", err)
+				log.Warn("distributed: no shared-memory arena; allreduce goes over the sockets (slower)", "err", err)
 			} else {
 				offer = path + "\n" + nonce
 			}

@@ -30,7 +30,7 @@ func (g *Group) allReduceStart(ctx context.Context, sync bool, buf any, op Reduc
 		return failed(err)
 	}
 	if !op.valid() {
-		return failed(fmt.Errorf("dist: allreduce: unknown reduce op %d", int(op)))
+		return failed(fmt.Errorf("distributed: allreduce: unknown reduce op %d", int(op)))
 	}
 	d := opDesc{kind: opAllReduce, dt: b.dt, count: b.n, red: op, root: -1, peer: -1}
 	return g.submit(ctx, sync, d, func(ctx context.Context, c *comm) error {
@@ -131,7 +131,7 @@ func (g *Group) reduceStart(ctx context.Context, sync bool, buf any, root int, o
 		return failed(err)
 	}
 	if !op.valid() {
-		return failed(fmt.Errorf("dist: reduce: unknown reduce op %d", int(op)))
+		return failed(fmt.Errorf("distributed: reduce: unknown reduce op %d", int(op)))
 	}
 	d := opDesc{kind: opReduce, dt: b.dt, count: b.n, red: op, root: root, peer: -1}
 	return g.submit(ctx, sync, d, func(ctx context.Context, c *comm) error {
@@ -252,7 +252,7 @@ func (g *Group) reduceScatterStart(ctx context.Context, sync bool, dst, src any,
 		return failed(err)
 	}
 	if !op.valid() {
-		return failed(fmt.Errorf("dist: reduce_scatter: unknown reduce op %d", int(op)))
+		return failed(fmt.Errorf("distributed: reduce_scatter: unknown reduce op %d", int(op)))
 	}
 	desc := opDesc{kind: opReduceScatter, dt: d.dt, count: d.n, red: op, root: -1, peer: -1}
 	return g.submit(ctx, sync, desc, func(ctx context.Context, c *comm) error {
@@ -294,7 +294,7 @@ func (g *Group) allToAllStart(ctx context.Context, sync bool, dst, src any) *Wor
 		return failed(err)
 	}
 	if s.n%g.size != 0 {
-		return failed(fmt.Errorf("dist: alltoall: length %d is not a multiple of the group size %d", s.n, g.size))
+		return failed(fmt.Errorf("distributed: alltoall: length %d is not a multiple of the group size %d", s.n, g.size))
 	}
 	desc := opDesc{kind: opAllToAll, dt: s.dt, count: s.n, root: -1, peer: -1}
 	return g.submit(ctx, sync, desc, func(ctx context.Context, c *comm) error {
@@ -326,7 +326,7 @@ func (w *Work) wait() error {
 
 func (g *Group) checkRank(op, what string, r int) error {
 	if r < 0 || r >= g.size {
-		return fmt.Errorf("dist: %s: %s %d is outside the group of size %d", op, what, r, g.size)
+		return fmt.Errorf("distributed: %s: %s %d is outside the group of size %d", op, what, r, g.size)
 	}
 	return nil
 }
@@ -335,17 +335,17 @@ func (g *Group) checkRank(op, what string, r int) error {
 func (g *Group) views(op string, big, small any, factor int) (flat, flat, error) {
 	b, err := view(big)
 	if err != nil {
-		return flat{}, flat{}, fmt.Errorf("dist: %s: %w", op, err)
+		return flat{}, flat{}, fmt.Errorf("distributed: %s: %w", op, err)
 	}
 	s, err := view(small)
 	if err != nil {
-		return flat{}, flat{}, fmt.Errorf("dist: %s: %w", op, err)
+		return flat{}, flat{}, fmt.Errorf("distributed: %s: %w", op, err)
 	}
 	if b.dt != s.dt {
-		return flat{}, flat{}, fmt.Errorf("dist: %s: buffers of different types %v and %v", op, b.dt, s.dt)
+		return flat{}, flat{}, fmt.Errorf("distributed: %s: buffers of different types %v and %v", op, b.dt, s.dt)
 	}
 	if b.n != factor*s.n {
-		return flat{}, flat{}, fmt.Errorf("dist: %s: buffer of %d elements, want %d×%d", op, b.n, factor, s.n)
+		return flat{}, flat{}, fmt.Errorf("distributed: %s: buffer of %d elements, want %d×%d", op, b.n, factor, s.n)
 	}
 	return b, s, nil
 }

@@ -136,7 +136,7 @@ func reducer(dt dtype, op ReduceOp) transport.ReduceFunc {
 	case int64T:
 		return func(d, s []byte) { reduceInts(i64(d), i64(s), op) }
 	}
-	panic(fmt.Sprintf("dist: no reducer for %v %v", dt, op))
+	panic(fmt.Sprintf("distributed: no reducer for %v %v", dt, op))
 }
 
 func reduceInts[T int32 | int64](d, s []T, op ReduceOp) {

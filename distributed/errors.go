@@ -13,29 +13,29 @@ import (
 // *OpError values that wrap one of these and the underlying cause.
 var (
 	// ErrGroupClosed is returned by operations on a destroyed group.
-	ErrGroupClosed = errors.New("dist: group closed")
+	ErrGroupClosed = errors.New("distributed: group closed")
 	// ErrPeerLost means a peer's connection ended (the process died, the
 	// network failed, or the peer destroyed the group). The group is then
 	// unusable: every pending and later operation fails.
-	ErrPeerLost = errors.New("dist: peer lost")
+	ErrPeerLost = errors.New("distributed: peer lost")
 	// ErrTimeout means an operation did not finish within Config.Timeout
 	// (a live but stuck peer) or its context's deadline.
-	ErrTimeout = errors.New("dist: operation timed out")
+	ErrTimeout = errors.New("distributed: operation timed out")
 	// ErrMismatch means ranks issued different collectives (operation,
 	// element type, count, reduce op or root) at the same point in the
 	// sequence. It is detected from frame headers and reported on every
 	// rank.
-	ErrMismatch = errors.New("dist: collective mismatch")
+	ErrMismatch = errors.New("distributed: collective mismatch")
 	// ErrAborted means the operation was abandoned because a peer gave
 	// up on the group for a reason other than the above.
-	ErrAborted = errors.New("dist: group aborted")
+	ErrAborted = errors.New("distributed: group aborted")
 	// ErrUnsupportedType means a buffer is not []float32, []float64,
 	// []int32 or []int64.
-	ErrUnsupportedType = errors.New("dist: unsupported buffer type")
+	ErrUnsupportedType = errors.New("distributed: unsupported buffer type")
 	// ErrNotMember is returned by NewGroup on ranks not in the new group.
-	ErrNotMember = errors.New("dist: rank is not a member of the group")
+	ErrNotMember = errors.New("distributed: rank is not a member of the group")
 	// ErrConfig means the configuration or environment is invalid.
-	ErrConfig = errors.New("dist: invalid configuration")
+	ErrConfig = errors.New("distributed: invalid configuration")
 )
 
 // OpError describes a failed operation: which rank, which operation (its
@@ -55,7 +55,7 @@ type OpError struct {
 	Err      error
 }
 
-// Error reads "dist: rank R: op #seq (dtype ×count, details): sentinel: cause".
+// Error reads "distributed: rank R: op #seq (dtype ×count, details): sentinel: cause".
 func (e *OpError) Error() string {
 	g := ""
 	if e.Group != "" {
@@ -63,9 +63,9 @@ func (e *OpError) Error() string {
 	}
 	var s string
 	if e.DType == "none" { // barrier
-		s = fmt.Sprintf("dist: rank %d%s: %s #%d", e.Rank, g, e.Op, e.Seq)
+		s = fmt.Sprintf("distributed: rank %d%s: %s #%d", e.Rank, g, e.Op, e.Seq)
 	} else {
-		s = fmt.Sprintf("dist: rank %d%s: %s #%d (%s ×%d%s)", e.Rank, g, e.Op, e.Seq, e.DType, e.Count, e.Detail)
+		s = fmt.Sprintf("distributed: rank %d%s: %s #%d (%s ×%d%s)", e.Rank, g, e.Op, e.Seq, e.DType, e.Count, e.Detail)
 	}
 	if e.Sentinel != nil && e.Sentinel != e.Err {
 		s += ": " + trimPrefix(e.Sentinel.Error())
@@ -74,7 +74,7 @@ func (e *OpError) Error() string {
 }
 
 func trimPrefix(s string) string {
-	const p = "dist: "
+	const p = "distributed: "
 	if len(s) > len(p) && s[:len(p)] == p {
 		return s[len(p):]
 	}

@@ -127,7 +127,7 @@ func (w *Work) Wait(ctx context.Context) error {
 	case <-w.done:
 		return w.err
 	case <-ctx.Done():
-		return fmt.Errorf("dist: wait for %s #%d: %w", w.op.kind, w.op.seq, ctx.Err())
+		return fmt.Errorf("distributed: wait for %s #%d: %w", w.op.kind, w.op.seq, ctx.Err())
 	}
 }
 

@@ -87,7 +87,7 @@ func openStore(ctx context.Context, cfg Config, env storeEnv) (*storeOwner, erro
 		}
 		f, err := store.NewFile(u.Path)
 		if err != nil {
-			return nil, fmt.Errorf("dist: rank %d: open the file store: %w", cfg.Rank, err)
+			return nil, fmt.Errorf("distributed: rank %d: open the file store: %w", cfg.Rank, err)
 		}
 		o.st = f
 		o.advertise = advertiseHost(cfg.ListenHost, "")
@@ -103,7 +103,7 @@ func openStore(ctx context.Context, cfg Config, env storeEnv) (*storeOwner, erro
 	if cfg.Rank == 0 && !cfg.AgentStore {
 		srv, err := store.Listen(net.JoinHostPort("", port), token)
 		if err != nil {
-			return nil, fmt.Errorf("dist: rank 0: serve the store on port %s (MASTER_PORT): %w", port, err)
+			return nil, fmt.Errorf("distributed: rank 0: serve the store on port %s (MASTER_PORT): %w", port, err)
 		}
 		o.srv = srv
 	}
@@ -112,7 +112,7 @@ func openStore(ctx context.Context, cfg Config, env storeEnv) (*storeOwner, erro
 		if o.srv != nil {
 			o.srv.Close()
 		}
-		return nil, fmt.Errorf("dist: rank %d: connect to the store at %s within %v: %w", cfg.Rank, addr, cfg.ConnectTimeout, err)
+		return nil, fmt.Errorf("distributed: rank %d: connect to the store at %s within %v: %w", cfg.Rank, addr, cfg.ConnectTimeout, err)
 	}
 	o.st = st
 	o.advertise = advertiseHost(cfg.ListenHost, host)
@@ -139,7 +139,7 @@ func advertiseHost(listen, master string) string {
 // rank and world size against the other ranks', and connects the mesh.
 func connect(ctx context.Context, cfg Config, id string, rank, size int, owner *storeOwner) (*Group, error) {
 	st := store.Prefix(owner.st, owner.prefix+"group"+id+"/")
-	where := fmt.Sprintf("dist: rank %d", rank)
+	where := fmt.Sprintf("distributed: rank %d", rank)
 	if id != "" {
 		where += " of group " + id
 	}

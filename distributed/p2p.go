@@ -61,7 +61,7 @@ func (g *Group) checkPeer(op string, peer int) error {
 		return err
 	}
 	if peer == g.rank {
-		return fmt.Errorf("dist: %s: peer %d is this rank", op, peer)
+		return fmt.Errorf("distributed: %s: peer %d is this rank", op, peer)
 	}
 	return nil
 }
