@@ -98,8 +98,6 @@ type Recv struct {
 	Want   Header     // the operation the frames must belong to
 	Buf    []byte     // destination; its length is the payload expected
 	Reduce ReduceFunc // if not nil, payload is reduced into Buf instead of copied
-	// Filled counts bytes received so far; owned by the pair.
-	Filled int
 
 	done chan struct{}
 	err  error

@@ -48,8 +48,15 @@ type pair struct {
 	queue      []*transport.Recv
 	signal     chan struct{} // capacity 1: "queue changed"
 	failed     error
-	p2p        map[int64][]*transport.Recv
+	p2p        map[int64][]*p2pRecv
 	unexpected map[int64][]p2pFrame
+}
+
+// p2pRecv is a posted point-to-point receive and how much of it the
+// frames of its message have filled.
+type p2pRecv struct {
+	*transport.Recv
+	filled int
 }
 
 type p2pFrame struct {
@@ -62,7 +69,7 @@ func newPair(m *Mesh, peer int, addr string, c *net.TCPConn) *pair {
 		m: m, peer: peer, addr: addr, conn: c,
 		br:         bufio.NewReaderSize(c, readBufferSize),
 		signal:     make(chan struct{}, 1),
-		p2p:        make(map[int64][]*transport.Recv),
+		p2p:        make(map[int64][]*p2pRecv),
 		unexpected: make(map[int64][]p2pFrame),
 	}
 }
@@ -218,7 +225,7 @@ func (p *pair) failQueued(err error) {
 	p.failed = err
 	queue := p.queue
 	p.queue = nil
-	var p2p []*transport.Recv
+	var p2p []*p2pRecv
 	for _, rs := range p.p2p {
 		p2p = append(p2p, rs...)
 	}
@@ -341,12 +348,13 @@ func (p *pair) readAbort(h transport.Header) error {
 }
 
 // p2pMatches reports whether frame h belongs to the message r expects.
-func p2pMatches(r *transport.Recv, h *transport.Header) bool {
-	return h.DType == r.Want.DType && h.Count == r.Want.Count && int(h.Length) <= len(r.Buf)-r.Filled
+func p2pMatches(r *p2pRecv, h *transport.Header) bool {
+	return h.DType == r.Want.DType && h.Count == r.Want.Count && int(h.Length) <= len(r.Buf)-r.filled
 }
 
 // PostP2P implements transport.Pair.
-func (p *pair) PostP2P(r *transport.Recv) {
+func (p *pair) PostP2P(recv *transport.Recv) {
+	r := &p2pRecv{Recv: recv}
 	p.qmu.Lock()
 	if p.failed != nil {
 		err := p.failed
@@ -369,10 +377,10 @@ func (p *pair) PostP2P(r *transport.Recv) {
 				p.m.Fail(transport.AbortMismatch, err)
 				return
 			}
-			copy(r.Buf[r.Filled:], f.payload)
-			r.Filled += len(f.payload)
+			copy(r.Buf[r.filled:], f.payload)
+			r.filled += len(f.payload)
 			frames = frames[1:]
-			if r.Filled == len(r.Buf) {
+			if r.filled == len(r.Buf) {
 				if len(frames) == 0 {
 					delete(p.unexpected, tag)
 				} else {
@@ -415,9 +423,9 @@ func (p *pair) readP2P(h transport.Header) error {
 			if !p2pMatches(r, &h) {
 				return &transport.MismatchError{Want: r.Want, Got: h}
 			}
-			copy(r.Buf[r.Filled:], payload)
-			r.Filled += len(payload)
-			if r.Filled == len(r.Buf) {
+			copy(r.Buf[r.filled:], payload)
+			r.filled += len(payload)
+			if r.filled == len(r.Buf) {
 				if len(rs) == 1 {
 					delete(p.p2p, h.Tag)
 				} else {
@@ -439,12 +447,12 @@ func (p *pair) readP2P(h transport.Header) error {
 	// tag, and Post only appends behind it.
 	p.qmu.Unlock()
 	n := int(h.Length)
-	if err := p.readPayload(&h, r.Buf[r.Filled:r.Filled+n], nil); err != nil {
+	if err := p.readPayload(&h, r.Buf[r.filled:r.filled+n], nil); err != nil {
 		return fmt.Errorf("%w: read %d-byte p2p payload: %w", transport.ErrPeerLost, h.Length, err)
 	}
 	p.qmu.Lock()
-	r.Filled += n
-	done := r.Filled == len(r.Buf)
+	r.filled += n
+	done := r.filled == len(r.Buf)
 	if done && p.failed == nil {
 		rest := p.p2p[h.Tag][1:]
 		if len(rest) == 0 {
