@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testproc"
 	"github.com/gotrain/gotrain/launch"
 )
 
@@ -35,8 +36,8 @@ func newJob(t *testing.T, nproc int, action string, perRank map[int]string) *job
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := withoutKeys(os.Environ(), append([]string{envWorker, envAction, envDir, envPeers}, contractVars...)...)
-	env = append(env, envWorker+"=1", envAction+"="+action, envDir+"="+t.TempDir())
+	env := withoutKeys(os.Environ(), append([]string{testproc.WorkerEnv, envAction, envDir, envPeers}, contractVars...)...)
+	env = append(env, testproc.Env("worker"), envAction+"="+action, envDir+"="+t.TempDir())
 	for r, a := range perRank {
 		env = append(env, fmt.Sprintf("%s_%d=%s", envAction, r, a))
 	}
@@ -617,8 +618,8 @@ func TestLauncherKilled(t *testing.T) {
 	}
 	dir := t.TempDir()
 	cmd := exec.Command(exe)
-	cmd.Env = append(withoutKeys(os.Environ(), append([]string{envWorker, envAction, envDir}, contractVars...)...),
-		envLauncher+"=1", envAction+"=sleep", envDir+"="+dir)
+	cmd.Env = append(withoutKeys(os.Environ(), append([]string{testproc.WorkerEnv, envAction, envDir}, contractVars...)...),
+		testproc.Env("launcher"), envAction+"=sleep", envDir+"="+dir)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
