@@ -22,8 +22,9 @@
 //		ranks.WaitOK() // fails at the first rank that exits non-zero, killing the others
 //	}
 //
-// Start gives the ranks the torchrun contract on loopback (rank 0 serves
-// the store on a free port, as under torchrun), captures each rank's
+// Start gives the ranks the torchrun contract on loopback (MASTER_PORT is
+// a free port, for rank 0 to serve the store on as under torchrun, unless
+// the test serves one itself and overrides it), captures each rank's
 // stdout and stderr line by line with arrival times, kills every rank
 // still running at the timeout and when the test ends, and logs every
 // rank's exit status and output if the test failed. A program that starts
@@ -304,7 +305,8 @@ func (p *Proc) Output() string {
 	return b.String()
 }
 
-// Text returns the output written so far, as written.
+// Text returns the output written so far, each line ending in a newline
+// (a last line without one gets one once the process has exited).
 func (p *Proc) Text() string {
 	var b strings.Builder
 	for _, l := range p.Lines() {
