@@ -60,7 +60,7 @@ func (j *job) dir() string { v, _ := lookup(j.cfg.Env, envDir); return v }
 func (j *job) setEnv(kv ...string) { j.cfg.Env = append(j.cfg.Env, kv...) }
 
 // run runs the job and reports how long Run took.
-func (j *job) run(t *testing.T, ctx context.Context) (int, error, time.Duration) {
+func (j *job) run(t *testing.T, ctx context.Context) (int, time.Duration, error) {
 	t.Helper()
 	start := time.Now()
 	code, err := launch.Run(ctx, j.cfg)
@@ -70,7 +70,7 @@ func (j *job) run(t *testing.T, ctx context.Context) (int, error, time.Duration)
 			t.Logf("stdout:\n%s\nstderr:\n%s\nlauncher log:\n%s", j.stdout.String(), j.stderr.String(), j.log.String())
 		}
 	})
-	return code, err, elapsed
+	return code, elapsed, err
 }
 
 // linesOf splits prefixed console output into each rank's lines, failing
@@ -216,7 +216,7 @@ func TestEnvContractTwoNodes(t *testing.T) {
 	var wg sync.WaitGroup
 	codes, errs := [2]int{}, [2]error{}
 	for node, j := range jobs {
-		wg.Go(func() { codes[node], errs[node], _ = j.run(t, context.Background()) })
+		wg.Go(func() { codes[node], _, errs[node] = j.run(t, context.Background()) })
 	}
 	wg.Wait()
 	threads := strconv.Itoa(max(1, runtime.NumCPU()/2))
@@ -257,7 +257,7 @@ func TestStandaloneEnv(t *testing.T) {
 	tokens := map[string]bool{}
 	for range 2 {
 		j := newJob(t, 2, "env", nil)
-		code, err, _ := j.run(t, context.Background())
+		code, _, err := j.run(t, context.Background())
 		if code != 0 || err != nil {
 			t.Fatalf("Run = %d, %v", code, err)
 		}
@@ -293,7 +293,7 @@ func TestStandaloneEnv(t *testing.T) {
 func TestMultiNodeNeedsToken(t *testing.T) {
 	j := newJob(t, 1, "env", nil)
 	j.cfg.Standalone, j.cfg.NNodes = false, 2
-	code, err, _ := j.run(t, context.Background())
+	code, _, err := j.run(t, context.Background())
 	if !errors.Is(err, launch.ErrConfig) || !strings.Contains(err.Error(), "GOTRAIN_TOKEN") || code != 1 {
 		t.Fatalf("Run = %d, %v; want a configuration error naming GOTRAIN_TOKEN", code, err)
 	}
@@ -344,7 +344,7 @@ func TestProgramNotFound(t *testing.T) {
 func TestOutputPrefixes(t *testing.T) {
 	j := newJob(t, 3, "lines", nil)
 	j.cfg.LogDir = t.TempDir()
-	code, err, _ := j.run(t, context.Background())
+	code, _, err := j.run(t, context.Background())
 	if code != 0 || err != nil {
 		t.Fatalf("Run = %d, %v", code, err)
 	}
@@ -410,7 +410,7 @@ func TestOutputPrefixes(t *testing.T) {
 // the other workers get SIGTERM.
 func TestExitCodePropagation(t *testing.T) {
 	j := newJob(t, 3, "sleep", map[int]string{1: "exit:7"})
-	code, err, elapsed := j.run(t, context.Background())
+	code, elapsed, err := j.run(t, context.Background())
 	if code != 7 || err != nil {
 		t.Fatalf("Run = %d, %v; want 7, nil", code, err)
 	}
@@ -437,7 +437,7 @@ func TestExitCodePropagation(t *testing.T) {
 func TestWorkerKilled(t *testing.T) {
 	j := newJob(t, 3, "sleep", map[int]string{0: "killself", 2: "spawn"})
 	j.setEnv(envPeers + "=2")
-	code, err, elapsed := j.run(t, context.Background())
+	code, elapsed, err := j.run(t, context.Background())
 	if code != 128+int(syscall.SIGKILL) || err != nil {
 		t.Fatalf("Run = %d, %v; want %d, nil", code, err, 128+int(syscall.SIGKILL))
 	}
@@ -465,7 +465,7 @@ func TestStopEscalatesToKill(t *testing.T) {
 	j := newJob(t, 2, "sleep-ignore", map[int]string{1: "killself"})
 	j.setEnv(envPeers + "=1")
 	j.cfg.StopTimeout = 300 * time.Millisecond
-	code, err, elapsed := j.run(t, context.Background())
+	code, elapsed, err := j.run(t, context.Background())
 	if code != 137 || err != nil {
 		t.Fatalf("Run = %d, %v; want 137, nil", code, err)
 	}
@@ -483,7 +483,7 @@ func TestStopEscalatesToKill(t *testing.T) {
 func TestRestartOnce(t *testing.T) {
 	j := newJob(t, 2, "restart", map[int]string{1: "dieonce"})
 	j.cfg.MaxRestarts = 1
-	code, err, _ := j.run(t, context.Background())
+	code, _, err := j.run(t, context.Background())
 	if code != 0 || err != nil {
 		t.Fatalf("Run = %d, %v; want 0, nil", code, err)
 	}
@@ -504,7 +504,7 @@ func TestRestartOnce(t *testing.T) {
 func TestRestartsExhausted(t *testing.T) {
 	j := newJob(t, 2, "restart", map[int]string{0: "exit:5"})
 	j.cfg.MaxRestarts = 2
-	code, err, _ := j.run(t, context.Background())
+	code, _, err := j.run(t, context.Background())
 	if code != 5 || err != nil {
 		t.Fatalf("Run = %d, %v; want 5, nil", code, err)
 	}
@@ -531,7 +531,7 @@ func TestContextCancel(t *testing.T) {
 				waitForFiles(t, j.dir(), 2)
 				cancel(tc.cause)
 			}()
-			code, err, elapsed := j.run(t, ctx)
+			code, elapsed, err := j.run(t, ctx)
 			if code != 128+int(tc.sig) || !errors.Is(err, launch.ErrInterrupted) || !errors.Is(err, context.Canceled) {
 				t.Fatalf("Run = %d, %v; want %d and ErrInterrupted", code, err, 128+int(tc.sig))
 			}
@@ -552,7 +552,7 @@ func TestContextCancel(t *testing.T) {
 // its process group does not leave it running after the job.
 func TestLeftoverChildrenStopped(t *testing.T) {
 	j := newJob(t, 1, "spawn-exit", nil)
-	code, err, _ := j.run(t, context.Background())
+	code, _, err := j.run(t, context.Background())
 	if code != 0 || err != nil {
 		t.Fatalf("Run = %d, %v", code, err)
 	}
@@ -569,7 +569,7 @@ func TestLeftoverChildrenStopped(t *testing.T) {
 func TestAnyProgram(t *testing.T) {
 	j := newJob(t, 2, "", nil)
 	j.cfg.Program, j.cfg.Args = "sh", []string{"-c", `echo "$RANK/$WORLD_SIZE"; exit $((3 * RANK))`}
-	code, err, _ := j.run(t, context.Background())
+	code, _, err := j.run(t, context.Background())
 	if code != 3 || err != nil {
 		t.Fatalf("Run = %d, %v; want rank 1's 3", code, err)
 	}
@@ -587,7 +587,7 @@ func TestStartFailure(t *testing.T) {
 	}
 	j := newJob(t, 2, "env", nil)
 	j.cfg.Program = prog
-	code, err, _ := j.run(t, context.Background())
+	code, _, err := j.run(t, context.Background())
 	if code != 1 || err == nil || !strings.Contains(err.Error(), prog) || !strings.Contains(err.Error(), "rank 0") {
 		t.Fatalf("Run = %d, %v; want 1 and an error naming the program and rank 0", code, err)
 	}
@@ -600,7 +600,7 @@ func TestLogDirNotCreatable(t *testing.T) {
 	}
 	j := newJob(t, 1, "env", nil)
 	j.cfg.LogDir = filepath.Join(file, "logs")
-	code, err, _ := j.run(t, context.Background())
+	code, _, err := j.run(t, context.Background())
 	if code != 1 || err == nil || !strings.Contains(err.Error(), "log directory") {
 		t.Fatalf("Run = %d, %v; want 1 and a log directory error", code, err)
 	}
@@ -643,7 +643,7 @@ func TestEscapedChildDoesNotHoldUpRun(t *testing.T) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
-	code, err, elapsed := j.run(t, context.Background())
+	code, elapsed, err := j.run(t, context.Background())
 	if code != 0 || err != nil {
 		t.Fatalf("Run = %d, %v", code, err)
 	}
