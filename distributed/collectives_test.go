@@ -348,3 +348,32 @@ func TestAllReduceBitIdentical(t *testing.T) {
 		}
 	}
 }
+
+// TestAllReduceAlgoAuto: without the arena, auto runs recursive doubling
+// up to the measured crossover size and the ring above it.
+func TestAllReduceAlgoAuto(t *testing.T) {
+	t.Setenv("GOTRAIN_SHM", "0")
+	for _, n := range []int{2, 3} {
+		limit := doublingMaxBytes
+		if n == 2 {
+			limit = doublingMaxBytes2
+		}
+		t.Run(fmt.Sprintf("world%d", n), func(t *testing.T) {
+			runGroup(t, n, nil, func(ctx context.Context, g *Group) error {
+				for _, c := range []struct {
+					count int
+					algo  string
+				}{{1, AlgoRecursiveDoubling}, {limit / 4, AlgoRecursiveDoubling}, {limit/4 + 1, AlgoRing}} {
+					buf := make([]float32, c.count)
+					if err := g.AllReduce(ctx, buf, Sum); err != nil {
+						return err
+					}
+					if err := ranAlgo(g, fmt.Sprintf("auto allreduce of %d bytes", 4*c.count), c.count, c.algo); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+	}
+}
