@@ -225,6 +225,9 @@ func (rs *Ranks) cleanup() {
 	}
 	select {
 	case <-rs.timedOut:
+		if !rs.t.Failed() { // no Wait has said so
+			rs.t.Errorf("testproc: ranks still running after %v: killed", rs.timeout)
+		}
 	default:
 		close(rs.stop)
 	}
@@ -260,7 +263,8 @@ func (rs *Ranks) Wait() {
 }
 
 // WaitOK waits until every rank has exited with status 0. At the first
-// that exits otherwise it kills the others and fails the test.
+// that exits otherwise it kills the others and fails the test. Like
+// Wait, call it from the test's goroutine.
 func (rs *Ranks) WaitOK() {
 	rs.t.Helper()
 	for ; rs.nexited < len(rs.procs); rs.nexited++ {
