@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,26 +16,20 @@ import (
 
 	"github.com/gotrain/gotrain/distributed"
 	"github.com/gotrain/gotrain/distributed/store"
+	"github.com/gotrain/gotrain/internal/testproc"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/optim"
 )
 
-// Multi-process tests re-run this test binary as the ranks: TestMain sends
-// a process with workerEnv set to ddpWorker instead of the tests.
+// Multi-process tests re-run this test binary as the ranks, each running
+// ddpWorker.
 const (
-	workerEnv   = "GOTRAIN_DDP_TEST_WORKER"
 	testToken   = "ddp-test-token"
 	killRankEnv = "GOTRAIN_DDP_TEST_KILL_RANK"
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(workerEnv) != "" {
-		if err := ddpWorker(); err != nil {
-			fmt.Fprintf(os.Stderr, "worker error: %v\n", err)
-			os.Exit(3)
-		}
-		os.Exit(0)
-	}
+	testproc.Dispatch(testproc.Workers{"ddp": func() int { return testproc.ExitCode(ddpWorker()) }})
 	os.Exit(m.Run())
 }
 
@@ -91,7 +84,7 @@ type procResult struct {
 	err error
 }
 
-// spawn starts world ranks of this test binary as DDP workers around a
+// spawn runs world ranks of this test binary as DDP workers around a
 // store served here, and returns each rank's output and exit error.
 func spawn(t *testing.T, world int, extraEnv ...string) ([]procResult, string) {
 	t.Helper()
@@ -102,32 +95,14 @@ func spawn(t *testing.T, world int, extraEnv ...string) ([]procResult, string) {
 	defer srv.Close()
 	host, port, _ := strings.Cut(srv.Addr().String(), ":")
 	out := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmds := make([]*exec.Cmd, world)
-	bufs := make([]*bytes.Buffer, world)
-	for r := range cmds {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-		bufs[r] = new(bytes.Buffer)
-		cmd.Stdout, cmd.Stderr = bufs[r], bufs[r]
-		cmd.Env = append(os.Environ(), workerEnv+"=1", "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(world),
-			"MASTER_ADDR="+host, "MASTER_PORT="+port, "GOTRAIN_TOKEN="+testToken, "GOTRAIN_RUN_ID="+t.Name(), "OUT="+out)
-		cmd.Env = append(cmd.Env, extraEnv...)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[r] = cmd
-	}
+	ranks := testproc.Start(t, "ddp", world, testproc.Options{
+		Env: append([]string{"MASTER_ADDR=" + host, "MASTER_PORT=" + port, "GOTRAIN_TOKEN=" + testToken,
+			"GOTRAIN_RUN_ID=" + t.Name(), "OUT=" + out}, extraEnv...),
+	})
+	ranks.Wait()
 	res := make([]procResult, world)
-	for r, cmd := range cmds {
-		err := cmd.Wait()
-		res[r] = procResult{out: bufs[r].Bytes(), err: err}
-	}
-	if ctx.Err() != nil {
-		for r := range res {
-			t.Logf("rank %d output:\n%s", r, res[r].out)
-		}
-		t.Fatal("workers did not finish within 60 s (killed)")
+	for r, p := range ranks.Procs() {
+		res[r] = procResult{out: []byte(p.Text()), err: p.Err()}
 	}
 	return res, out
 }

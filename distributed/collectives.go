@@ -75,7 +75,9 @@ func (g *Group) runAllReduce(ctx context.Context, c *comm, b flat, op ReduceOp) 
 	}
 	reduce := reducer(b.dt, op)
 	fin := func(seg []byte) { finish(b.dt, op, seg, c.size()) }
-	switch g.allReduceAlgo(len(b.bytes)) {
+	algo := g.allReduceAlgo(len(b.bytes))
+	g.ranAlgo = algo
+	switch algo {
 	case AlgoShm:
 		return g.allReduceShm(ctx, c, b.bytes, reduce, fin)
 	case AlgoRecursiveDoubling:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"testing"
 )
 
@@ -94,7 +95,12 @@ func exercise[T elem](ctx context.Context, g *Group, count int, full bool) error
 	if !full {
 		ops, roots = []ReduceOp{Sum, Max}, []int{n - 1}
 	}
-	for _, algo := range []string{AlgoRing, AlgoRecursiveDoubling} {
+	algos := []string{AlgoRing, AlgoRecursiveDoubling}
+	if g.SharedMemory() {
+		// The arena takes every allreduce, whatever algorithm is set.
+		algos = []string{AlgoShm}
+	}
+	for _, algo := range algos {
 		g.cfg.AllReduceAlgo = algo // read by the worker after submit
 		for _, op := range ops {
 			buf := make([]T, count)
@@ -102,7 +108,11 @@ func exercise[T elem](ctx context.Context, g *Group, count int, full bool) error
 			if err := g.AllReduce(ctx, buf, op); err != nil {
 				return err
 			}
-			if err := check(fmt.Sprintf("%s allreduce %v %s", name, op, algo), buf, func(i int) T { return reference[T](n, i, op) }); err != nil {
+			what := fmt.Sprintf("%s allreduce %v %s", name, op, algo)
+			if err := ranAlgo(g, what, count, algo); err != nil {
+				return err
+			}
+			if err := check(what, buf, func(i int) T { return reference[T](n, i, op) }); err != nil {
 				return err
 			}
 		}
@@ -276,35 +286,94 @@ func TestCollectivesTCPOnly(t *testing.T) {
 	}
 }
 
+// ranAlgo checks that the allreduce g just ran on count elements used
+// algo. An allreduce that moves nothing (one rank, no elements) runs no
+// algorithm.
+func ranAlgo(g *Group, what string, count int, algo string) error {
+	if g.Size() == 1 || count == 0 {
+		return nil
+	}
+	if g.ranAlgo != algo {
+		return fmt.Errorf("%s: ran the %q algorithm", what, g.ranAlgo)
+	}
+	return nil
+}
+
 // TestAllReduceBitIdentical: with values whose sums round, every rank
 // still ends with the same bits (DDP relies on it: replicas must not
-// drift), for both algorithms and every world size.
+// drift), for every algorithm and world size. The algorithm is chosen
+// through Config, as a user would: forcing ring or recursive doubling
+// leaves the shared-memory arena out.
 func TestAllReduceBitIdentical(t *testing.T) {
-	for n := 2; n <= 5; n++ {
-		runGroup(t, n, nil, func(ctx context.Context, g *Group) error {
-			for _, algo := range []string{AlgoRing, AlgoRecursiveDoubling} {
-				g.cfg.AllReduceAlgo = algo
-				const count = 100003
-				buf := make([]float32, count)
-				for i := range buf {
-					buf[i] = float32(math.Sin(float64(i*(g.Rank()+3)))) * 1e-3 * float32(g.Rank()+1)
-				}
-				if err := g.AllReduce(ctx, buf, Avg); err != nil {
-					return err
-				}
-				all := make([]float32, n*count)
-				if err := g.AllGather(ctx, all, buf); err != nil {
-					return err
-				}
-				for r := 1; r < n; r++ {
-					for i := 0; i < count; i++ {
-						if math.Float32bits(all[r*count+i]) != math.Float32bits(all[i]) {
-							return fmt.Errorf("%s: rank %d element %d = %v, rank 0 has %v", algo, r, i, all[r*count+i], all[i])
+	for _, algo := range []string{AlgoRing, AlgoRecursiveDoubling, AlgoShm} {
+		for n := 2; n <= 5; n++ {
+			t.Run(fmt.Sprintf("%s/world%d", algo, n), func(t *testing.T) {
+				var noArena atomic.Bool
+				runGroup(t, n, func(c *Config) { c.AllReduceAlgo = algo }, func(ctx context.Context, g *Group) error {
+					if g.SharedMemory() != (algo == AlgoShm) {
+						if algo == AlgoShm {
+							noArena.Store(true) // every rank agrees: none has it
+							return nil
+						}
+						return fmt.Errorf("%s: the shared-memory arena is set up", algo)
+					}
+					const count = 100003
+					buf := make([]float32, count)
+					for i := range buf {
+						buf[i] = float32(math.Sin(float64(i*(g.Rank()+3)))) * 1e-3 * float32(g.Rank()+1)
+					}
+					if err := g.AllReduce(ctx, buf, Avg); err != nil {
+						return err
+					}
+					if err := ranAlgo(g, "allreduce", count, algo); err != nil {
+						return err
+					}
+					all := make([]float32, n*count)
+					if err := g.AllGather(ctx, all, buf); err != nil {
+						return err
+					}
+					for r := 1; r < n; r++ {
+						for i := 0; i < count; i++ {
+							if math.Float32bits(all[r*count+i]) != math.Float32bits(all[i]) {
+								return fmt.Errorf("%s: rank %d element %d = %v, rank 0 has %v", algo, r, i, all[r*count+i], all[i])
+							}
 						}
 					}
+					return nil
+				})
+				if noArena.Load() {
+					t.Skip("no shared-memory arena on this host (see GOTRAIN_SHM)")
 				}
-			}
-			return nil
+			})
+		}
+	}
+}
+
+// TestAllReduceAlgoAuto: without the arena, auto runs recursive doubling
+// up to the measured crossover size and the ring above it.
+func TestAllReduceAlgoAuto(t *testing.T) {
+	t.Setenv("GOTRAIN_SHM", "0")
+	for _, n := range []int{2, 3} {
+		limit := doublingMaxBytes
+		if n == 2 {
+			limit = doublingMaxBytes2
+		}
+		t.Run(fmt.Sprintf("world%d", n), func(t *testing.T) {
+			runGroup(t, n, nil, func(ctx context.Context, g *Group) error {
+				for _, c := range []struct {
+					count int
+					algo  string
+				}{{1, AlgoRecursiveDoubling}, {limit / 4, AlgoRecursiveDoubling}, {limit/4 + 1, AlgoRing}} {
+					buf := make([]float32, c.count)
+					if err := g.AllReduce(ctx, buf, Sum); err != nil {
+						return err
+					}
+					if err := ranAlgo(g, fmt.Sprintf("auto allreduce of %d bytes", 4*c.count), c.count, c.algo); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
 		})
 	}
 }

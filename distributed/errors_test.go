@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/internal/auth"
+	"github.com/gotrain/gotrain/internal/testnet"
 )
 
 // initAll runs Init on every cfg concurrently and returns each result.
@@ -76,7 +77,7 @@ func TestEnvMissing(t *testing.T) {
 }
 
 func TestUnreachableMaster(t *testing.T) {
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	addr := testnet.FreeAddr(t)
 	start := time.Now()
 	_, err := Init(context.Background(), Config{InitMethod: "tcp://" + addr, Rank: 1, WorldSize: 2, ConnectTimeout: 500 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), addr) {
@@ -101,7 +102,7 @@ func TestPortInUse(t *testing.T) {
 }
 
 func TestDataPortRange(t *testing.T) {
-	p := freePort(t)
+	p := testnet.FreePort(t)
 	// The first port of the range is taken: rank 0 must use the next.
 	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
 	if err != nil {

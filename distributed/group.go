@@ -40,6 +40,7 @@ type Group struct {
 	p2p      sync.WaitGroup // running point-to-point operations
 
 	scratch []byte     // the worker's reusable scratch buffer
+	ranAlgo string     // the algorithm of the last allreduce that moved data (tests read it)
 	arena   *shm.Arena // shared-memory allreduce when all ranks share a host; nil otherwise
 
 	wake       chan struct{} // capacity 1: "queue changed"

@@ -3,7 +3,6 @@ package distributed
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -62,13 +61,4 @@ func runGroup(t testing.TB, n int, mod func(*Config), fn func(ctx context.Contex
 	if b.Len() > 0 {
 		t.Fatalf("world %d:%s", n, b.String())
 	}
-}
-
-func freePort(t testing.TB) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }

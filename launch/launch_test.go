@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testproc"
 	"github.com/gotrain/gotrain/launch"
 )
 
@@ -35,8 +36,8 @@ func newJob(t *testing.T, nproc int, action string, perRank map[int]string) *job
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := withoutKeys(os.Environ(), append([]string{envWorker, envAction, envDir, envPeers}, contractVars...)...)
-	env = append(env, envWorker+"=1", envAction+"="+action, envDir+"="+t.TempDir())
+	env := withoutKeys(os.Environ(), append([]string{testproc.WorkerEnv, envAction, envDir, envPeers}, contractVars...)...)
+	env = append(env, testproc.Env("worker"), envAction+"="+action, envDir+"="+t.TempDir())
 	for r, a := range perRank {
 		env = append(env, fmt.Sprintf("%s_%d=%s", envAction, r, a))
 	}
@@ -59,7 +60,7 @@ func (j *job) dir() string { v, _ := lookup(j.cfg.Env, envDir); return v }
 func (j *job) setEnv(kv ...string) { j.cfg.Env = append(j.cfg.Env, kv...) }
 
 // run runs the job and reports how long Run took.
-func (j *job) run(t *testing.T, ctx context.Context) (int, error, time.Duration) {
+func (j *job) run(t *testing.T, ctx context.Context) (int, time.Duration, error) {
 	t.Helper()
 	start := time.Now()
 	code, err := launch.Run(ctx, j.cfg)
@@ -69,7 +70,7 @@ func (j *job) run(t *testing.T, ctx context.Context) (int, error, time.Duration)
 			t.Logf("stdout:\n%s\nstderr:\n%s\nlauncher log:\n%s", j.stdout.String(), j.stderr.String(), j.log.String())
 		}
 	})
-	return code, err, elapsed
+	return code, elapsed, err
 }
 
 // linesOf splits prefixed console output into each rank's lines, failing
@@ -215,7 +216,7 @@ func TestEnvContractTwoNodes(t *testing.T) {
 	var wg sync.WaitGroup
 	codes, errs := [2]int{}, [2]error{}
 	for node, j := range jobs {
-		wg.Go(func() { codes[node], errs[node], _ = j.run(t, context.Background()) })
+		wg.Go(func() { codes[node], _, errs[node] = j.run(t, context.Background()) })
 	}
 	wg.Wait()
 	threads := strconv.Itoa(max(1, runtime.NumCPU()/2))
@@ -256,7 +257,7 @@ func TestStandaloneEnv(t *testing.T) {
 	tokens := map[string]bool{}
 	for range 2 {
 		j := newJob(t, 2, "env", nil)
-		code, err, _ := j.run(t, context.Background())
+		code, _, err := j.run(t, context.Background())
 		if code != 0 || err != nil {
 			t.Fatalf("Run = %d, %v", code, err)
 		}
@@ -292,7 +293,7 @@ func TestStandaloneEnv(t *testing.T) {
 func TestMultiNodeNeedsToken(t *testing.T) {
 	j := newJob(t, 1, "env", nil)
 	j.cfg.Standalone, j.cfg.NNodes = false, 2
-	code, err, _ := j.run(t, context.Background())
+	code, _, err := j.run(t, context.Background())
 	if !errors.Is(err, launch.ErrConfig) || !strings.Contains(err.Error(), "GOTRAIN_TOKEN") || code != 1 {
 		t.Fatalf("Run = %d, %v; want a configuration error naming GOTRAIN_TOKEN", code, err)
 	}
@@ -343,7 +344,7 @@ func TestProgramNotFound(t *testing.T) {
 func TestOutputPrefixes(t *testing.T) {
 	j := newJob(t, 3, "lines", nil)
 	j.cfg.LogDir = t.TempDir()
-	code, err, _ := j.run(t, context.Background())
+	code, _, err := j.run(t, context.Background())
 	if code != 0 || err != nil {
 		t.Fatalf("Run = %d, %v", code, err)
 	}
@@ -409,7 +410,7 @@ func TestOutputPrefixes(t *testing.T) {
 // the other workers get SIGTERM.
 func TestExitCodePropagation(t *testing.T) {
 	j := newJob(t, 3, "sleep", map[int]string{1: "exit:7"})
-	code, err, elapsed := j.run(t, context.Background())
+	code, elapsed, err := j.run(t, context.Background())
 	if code != 7 || err != nil {
 		t.Fatalf("Run = %d, %v; want 7, nil", code, err)
 	}
@@ -436,7 +437,7 @@ func TestExitCodePropagation(t *testing.T) {
 func TestWorkerKilled(t *testing.T) {
 	j := newJob(t, 3, "sleep", map[int]string{0: "killself", 2: "spawn"})
 	j.setEnv(envPeers + "=2")
-	code, err, elapsed := j.run(t, context.Background())
+	code, elapsed, err := j.run(t, context.Background())
 	if code != 128+int(syscall.SIGKILL) || err != nil {
 		t.Fatalf("Run = %d, %v; want %d, nil", code, err, 128+int(syscall.SIGKILL))
 	}
@@ -464,7 +465,7 @@ func TestStopEscalatesToKill(t *testing.T) {
 	j := newJob(t, 2, "sleep-ignore", map[int]string{1: "killself"})
 	j.setEnv(envPeers + "=1")
 	j.cfg.StopTimeout = 300 * time.Millisecond
-	code, err, elapsed := j.run(t, context.Background())
+	code, elapsed, err := j.run(t, context.Background())
 	if code != 137 || err != nil {
 		t.Fatalf("Run = %d, %v; want 137, nil", code, err)
 	}
@@ -482,7 +483,7 @@ func TestStopEscalatesToKill(t *testing.T) {
 func TestRestartOnce(t *testing.T) {
 	j := newJob(t, 2, "restart", map[int]string{1: "dieonce"})
 	j.cfg.MaxRestarts = 1
-	code, err, _ := j.run(t, context.Background())
+	code, _, err := j.run(t, context.Background())
 	if code != 0 || err != nil {
 		t.Fatalf("Run = %d, %v; want 0, nil", code, err)
 	}
@@ -503,7 +504,7 @@ func TestRestartOnce(t *testing.T) {
 func TestRestartsExhausted(t *testing.T) {
 	j := newJob(t, 2, "restart", map[int]string{0: "exit:5"})
 	j.cfg.MaxRestarts = 2
-	code, err, _ := j.run(t, context.Background())
+	code, _, err := j.run(t, context.Background())
 	if code != 5 || err != nil {
 		t.Fatalf("Run = %d, %v; want 5, nil", code, err)
 	}
@@ -530,7 +531,7 @@ func TestContextCancel(t *testing.T) {
 				waitForFiles(t, j.dir(), 2)
 				cancel(tc.cause)
 			}()
-			code, err, elapsed := j.run(t, ctx)
+			code, elapsed, err := j.run(t, ctx)
 			if code != 128+int(tc.sig) || !errors.Is(err, launch.ErrInterrupted) || !errors.Is(err, context.Canceled) {
 				t.Fatalf("Run = %d, %v; want %d and ErrInterrupted", code, err, 128+int(tc.sig))
 			}
@@ -551,7 +552,7 @@ func TestContextCancel(t *testing.T) {
 // its process group does not leave it running after the job.
 func TestLeftoverChildrenStopped(t *testing.T) {
 	j := newJob(t, 1, "spawn-exit", nil)
-	code, err, _ := j.run(t, context.Background())
+	code, _, err := j.run(t, context.Background())
 	if code != 0 || err != nil {
 		t.Fatalf("Run = %d, %v", code, err)
 	}
@@ -568,7 +569,7 @@ func TestLeftoverChildrenStopped(t *testing.T) {
 func TestAnyProgram(t *testing.T) {
 	j := newJob(t, 2, "", nil)
 	j.cfg.Program, j.cfg.Args = "sh", []string{"-c", `echo "$RANK/$WORLD_SIZE"; exit $((3 * RANK))`}
-	code, err, _ := j.run(t, context.Background())
+	code, _, err := j.run(t, context.Background())
 	if code != 3 || err != nil {
 		t.Fatalf("Run = %d, %v; want rank 1's 3", code, err)
 	}
@@ -586,7 +587,7 @@ func TestStartFailure(t *testing.T) {
 	}
 	j := newJob(t, 2, "env", nil)
 	j.cfg.Program = prog
-	code, err, _ := j.run(t, context.Background())
+	code, _, err := j.run(t, context.Background())
 	if code != 1 || err == nil || !strings.Contains(err.Error(), prog) || !strings.Contains(err.Error(), "rank 0") {
 		t.Fatalf("Run = %d, %v; want 1 and an error naming the program and rank 0", code, err)
 	}
@@ -599,7 +600,7 @@ func TestLogDirNotCreatable(t *testing.T) {
 	}
 	j := newJob(t, 1, "env", nil)
 	j.cfg.LogDir = filepath.Join(file, "logs")
-	code, err, _ := j.run(t, context.Background())
+	code, _, err := j.run(t, context.Background())
 	if code != 1 || err == nil || !strings.Contains(err.Error(), "log directory") {
 		t.Fatalf("Run = %d, %v; want 1 and a log directory error", code, err)
 	}
@@ -617,8 +618,8 @@ func TestLauncherKilled(t *testing.T) {
 	}
 	dir := t.TempDir()
 	cmd := exec.Command(exe)
-	cmd.Env = append(withoutKeys(os.Environ(), append([]string{envWorker, envAction, envDir}, contractVars...)...),
-		envLauncher+"=1", envAction+"=sleep", envDir+"="+dir)
+	cmd.Env = append(withoutKeys(os.Environ(), append([]string{testproc.WorkerEnv, envAction, envDir}, contractVars...)...),
+		testproc.Env("launcher"), envAction+"=sleep", envDir+"="+dir)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -642,7 +643,7 @@ func TestEscapedChildDoesNotHoldUpRun(t *testing.T) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
-	code, err, elapsed := j.run(t, context.Background())
+	code, elapsed, err := j.run(t, context.Background())
 	if code != 0 || err != nil {
 		t.Fatalf("Run = %d, %v", code, err)
 	}

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,35 +15,35 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/gotrain/gotrain/internal/testproc"
 	"github.com/gotrain/gotrain/launch"
 )
 
-// The test binary doubles as the launched worker: with envWorker set it runs
-// testWorker instead of the tests, its behaviour chosen per rank.
+// The test binary doubles as the launched worker: as testproc worker
+// "worker" it runs testWorker instead of the tests, its behaviour chosen
+// per rank; as "launcher" it is a launcher of two such workers (a nested
+// launch.Run), so a test can kill the launcher itself.
 const (
-	envWorker = "LAUNCH_TEST_WORKER"     // set: act as a worker
 	envAction = "LAUNCH_TEST_ACTION"     // default action; LAUNCH_TEST_ACTION_<rank> overrides it
 	envDir    = "LAUNCH_TEST_DIR"        // where workers leave pid and marker files
 	envPeers  = "LAUNCH_TEST_WAIT_PEERS" // killself waits for this many pid files first
-	// envLauncher set: act as a launcher of two test workers (a nested
-	// launch.Run), so a test can kill the launcher itself.
-	envLauncher = "LAUNCH_TEST_LAUNCHER"
 )
 
-func TestMain(m *testing.M) {
-	if os.Getenv(envLauncher) != "" {
-		env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, envLauncher+"=") })
+var workers = testproc.Workers{
+	"worker": testWorker,
+	"launcher": func() int {
 		code, err := launch.Run(context.Background(), launch.Config{
-			Program: os.Args[0], Env: append(env, envWorker+"=1"), NProcPerNode: 2, Standalone: true,
+			Program: os.Args[0], Env: testproc.Environ("worker"), NProcPerNode: 2, Standalone: true,
 		})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		}
-		os.Exit(code)
-	}
-	if os.Getenv(envWorker) != "" {
-		os.Exit(testWorker())
-	}
+		return code
+	},
+}
+
+func TestMain(m *testing.M) {
+	testproc.Dispatch(workers)
 	goleak.VerifyTestMain(m)
 }
 

@@ -61,20 +61,20 @@ func TestLayersMatchPyTorch(t *testing.T) {
 			m := fc.build()
 			sd := make(map[string]*tensor.Tensor, len(c.State))
 			for k, v := range c.State {
-				sd[k] = v.tensor32()
+				sd[k] = tensor32(v)
 			}
 			if err := LoadStateDict(m, sd, true); err != nil {
 				t.Fatal(err)
 			}
 			SetTrain(m, c.Train)
-			x := c.Input.tensor32().SetRequiresGrad(true)
+			x := tensor32(c.Input).SetRequiresGrad(true)
 			y := m.Forward(x)
 			if fc.loss != nil {
 				y = fc.loss(y, c.Target)
 				if err := y.Backward(); err != nil {
 					t.Fatal(err)
 				}
-			} else if err := y.BackwardWith(c.GradOutput.tensor32()); err != nil {
+			} else if err := y.BackwardWith(tensor32(*c.GradOutput)); err != nil {
 				t.Fatal(err)
 			}
 			const rtol = 1e-5

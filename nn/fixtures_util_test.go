@@ -1,29 +1,24 @@
 package nn
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"sync"
 	"testing"
 
+	"github.com/gotrain/gotrain/internal/testfixture"
 	"github.com/gotrain/gotrain/tensor"
 )
 
 // fixtures mirrors testdata/fixtures.json, written by
 // testdata/gen_fixtures.py with PyTorch in float64.
 type fixtures struct {
-	TorchVersion string              `json:"torch_version"`
-	Cases        []fixCase           `json:"cases"`
-	StateDicts   map[string][][3]any `json:"state_dicts"`
-	Reprs        map[string]string   `json:"reprs"`
+	Cases      []fixCase           `json:"cases"`
+	StateDicts map[string][][3]any `json:"state_dicts"`
+	Reprs      map[string]string   `json:"reprs"`
 }
 
-type fixTensor struct {
-	Shape []int     `json:"shape"`
-	Data  []float64 `json:"data"`
-}
+type fixTensor = testfixture.Tensor
 
 type fixCase struct {
 	Name       string               `json:"name"`
@@ -38,16 +33,9 @@ type fixCase struct {
 	StateAfter map[string]fixTensor `json:"state_after"`
 }
 
+// loadFixtures reads the file once for all the tests that use it.
 var loadFixtures = sync.OnceValues(func() (*fixtures, error) {
-	raw, err := os.ReadFile("testdata/fixtures.json")
-	if err != nil {
-		return nil, err
-	}
-	var f fixtures
-	if err := json.Unmarshal(raw, &f); err != nil {
-		return nil, fmt.Errorf("testdata/fixtures.json: %w", err)
-	}
-	return &f, nil
+	return testfixture.Read[fixtures]("fixtures.json")
 })
 
 func mustFixtures(t *testing.T) *fixtures {
@@ -60,13 +48,7 @@ func mustFixtures(t *testing.T) *fixtures {
 }
 
 // tensor32 converts a fixture (whose values are exact float32s) to a tensor.
-func (f fixTensor) tensor32() *tensor.Tensor {
-	d := make([]float32, len(f.Data))
-	for i, v := range f.Data {
-		d[i] = float32(v)
-	}
-	return tensor.New(d, f.Shape...)
-}
+func tensor32(f fixTensor) *tensor.Tensor { return tensor.New(f.Float32(), f.Shape...) }
 
 // keyShapeDtype is one state-dict entry as PyTorch printed it.
 type keyShapeDtype struct {

@@ -1,11 +1,10 @@
 package optim
 
 import (
-	"encoding/json"
 	"math"
-	"os"
 	"testing"
 
+	"github.com/gotrain/gotrain/internal/testfixture"
 	"github.com/gotrain/gotrain/tensor"
 )
 
@@ -31,17 +30,9 @@ type fixtures struct {
 	} `json:"schedulers"`
 }
 
-func loadFixtures(t *testing.T) fixtures {
+func loadFixtures(t *testing.T) *fixtures {
 	t.Helper()
-	b, err := os.ReadFile("testdata/optim_fixtures.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f fixtures
-	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatal(err)
-	}
-	return f
+	return testfixture.Load[fixtures](t, "optim_fixtures.json")
 }
 
 // optionsFromTorch maps torch.optim keyword arguments to Options.

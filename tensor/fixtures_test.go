@@ -1,11 +1,10 @@
 package tensor
 
 import (
-	"encoding/json"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
+
+	"github.com/gotrain/gotrain/internal/testfixture"
 )
 
 // fixture is one case written by testdata/gen_fixtures.py with PyTorch 1.13.
@@ -32,31 +31,10 @@ type fixture struct {
 	RunningVarAfter   *fixtureTensor `json:"running_var_after"`
 }
 
-type fixtureTensor struct {
-	Shape []int     `json:"shape"`
-	Data  []float64 `json:"data"`
-}
+type fixtureTensor = testfixture.Tensor
 
-func (f fixtureTensor) tensor() *Tensor {
-	d := make([]float32, len(f.Data))
-	for i, v := range f.Data {
-		d[i] = float32(v)
-	}
-	return New(d, f.Shape...)
-}
-
-func loadFixture(t *testing.T, name string) *fixture {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("testdata", name+".json"))
-	if err != nil {
-		t.Fatalf("fixture %s: %v", name, err)
-	}
-	var f fixture
-	if err := json.Unmarshal(raw, &f); err != nil {
-		t.Fatalf("fixture %s: %v", name, err)
-	}
-	return &f
-}
+// fromFixture makes a tensor of a fixture's values.
+func fromFixture(f fixtureTensor) *Tensor { return New(f.Float32(), f.Shape...) }
 
 // closeTo checks got against PyTorch's values with a relative tolerance,
 // measured against the largest reference magnitude for entries near zero.
@@ -115,14 +93,14 @@ func TestAgainstPyTorch(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			f := loadFixture(t, c.name)
+			f := testfixture.Load[fixture](t, c.name+".json")
 			in := make(map[string]*Tensor)
 			for k, v := range f.Inputs {
-				in[k] = v.tensor().SetRequiresGrad(true)
+				in[k] = fromFixture(v).SetRequiresGrad(true)
 			}
 			out := c.fn(t, f, in)
 			closeTo(t, "output", out, f.Output, 1e-5)
-			if err := out.BackwardWith(f.Gout.tensor()); err != nil {
+			if err := out.BackwardWith(fromFixture(f.Gout)); err != nil {
 				t.Fatal(err)
 			}
 			for k, want := range f.Grads {
@@ -152,7 +130,7 @@ func crossEntropy(_ *testing.T, f *fixture, in map[string]*Tensor) *Tensor {
 // batchNorm runs the fixture's batch norm and checks the updated running
 // statistics too (PyTorch updates them in place).
 func batchNorm(t *testing.T, f *fixture, in map[string]*Tensor) *Tensor {
-	rm, rv := f.RunningMeanBefore.tensor(), f.RunningVarBefore.tensor()
+	rm, rv := fromFixture(*f.RunningMeanBefore), fromFixture(*f.RunningVarBefore)
 	out := BatchNorm(in["x"], in["w"], in["b"], rm, rv, f.Params.Training, f.Params.Momentum, f.Params.Eps)
 	closeTo(t, "running mean", rm, *f.RunningMeanAfter, 1e-5)
 	closeTo(t, "running var", rv, *f.RunningVarAfter, 1e-5)

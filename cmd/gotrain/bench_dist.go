@@ -1,23 +1,20 @@
 package main
 
 import (
-	"bufio"
+	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/gotrain/gotrain/distributed"
 	"github.com/spf13/cobra"
+
+	"github.com/gotrain/gotrain/distributed"
+	"github.com/gotrain/gotrain/launch"
 )
 
 // benchWorkerEnv marks a process started by `gotrain bench <collective>`
@@ -31,8 +28,8 @@ func init() {
 		cmd := &cobra.Command{
 			Use:   op,
 			Short: "Measure " + op + " bandwidth between local worker processes",
-			Long: "Starts --nproc local workers (this binary, with RANK, WORLD_SIZE, MASTER_ADDR,\n" +
-				"MASTER_PORT and GOTRAIN_TOKEN set) and prints one line per size:\n" +
+			Long: "Starts --nproc local workers (this binary, under the launcher of 'gotrain run\n" +
+				"--standalone') and prints one line per size:\n" +
 				"op= world= bytes= median_s= algbw_GBps= busbw_GBps= (nccl-tests definitions).",
 			Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
@@ -43,7 +40,7 @@ func init() {
 				if os.Getenv(benchWorkerEnv) == "1" {
 					return benchWorker(cmd.Context(), op, sz, algo, cmd.OutOrStdout())
 				}
-				return benchLaunch(cmd.Context(), op, nproc, cmd.OutOrStdout())
+				return benchLaunch(cmd.Context(), nproc, cmd.OutOrStdout())
 			},
 		}
 		cmd.Flags().IntVar(&nproc, "nproc", 2, "number of local worker processes")
@@ -65,9 +62,10 @@ func parseSizes(s string) ([]int, error) {
 	return out, nil
 }
 
-// benchLaunch re-runs this binary as nproc workers with the torchrun
-// environment contract and relays rank 0's output.
-func benchLaunch(ctx context.Context, op string, nproc int, out io.Writer) error {
+// benchLaunch re-runs this command as nproc workers under the launcher
+// and copies rank 0's output (the results) to out, without the
+// launcher's rank prefix.
+func benchLaunch(ctx context.Context, nproc int, out io.Writer) error {
 	if nproc < 1 {
 		return fmt.Errorf("bench: --nproc %d, want at least 1", nproc)
 	}
@@ -75,61 +73,34 @@ func benchLaunch(ctx context.Context, op string, nproc int, out io.Writer) error
 	if err != nil {
 		return fmt.Errorf("bench: find this executable: %w", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	code, err := launch.Run(ctx, launch.Config{
+		Program: exe, Args: os.Args[1:], NProcPerNode: nproc, Standalone: true,
+		Env:    append(os.Environ(), benchWorkerEnv+"=1"),
+		Stdout: rankZeroLines{out},
+	})
 	if err != nil {
-		return fmt.Errorf("bench: pick a master port: %w", err)
+		return fmt.Errorf("bench: %w", err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	tok := make([]byte, 16)
-	rand.Read(tok)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make([]error, nproc)
-	var outMu sync.Mutex
-	for r := 0; r < nproc; r++ {
-		cmd := exec.CommandContext(ctx, exe, os.Args[1:]...)
-		cmd.Env = append(os.Environ(),
-			benchWorkerEnv+"=1",
-			"RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r),
-			"WORLD_SIZE="+strconv.Itoa(nproc), "LOCAL_WORLD_SIZE="+strconv.Itoa(nproc),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
-			"GOTRAIN_TOKEN="+hex.EncodeToString(tok),
-		)
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("bench: start worker %d: %w", r, err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				if r == 0 {
-					outMu.Lock()
-					fmt.Fprintln(out, sc.Text())
-					outMu.Unlock()
-				}
-			}
-			if err := cmd.Wait(); err != nil {
-				errs[r] = fmt.Errorf("worker %d: %w: %s", r, err, strings.TrimSpace(stderr.String()))
-				cancel() // one failed worker fails the run
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
+	if code != 0 {
+		return exitCodeError(code)
 	}
 	return nil
+}
+
+// rankZeroLines passes on rank 0's lines without the launcher's
+// "[rank0]: " prefix and drops the other ranks' (only rank 0 prints
+// results). The launcher writes whole lines only.
+type rankZeroLines struct{ w io.Writer }
+
+func (z rankZeroLines) Write(p []byte) (int, error) {
+	for line := range bytes.Lines(p) {
+		if rest, ok := bytes.CutPrefix(line, []byte("[rank0]: ")); ok {
+			if _, err := z.w.Write(rest); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return len(p), nil
 }
 
 // benchWorker is one rank: it times the collective at each size and rank

@@ -16,32 +16,25 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/internal/testlog"
+	"github.com/gotrain/gotrain/internal/testproc"
 )
 
-// asGotrainEnv makes the test binary behave as the gotrain command, so the
-// end-to-end tests run real gotrain processes without building a binary.
-// Workers that `gotrain train` starts carry trainWorkerEnv instead (the
-// launcher hands them only the variables it is given), so that marks them
-// as gotrain too.
-const asGotrainEnv = "GOTRAIN_TEST_AS_GOTRAIN"
-
+// The test binary runs as the gotrain command when it is testproc worker
+// "gotrain", so the end-to-end tests run real gotrain processes without
+// building a binary. The workers that such a process launches inherit its
+// environment, and so run as gotrain too.
 func TestMain(m *testing.M) {
-	if os.Getenv(asGotrainEnv) == "1" || os.Getenv(trainWorkerEnv) != "" {
+	testproc.Dispatch(testproc.Workers{"gotrain": func() int {
 		main() // exits non-zero on failure
-		os.Exit(0)
-	}
+		return 0
+	}})
 	os.Exit(m.Run())
 }
 
 // gotrainCmd returns the test binary set up to run as `gotrain args...`.
 func gotrainCmd(ctx context.Context, t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(ctx, self, args...)
-	cmd.Env = append(os.Environ(), asGotrainEnv+"=1")
+	cmd := testproc.Command(ctx, t, "gotrain", args...)
 	cmd.Dir = t.TempDir()
 	// On timeout, SIGTERM lets the launcher stop its workers (each in its
 	// own process group) before WaitDelay's SIGKILL.

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/internal/testlog"
+	"github.com/gotrain/gotrain/internal/testnet"
 )
 
 // TestTrainTwoNodes runs the job as two nodes of one worker each, started
@@ -28,12 +28,7 @@ func TestTrainTwoNodes(t *testing.T) {
 		t.Fatalf("two local workers: exit code %d; output:\n%s", code, all)
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
+	port := strconv.Itoa(testnet.FreePort(t))
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -1,61 +1,54 @@
 package store
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/gotrain/gotrain/internal/testproc"
 )
 
-// Multi-process tests re-run this test binary as workers: with workerEnv
-// set, TestMain runs a worker instead of the tests.
-const workerEnv = "GOTRAIN_STORE_TEST_WORKER"
+// workers are the multi-process tests' processes, each this test binary
+// re-run:
+//
+//	rank    rendezvous through the store that STORE_TEST_KIND (tcp or file)
+//	        and STORE_TEST_WHERE (address or path) name, as RANK of WORLD_SIZE
+//	server  serve a store, print its address, wait to be killed
+var workers = testproc.Workers{
+	"rank":   func() int { return testproc.ExitCode(rankWorker()) },
+	"server": func() int { return testproc.ExitCode(serverWorker()) },
+}
 
 func TestMain(m *testing.M) {
-	if role := os.Getenv(workerEnv); role != "" {
-		if err := runWorker(role); err != nil {
-			fmt.Fprintln(os.Stderr, "worker:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	testproc.Dispatch(workers)
 	goleak.VerifyTestMain(m)
 }
 
-// runWorker is one worker process. Roles:
-//
-//	rank|<tcp or file>|<addr or path>|<rank>|<world>  rendezvous through the store
-//	server                                           serve a store, print its address, wait to be killed
-func runWorker(role string) error {
+func serverWorker() error {
+	s, err := Listen("127.0.0.1:0", testToken)
+	if err != nil {
+		return err
+	}
+	fmt.Println(s.Addr())
+	select {} // until SIGKILL
+}
+
+func rankWorker() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if role == "server" {
-		s, err := Listen("127.0.0.1:0", testToken)
-		if err != nil {
-			return err
-		}
-		fmt.Println(s.Addr())
-		select {} // until SIGKILL
-	}
-	fields := strings.Split(role, "|")
-	if len(fields) != 5 || fields[0] != "rank" {
-		return fmt.Errorf("bad role %q", role)
-	}
-	kind, where := fields[1], fields[2]
-	rank, err1 := strconv.Atoi(fields[3])
-	world, err2 := strconv.Atoi(fields[4])
+	kind, where := os.Getenv("STORE_TEST_KIND"), os.Getenv("STORE_TEST_WHERE")
+	rank, err1 := strconv.Atoi(os.Getenv("RANK"))
+	world, err2 := strconv.Atoi(os.Getenv("WORLD_SIZE"))
 	if err := errors.Join(err1, err2); err != nil {
-		return fmt.Errorf("bad role %q: %w", role, err)
+		return err
 	}
 	var s Store
 	var err error
@@ -90,56 +83,15 @@ func runWorker(role string) error {
 	if _, err := s.Add(ctx, "done", 1); err != nil {
 		return err
 	}
-	if err := s.Wait(ctx, "release"); err != nil {
-		return err
-	}
-	return nil
-}
-
-// startWorkers runs n workers with the given roles and returns a function
-// that waits for them all, reporting each failure with the worker's output.
-func startWorkers(t *testing.T, roles []string) func() {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	var wg sync.WaitGroup
-	errs := make([]error, len(roles))
-	outs := make([]*strings.Builder, len(roles))
-	for i, role := range roles {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), workerEnv+"="+role)
-		outs[i] = &strings.Builder{}
-		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
-		if err := cmd.Start(); err != nil {
-			cancel()
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = cmd.Wait()
-			if errs[i] != nil {
-				cancel() // one failed: stop the others
-			}
-		}()
-	}
-	return func() {
-		wg.Wait()
-		cancel()
-		for i, err := range errs {
-			if err != nil {
-				t.Errorf("worker %d (%s): %v\n%s", i, roles[i], err, outs[i])
-			}
-		}
-	}
+	return s.Wait(ctx, "release")
 }
 
 func testProcesses(t *testing.T, kind, where string, s Store) {
 	const world = 3
-	roles := make([]string, world)
-	for r := range roles {
-		roles[r] = fmt.Sprintf("rank|%s|%s|%d|%d", kind, where, r, world)
-	}
-	wait := startWorkers(t, roles)
+	ranks := testproc.Start(t, "rank", world, testproc.Options{
+		Env:     []string{"STORE_TEST_KIND=" + kind, "STORE_TEST_WHERE=" + where},
+		Timeout: 30 * time.Second,
+	})
 	ctx := ctxFor(t, 30*time.Second)
 	for {
 		v, err := s.Get(ctx, "done")
@@ -153,7 +105,7 @@ func testProcesses(t *testing.T, kind, where string, s Store) {
 	}
 	mustGet(t, s, "counter", fmt.Sprint(world*20))
 	mustSet(t, s, "release", "")
-	wait()
+	ranks.WaitOK()
 }
 
 func TestTCPProcesses(t *testing.T) {
@@ -170,22 +122,12 @@ func TestFileProcesses(t *testing.T) {
 // A store server killed with SIGKILL makes the clients' pending calls fail
 // promptly, naming the server.
 func TestTCPServerKilled(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), workerEnv+"=server")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	server := testproc.Start(t, "server", 1, testproc.Options{})
+	line, ok := server.Procs()[0].WaitLine("", 10*time.Second)
+	if !ok {
+		t.Fatal("server worker printed no address")
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer cmd.Process.Kill()
-	addr, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("server worker printed no address: %v", err)
-	}
-	addr = strings.TrimSpace(addr)
+	addr := strings.TrimSpace(line.Text)
 	c, err := Dial(ctxFor(t, 10*time.Second), addr, testToken)
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +139,7 @@ func TestTCPServerKilled(t *testing.T) {
 		errc <- err
 	}()
 	time.Sleep(50 * time.Millisecond)
-	cmd.Process.Kill()
+	server.Kill()
 	select {
 	case err := <-errc:
 		if !errors.Is(err, ErrConnLost) || !strings.Contains(err.Error(), addr) {

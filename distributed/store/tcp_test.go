@@ -15,6 +15,7 @@ import (
 
 	"github.com/gotrain/gotrain/internal/auth"
 	"github.com/gotrain/gotrain/internal/testlog"
+	"github.com/gotrain/gotrain/internal/testnet"
 )
 
 var testToken = []byte("test token")
@@ -77,20 +78,8 @@ func TestTCPWrongToken(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 func TestTCPUnreachable(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testnet.FreeAddr(t)
 	start := time.Now()
 	_, err := Dial(ctxFor(t, 300*time.Millisecond), addr, testToken)
 	d := time.Since(start)
@@ -104,7 +93,7 @@ func TestTCPUnreachable(t *testing.T) {
 
 // Workers start before rank 0's server: Dial keeps retrying until it is up.
 func TestTCPDialBeforeListen(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testnet.FreeAddr(t)
 	type result struct {
 		c   *Client
 		err error
