@@ -135,9 +135,34 @@ func (p *pair) Send(ctx context.Context, h transport.Header, payload []byte) err
 			// A stuck peer: the operation's deadline passed.
 			return p.peerErr(fmt.Errorf("write %s frame: %w", h.Kind, err))
 		}
+		if merr := p.awaitAbort(); merr != nil {
+			return merr
+		}
 		return p.peerErr(fmt.Errorf("%w: write %s frame: %w", transport.ErrPeerLost, h.Kind, err))
 	}
 	return nil
+}
+
+// abortGrace bounds how long a failed write waits for the mesh to fail
+// for a reason the peer gave.
+const abortGrace = 200 * time.Millisecond
+
+// awaitAbort is called after a write to the peer failed. A peer that gave
+// up on the group sends every rank an abort frame saying why (say, another
+// rank died) and then exits, and its exit can break this connection before
+// this pair's reader has read that frame. Waiting briefly for the reader
+// lets the error name the cause rather than the messenger. It returns the
+// mesh's error if the mesh failed meanwhile, else nil. The caller holds
+// wmu; Fail marks the mesh failed before it takes any pair's wmu.
+func (p *pair) awaitAbort() error {
+	t := time.NewTimer(abortGrace)
+	defer t.Stop()
+	select {
+	case <-p.m.failed:
+		return p.m.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // abort sends a best-effort abort frame carrying code and err's text.
