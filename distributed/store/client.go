@@ -175,7 +175,8 @@ func (c *Client) forget(id uint64) {
 
 // write sends one frame. A write cut short would leave half a frame on the
 // wire, so a write that misses ctx's deadline (or writeTimeout, whichever
-// is sooner) stops the client.
+// is sooner) part-way stops the client; one that sent nothing by ctx's
+// deadline only fails its call.
 func (c *Client) write(ctx context.Context, bufs net.Buffers) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -187,7 +188,12 @@ func (c *Client) write(ctx context.Context, bufs net.Buffers) error {
 		deadline = d
 	}
 	c.conn.SetWriteDeadline(deadline)
-	if _, err := bufs.WriteTo(c.conn); err != nil {
+	if n, err := bufs.WriteTo(c.conn); err != nil {
+		if d, ok := ctx.Deadline(); ok && n == 0 && !time.Now().Before(d) {
+			// ctx's deadline passed before a byte went out: the stream is
+			// intact and only this call is late.
+			return context.DeadlineExceeded
+		}
 		err = fmt.Errorf("%w: %s: write: %w", ErrConnLost, c.addr, err)
 		c.fail(err)
 		c.mu.Lock()
