@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,17 +14,22 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testnet"
+	"github.com/gotrain/gotrain/internal/testproc"
 )
 
-// asMainEnv makes the test binary run the example's main, so each test
+// workers lets the test binary run the example's main, so each test
 // starts real processes without building a binary.
-const asMainEnv = "MNIST_EXAMPLE_AS_MAIN"
+var workers = testproc.Workers{
+	"main": func() int {
+		main() // exits 1 on failure
+		return 0
+	},
+}
 
 func TestMain(m *testing.M) {
-	if os.Getenv(asMainEnv) == "1" {
-		main() // exits 1 on failure
-		os.Exit(0)
-	}
+	testproc.Dispatch(workers)
 	os.Exit(m.Run())
 }
 
@@ -39,19 +43,17 @@ type example struct {
 // launcher's environment.
 func start(ctx context.Context, t *testing.T, env []string, args ...string) *example {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &example{cmd: exec.CommandContext(ctx, self, args...)}
-	for _, kv := range os.Environ() {
+	e := &example{cmd: testproc.Command(ctx, t, "main", args...)}
+	inherited := e.cmd.Env
+	e.cmd.Env = nil
+	for _, kv := range inherited {
 		switch k, _, _ := strings.Cut(kv, "="); k {
 		case "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "GOTRAIN_TOKEN":
 		default:
 			e.cmd.Env = append(e.cmd.Env, kv)
 		}
 	}
-	e.cmd.Env = append(append(e.cmd.Env, asMainEnv+"=1"), env...)
+	e.cmd.Env = append(e.cmd.Env, env...)
 	e.cmd.Stdout, e.cmd.Stderr = &e.stdout, &e.stderr
 	e.cmd.WaitDelay = 5 * time.Second
 	if err := e.cmd.Start(); err != nil {
@@ -112,7 +114,7 @@ func TestTwoProcesses(t *testing.T) {
 		t.Run(scheme, func(t *testing.T) {
 			var method string
 			if scheme == "tcp" {
-				method = "tcp://" + freeAddr(t)
+				method = "tcp://" + testnet.FreeAddr(t)
 			} else {
 				method = "file://" + filepath.Join(t.TempDir(), "store")
 			}
@@ -183,18 +185,6 @@ func TestUnknownModelFails(t *testing.T) {
 	if s := e.stderr.String(); !strings.Contains(s, "unknown model") || !strings.Contains(s, "resnet") {
 		t.Fatalf("stderr does not name the model:\n%s", e.stderr.String())
 	}
-}
-
-// freeAddr returns a loopback address with a port that was free a moment
-// ago (rank 0 serves the store on it).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // The flags map onto the job's Config: --init-method only when given (so

@@ -15,26 +15,31 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/internal/testproc"
 	"github.com/gotrain/gotrain/launch"
 )
 
-// workerCfgEnv holds a JSON Config: the test binary started with it runs
-// as one rank of a job (the launcher provides RANK, WORLD_SIZE, ...).
-const workerCfgEnv = "MNISTJOB_TEST_WORKER_CONFIG"
+// workerCfgEnv holds the JSON Config a "rank" worker runs (the launcher
+// provides RANK, WORLD_SIZE, ...).
+const workerCfgEnv = "MNISTJOB_TEST_CONFIG"
+
+var workers = testproc.Workers{
+	"rank": func() int {
+		var cfg Config
+		if err := json.Unmarshal([]byte(os.Getenv(workerCfgEnv)), &cfg); err != nil {
+			slog.Error("worker config", "err", err)
+			return 2
+		}
+		_, err := Run(context.Background(), cfg)
+		if err != nil {
+			slog.Error("worker", "err", err)
+		}
+		return testproc.ExitCode(err)
+	},
+}
 
 func TestMain(m *testing.M) {
-	if js := os.Getenv(workerCfgEnv); js != "" {
-		var cfg Config
-		if err := json.Unmarshal([]byte(js), &cfg); err != nil {
-			slog.Error("worker config", "err", err)
-			os.Exit(2)
-		}
-		if _, err := Run(context.Background(), cfg); err != nil {
-			slog.Error("worker", "err", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	testproc.Dispatch(workers)
 	os.Exit(m.Run())
 }
 
@@ -222,7 +227,7 @@ func TestTwoRanksMatchOneProcessWithTwiceTheBatch(t *testing.T) {
 		Program:      self,
 		NProcPerNode: 2,
 		Standalone:   true,
-		Env:          append(os.Environ(), workerCfgEnv+"="+string(cfg)),
+		Env:          append(testproc.Environ("rank"), workerCfgEnv+"="+string(cfg)),
 		Stdout:       &out,
 		Stderr:       &out,
 	})
