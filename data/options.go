@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"strconv"
 
+	"github.com/gotrain/gotrain/internal/option"
 	"github.com/gotrain/gotrain/internal/cpu"
 	"github.com/gotrain/gotrain/internal/kernels"
 )
@@ -24,22 +24,12 @@ type config struct {
 	prefetch int  // loader; -1 until set: decided by resolvePrefetch
 	shuffle  bool // sampler
 	seed     uint64
-	given    []string // names of the options applied, checked by apply
+	option.Given
 }
 
 // apply runs opts over c and panics if one of them is not in takes.
 func (c config) apply(ctor string, opts []Option, takes ...string) config {
-	for _, o := range opts {
-		if o == nil {
-			panic(fmt.Sprintf("data: %s: nil Option", ctor))
-		}
-		o(&c)
-	}
-	for _, name := range c.given {
-		if !slices.Contains(takes, name) {
-			panic(fmt.Sprintf("data: %s does not take option %s", ctor, name))
-		}
-	}
+	option.Apply("data", ctor, &c, &c.Given, opts, takes...)
 	return c
 }
 
@@ -49,7 +39,7 @@ func (c config) apply(ctor string, opts []Option, takes ...string) config {
 // of padding it with repeated samples (PyTorch's drop_last). Default false
 // for both.
 func DropLast(drop bool) Option {
-	return func(c *config) { c.dropLast = drop; c.given = append(c.given, "DropLast") }
+	return func(c *config) { c.dropLast = drop; c.Mark("DropLast") }
 }
 
 // defaultPrefetch is the number of batches a Loader assembles ahead when a
@@ -74,19 +64,19 @@ func Prefetch(n int) Option {
 	if n < 0 {
 		panic(fmt.Sprintf("data: Prefetch(%d): negative batch count", n))
 	}
-	return func(c *config) { c.prefetch = n; c.given = append(c.given, "Prefetch") }
+	return func(c *config) { c.prefetch = n; c.Mark("Prefetch") }
 }
 
 // Shuffle makes a DistributedSampler permute the dataset every epoch
 // (seeded by seed+epoch, identically on every rank). Default true.
 func Shuffle(shuffle bool) Option {
-	return func(c *config) { c.shuffle = shuffle; c.given = append(c.given, "Shuffle") }
+	return func(c *config) { c.shuffle = shuffle; c.Mark("Shuffle") }
 }
 
 // Seed sets the base seed of a DistributedSampler's permutations. Every
 // rank must use the same seed. Default 0.
 func Seed(seed uint64) Option {
-	return func(c *config) { c.seed = seed; c.given = append(c.given, "Seed") }
+	return func(c *config) { c.seed = seed; c.Mark("Seed") }
 }
 
 // envLocalWorldSize is the number of ranks on this host, as the launchers

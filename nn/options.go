@@ -2,7 +2,8 @@ package nn
 
 import (
 	"fmt"
-	"slices"
+
+	"github.com/gotrain/gotrain/internal/option"
 )
 
 // Option configures a layer constructor: Stride and Padding for Conv2d and
@@ -17,10 +18,8 @@ type config struct {
 	strideSet       bool
 	noBias          bool
 	momentum, eps   float64
-	given           []string // names of the options applied, checked by apply
+	option.Given
 }
-
-func (c *config) mark(name string) { c.given = append(c.given, name) }
 
 // Stride sets the step of a convolution or pooling window in both spatial
 // dimensions (default 1 for Conv2d, the kernel size for pools).
@@ -33,7 +32,7 @@ func StrideHW(h, w int) Option {
 	if h < 1 || w < 1 {
 		panic(fmt.Sprintf("nn: stride must be positive, got (%d, %d)", h, w))
 	}
-	return func(c *config) { c.stride = [2]int{h, w}; c.strideSet = true; c.mark("Stride") }
+	return func(c *config) { c.stride = [2]int{h, w}; c.strideSet = true; c.Mark("Stride") }
 }
 
 // Padding sets the implicit zero padding (-inf for MaxPool2d) added to
@@ -47,13 +46,13 @@ func PaddingHW(h, w int) Option {
 	if h < 0 || w < 0 {
 		panic(fmt.Sprintf("nn: padding must not be negative, got (%d, %d)", h, w))
 	}
-	return func(c *config) { c.padding = [2]int{h, w}; c.mark("Padding") }
+	return func(c *config) { c.padding = [2]int{h, w}; c.Mark("Padding") }
 }
 
 // NoBias builds a Linear or Conv2d layer without a bias (PyTorch's
 // bias=False); its state dict then has no "bias" entry.
 func NoBias() Option {
-	return func(c *config) { c.noBias = true; c.mark("NoBias") }
+	return func(c *config) { c.noBias = true; c.Mark("NoBias") }
 }
 
 // Momentum sets the weight BatchNorm gives the current batch when updating
@@ -62,7 +61,7 @@ func Momentum(m float64) Option {
 	if !(m >= 0 && m <= 1) {
 		panic(fmt.Sprintf("nn: BatchNorm momentum must be in [0, 1], got %v", m))
 	}
-	return func(c *config) { c.momentum = m; c.mark("Momentum") }
+	return func(c *config) { c.momentum = m; c.Mark("Momentum") }
 }
 
 // Eps sets the value BatchNorm adds to the variance for numerical stability
@@ -71,21 +70,11 @@ func Eps(e float64) Option {
 	if !(e > 0) {
 		panic(fmt.Sprintf("nn: BatchNorm eps must be positive, got %v", e))
 	}
-	return func(c *config) { c.eps = e; c.mark("Eps") }
+	return func(c *config) { c.eps = e; c.Mark("Eps") }
 }
 
 // apply runs opts over c, panicking on an option the layer does not take.
 func (c config) apply(layer string, opts []Option, takes ...string) config {
-	for _, o := range opts {
-		if o == nil {
-			panic(fmt.Sprintf("nn: %s: nil Option", layer))
-		}
-		o(&c)
-	}
-	for _, name := range c.given {
-		if !slices.Contains(takes, name) {
-			panic(fmt.Sprintf("nn: %s does not take option %s", layer, name))
-		}
-	}
+	option.Apply("nn", layer, &c, &c.Given, opts, takes...)
 	return c
 }

@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gotrain/gotrain/internal/option"
 	"github.com/gotrain/gotrain/tensor"
 )
 
@@ -321,68 +322,56 @@ type config struct {
 	momentum, dampening, weightDecay float64
 	beta1, beta2, eps, rho           float64
 	nesterov, maximize               bool
-	given                            []string // names of the options applied, checked by apply
+	option.Given
 }
-
-func (c *config) mark(name string) { c.given = append(c.given, name) }
 
 // Momentum sets SGD's momentum factor (default 0).
 func Momentum(m float64) Option {
-	return func(c *config) { c.momentum = m; c.mark("Momentum") }
+	return func(c *config) { c.momentum = m; c.Mark("Momentum") }
 }
 
 // Dampening sets SGD's dampening of the momentum (default 0).
 func Dampening(d float64) Option {
-	return func(c *config) { c.dampening = d; c.mark("Dampening") }
+	return func(c *config) { c.dampening = d; c.Mark("Dampening") }
 }
 
 // Nesterov enables SGD's Nesterov momentum; it needs a positive momentum
 // and zero dampening.
 func Nesterov(on bool) Option {
-	return func(c *config) { c.nesterov = on; c.mark("Nesterov") }
+	return func(c *config) { c.nesterov = on; c.Mark("Nesterov") }
 }
 
 // WeightDecay sets the weight decay: an L2 penalty added to the gradient for
 // SGD, Adam and Adadelta (default 0), decoupled for AdamW (default 0.01).
 func WeightDecay(wd float64) Option {
-	return func(c *config) { c.weightDecay = wd; c.mark("WeightDecay") }
+	return func(c *config) { c.weightDecay = wd; c.Mark("WeightDecay") }
 }
 
 // Betas sets Adam's and AdamW's moment decay rates (default 0.9, 0.999).
 func Betas(beta1, beta2 float64) Option {
-	return func(c *config) { c.beta1, c.beta2 = beta1, beta2; c.mark("Betas") }
+	return func(c *config) { c.beta1, c.beta2 = beta1, beta2; c.Mark("Betas") }
 }
 
 // Eps sets the term added to denominators for numerical stability
 // (default 1e-8 for Adam and AdamW, 1e-6 for Adadelta).
 func Eps(eps float64) Option {
-	return func(c *config) { c.eps = eps; c.mark("Eps") }
+	return func(c *config) { c.eps = eps; c.Mark("Eps") }
 }
 
 // Rho sets Adadelta's decay rate of the running averages (default 0.9).
 func Rho(rho float64) Option {
-	return func(c *config) { c.rho = rho; c.mark("Rho") }
+	return func(c *config) { c.rho = rho; c.Mark("Rho") }
 }
 
 // Maximize makes the optimizer ascend rather than descend the gradient.
 func Maximize(on bool) Option {
-	return func(c *config) { c.maximize = on; c.mark("Maximize") }
+	return func(c *config) { c.maximize = on; c.Mark("Maximize") }
 }
 
 // apply runs opts over c and panics if one of them is not in takes or
 // sets an invalid value.
 func (c config) apply(kind string, opts []Option, takes ...string) config {
-	for _, o := range opts {
-		if o == nil {
-			panic(fmt.Sprintf("optim: %s: nil Option", kind))
-		}
-		o(&c)
-	}
-	for _, name := range c.given {
-		if !slices.Contains(takes, name) {
-			panic(fmt.Sprintf("optim: %s does not take option %s", kind, name))
-		}
-	}
+	option.Apply("optim", kind, &c, &c.Given, opts, takes...)
 	check := func(ok bool, what string, v float64) {
 		if !ok {
 			panic(fmt.Sprintf("optim: %s: invalid %s %v", kind, what, v))
