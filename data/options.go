@@ -6,9 +6,9 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/gotrain/gotrain/internal/option"
 	"github.com/gotrain/gotrain/internal/cpu"
 	"github.com/gotrain/gotrain/internal/kernels"
+	"github.com/gotrain/gotrain/internal/option"
 )
 
 // Option configures NewLoader or NewDistributedSampler: DropLast serves
