@@ -213,11 +213,6 @@ func (d *decoder) u8() byte {
 	return 0
 }
 
-// bytes returns a byte string, aliasing the frame.
-func (d *decoder) bytes() []byte {
-	return d.take(uint64(d.u32()))
-}
-
 func (d *decoder) key() string {
 	n := d.u32()
 	if d.err == nil && n > MaxKeySize {
