@@ -131,6 +131,26 @@ func WriteTensors(w io.Writer, entries []Entry, metadata map[string]string) erro
 // writeTensors is WriteTensors with errors left unprefixed for callers
 // that add their own context.
 func writeTensors(w io.Writer, entries []Entry, metadata map[string]string) error {
+	sorted, err := layoutEntries(entries)
+	if err != nil {
+		return err
+	}
+	hdr := encodeHeader(sorted, metadata)
+	var lenBuf [8]byte
+	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(hdr)))
+	if _, err := w.Write(lenBuf[:]); err != nil {
+		return fmt.Errorf("writing header: %w", err)
+	}
+	if _, err := w.Write(hdr); err != nil {
+		return fmt.Errorf("writing header: %w", err)
+	}
+	return writeData(w, sorted)
+}
+
+// layoutEntries validates entries and returns a copy in the order the
+// reference writer lays them out: by descending dtype rank, then by name.
+// An empty DType becomes F32.
+func layoutEntries(entries []Entry) ([]Entry, error) {
 	sorted := make([]Entry, len(entries))
 	copy(sorted, entries)
 	for i := range sorted {
@@ -139,13 +159,13 @@ func writeTensors(w io.Writer, entries []Entry, metadata map[string]string) erro
 		}
 		e := sorted[i]
 		if e.Name == "" || e.Name == "__metadata__" {
-			return fmt.Errorf("invalid tensor name %q", e.Name)
+			return nil, fmt.Errorf("invalid tensor name %q", e.Name)
 		}
 		if e.Tensor == nil {
-			return fmt.Errorf("tensor %q is nil", e.Name)
+			return nil, fmt.Errorf("tensor %q is nil", e.Name)
 		}
 		if e.DType != F32 && e.DType != I64 {
-			return fmt.Errorf("tensor %q: writing dtype %s is not supported (F32 or I64)", e.Name, e.DType)
+			return nil, fmt.Errorf("tensor %q: writing dtype %s is not supported (F32 or I64)", e.Name, e.DType)
 		}
 	}
 	slices.SortStableFunc(sorted, func(a, b Entry) int {
@@ -156,29 +176,21 @@ func writeTensors(w io.Writer, entries []Entry, metadata map[string]string) erro
 	})
 	for i := 1; i < len(sorted); i++ {
 		if sorted[i].Name == sorted[i-1].Name {
-			return fmt.Errorf("duplicate tensor name %q", sorted[i].Name)
+			return nil, fmt.Errorf("duplicate tensor name %q", sorted[i].Name)
 		}
 	}
+	return sorted, nil
+}
 
+// encodeHeader returns the JSON header for entries laid out in data
+// order: "__metadata__" first (keys sorted) when there is any, then one
+// key per tensor, padded with spaces to a multiple of 8 bytes.
+func encodeHeader(sorted []Entry, metadata map[string]string) []byte {
 	var hdr bytes.Buffer
 	hdr.WriteByte('{')
 	first := true
 	if len(metadata) > 0 {
-		hdr.WriteString(`"__metadata__":{`)
-		keys := make([]string, 0, len(metadata))
-		for k := range metadata {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for i, k := range keys {
-			if i > 0 {
-				hdr.WriteByte(',')
-			}
-			writeJSONString(&hdr, k)
-			hdr.WriteByte(':')
-			writeJSONString(&hdr, metadata[k])
-		}
-		hdr.WriteByte('}')
+		encodeMetadata(&hdr, metadata)
 		first = false
 	}
 	var offset int64
@@ -203,17 +215,32 @@ func writeTensors(w io.Writer, entries []Entry, metadata map[string]string) erro
 	for hdr.Len()%8 != 0 {
 		hdr.WriteByte(' ')
 	}
+	return hdr.Bytes()
+}
 
-	var lenBuf [8]byte
-	binary.LittleEndian.PutUint64(lenBuf[:], uint64(hdr.Len()))
-	if _, err := w.Write(lenBuf[:]); err != nil {
-		return fmt.Errorf("writing header: %w", err)
+// encodeMetadata appends the "__metadata__" member, its keys sorted.
+func encodeMetadata(hdr *bytes.Buffer, metadata map[string]string) {
+	hdr.WriteString(`"__metadata__":{`)
+	keys := make([]string, 0, len(metadata))
+	for k := range metadata {
+		keys = append(keys, k)
 	}
-	if _, err := w.Write(hdr.Bytes()); err != nil {
-		return fmt.Errorf("writing header: %w", err)
+	slices.Sort(keys)
+	for i, k := range keys {
+		if i > 0 {
+			hdr.WriteByte(',')
+		}
+		writeJSONString(hdr, k)
+		hdr.WriteByte(':')
+		writeJSONString(hdr, metadata[k])
 	}
-	// Encode in chunks so that a large tensor needs only a small buffer;
-	// float32 data on a little-endian host is written as it is.
+	hdr.WriteByte('}')
+}
+
+// writeData writes the tensors' values in order. It encodes in chunks so
+// that a large tensor needs only a small buffer; float32 data on a
+// little-endian host is written as it is.
+func writeData(w io.Writer, sorted []Entry) error {
 	buf := make([]byte, 0, 64<<10)
 	for _, e := range sorted {
 		data := e.Tensor.Data()
@@ -224,17 +251,10 @@ func writeTensors(w io.Writer, entries []Entry, metadata map[string]string) erro
 			continue
 		}
 		for start := 0; start < len(data); {
-			buf = buf[:0]
 			end := min(start+cap(buf)/8, len(data))
-			for _, v := range data[start:end] {
-				if e.DType == I64 {
-					if v != float32(math.Trunc(float64(v))) {
-						return fmt.Errorf("tensor %q: value %v is not an integer (dtype I64)", e.Name, v)
-					}
-					buf = binary.LittleEndian.AppendUint64(buf, uint64(int64(v)))
-				} else {
-					buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-				}
+			var err error
+			if buf, err = encodeValues(buf[:0], e, data[start:end]); err != nil {
+				return err
 			}
 			if _, err := w.Write(buf); err != nil {
 				return fmt.Errorf("writing tensor %q: %w", e.Name, err)
@@ -243,6 +263,22 @@ func writeTensors(w io.Writer, entries []Entry, metadata map[string]string) erro
 		}
 	}
 	return nil
+}
+
+// encodeValues appends values, of entry e, little-endian in e's dtype;
+// an I64 value must be a whole number.
+func encodeValues(buf []byte, e Entry, values []float32) ([]byte, error) {
+	for _, v := range values {
+		if e.DType == I64 {
+			if v != float32(math.Trunc(float64(v))) {
+				return nil, fmt.Errorf("tensor %q: value %v is not an integer (dtype I64)", e.Name, v)
+			}
+			buf = binary.LittleEndian.AppendUint64(buf, uint64(int64(v)))
+		} else {
+			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+		}
+	}
+	return buf, nil
 }
 
 // writeJSONString appends s as a JSON string without HTML escaping, as
@@ -353,12 +389,33 @@ func decode(r io.ReaderAt, size int64) ([]Entry, map[string]string, error) {
 // dtype known; shape product × dtype size equal to the offsets' span; and
 // the spans, sorted by offset, must tile the data section exactly.
 func parseHeader(b []byte, dataLen int64) (*header, error) {
+	h, err := decodeHeaderJSON(b)
+	if err != nil {
+		return nil, err
+	}
+	h.dataLen = dataLen
+	for i, info := range h.infos {
+		if err := checkTensorInfo(h.names[i], info, dataLen); err != nil {
+			return nil, err
+		}
+	}
+	h.sortByOffset()
+	if err := h.checkTiling(); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// decodeHeaderJSON reads the header's JSON object: tensor entries, in the
+// file's order, and the optional "__metadata__", refusing duplicate keys,
+// unknown entry fields and anything but padding spaces after the object.
+func decodeHeaderJSON(b []byte) (*header, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil, corrupt("header is not a JSON object")
 	}
-	h := &header{dataLen: dataLen}
+	h := &header{}
 	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
@@ -379,15 +436,9 @@ func parseHeader(b []byte, dataLen int64) (*header, error) {
 			}
 			continue
 		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, corrupt("header is not valid JSON: %v", err)
-		}
-		var info tensorInfo
-		strict := json.NewDecoder(bytes.NewReader(raw))
-		strict.DisallowUnknownFields()
-		if err := strict.Decode(&info); err != nil {
-			return nil, corrupt("tensor %q: invalid entry: %v", key, err)
+		info, err := decodeTensorInfo(dec, key)
+		if err != nil {
+			return nil, err
 		}
 		h.names = append(h.names, key)
 		h.infos = append(h.infos, info)
@@ -399,39 +450,71 @@ func parseHeader(b []byte, dataLen int64) (*header, error) {
 	if len(bytes.TrimRight(b[dec.InputOffset():], " ")) != 0 {
 		return nil, corrupt("trailing bytes after the header object")
 	}
+	return h, nil
+}
 
-	for i, info := range h.infos {
-		name := h.names[i]
-		size := info.DType.Size()
-		if size == 0 {
-			return nil, corrupt("tensor %q: unknown dtype %q", name, info.DType)
-		}
-		if info.Shape == nil {
-			return nil, corrupt("tensor %q: missing shape", name)
-		}
-		if len(info.DataOffsets) != 2 {
-			return nil, corrupt("tensor %q: data_offsets must be [begin, end], got %v", name, info.DataOffsets)
-		}
-		numel := int64(1)
-		for _, d := range info.Shape {
-			if d < 0 {
-				return nil, corrupt("tensor %q: negative dimension in shape %v", name, info.Shape)
-			}
-			if d != 0 && numel > (1<<60)/d {
-				return nil, corrupt("tensor %q: shape %v overflows", name, info.Shape)
-			}
-			numel *= d
-		}
-		b, e := info.DataOffsets[0], info.DataOffsets[1]
-		if b < 0 || e < b || e > dataLen {
-			return nil, corrupt("tensor %q: data_offsets [%d, %d] out of range of the %d-byte data section", name, b, e, dataLen)
-		}
-		if numel*int64(size) != e-b {
-			return nil, corrupt("tensor %q: shape %v of %s needs %d bytes but data_offsets [%d, %d] span %d", name, info.Shape, info.DType, numel*int64(size), b, e, e-b)
-		}
+// decodeTensorInfo reads the value of tensor key from dec, refusing
+// fields a safetensors entry does not have.
+func decodeTensorInfo(dec *json.Decoder, key string) (tensorInfo, error) {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return tensorInfo{}, corrupt("header is not valid JSON: %v", err)
 	}
-	// Sort by offset (the file may list keys in any order) and require the
-	// spans to tile the data section with no gap or overlap.
+	var info tensorInfo
+	strict := json.NewDecoder(bytes.NewReader(raw))
+	strict.DisallowUnknownFields()
+	if err := strict.Decode(&info); err != nil {
+		return tensorInfo{}, corrupt("tensor %q: invalid entry: %v", key, err)
+	}
+	return info, nil
+}
+
+// checkTensorInfo validates one entry on its own: a known dtype, a shape,
+// offsets inside the data section spanning exactly the shape's bytes.
+func checkTensorInfo(name string, info tensorInfo, dataLen int64) error {
+	size := info.DType.Size()
+	if size == 0 {
+		return corrupt("tensor %q: unknown dtype %q", name, info.DType)
+	}
+	if info.Shape == nil {
+		return corrupt("tensor %q: missing shape", name)
+	}
+	if len(info.DataOffsets) != 2 {
+		return corrupt("tensor %q: data_offsets must be [begin, end], got %v", name, info.DataOffsets)
+	}
+	numel, err := shapeNumel(name, info.Shape)
+	if err != nil {
+		return err
+	}
+	b, e := info.DataOffsets[0], info.DataOffsets[1]
+	if b < 0 || e < b || e > dataLen {
+		return corrupt("tensor %q: data_offsets [%d, %d] out of range of the %d-byte data section", name, b, e, dataLen)
+	}
+	if numel*int64(size) != e-b {
+		return corrupt("tensor %q: shape %v of %s needs %d bytes but data_offsets [%d, %d] span %d", name, info.Shape, info.DType, numel*int64(size), b, e, e-b)
+	}
+	return nil
+}
+
+// shapeNumel returns the element count of tensor name's shape, refusing
+// negative dimensions and counts past 2^60.
+func shapeNumel(name string, shape []int64) (int64, error) {
+	numel := int64(1)
+	for _, d := range shape {
+		if d < 0 {
+			return 0, corrupt("tensor %q: negative dimension in shape %v", name, shape)
+		}
+		if d != 0 && numel > (1<<60)/d {
+			return 0, corrupt("tensor %q: shape %v overflows", name, shape)
+		}
+		numel *= d
+	}
+	return numel, nil
+}
+
+// sortByOffset puts the entries in data order: the file may list keys in
+// any order.
+func (h *header) sortByOffset() {
 	idx := make([]int, len(h.names))
 	for i := range idx {
 		idx[i] = i
@@ -445,23 +528,30 @@ func parseHeader(b []byte, dataLen int64) (*header, error) {
 	})
 	names := make([]string, len(idx))
 	infos := make([]tensorInfo, len(idx))
-	var end int64
 	for k, i := range idx {
 		names[k], infos[k] = h.names[i], h.infos[i]
-		off := infos[k].DataOffsets
+	}
+	h.names, h.infos = names, infos
+}
+
+// checkTiling requires the spans of entries in data order to tile the
+// data section with no gap or overlap.
+func (h *header) checkTiling() error {
+	var end int64
+	for k, info := range h.infos {
+		off := info.DataOffsets
 		if off[0] != end {
 			if off[0] < end {
-				return nil, corrupt("tensor %q: data_offsets [%d, %d] overlap the previous tensor %q ending at %d", names[k], off[0], off[1], names[k-1], end)
+				return corrupt("tensor %q: data_offsets [%d, %d] overlap the previous tensor %q ending at %d", h.names[k], off[0], off[1], h.names[k-1], end)
 			}
-			return nil, corrupt("tensor %q: data_offsets [%d, %d] leave a gap after byte %d", names[k], off[0], off[1], end)
+			return corrupt("tensor %q: data_offsets [%d, %d] leave a gap after byte %d", h.names[k], off[0], off[1], end)
 		}
 		end = off[1]
 	}
-	if end != dataLen {
-		return nil, corrupt("tensors cover %d bytes but the data section has %d", end, dataLen)
+	if end != h.dataLen {
+		return corrupt("tensors cover %d bytes but the data section has %d", end, h.dataLen)
 	}
-	h.names, h.infos = names, infos
-	return h, nil
+	return nil
 }
 
 func cmpInt64(a, b int64) int {

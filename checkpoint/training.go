@@ -122,86 +122,124 @@ func LoadTraining(path string, st *TrainingState) error {
 	if err != nil {
 		return err
 	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("checkpoint: %s: "+format, append([]any{side}, args...)...)
+	saved, err := parseSidecar(side, sideEntries, meta)
+	if err != nil {
+		return err
 	}
+	if (len(saved.schedMeta) > 0) != (st.Scheduler != nil) {
+		if st.Scheduler == nil {
+			return sidecarError(side, "holds scheduler state (%s) but no Scheduler was given", saved.schedMeta["scheduler"])
+		}
+		return sidecarError(side, "holds no scheduler state but a Scheduler was given")
+	}
+	extraVal, err := decodeExtra(side, st.Extra, saved.extra)
+	if err != nil {
+		return err
+	}
+	if err := loadSaved(side, st, saved); err != nil {
+		return err
+	}
+	st.Epoch, st.Step = saved.epoch, saved.step
+	if extraVal.IsValid() {
+		reflect.ValueOf(st.Extra).Elem().Set(extraVal.Elem())
+	}
+	return nil
+}
+
+// savedTraining is a sidecar's content, parsed and validated.
+type savedTraining struct {
+	epoch     int
+	step      int64
+	extra     string // JSON
+	model     []Entry
+	optState  optim.State
+	schedMeta map[string]string
+}
+
+// sidecarError is an error about the sidecar file side.
+func sidecarError(side, format string, args ...any) error {
+	return fmt.Errorf("checkpoint: %s: "+format, append([]any{side}, args...)...)
+}
+
+// parseSidecar checks the sidecar side's version and counters and sorts
+// its tensors and metadata into the model's, the optimizer's and the
+// scheduler's.
+func parseSidecar(side string, sideEntries []Entry, meta map[string]string) (savedTraining, error) {
+	var saved savedTraining
 	if v := meta["gotrain.training"]; v != trainingVersion {
-		return bad("not a gotrain training state (version %q, want %q)", v, trainingVersion)
+		return saved, sidecarError(side, "not a gotrain training state (version %q, want %q)", v, trainingVersion)
 	}
-	epoch, err := strconv.Atoi(meta["epoch"])
-	if err != nil {
-		return bad("epoch %q is not an integer", meta["epoch"])
+	var err error
+	if saved.epoch, err = strconv.Atoi(meta["epoch"]); err != nil {
+		return saved, sidecarError(side, "epoch %q is not an integer", meta["epoch"])
 	}
-	step, err := strconv.ParseInt(meta["step"], 10, 64)
-	if err != nil {
-		return bad("step %q is not an integer", meta["step"])
+	if saved.step, err = strconv.ParseInt(meta["step"], 10, 64); err != nil {
+		return saved, sidecarError(side, "step %q is not an integer", meta["step"])
 	}
 	extra, ok := meta["extra"]
 	if !ok || !json.Valid([]byte(extra)) {
-		return bad("extra is missing or not JSON")
+		return saved, sidecarError(side, "extra is missing or not JSON")
 	}
-	optState := optim.State{Tensors: map[string]*tensor.Tensor{}, Meta: map[string]string{}}
-	schedMeta := map[string]string{}
+	saved.extra = extra
+	saved.optState = optim.State{Tensors: map[string]*tensor.Tensor{}, Meta: map[string]string{}}
+	saved.schedMeta = map[string]string{}
 	for k, v := range meta {
 		if name, ok := strings.CutPrefix(k, "optimizer."); ok {
-			optState.Meta[name] = v
+			saved.optState.Meta[name] = v
 		} else if name, ok := strings.CutPrefix(k, "scheduler."); ok {
-			schedMeta[name] = v
+			saved.schedMeta[name] = v
 		}
 	}
-	var entries []Entry // the model's
 	for _, e := range sideEntries {
 		if name, ok := strings.CutPrefix(e.Name, modelPrefix); ok {
 			e.Name = name
-			entries = append(entries, e)
+			saved.model = append(saved.model, e)
 		} else {
-			optState.Tensors[e.Name] = e.Tensor
+			saved.optState.Tensors[e.Name] = e.Tensor
 		}
 	}
-	if (len(schedMeta) > 0) != (st.Scheduler != nil) {
-		if st.Scheduler == nil {
-			return bad("holds scheduler state (%s) but no Scheduler was given", schedMeta["scheduler"])
-		}
-		return bad("holds no scheduler state but a Scheduler was given")
-	}
+	return saved, nil
+}
 
-	// Decode Extra into a fresh value first, so that a failure cannot
-	// leave the caller's half-filled.
-	var extraVal reflect.Value
-	if st.Extra != nil && extra != "null" {
-		rv := reflect.ValueOf(st.Extra)
-		if rv.Kind() != reflect.Pointer || rv.IsNil() {
-			return bad("cannot decode extra into %T: need a non-nil pointer", st.Extra)
-		}
-		extraVal = reflect.New(rv.Elem().Type())
-		if err := json.Unmarshal([]byte(extra), extraVal.Interface()); err != nil {
-			return bad("decoding extra into %T: %w", st.Extra, err)
-		}
+// decodeExtra decodes the saved JSON extra into a fresh value of the type
+// dst points to, so that a failure cannot leave the caller's half-filled.
+// It returns the zero Value when there is nothing to decode.
+func decodeExtra(side string, dst any, extra string) (reflect.Value, error) {
+	if dst == nil || extra == "null" {
+		return reflect.Value{}, nil
 	}
+	rv := reflect.ValueOf(dst)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return reflect.Value{}, sidecarError(side, "cannot decode extra into %T: need a non-nil pointer", dst)
+	}
+	val := reflect.New(rv.Elem().Type())
+	if err := json.Unmarshal([]byte(extra), val.Interface()); err != nil {
+		return reflect.Value{}, sidecarError(side, "decoding extra into %T: %w", dst, err)
+	}
+	return val, nil
+}
 
-	// Each Load below is all-or-nothing; snapshots undo the earlier ones
-	// if a later one fails, so a failed resume changes nothing.
+// loadSaved loads the model, the optimizer and the scheduler of st from
+// saved. Each Load is all-or-nothing; snapshots undo the earlier ones if a
+// later one fails, so a failed resume changes nothing.
+func loadSaved(side string, st *TrainingState, saved savedTraining) error {
 	modelBefore := snapshotModel(st.Model)
 	optBefore := st.Optimizer.StateDict()
-	if err := loadEntries(side, st.Model, entries); err != nil {
+	if err := loadEntries(side, st.Model, saved.model); err != nil {
 		return err
 	}
-	if err := st.Optimizer.LoadStateDict(optState); err != nil {
+	if err := st.Optimizer.LoadStateDict(saved.optState); err != nil {
 		restoreModel(st.Model, modelBefore)
 		return fmt.Errorf("checkpoint: %s: %w", side, err)
 	}
 	if st.Scheduler != nil {
-		if err := st.Scheduler.LoadStateDict(optim.State{Meta: schedMeta}); err != nil {
+		if err := st.Scheduler.LoadStateDict(optim.State{Meta: saved.schedMeta}); err != nil {
 			restoreModel(st.Model, modelBefore)
 			if rerr := st.Optimizer.LoadStateDict(optBefore); rerr != nil {
 				panic("checkpoint: restoring the optimizer's own state failed: " + rerr.Error())
 			}
 			return fmt.Errorf("checkpoint: %s: %w", side, err)
 		}
-	}
-	st.Epoch, st.Step = epoch, step
-	if extraVal.IsValid() {
-		reflect.ValueOf(st.Extra).Elem().Set(extraVal.Elem())
 	}
 	return nil
 }

@@ -114,41 +114,17 @@ func (c Config) resolve() (Config, storeEnv, error) {
 }
 
 // resolveFields fills Config's zero fields from the environment or their
-// defaults and validates them.
+// defaults and validates them. On error the Config returned is filled as
+// far as it got.
 func (c Config) resolveFields() (Config, error) {
 	if c.InitMethod == "" {
 		c.InitMethod = "env://"
 	}
-	if c.WorldSize == 0 {
-		var err error
-		if c.Rank, err = envInt("RANK"); err != nil {
-			return c, err
-		}
-		if c.WorldSize, err = envInt("WORLD_SIZE"); err != nil {
-			return c, err
-		}
+	if err := c.resolveWorld(); err != nil {
+		return c, err
 	}
-	if c.WorldSize < 1 {
-		return c, fmt.Errorf("%w: world size %d, want at least 1", ErrConfig, c.WorldSize)
-	}
-	if c.Rank < 0 || c.Rank >= c.WorldSize {
-		return c, fmt.Errorf("%w: rank %d is outside world size %d (ranks are 0..%d)", ErrConfig, c.Rank, c.WorldSize, c.WorldSize-1)
-	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = DefaultConnectTimeout
-		if s := os.Getenv("GOTRAIN_CONNECT_TIMEOUT"); s != "" {
-			d, err := time.ParseDuration(s)
-			if err != nil || d <= 0 {
-				return c, fmt.Errorf("%w: GOTRAIN_CONNECT_TIMEOUT=%q is not a positive duration", ErrConfig, s)
-			}
-			c.ConnectTimeout = d
-		}
-	}
-	if c.Timeout < 0 || c.ConnectTimeout < 0 {
-		return c, fmt.Errorf("%w: negative timeout", ErrConfig)
+	if err := c.resolveTimeouts(); err != nil {
+		return c, err
 	}
 	if c.Token == "" {
 		c.Token = os.Getenv("GOTRAIN_TOKEN")
@@ -162,30 +138,11 @@ func (c Config) resolveFields() (Config, error) {
 	if c.ListenHost == "" {
 		c.ListenHost = os.Getenv("GOTRAIN_LISTEN_HOST")
 	}
-	if c.PortMin == 0 && c.PortMax == 0 {
-		if s := os.Getenv("GOTRAIN_PORT_RANGE"); s != "" {
-			lo, hi, ok := strings.Cut(s, "-")
-			a, err1 := strconv.Atoi(lo)
-			b, err2 := strconv.Atoi(hi)
-			if !ok || err1 != nil || err2 != nil {
-				return c, fmt.Errorf("%w: GOTRAIN_PORT_RANGE=%q, want MIN-MAX", ErrConfig, s)
-			}
-			c.PortMin, c.PortMax = a, b
-		}
+	if err := c.resolvePortRange(); err != nil {
+		return c, err
 	}
-	if c.PortMin < 0 || c.PortMax < c.PortMin || c.PortMax > 65535 || (c.PortMin == 0) != (c.PortMax == 0) {
-		return c, fmt.Errorf("%w: data-plane port range %d-%d", ErrConfig, c.PortMin, c.PortMax)
-	}
-	if c.AllReduceAlgo == "" {
-		c.AllReduceAlgo = os.Getenv("GOTRAIN_ALLREDUCE_ALGO")
-		if c.AllReduceAlgo == "" {
-			c.AllReduceAlgo = AlgoAuto
-		}
-	}
-	switch c.AllReduceAlgo {
-	case AlgoAuto, AlgoRing, AlgoRecursiveDoubling, AlgoShm:
-	default:
-		return c, fmt.Errorf("%w: allreduce algorithm %q (want %q, %q, %q or %q)", ErrConfig, c.AllReduceAlgo, AlgoAuto, AlgoRing, AlgoRecursiveDoubling, AlgoShm)
+	if err := c.resolveAllReduceAlgo(); err != nil {
+		return c, err
 	}
 	if !c.AgentStore {
 		c.AgentStore = os.Getenv("GOTRAIN_AGENT_STORE") == "1" || strings.EqualFold(os.Getenv("TORCHELASTIC_USE_AGENT_STORE"), "true")
@@ -197,6 +154,86 @@ func (c Config) resolveFields() (Config, error) {
 		c.Logger = slog.Default()
 	}
 	return c, nil
+}
+
+// resolveWorld takes Rank and WorldSize from RANK and WORLD_SIZE when
+// WorldSize is unset, and checks that the rank is inside the world.
+func (c *Config) resolveWorld() error {
+	if c.WorldSize == 0 {
+		var err error
+		if c.Rank, err = envInt("RANK"); err != nil {
+			return err
+		}
+		if c.WorldSize, err = envInt("WORLD_SIZE"); err != nil {
+			return err
+		}
+	}
+	if c.WorldSize < 1 {
+		return fmt.Errorf("%w: world size %d, want at least 1", ErrConfig, c.WorldSize)
+	}
+	if c.Rank < 0 || c.Rank >= c.WorldSize {
+		return fmt.Errorf("%w: rank %d is outside world size %d (ranks are 0..%d)", ErrConfig, c.Rank, c.WorldSize, c.WorldSize-1)
+	}
+	return nil
+}
+
+// resolveTimeouts defaults Timeout and ConnectTimeout, the latter from
+// GOTRAIN_CONNECT_TIMEOUT when set, and refuses negative ones.
+func (c *Config) resolveTimeouts() error {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+		if s := os.Getenv("GOTRAIN_CONNECT_TIMEOUT"); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("%w: GOTRAIN_CONNECT_TIMEOUT=%q is not a positive duration", ErrConfig, s)
+			}
+			c.ConnectTimeout = d
+		}
+	}
+	if c.Timeout < 0 || c.ConnectTimeout < 0 {
+		return fmt.Errorf("%w: negative timeout", ErrConfig)
+	}
+	return nil
+}
+
+// resolvePortRange takes the data-plane port range from
+// GOTRAIN_PORT_RANGE (MIN-MAX) when unset, and validates it: both zero
+// (any port) or 1 <= PortMin <= PortMax <= 65535.
+func (c *Config) resolvePortRange() error {
+	if c.PortMin == 0 && c.PortMax == 0 {
+		if s := os.Getenv("GOTRAIN_PORT_RANGE"); s != "" {
+			lo, hi, ok := strings.Cut(s, "-")
+			a, err1 := strconv.Atoi(lo)
+			b, err2 := strconv.Atoi(hi)
+			if !ok || err1 != nil || err2 != nil {
+				return fmt.Errorf("%w: GOTRAIN_PORT_RANGE=%q, want MIN-MAX", ErrConfig, s)
+			}
+			c.PortMin, c.PortMax = a, b
+		}
+	}
+	if c.PortMin < 0 || c.PortMax < c.PortMin || c.PortMax > 65535 || (c.PortMin == 0) != (c.PortMax == 0) {
+		return fmt.Errorf("%w: data-plane port range %d-%d", ErrConfig, c.PortMin, c.PortMax)
+	}
+	return nil
+}
+
+// resolveAllReduceAlgo takes the algorithm from GOTRAIN_ALLREDUCE_ALGO
+// when unset, else AlgoAuto, and refuses an unknown one.
+func (c *Config) resolveAllReduceAlgo() error {
+	if c.AllReduceAlgo == "" {
+		c.AllReduceAlgo = os.Getenv("GOTRAIN_ALLREDUCE_ALGO")
+		if c.AllReduceAlgo == "" {
+			c.AllReduceAlgo = AlgoAuto
+		}
+	}
+	switch c.AllReduceAlgo {
+	case AlgoAuto, AlgoRing, AlgoRecursiveDoubling, AlgoShm:
+		return nil
+	}
+	return fmt.Errorf("%w: allreduce algorithm %q (want %q, %q, %q or %q)", ErrConfig, c.AllReduceAlgo, AlgoAuto, AlgoRing, AlgoRecursiveDoubling, AlgoShm)
 }
 
 func envInt(name string) (int, error) {

@@ -194,74 +194,27 @@ func (c *core) StateDict() State {
 	return st
 }
 
-// LoadStateDict replaces state and hyper-parameters with st.
+// LoadStateDict replaces state and hyper-parameters with st. It parses
+// everything before changing anything, so a bad state leaves the
+// optimizer as it was.
 func (c *core) LoadStateDict(st State) error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s: "+format, append([]any{ErrStateDict, c.kind}, args...)...)
-	}
 	if kind := st.Meta["optimizer"]; kind != c.kind {
-		return bad("state is for optimizer %q", kind)
+		return c.stateError("state is for optimizer %q", kind)
 	}
 	if n := st.Meta["params"]; n != strconv.Itoa(len(c.params)) {
-		return bad("state has %s parameters, optimizer has %d", n, len(c.params))
+		return c.stateError("state has %s parameters, optimizer has %d", n, len(c.params))
 	}
 	lr, err := metaFloat(st.Meta, "lr")
 	if err != nil {
-		return bad("%v", err)
+		return c.stateError("%v", err)
 	}
-	// Parse everything before changing anything, so a bad state leaves
-	// the optimizer as it was.
-	floats := make([]float64, len(c.hypers))
-	bools := make([]bool, len(c.hypers))
-	for k, h := range c.hypers {
-		if h.f != nil {
-			floats[k], err = metaFloat(st.Meta, h.name)
-		} else {
-			bools[k], err = metaBool(st.Meta, h.name)
-		}
-		if err != nil {
-			return bad("%v", err)
-		}
-		if h.name == c.structural && (floats[k] != 0) != (*h.f != 0) {
-			return bad("%s is %v in the state but %v here: construct the optimizer with the same %s", h.name, floats[k], *h.f, h.name)
-		}
+	floats, bools, err := c.parseHypers(st.Meta)
+	if err != nil {
+		return err
 	}
-	used := map[string]bool{}
-	state := make([][][]float32, len(c.params))
-	steps := make([]int64, len(c.params))
-	for i, p := range c.params {
-		key := fmt.Sprintf("state.%d.step", i)
-		s, ok := st.Meta[key]
-		if !ok {
-			continue
-		}
-		steps[i], err = strconv.ParseInt(s, 10, 64)
-		if err != nil || steps[i] < 1 {
-			return bad("%s = %q is not a positive integer", key, s)
-		}
-		state[i] = make([][]float32, len(c.slots))
-		for k, name := range c.slots {
-			key := fmt.Sprintf("state.%d.%s", i, name)
-			t := st.Tensors[key]
-			if t == nil {
-				return bad("missing tensor %s", key)
-			}
-			if !slices.Equal(t.Shape(), p.Shape()) {
-				return bad("tensor %s has shape %v, parameter %d has %v", key, t.Shape(), i, p.Shape())
-			}
-			state[i][k] = slices.Clone(t.Data())
-			used[key] = true
-		}
-	}
-	var unexpected []string
-	for key := range st.Tensors {
-		if !used[key] {
-			unexpected = append(unexpected, key)
-		}
-	}
-	if len(unexpected) > 0 {
-		slices.Sort(unexpected)
-		return bad("unexpected tensors %s", strings.Join(unexpected, ", "))
+	state, steps, err := c.parseSlots(st)
+	if err != nil {
+		return err
 	}
 	c.lr = lr
 	for k, h := range c.hypers {
@@ -272,6 +225,86 @@ func (c *core) LoadStateDict(st State) error {
 		}
 	}
 	c.state, c.steps = state, steps
+	return nil
+}
+
+// stateError is an error about a state dict LoadStateDict refuses.
+func (c *core) stateError(format string, args ...any) error {
+	return fmt.Errorf("%w: %s: "+format, append([]any{ErrStateDict, c.kind}, args...)...)
+}
+
+// parseHypers reads every hyper-parameter from meta, indexed as c.hypers,
+// refusing a structural one whose being zero differs from c's.
+func (c *core) parseHypers(meta map[string]string) ([]float64, []bool, error) {
+	floats := make([]float64, len(c.hypers))
+	bools := make([]bool, len(c.hypers))
+	var err error
+	for k, h := range c.hypers {
+		if h.f != nil {
+			floats[k], err = metaFloat(meta, h.name)
+		} else {
+			bools[k], err = metaBool(meta, h.name)
+		}
+		if err != nil {
+			return nil, nil, c.stateError("%v", err)
+		}
+		if h.name == c.structural && (floats[k] != 0) != (*h.f != 0) {
+			return nil, nil, c.stateError("%s is %v in the state but %v here: construct the optimizer with the same %s", h.name, floats[k], *h.f, h.name)
+		}
+	}
+	return floats, bools, nil
+}
+
+// parseSlots reads the per-parameter step counts and slot buffers of st,
+// each buffer the shape of its parameter, refusing tensors that belong to
+// no slot.
+func (c *core) parseSlots(st State) ([][][]float32, []int64, error) {
+	used := map[string]bool{}
+	state := make([][][]float32, len(c.params))
+	steps := make([]int64, len(c.params))
+	for i, p := range c.params {
+		key := fmt.Sprintf("state.%d.step", i)
+		s, ok := st.Meta[key]
+		if !ok {
+			continue
+		}
+		var err error
+		steps[i], err = strconv.ParseInt(s, 10, 64)
+		if err != nil || steps[i] < 1 {
+			return nil, nil, c.stateError("%s = %q is not a positive integer", key, s)
+		}
+		state[i] = make([][]float32, len(c.slots))
+		for k, name := range c.slots {
+			key := fmt.Sprintf("state.%d.%s", i, name)
+			t := st.Tensors[key]
+			if t == nil {
+				return nil, nil, c.stateError("missing tensor %s", key)
+			}
+			if !slices.Equal(t.Shape(), p.Shape()) {
+				return nil, nil, c.stateError("tensor %s has shape %v, parameter %d has %v", key, t.Shape(), i, p.Shape())
+			}
+			state[i][k] = slices.Clone(t.Data())
+			used[key] = true
+		}
+	}
+	if err := c.refuseUnused(st.Tensors, used); err != nil {
+		return nil, nil, err
+	}
+	return state, steps, nil
+}
+
+// refuseUnused names, sorted, the tensors that are not used.
+func (c *core) refuseUnused(tensors map[string]*tensor.Tensor, used map[string]bool) error {
+	var unexpected []string
+	for key := range tensors {
+		if !used[key] {
+			unexpected = append(unexpected, key)
+		}
+	}
+	if len(unexpected) > 0 {
+		slices.Sort(unexpected)
+		return c.stateError("unexpected tensors %s", strings.Join(unexpected, ", "))
+	}
 	return nil
 }
 

@@ -346,33 +346,13 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, gradOf func(i int, buf []float3
 		for i := lo; i < hi; i++ {
 			gi := gradOf(i, gbuf)
 			if needB {
-				for oc := range db {
-					db[oc] += kernels.Sum(gi[oc*p : (oc+1)*p])
-				}
+				addBiasGrad(db, gi, p)
 			}
 			if needW {
-				col := g.im2col(x.data, i, scratch)
-				if transposed { // dWᵀ[ckk, O] += col_i[ckk, p] · g_iᵀ
-					kernels.Sgemm(false, true, ckk, g.o, p, 1, col, p, gi, p, 1, dw, g.o)
-				} else { // dW[O, ckk] += g_i[O, p] · col_iᵀ
-					kernels.Sgemm(false, true, g.o, ckk, p, 1, gi, p, col, p, 1, dw, ckk)
-				}
+				g.addWeightGrad(dw, gi, g.im2col(x.data, i, scratch), transposed)
 			}
-			if needX { // dcol = Wᵀ · g_i, folded back into the image
-				dxi := gx[i*g.inSize() : (i+1)*g.inSize()]
-				if g.direct() {
-					beta := float32(1)
-					if freshX {
-						beta = 0
-					}
-					kernels.Sgemm(true, false, ckk, p, g.o, 1, w.data, ckk, gi, p, beta, dxi, p)
-					continue
-				}
-				if freshX {
-					clear(dxi)
-				}
-				kernels.Sgemm(true, false, ckk, p, g.o, 1, w.data, ckk, gi, p, 0, scratch, p)
-				kernels.Col2im(scratch, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, dxi)
+			if needX {
+				g.addInputGrad(gx[i*g.inSize():(i+1)*g.inSize()], w.data, gi, scratch, freshX)
 			}
 		}
 		if scratch != nil {
@@ -383,6 +363,46 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, gradOf func(i int, buf []float3
 		}
 	})
 	g.mergePartials(gw, gb, partialW, partialB, used, transposed)
+}
+
+// addBiasGrad adds image gradient gi [O, p] summed over each channel's
+// plane into db [O].
+func addBiasGrad(db, gi []float32, p int) {
+	for oc := range db {
+		db[oc] += kernels.Sum(gi[oc*p : (oc+1)*p])
+	}
+}
+
+// addWeightGrad adds one image's weight gradient into dw: gi [O, p] times
+// the image's columns col [ckk, p] transposed, into dW [O, ckk] or, when
+// transposed, dWᵀ [ckk, O].
+func (g convGeom) addWeightGrad(dw, gi, col []float32, transposed bool) {
+	ckk, p := g.ckk(), g.plane()
+	if transposed { // dWᵀ[ckk, O] += col_i[ckk, p] · g_iᵀ
+		kernels.Sgemm(false, true, ckk, g.o, p, 1, col, p, gi, p, 1, dw, g.o)
+	} else { // dW[O, ckk] += g_i[O, p] · col_iᵀ
+		kernels.Sgemm(false, true, g.o, ckk, p, 1, gi, p, col, p, 1, dw, ckk)
+	}
+}
+
+// addInputGrad adds one image's input gradient into dxi, clearing it first
+// if fresh: the column gradient Wᵀ · gi, built in scratch [ckk, p] and
+// folded back into the image unless the convolution is direct.
+func (g convGeom) addInputGrad(dxi, w, gi, scratch []float32, fresh bool) {
+	ckk, p := g.ckk(), g.plane()
+	if g.direct() {
+		beta := float32(1)
+		if fresh {
+			beta = 0
+		}
+		kernels.Sgemm(true, false, ckk, p, g.o, 1, w, ckk, gi, p, beta, dxi, p)
+		return
+	}
+	if fresh {
+		clear(dxi)
+	}
+	kernels.Sgemm(true, false, ckk, p, g.o, 1, w, ckk, gi, p, 0, scratch, p)
+	kernels.Col2im(scratch, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, dxi)
 }
 
 // mergePartials adds the private weight and bias gradients of the first

@@ -368,33 +368,10 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 			if pc > 0 {
 				betaEff = 1
 			}
-			for jr := 0; jr < nc; jr += nr {
-				cols := min(nr, nc-jr)
-				if directB && cols == nr {
-					continue
-				}
-				dst := ws.b[jr*kc : (jr+nr)*kc]
-				switch {
-				case !transB:
-					packBNoTrans(dst, b, ldb, pc, kc, jc+jr, cols, nr)
-				case impl.packBT != nil:
-					impl.packBT(dst, ws.scratch, b, ldb, pc, kc, jc+jr, cols, nr)
-				default:
-					packBTrans(dst, b, ldb, pc, kc, jc+jr, cols, nr)
-				}
-			}
+			impl.packBBlock(ws, transB, directB, b, ldb, pc, kc, jc, nc)
 			for ic := 0; ic < m; ic += impl.mc {
 				mc := min(impl.mc, m-ic)
-				// A is read in place; only a last panel of fewer than mr rows
-				// with no kernel of its own is packed, zero-padded.
-				if rows := mc % mr; rows != 0 && impl.kernels[rows] == nil {
-					ir := mc - rows
-					if transA {
-						packATrans(ws.a, a, lda, ic+ir, rows, pc, kc, mr)
-					} else {
-						packANoTrans(ws.a, a, lda, ic+ir, rows, pc, kc, mr)
-					}
-				}
+				impl.packAEdge(ws, transA, a, lda, ic, mc, pc, kc)
 				tile := func(ir, jr int) {
 					mrEff, nrEff := min(mr, mc-ir), min(nr, nc-jr)
 					var ap *float32
@@ -437,6 +414,46 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 				}
 			}
 		}
+	}
+}
+
+// packBBlock packs the B block of rows pc..pc+kc and columns jc..jc+nc
+// into ws.b, one nr-column micro-panel after another, the last
+// zero-padded; with directB, full micro-panels are left to be read in
+// place.
+func (impl *gemmImpl) packBBlock(ws *workspace, transB, directB bool, b []float32, ldb, pc, kc, jc, nc int) {
+	nr := impl.nr
+	for jr := 0; jr < nc; jr += nr {
+		cols := min(nr, nc-jr)
+		if directB && cols == nr {
+			continue
+		}
+		dst := ws.b[jr*kc : (jr+nr)*kc]
+		switch {
+		case !transB:
+			packBNoTrans(dst, b, ldb, pc, kc, jc+jr, cols, nr)
+		case impl.packBT != nil:
+			impl.packBT(dst, ws.scratch, b, ldb, pc, kc, jc+jr, cols, nr)
+		default:
+			packBTrans(dst, b, ldb, pc, kc, jc+jr, cols, nr)
+		}
+	}
+}
+
+// packAEdge packs into ws.a, zero-padded, the last micro-panel of the A
+// block of rows ic..ic+mc and columns pc..pc+kc when it has fewer than mr
+// rows and no kernel of its own; A is otherwise read in place.
+func (impl *gemmImpl) packAEdge(ws *workspace, transA bool, a []float32, lda, ic, mc, pc, kc int) {
+	mr := impl.mr
+	rows := mc % mr
+	if rows == 0 || impl.kernels[rows] != nil {
+		return
+	}
+	ir := mc - rows
+	if transA {
+		packATrans(ws.a, a, lda, ic+ir, rows, pc, kc, mr)
+	} else {
+		packANoTrans(ws.a, a, lda, ic+ir, rows, pc, kc, mr)
 	}
 }
 
