@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -262,16 +261,3 @@ func restoreModel(m nn.Module, snap map[string]*tensor.Tensor) {
 	}
 }
 
-// readTensorsBytes decodes a file already read into memory, naming it in
-// errors.
-func readTensorsBytes(path string, data []byte) ([]Entry, map[string]string, error) {
-	entries, meta, err := decode(bytes.NewReader(data), int64(len(data)))
-	if err != nil {
-		if fe, ok := err.(*FormatError); ok {
-			fe.File = path
-			return nil, nil, fe
-		}
-		return nil, nil, fmt.Errorf("checkpoint: %s: %w", path, err)
-	}
-	return entries, meta, nil
-}
