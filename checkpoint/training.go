@@ -260,4 +260,3 @@ func restoreModel(m nn.Module, snap map[string]*tensor.Tensor) {
 		panic("checkpoint: restoring the model's own state failed: " + err.Error())
 	}
 }
-
