@@ -202,4 +202,3 @@ func waitGone(t *testing.T, pid int) {
 	}
 	t.Fatalf("worker %d still runs after its launcher was killed", pid)
 }
-
