@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gotrain/gotrain/internal/shm"
 	"github.com/gotrain/gotrain/internal/testlog"
@@ -20,7 +22,8 @@ import (
 // memory is off or another algorithm is forced, and no file is left in
 // /dev/shm.
 func TestSharedMemoryChosen(t *testing.T) {
-	before, _ := filepath.Glob("/dev/shm/gotrain-arena-*")
+	job := fmt.Sprintf("test%d_%d", os.Getpid(), time.Now().UnixNano()) // names this test's files only
+	t.Setenv("GOTRAIN_RUN_ID", job)
 	cases := []struct {
 		name string
 		env  string
@@ -52,9 +55,8 @@ func TestSharedMemoryChosen(t *testing.T) {
 			})
 		})
 	}
-	after, _ := filepath.Glob("/dev/shm/gotrain-arena-*")
-	if len(after) > len(before) {
-		t.Errorf("arena files left behind: %v (before: %v)", after, before)
+	if left, _ := filepath.Glob(shm.FilePattern(job)); len(left) > 0 {
+		t.Errorf("shared-memory files left behind: %v", left)
 	}
 }
 

@@ -126,6 +126,7 @@ func Run(ctx context.Context, cfg Config) (exitCode int, err error) {
 		}
 		j.log.Info("launch: writing worker logs", "dir", j.logRoot)
 	}
+	defer cleanShm(j.log, cfg.RunID)()
 	return j.run(ctx)
 }
 

@@ -149,6 +149,7 @@ func runRun(cmd *cobra.Command, args []string) error {
 		}
 	}()
 
+	warnBeforeStart(cfg)
 	code, err := launch.Run(ctx, cfg)
 	if err != nil && !errors.Is(err, launch.ErrInterrupted) {
 		return err

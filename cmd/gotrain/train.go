@@ -127,6 +127,7 @@ func launchTrainWorkers(ctx context.Context, cfg launch.Config) error {
 	cfg.Program, cfg.Args, cfg.Standalone = self, os.Args[1:], true
 	cfg.Env = append(os.Environ(), trainWorkerEnv+"=1", summaryFileEnv+"="+summary)
 	cfg.Stdout, cfg.Stderr = os.Stdout, os.Stderr
+	warnBeforeStart(cfg)
 	code, err := launch.Run(ctx, cfg)
 	if err != nil {
 		return err

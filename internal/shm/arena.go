@@ -114,7 +114,7 @@ func CreateArena(size int) (path, nonce string, mem []byte, err error) {
 	if _, err := rand.Read(n[:]); err != nil {
 		return "", "", nil, err
 	}
-	path, mem, err = Create("gotrain-arena-*", arenaFileSize(size))
+	path, mem, err = Create("arena", arenaFileSize(size))
 	if err != nil {
 		return "", "", nil, err
 	}

@@ -30,5 +30,15 @@
 // A file is reserved whole when it is created: a write to a page that a
 // full /dev/shm cannot back would kill the process with SIGBUS (Docker's
 // default /dev/shm is 64 MiB), while a failed reservation is an error the
-// caller falls back from (to TCP).
+// caller falls back from (to TCP). Need is what a group reserves: a ring
+// per pair of same-host ranks (16 MiB each, so it grows with the square of
+// the local ranks: 16 ranks take 2 GB) plus the arena; gotrain's CLI
+// compares it with Free before it starts workers.
+//
+// A file is unlinked as soon as every peer has mapped it, so normally
+// nothing outlives a job. A process killed in between (SIGKILL, the OOM
+// killer) leaves its file; the name says which job and process made it
+// (see FilePattern), and RemoveStale removes the files whose creator is
+// gone: the launcher calls it when a job starts and ends, and a process's
+// first Create does too.
 package shm

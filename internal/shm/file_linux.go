@@ -1,19 +1,33 @@
 package shm
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 )
 
 // supported: Linux has a tmpfs /dev/shm, fallocate and futexes.
 const supported = true
 
-// Create makes a file of n bytes in /dev/shm, named from pattern as by
-// os.CreateTemp, reserves and maps it. The caller removes the file (once
-// its peers have mapped it) and unmaps mem.
-func Create(pattern string, n int) (path string, mem []byte, err error) {
-	f, err := os.CreateTemp("/dev/shm", pattern)
+// removeStaleOnce makes a process's first Create remove the files that
+// killed processes left, so that its group finds the space they held.
+var removeStaleOnce sync.Once
+
+// Create makes a file of n bytes in /dev/shm, named for this process and
+// kind (see FilePattern), reserves and maps it. The caller removes the
+// file (once its peers have mapped it) and unmaps mem. A process's first
+// Create first removes the stale files of gone processes (RemoveStale).
+func Create(kind string, n int) (path string, mem []byte, err error) {
+	pattern := namePattern(kind)
+	removeStaleOnce.Do(func() { _, _, _ = RemoveStale("") }) // best effort: a file it cannot remove only costs space
+	f, err := os.CreateTemp(shmDir, pattern)
 	if err != nil {
 		return "", nil, err
 	}
@@ -61,3 +75,116 @@ func Unmap(mem []byte) {
 		syscall.Munmap(mem)
 	}
 }
+
+// Free is how many bytes a new job can reserve in /dev/shm: the file
+// system's free space plus what the stale files of gone gotrain processes
+// hold, which the launcher removes before its workers start.
+func Free() (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(shmDir, &st); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", shmDir, err)
+	}
+	free := int64(st.Bavail) * int64(st.Bsize)
+	stale, _ := staleFiles("") // unreadable: count no stale file
+	for _, s := range stale {
+		free += s.bytes
+	}
+	return free, nil
+}
+
+// RemoveStale removes the files in /dev/shm that gotrain processes of this
+// user created and that outlived their creator (killed before every peer
+// mapped them): files whose creating process, in this PID namespace, is
+// gone or a zombie. runID "" means the files of every job; otherwise only
+// those of the job it names. A file of a live process, of another user, of
+// another PID namespace or not named by gotrain is never touched. It
+// returns how many files it removed and the bytes they held; the error
+// reports a directory or a file it could not remove.
+func RemoveStale(runID string) (files int, bytes int64, err error) {
+	stale, err := staleFiles(runID)
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, s := range stale {
+		switch err := os.Remove(s.path); {
+		case err == nil:
+			files++
+			bytes += s.bytes
+		case !errors.Is(err, fs.ErrNotExist): // ErrNotExist: another run removed it first
+			errs = append(errs, err)
+		}
+	}
+	return files, bytes, errors.Join(errs...)
+}
+
+// staleFile is a file RemoveStale removes and the bytes it holds.
+type staleFile struct {
+	path  string
+	bytes int64
+}
+
+// staleFiles lists the stale files of the job runID names ("" for all).
+func staleFiles(runID string) ([]staleFile, error) {
+	entries, err := os.ReadDir(shmDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	job := ""
+	if runID != "" {
+		job = jobTag(runID)
+	}
+	uid, ns := uint32(os.Geteuid()), pidNS()
+	var stale []staleFile
+	for _, e := range entries {
+		o, ok := parseName(e.Name())
+		if !ok || !e.Type().IsRegular() || job != "" && o.job != job || o.ns != ns {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed since ReadDir
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok || st.Uid != uid || !processGone(o.pid) {
+			continue
+		}
+		stale = append(stale, staleFile{filepath.Join(shmDir, e.Name()), int64(st.Blocks) * 512})
+	}
+	return stale, nil
+}
+
+// processGone reports whether process pid no longer runs: signal 0 finds
+// no such process, or it is a zombie (which maps no memory; in a container
+// whose init does not reap orphans, a killed worker may stay one).
+func processGone(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return errors.Is(err, fs.ErrNotExist)
+	}
+	// "pid (comm) state ...": comm may hold any byte, so parse from the
+	// last ')'.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
+}
+
+// pidNS is the inode of this process's PID namespace, 0 if unknown.
+var pidNS = sync.OnceValue(func() uint64 {
+	s, err := os.Readlink("/proc/self/ns/pid") // "pid:[4026531836]"
+	if err != nil {
+		return 0
+	}
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "pid:["), "]")
+	v, _ := strconv.ParseUint(s, 10, 64)
+	return v
+})

@@ -15,8 +15,8 @@ const supported = false
 var errUnsupported = errors.New("shared memory is supported on Linux only")
 
 // Create fails: shared memory is supported on Linux only.
-func Create(pattern string, n int) (path string, mem []byte, err error) {
-	return "", nil, fmt.Errorf("create %s: %w", pattern, errUnsupported)
+func Create(kind string, n int) (path string, mem []byte, err error) {
+	return "", nil, fmt.Errorf("create a %s file: %w", kind, errUnsupported)
 }
 
 // Open fails: shared memory is supported on Linux only.
@@ -26,3 +26,12 @@ func Open(path string, n int) ([]byte, error) {
 
 // Unmap does nothing: Create and Open never map anything here.
 func Unmap(mem []byte) {}
+
+// Free fails: shared memory is supported on Linux only.
+func Free() (int64, error) { return 0, errUnsupported }
+
+// RemoveStale does nothing: no gotrain process makes files here.
+func RemoveStale(runID string) (files int, bytes int64, err error) { return 0, 0, nil }
+
+// pidNS is unknown here.
+func pidNS() uint64 { return 0 }

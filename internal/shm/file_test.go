@@ -10,7 +10,7 @@ func TestCreateOpenShare(t *testing.T) {
 	if _, err := os.Stat("/dev/shm"); err != nil || !supported {
 		t.Skip("no /dev/shm")
 	}
-	path, a, err := Create("shm-test-*", 8192)
+	path, a, err := Create("test", 8192)
 	if err != nil {
 		t.Fatal(err)
 	}

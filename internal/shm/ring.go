@@ -189,7 +189,7 @@ func AnswerRing(rw io.ReadWriter, open bool) (*Ring, error) {
 }
 
 func createRing() (string, []byte) {
-	path, mem, err := Create("gotrain-*", ringSize)
+	path, mem, err := Create("ring", ringSize)
 	if err != nil {
 		return "", nil // the pair stays on TCP
 	}
