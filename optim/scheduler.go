@@ -85,10 +85,14 @@ type StepLR struct {
 	gamma    float64
 }
 
-// NewStepLR returns a StepLR over opt. It panics if stepSize < 1.
+// NewStepLR returns a StepLR over opt. It panics if stepSize < 1 or gamma
+// is negative or not finite.
 func NewStepLR(opt Optimizer, stepSize int, gamma float64) *StepLR {
 	if stepSize < 1 {
 		panic(fmt.Sprintf("optim: StepLR: step size %d < 1", stepSize))
+	}
+	if !(gamma >= 0) || math.IsInf(gamma, 0) {
+		panic(fmt.Sprintf("optim: StepLR: invalid gamma %v", gamma))
 	}
 	return &StepLR{schedule: newSchedule("StepLR", opt), stepSize: stepSize, gamma: gamma}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -273,4 +274,21 @@ func (fl *trainMNISTFlags) checkFiles(f *pflag.FlagSet) error {
 		return badFlag("save-every", cfg.SaveEvery, "needs --save, where to checkpoint")
 	}
 	return nil
+}
+
+// checkTrainMNISTArgs checks the arguments of a `gotrain train mnist` run
+// as that command would, for a command that runs it.
+func checkTrainMNISTArgs(args []string) error {
+	var fl trainMNISTFlags
+	f := pflag.NewFlagSet("train mnist", pflag.ContinueOnError)
+	f.SetOutput(io.Discard)
+	fl.register(f)
+	if err := f.Parse(args); err != nil {
+		return flagErrorFunc(nil, err)
+	}
+	if f.NArg() > 0 {
+		return usagef("train mnist: unexpected argument %q (it takes flags only)", f.Arg(0))
+	}
+	_, err := fl.check(f)
+	return err
 }
