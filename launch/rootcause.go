@@ -51,12 +51,16 @@ func (f Failure) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "launch: job failed; root cause: rank %d (local rank %d) on %s, pid %d: %s\n",
 		f.Rank, f.LocalRank, f.Host, f.PID, f.Cause())
-	fmt.Fprintf(&b, "  exit code %d after %d of %d restarts\n", f.ExitCode, f.Restarts, f.MaxRestarts)
-	if len(f.Stderr) == 0 {
+	fmt.Fprintf(&b, "  exit code %d; %d of %d restarts used\n", f.ExitCode, f.Restarts, f.MaxRestarts)
+	switch len(f.Stderr) {
+	case 0:
 		b.WriteString("  its stderr was empty\n")
 		return b.String()
+	case 1:
+		b.WriteString("  last line of its stderr:\n")
+	default:
+		fmt.Fprintf(&b, "  last %d lines of its stderr:\n", len(f.Stderr))
 	}
-	fmt.Fprintf(&b, "  last %d lines of its stderr:\n", len(f.Stderr))
 	for _, l := range f.Stderr {
 		b.WriteString("    " + l + "\n")
 	}

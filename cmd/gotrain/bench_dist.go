@@ -77,11 +77,13 @@ func benchLaunch(ctx context.Context, nproc int, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("bench: find this executable: %w", err)
 	}
-	code, err := launch.Run(ctx, launch.Config{
+	cfg := launch.Config{
 		Program: exe, Args: os.Args[1:], NProcPerNode: nproc, Standalone: true,
 		Env:    append(os.Environ(), benchWorkerEnv+"=1"),
 		Stdout: rankZeroLines{out},
-	})
+	}
+	outputFlags{}.setupLauncherLog(&cfg)
+	code, err := launch.Run(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
