@@ -3,8 +3,8 @@ package main
 import (
 	"errors"
 	"maps"
-	"slices"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"

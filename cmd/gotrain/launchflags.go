@@ -30,16 +30,6 @@ func (o *outputFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&o.ranksFilter, "local-ranks-filter", "", "show only these local ranks' output on the console, e.g. 0 or 0,1 (log files keep all)")
 }
 
-// changed reports whether any launcher output flag was given.
-func (o outputFlags) changed(f *pflag.FlagSet) (string, bool) {
-	for _, name := range []string{"tee", "redirects", "local-ranks-filter"} {
-		if f.Changed(name) {
-			return name, true
-		}
-	}
-	return "", false
-}
-
 // format is the log format the flags choose.
 func (o outputFlags) format() string {
 	if o.logFormat != "" {

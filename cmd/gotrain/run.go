@@ -44,10 +44,18 @@ GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT, ...), a
 shared random GOTRAIN_TOKEN and GOTRAIN_NUM_THREADS/OMP_NUM_THREADS set to
 CPUs / nproc-per-node. Each output line is prefixed with "[rank<N>]: ".
 
+--log-dir also writes each worker's streams to files; --redirects sends
+the streams it names to the files only and --tee to both (0 none, 1 stdout,
+2 stderr, 3 both, or per local rank: 0:3,1:2), and --local-ranks-filter 0,1
+shows only those local ranks on the console, as with torchrun.
+
 When a worker fails, the others are stopped (SIGTERM, SIGKILL after
 --stop-timeout) and either all are restarted (up to --max-restarts) or gotrain
-exits with the failed worker's exit code (128+signal if a signal killed it).
-SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the workers.
+reports the root cause (rank, host, exit status or signal, the last lines of
+its stderr) and exits with the failed worker's exit code (128+signal if a
+signal killed it). SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the
+workers. A bad flag is refused with one line and exit status 2 before any
+worker starts.
 
 PROGRAM is any executable; flags after it are its own. For several nodes run
 gotrain run on each with the same --nnodes, --nproc-per-node, --master-addr,
