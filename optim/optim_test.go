@@ -369,6 +369,7 @@ func TestConstructorPanics(t *testing.T) {
 	expectPanic(t, "step size", func() { NewStepLR(NewSGD(ps, 0.1), 0, 0.1) })
 	expectPanic(t, "T_max", func() { NewCosineAnnealingLR(NewSGD(ps, 0.1), 0, 0) })
 	expectPanic(t, "eta_min", func() { NewCosineAnnealingLR(NewSGD(ps, 0.1), 5, -1) })
+	expectPanic(t, "invalid eta_min NaN", func() { NewCosineAnnealingLR(NewSGD(ps, 0.1), 5, math.NaN()) })
 }
 
 func TestSchedulerLoadStateDictErrors(t *testing.T) {
