@@ -98,6 +98,13 @@ func TestBadFlags(t *testing.T) {
 		{train("--progress=maybe"), "--progress"},
 		{train("--no-such-flag"), "--no-such-flag"},
 		{train("--epochs"), "--epochs"},
+		{train("--profile=often"), "--profile"},
+		{train("--nproc-per-node", "2", "--log-dir", file), "--log-dir"},
+		{train("--nproc-per-node", "2", "--log-dir", dir, "--redirects", "5"), "--redirects"},
+		{train("--nproc-per-node", "2", "--log-dir", dir, "--tee", "0:3,0:1"), "--tee"},
+		{train("--nproc-per-node", "2", "--local-ranks-filter", "2"), "--local-ranks-filter"},
+		{run("--standalone=maybe"), "--standalone"},
+		{[]string{"store", "--addr", ":99999"}, "--addr"},
 	}
 	// The same refusals with two workers: still one line, from the
 	// launching process.
