@@ -176,6 +176,9 @@ var logPackageLine = regexp.MustCompile(`(^|\]: )\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\
 // write only JSON records, besides the workers' prefixed lines and the
 // summary, and every worker record carries its rank.
 func TestLogFormatJSON(t *testing.T) {
+	// A bad thread count makes the kernels warn at start-up, before main
+	// runs: that record too must be JSON.
+	t.Setenv("GOTRAIN_NUM_THREADS", "bad")
 	save := filepath.Join(t.TempDir(), "m.safetensors")
 	// --resume with no checkpoint yet makes every rank log a record.
 	all, _, code := runGotrain(t, 60*time.Second, "train", "mnist", "--nproc-per-node", "2", "--log-format", "json",
@@ -214,6 +217,12 @@ func TestLogFormatJSON(t *testing.T) {
 			t.Errorf("record of rank %s has rank %v: %q", m[1], rec["rank"], l)
 		}
 		workerRecords[m[1]]++
+		if rec["msg"] == "kernels: ignoring invalid thread count" {
+			workerRecords["kernels"]++
+		}
+	}
+	if workerRecords["kernels"] != 2 {
+		t.Errorf("%d JSON warnings of the kernels, want one per worker; output:\n%s", workerRecords["kernels"], all)
 	}
 	if launcherRecords == 0 || workerRecords["0"] == 0 || workerRecords["1"] == 0 {
 		t.Fatalf("%d launcher records and worker records %v; want some of each; output:\n%s", launcherRecords, workerRecords, all)
@@ -223,6 +232,7 @@ func TestLogFormatJSON(t *testing.T) {
 // TestLogFormatText: the default text records carry the rank on the
 // workers' records, and no line is in the log package's format.
 func TestLogFormatText(t *testing.T) {
+	t.Setenv("GOTRAIN_NUM_THREADS", "bad")
 	save := filepath.Join(t.TempDir(), "m.safetensors")
 	all, _, code := runGotrain(t, 60*time.Second, "train", "mnist", "--nproc-per-node", "2",
 		"--max-steps", "5", "--progress=false", "--save", save, "--resume")
@@ -235,6 +245,9 @@ func TestLogFormatText(t *testing.T) {
 		}
 	}
 	for _, r := range []string{"0", "1"} {
+		if len(linesWith(all, "[rank"+r+"]: time=", "level=WARN", "kernels:", "rank="+r)) != 1 {
+			t.Errorf("no text warning of the kernels from rank %s; output:\n%s", r, all)
+		}
 		if len(linesWith(all, "[rank"+r+"]: time=", "level=INFO", "rank="+r)) == 0 {
 			t.Errorf("no text record with rank=%s from rank %s; output:\n%s", r, r, all)
 		}
