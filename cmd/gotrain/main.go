@@ -54,7 +54,7 @@ const (
 func main() {
 	// A worker logs in its launcher's format with its rank; `run` and
 	// `train mnist` reinstall it for --log-format.
-	slog.SetDefault(logging.FromEnv(os.Stderr))
+	slog.SetDefault(logging.FromEnv(os.Stderr, ""))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := rootCmd.ExecuteContext(ctx)
 	stop()

@@ -84,11 +84,8 @@ func trainMNIST(ctx context.Context, fl trainMNISTFlags, n int) error {
 		fl.output.setupLauncherLog(&fl.launch)
 		return launchTrainWorkers(ctx, fl.launch)
 	}
-	if !worker {
-		// Alone, this process is the job: it logs as --log-format says.
-		// Workers keep main's logger, with their rank, in the launcher's format.
-		slog.SetDefault(logging.New(os.Stderr, fl.output.format()))
-	}
+	// The job logs as --log-format says, with its rank if it has one.
+	slog.SetDefault(logging.FromEnv(os.Stderr, fl.output.logFormat))
 	res, err := mnistjob.Run(ctx, cfg)
 	if err != nil {
 		return err

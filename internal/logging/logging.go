@@ -60,12 +60,15 @@ func New(w io.Writer, format string, attrs ...slog.Attr) *slog.Logger {
 	return slog.New(h)
 }
 
-// FromEnv returns the logger for this process writing to w: in the format
-// GOTRAIN_LOG_FORMAT names (Text if it is unset or unknown, with a warning
-// for unknown: a log format never stops a job), and with rank=RANK on
-// every record when RANK holds a rank, as in a launched worker.
-func FromEnv(w io.Writer) *slog.Logger {
-	format := os.Getenv(EnvFormat)
+// FromEnv returns the logger for this process writing to w: in format, or
+// if it is "" the format GOTRAIN_LOG_FORMAT names (Text if that is unset or
+// unknown, with a warning for unknown: a log format never stops a job),
+// and with rank=RANK on every record when RANK holds a rank, as in a
+// launched worker.
+func FromEnv(w io.Writer, format string) *slog.Logger {
+	if format == "" {
+		format = os.Getenv(EnvFormat)
+	}
 	bad := CheckFormat(format)
 	if bad != nil {
 		format = Text
@@ -76,7 +79,7 @@ func FromEnv(w io.Writer) *slog.Logger {
 	}
 	l := New(w, format, attrs...)
 	if bad != nil {
-		l.Warn("logging: ignoring "+EnvFormat, "err", bad, "using", Text)
+		l.Warn("logging: ignoring the log format", "err", bad, "using", Text)
 	}
 	return l
 }

@@ -37,7 +37,7 @@ func TestFromEnv(t *testing.T) {
 	t.Setenv(EnvFormat, JSON)
 	t.Setenv("RANK", "3")
 	var b bytes.Buffer
-	FromEnv(&b).Info("x")
+	FromEnv(&b, "").Info("x")
 	var rec map[string]any
 	if err := json.Unmarshal(b.Bytes(), &rec); err != nil || rec["rank"] != 3.0 {
 		t.Fatalf("record %q: %v; want JSON with rank 3", b.String(), err)
@@ -46,8 +46,13 @@ func TestFromEnv(t *testing.T) {
 	t.Setenv(EnvFormat, "xml")
 	t.Setenv("RANK", "")
 	b.Reset()
-	FromEnv(&b).Info("x")
+	FromEnv(&b, "").Info("x")
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	b.Reset()
+	FromEnv(&b, JSON).Info("y") // the flag's format wins
+	if err := json.Unmarshal(b.Bytes(), &rec); err != nil || rec["msg"] != "y" {
+		t.Fatalf("record %q: %v; want JSON", b.String(), err)
+	}
 	if len(lines) != 2 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], `\"xml\"`) ||
 		!strings.Contains(lines[1], "msg=x") || strings.Contains(b.String(), "rank=") {
 		t.Fatalf("records %q; want a text warning naming xml, then the record, no rank", b.String())
