@@ -76,8 +76,24 @@ type Config struct {
 	RunID string
 	// LogDir, if set, receives each worker's raw stdout and stderr in
 	// LogDir/<run id>_<random>/attempt_<restart>/<local rank>/{stdout,stderr}.log,
-	// besides the console.
+	// besides the console (unless Redirects or Tee choose the streams).
 	LogDir string
+
+	// Redirects sends the streams it selects of a worker to its LogDir
+	// files only, not to the console (torchrun --redirects); Tee sends them
+	// to both (torchrun --tee), and wins where both select a stream. Either
+	// needs LogDir; with neither, LogDir receives both streams as well as
+	// the console.
+	Redirects, Tee Streams
+	// LocalRanksFilter, if not empty, lists the local ranks whose output the
+	// console shows (torchrun --local-ranks-filter); the others' output
+	// still reaches their LogDir files, and their stderr the failure report.
+	LocalRanksFilter []int
+	// OnFailure receives the root cause when the job fails for good (no
+	// restart left): the failed worker's rank, host, exit status and last
+	// stderr lines. nil logs it as one Error record on Logger;
+	// WriteFailure(w) writes it as a block of lines for a person.
+	OnFailure func(Failure)
 
 	// Env is the environment the workers inherit, before the launcher adds
 	// its variables; nil means os.Environ(). GOTRAIN_TOKEN, OMP_NUM_THREADS
@@ -144,5 +160,5 @@ func (c Config) validate() error {
 	case strings.ContainsAny(c.MasterAddr, " \t\n/"):
 		return fmt.Errorf("%w: master-addr %q is not a host name or IP address", ErrConfig, c.MasterAddr)
 	}
-	return nil
+	return c.checkOutput()
 }

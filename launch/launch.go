@@ -169,13 +169,10 @@ func (j *job) run(ctx context.Context) (int, error) {
 			return 0, nil
 		case restart < c.MaxRestarts:
 			j.log.Warn("launch: restarting workers",
-				"failed_rank", out.failed.rank, "exit_code", out.failed.code,
+				"failed_rank", out.failed.rank, "exit_code", out.failed.code, "cause", describeExit(out.failed.code),
 				"restart_count", restart+1, "max_restarts", c.MaxRestarts)
 		default:
-			j.log.Error("launch: job failed",
-				"rank", out.failed.rank, "local_rank", out.failed.localRank,
-				"exit_code", out.failed.code, "cause", describeExit(out.failed.code),
-				"restarts", restart, "max_restarts", c.MaxRestarts)
+			j.reportFailure(j.failure(out.failed, restart))
 			return out.failed.code, nil
 		}
 	}
@@ -213,6 +210,7 @@ func (j *job) attempt(ctx context.Context, restart int) (outcome, error) {
 			stdout:    j.stdout,
 			stderr:    j.stderr,
 			logDir:    logDir,
+			route:     j.cfg.route(local),
 		})
 		if err != nil {
 			j.stop(workers, exits, syscall.SIGKILL)
@@ -239,9 +237,7 @@ func (j *job) attempt(ctx context.Context, restart int) (outcome, error) {
 			running--
 			if ev.code != 0 {
 				out.failed = w
-				j.log.Warn("launch: worker failed, stopping the others",
-					"rank", w.rank, "local_rank", w.localRank, "pid", w.pid(),
-					"exit_code", ev.code, "cause", describeExit(ev.code))
+				// Reported once the job ends or restarts, with the others stopped.
 				j.stop(workers, exits, syscall.SIGTERM)
 			}
 		}

@@ -449,7 +449,7 @@ func TestWorkerKilled(t *testing.T) {
 			t.Errorf("rank %d did not report SIGTERM", r)
 		}
 	}
-	if !strings.Contains(j.log.String(), "killed by signal killed") {
+	if !strings.Contains(j.log.String(), "killed by signal SIGKILL") {
 		t.Errorf("launcher log does not say rank 0 was killed:\n%s", j.log.String())
 	}
 	pids := append(pidsIn(t, j.dir()), pidsIn(t, filepath.Join(j.dir(), "child"))...)

@@ -22,6 +22,7 @@ type worker struct {
 	pumps           sync.WaitGroup
 	readEnds        []*os.File // the launcher's ends of the stdout and stderr pipes
 	logFiles        []*os.File
+	stderrTail      tail // the last lines of stderr, for the failure report
 
 	exited    bool // the wait goroutine reported the exit
 	code      int  // exit code, 128+signal if killed by a signal
@@ -39,6 +40,7 @@ type workerSpec struct {
 	stdout    io.Writer // console, already serialized
 	stderr    io.Writer
 	logDir    string // "" for no log files
+	route     streamRoute
 }
 
 // startWorker starts one worker in its own process group, with its output
@@ -58,12 +60,15 @@ func startWorker(s workerSpec) (_ *worker, err error) {
 	}()
 
 	var logs [2]io.Writer
-	if s.logDir != "" {
+	if s.logDir != "" && (s.route.file[0] || s.route.file[1]) {
 		dir := filepath.Join(s.logDir, strconv.Itoa(s.localRank))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("launch: log directory for rank %d: %w", s.rank, err)
 		}
 		for i, name := range []string{"stdout.log", "stderr.log"} {
+			if !s.route.file[i] {
+				continue
+			}
 			f, err := os.Create(filepath.Join(dir, name))
 			if err != nil {
 				return nil, fmt.Errorf("launch: log file for rank %d: %w", s.rank, err)
@@ -93,7 +98,8 @@ func startWorker(s workerSpec) (_ *worker, err error) {
 	w.cmd = cmd
 
 	prefix := "[rank" + strconv.Itoa(s.rank) + "]: "
-	consoles := [2]io.Writer{s.stdout, s.stderr}
+	consoles := s.route.consoles(s.stdout, s.stderr)
+	logs[1] = teeTail(&w.stderrTail, logs[1])
 	for i, r := range w.readEnds {
 		w.pumps.Go(func() { pumpLines(r, prefix, consoles[i], logs[i]) })
 	}

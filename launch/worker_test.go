@@ -69,6 +69,8 @@ var contractVars = []string{
 //	dieonce      exit 3 the first time (marker file), else print the restart count
 //	restart      print the restart count, exit 0
 //	lines        write interleaving-prone lines, a long line and an unterminated one
+//	both         write "out r=<rank>" to stdout and "err r=<rank>" to stderr, exit 0
+//	noisy:N      write stderr lines e1 to e15, then exit with status N
 func testWorker() int {
 	rank := os.Getenv("RANK")
 	action := os.Getenv(envAction + "_" + rank)
@@ -151,6 +153,16 @@ func testWorker() int {
 	case action == "lines":
 		writeLines(rank)
 		return 0
+	case action == "both":
+		fmt.Println("out r=" + rank)
+		fmt.Fprintln(os.Stderr, "err r="+rank)
+		return 0
+	case strings.HasPrefix(action, "noisy:"):
+		code, _ := strconv.Atoi(strings.TrimPrefix(action, "noisy:"))
+		for i := 1; i <= 15; i++ {
+			fmt.Fprintf(os.Stderr, "e%d\n", i)
+		}
+		return code
 	}
 	fmt.Fprintf(os.Stderr, "unknown test action %q\n", action)
 	return 99

@@ -23,6 +23,7 @@ package optim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -98,7 +99,7 @@ type core struct {
 }
 
 func newCore(kind string, params []*tensor.Tensor, lr float64, slots []string) core {
-	if lr < 0 {
+	if !validLR(lr) {
 		panic(fmt.Sprintf("optim: %s: invalid learning rate %v", kind, lr))
 	}
 	seen := make(map[*tensor.Tensor]int, len(params))
@@ -160,11 +161,15 @@ func (c *core) LR() float64 { return c.lr }
 
 // SetLR changes the learning rate used by later steps.
 func (c *core) SetLR(lr float64) {
-	if lr < 0 {
+	if !validLR(lr) {
 		panic(fmt.Sprintf("optim: %s: invalid learning rate %v", c.kind, lr))
 	}
 	c.lr = lr
 }
+
+// validLR reports whether lr is a learning rate: finite and not negative
+// (NaN fails every comparison, so lr < 0 alone lets it through).
+func validLR(lr float64) bool { return lr >= 0 && !math.IsInf(lr, 0) }
 
 func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 

@@ -359,6 +359,9 @@ func TestConstructorPanics(t *testing.T) {
 	expectPanic(t, "does not take option Rho", func() { NewSGD(ps, 0.1, Rho(0.5)) })
 	expectPanic(t, "does not take option Momentum", func() { NewAdam(ps, 0.1, Momentum(0.5)) })
 	expectPanic(t, "invalid learning rate", func() { NewAdamW(ps, -1) })
+	expectPanic(t, "invalid learning rate NaN", func() { NewSGD(ps, math.NaN()) })
+	expectPanic(t, "invalid learning rate +Inf", func() { NewSGD(ps, 0.1).SetLR(math.Inf(1)) })
+	expectPanic(t, "StepLR: invalid gamma -0.5", func() { NewStepLR(NewSGD(ps, 0.1), 1, -0.5) })
 	expectPanic(t, "invalid beta2", func() { NewAdam(ps, 0.1, Betas(0.9, 1)) })
 	expectPanic(t, "invalid rho", func() { NewAdadelta(ps, 1, Rho(1.5)) })
 	expectPanic(t, "invalid momentum", func() { NewSGD(ps, 0.1, Momentum(-1)) })
@@ -366,6 +369,7 @@ func TestConstructorPanics(t *testing.T) {
 	expectPanic(t, "step size", func() { NewStepLR(NewSGD(ps, 0.1), 0, 0.1) })
 	expectPanic(t, "T_max", func() { NewCosineAnnealingLR(NewSGD(ps, 0.1), 0, 0) })
 	expectPanic(t, "eta_min", func() { NewCosineAnnealingLR(NewSGD(ps, 0.1), 5, -1) })
+	expectPanic(t, "invalid eta_min NaN", func() { NewCosineAnnealingLR(NewSGD(ps, 0.1), 5, math.NaN()) })
 }
 
 func TestSchedulerLoadStateDictErrors(t *testing.T) {

@@ -85,10 +85,14 @@ type StepLR struct {
 	gamma    float64
 }
 
-// NewStepLR returns a StepLR over opt. It panics if stepSize < 1.
+// NewStepLR returns a StepLR over opt. It panics if stepSize < 1 or gamma
+// is negative or not finite.
 func NewStepLR(opt Optimizer, stepSize int, gamma float64) *StepLR {
 	if stepSize < 1 {
 		panic(fmt.Sprintf("optim: StepLR: step size %d < 1", stepSize))
+	}
+	if !(gamma >= 0) || math.IsInf(gamma, 0) {
+		panic(fmt.Sprintf("optim: StepLR: invalid gamma %v", gamma))
 	}
 	return &StepLR{schedule: newSchedule("StepLR", opt), stepSize: stepSize, gamma: gamma}
 }
@@ -144,13 +148,13 @@ type CosineAnnealingLR struct {
 }
 
 // NewCosineAnnealingLR returns a cosine schedule over opt. It panics if
-// tMax < 1 or etaMin < 0.
+// tMax < 1 or etaMin is negative or not finite.
 func NewCosineAnnealingLR(opt Optimizer, tMax int, etaMin float64) *CosineAnnealingLR {
 	if tMax < 1 {
 		panic(fmt.Sprintf("optim: CosineAnnealingLR: T_max %d < 1", tMax))
 	}
-	if etaMin < 0 {
-		panic(fmt.Sprintf("optim: CosineAnnealingLR: eta_min %v < 0", etaMin))
+	if !(etaMin >= 0) || math.IsInf(etaMin, 0) {
+		panic(fmt.Sprintf("optim: CosineAnnealingLR: invalid eta_min %v", etaMin))
 	}
 	return &CosineAnnealingLR{schedule: newSchedule("CosineAnnealingLR", opt), tMax: tMax, etaMin: etaMin}
 }

@@ -31,11 +31,17 @@ func init() {
 			Long: "Starts --nproc local workers (this binary, under the launcher of 'gotrain run\n" +
 				"--standalone') and prints one line per size:\n" +
 				"op= world= bytes= median_s= algbw_GBps= busbw_GBps= (nccl-tests definitions).",
-			Args: cobra.NoArgs,
+			Args: noArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				sz, err := parseSizes(sizes)
 				if err != nil {
 					return err
+				}
+				if err := checkAtLeast("nproc", nproc, 1); err != nil {
+					return err
+				}
+				if err := checkOneOf("algo", algo, "", distributed.AlgoAuto, distributed.AlgoRing, distributed.AlgoRecursiveDoubling, distributed.AlgoShm); err != nil {
+					return badFlag("algo", algo, "must be "+orList([]string{distributed.AlgoAuto, distributed.AlgoRing, distributed.AlgoRecursiveDoubling, distributed.AlgoShm}))
 				}
 				if os.Getenv(benchWorkerEnv) == "1" {
 					return benchWorker(cmd.Context(), op, sz, algo, cmd.OutOrStdout())
@@ -45,17 +51,18 @@ func init() {
 		}
 		cmd.Flags().IntVar(&nproc, "nproc", 2, "number of local worker processes")
 		cmd.Flags().StringVar(&sizes, "sizes", "4096,65536,1048576,16777216,67108864", "comma-separated message sizes in bytes")
-		cmd.Flags().StringVar(&algo, "algo", "", "force an allreduce algorithm (ring, recursive-doubling)")
+		cmd.Flags().StringVar(&algo, "algo", "", "force an allreduce algorithm: ring, recursive-doubling or shm (default auto)")
 		benchCmd.AddCommand(cmd)
 	}
 }
 
+// parseSizes parses --sizes, byte counts of at least 0.
 func parseSizes(s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 0 {
-			return nil, fmt.Errorf("bench: bad size %q in --sizes", f)
+			return nil, badFlag("sizes", s, fmt.Sprintf("%q is not a size in bytes (want comma-separated integers of at least 0)", f))
 		}
 		out = append(out, n)
 	}
@@ -66,18 +73,17 @@ func parseSizes(s string) ([]int, error) {
 // and copies rank 0's output (the results) to out, without the
 // launcher's rank prefix.
 func benchLaunch(ctx context.Context, nproc int, out io.Writer) error {
-	if nproc < 1 {
-		return fmt.Errorf("bench: --nproc %d, want at least 1", nproc)
-	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("bench: find this executable: %w", err)
 	}
-	code, err := launch.Run(ctx, launch.Config{
+	cfg := launch.Config{
 		Program: exe, Args: os.Args[1:], NProcPerNode: nproc, Standalone: true,
 		Env:    append(os.Environ(), benchWorkerEnv+"=1"),
 		Stdout: rankZeroLines{out},
-	})
+	}
+	outputFlags{}.setupLauncherLog(&cfg)
+	code, err := launch.Run(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}

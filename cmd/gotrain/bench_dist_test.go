@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
+	"io"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testlog"
 )
 
 // TestBenchAllReduce: the launcher starts the ranks, and stdout holds one
@@ -29,17 +33,23 @@ func TestBenchAllReduce(t *testing.T) {
 	}
 }
 
-// TestBenchWorkerFails: a worker's failure (here a bad --algo, refused by
-// every rank's Init) is the command's exit status.
+// TestBenchWorkerFails: a worker's failure (here a bad algorithm in the
+// environment, refused by every rank's Init) is the command's exit status.
 func TestBenchWorkerFails(t *testing.T) {
-	all, stdout, code := runGotrain(t, 60*time.Second, "bench", "allreduce", "--nproc", "2", "--sizes", "4096", "--algo", "bogus")
-	if code == 0 {
-		t.Fatalf("exit code 0 with --algo bogus; output:\n%s", all)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := gotrainCmd(ctx, t, "bench", "allreduce", "--nproc", "2", "--sizes", "4096")
+	cmd.Env = append(cmd.Env, "GOTRAIN_ALLREDUCE_ALGO=bogus")
+	var all, stdout testlog.Buffer
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(&all, &stdout), &all
+	_ = cmd.Run()
+	if code := cmd.ProcessState.ExitCode(); code != 1 {
+		t.Fatalf("exit code %d with GOTRAIN_ALLREDUCE_ALGO=bogus, want the workers' 1; output:\n%s", code, all.String())
 	}
-	if stdout != "" {
-		t.Errorf("results printed although the workers failed:\n%s", stdout)
+	if stdout.String() != "" {
+		t.Errorf("results printed although the workers failed:\n%s", stdout.String())
 	}
-	if !strings.Contains(all, "bogus") {
-		t.Errorf("output does not name the bad algorithm:\n%s", all)
+	if !strings.Contains(all.String(), "bogus") {
+		t.Errorf("output does not name the bad algorithm:\n%s", all.String())
 	}
 }

@@ -42,9 +42,15 @@ func init() {
 and CNN, printing one line per case. Each case runs for --min-time split into
 repeated batches; the best batch is reported, which is the robust figure on a
 shared, noisy machine.`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if threads < 1 {
-				return fmt.Errorf("bench gemm: --threads must be at least 1, got %d", threads)
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("threads") {
+				threads = kernels.NumThreads()
+			} else if err := checkAtLeast("threads", threads, 1); err != nil {
+				return err
+			}
+			if minTime <= 0 {
+				return badFlag("min-time", minTime, "must be a positive duration like 300ms")
 			}
 			prev := kernels.SetNumThreads(threads)
 			defer kernels.SetNumThreads(prev)
@@ -60,7 +66,9 @@ shared, noisy machine.`,
 			return nil
 		},
 	}
-	cmd.Flags().IntVar(&threads, "threads", kernels.NumThreads(), "goroutines per SGEMM call (default: "+kernels.EnvNumThreads+" or GOMAXPROCS)")
+	// The default is read at run time: NumThreads logs an invalid
+	// environment value, which must wait for main's log handler.
+	cmd.Flags().IntVar(&threads, "threads", 0, "goroutines per SGEMM call (default: "+kernels.EnvNumThreads+" or GOMAXPROCS)")
 	cmd.Flags().DurationVar(&minTime, "min-time", 300*time.Millisecond, "time spent on each case")
 	benchCmd.AddCommand(cmd)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -43,14 +42,20 @@ for example: gotrain bench train --rounds 5 -- --model cnn --max-steps 300`,
 // benchTrain runs the scaling comparison and prints its lines to out.
 func benchTrain(ctx context.Context, nproc, rounds int, trainArgs []string, out io.Writer) error {
 	if nproc < 2 {
-		return fmt.Errorf("bench train: --nproc %d, want at least 2 workers to compare with one process", nproc)
+		return badFlag("nproc", nproc, "must be at least 2, workers to compare with one process")
 	}
-	if rounds < 1 {
-		return fmt.Errorf("bench train: --rounds %d, want at least 1", rounds)
+	if err := checkAtLeast("rounds", rounds, 1); err != nil {
+		return err
 	}
 	for _, a := range trainArgs {
 		if a == "--nproc-per-node" || strings.HasPrefix(a, "--nproc-per-node=") {
-			return errors.New("bench train: --nproc-per-node is set by bench train; use --nproc")
+			return flagNeeds("nproc-per-node", "is set by bench train; use --nproc")
+		}
+	}
+	// Refuse a bad flag for the runs now, not after the first round.
+	for _, n := range []string{"1", strconv.Itoa(nproc)} {
+		if err := checkTrainMNISTArgs(slices.Concat(trainArgs, []string{"--nproc-per-node", n})); err != nil {
+			return err
 		}
 	}
 	exe, err := os.Executable()

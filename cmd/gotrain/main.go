@@ -6,12 +6,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/gotrain/gotrain/internal/logging"
+	"github.com/gotrain/gotrain/launch"
 )
 
 // rootCmd is the top of the CLI; each subcommand lives in its own file and
@@ -21,17 +27,34 @@ var rootCmd = &cobra.Command{
 	Short:         "Distributed data-parallel training in Go",
 	SilenceUsage:  true,
 	SilenceErrors: true,
+	Args:          cobra.ArbitraryArgs,
+	RunE:          unknownSubcommand,
 }
 
 // benchCmd groups the benchmarks (`gotrain bench gemm|allreduce|...`).
 var benchCmd = &cobra.Command{
-	Use:   "bench",
+	Use:   "bench BENCHMARK",
 	Short: "Measure kernels and collectives",
+	Args:  cobra.ArbitraryArgs,
+	RunE:  unknownSubcommand,
 }
 
-func init() { rootCmd.AddCommand(benchCmd) }
+func init() {
+	rootCmd.AddCommand(benchCmd)
+	rootCmd.SetFlagErrorFunc(flagErrorFunc)
+}
+
+// Exit statuses: a failed run, and a command line refused before anything
+// started (as Go's flag package and most Unix commands use 2).
+const (
+	exitFailure = 1
+	exitUsage   = 2
+)
 
 func main() {
+	// A worker logs in its launcher's format with its rank; `run` and
+	// `train mnist` reinstall it for --log-format.
+	slog.SetDefault(logging.FromEnv(os.Stderr, ""))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := rootCmd.ExecuteContext(ctx)
 	stop()
@@ -40,9 +63,19 @@ func main() {
 		if asExitCode(err, &ec) {
 			os.Exit(int(ec))
 		}
-		fmt.Fprintln(os.Stderr, "gotrain:", err)
-		os.Exit(1)
+		fmt.Fprintln(os.Stderr, "gotrain:", strings.ReplaceAll(err.Error(), "\n", " "))
+		if isUsage(err) {
+			os.Exit(exitUsage)
+		}
+		os.Exit(exitFailure)
 	}
+}
+
+// isUsage reports whether err is a refused command line: a usageError, or
+// a configuration the launcher refused before starting any worker.
+func isUsage(err error) bool {
+	var ue usageError
+	return errors.As(err, &ue) || errors.Is(err, launch.ErrConfig) || errors.Is(err, launch.ErrProgramNotFound)
 }
 
 // exitCodeError makes the process exit with the given code and no message

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -29,6 +30,7 @@ type runFlags struct {
 	logDir          string
 	runID           string
 	noPython        bool
+	output          outputFlags
 }
 
 var runOpts runFlags
@@ -42,10 +44,18 @@ GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT, ...), a
 shared random GOTRAIN_TOKEN and GOTRAIN_NUM_THREADS/OMP_NUM_THREADS set to
 CPUs / nproc-per-node. Each output line is prefixed with "[rank<N>]: ".
 
+--log-dir also writes each worker's streams to files; --redirects sends
+the streams it names to the files only and --tee to both (0 none, 1 stdout,
+2 stderr, 3 both, or per local rank: 0:3,1:2), and --local-ranks-filter 0,1
+shows only those local ranks on the console, as with torchrun.
+
 When a worker fails, the others are stopped (SIGTERM, SIGKILL after
 --stop-timeout) and either all are restarted (up to --max-restarts) or gotrain
-exits with the failed worker's exit code (128+signal if a signal killed it).
-SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the workers.
+reports the root cause (rank, host, exit status or signal, the last lines of
+its stderr) and exits with the failed worker's exit code (128+signal if a
+signal killed it). SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the
+workers. A bad flag is refused with one line and exit status 2 before any
+worker starts.
 
 PROGRAM is any executable; flags after it are its own. For several nodes run
 gotrain run on each with the same --nnodes, --nproc-per-node, --master-addr,
@@ -56,7 +66,7 @@ gotrain run on each with the same --nnodes, --nproc-per-node, --master-addr,
       --nproc-per-node 2 --master-addr 10.0.0.1 ./mytrainer`,
 	Args: func(cmd *cobra.Command, args []string) error {
 		if len(args) == 0 {
-			return errors.New("run: missing PROGRAM to launch (usage: gotrain run [flags] PROGRAM [ARGS...])")
+			return usagef("run: missing PROGRAM to launch (usage: gotrain run [flags] PROGRAM [ARGS...])")
 		}
 		return nil
 	},
@@ -86,14 +96,16 @@ func init() {
 	f.IntVar(&o.maxRestarts, "max-restarts", 0, "how many times to restart all workers after a failure")
 	f.StringVar(&o.monitorInterval, "monitor-interval", "0.1", "poll period while stopping workers, in seconds or as a duration (100ms)")
 	f.StringVar(&o.stopTimeout, "stop-timeout", "3s", "grace period between SIGTERM and SIGKILL when stopping workers")
-	f.StringVar(&o.logDir, "log-dir", "", "also write each worker's stdout and stderr to files under this directory")
+	f.StringVar(&o.logDir, "log-dir", "", "also write each worker's stdout and stderr to files under this directory (see --tee and --redirects)")
 	f.StringVar(&o.runID, "run-id", "", `job id given to the workers (default: random with --standalone, "none" otherwise)`)
 	f.BoolVar(&o.noPython, "no-python", false, "accepted for torchrun compatibility: PROGRAM is always run directly")
 	_ = f.MarkHidden("no-python") // the flag exists; cannot fail
+	o.output.register(f)
 	rootCmd.AddCommand(runCmd)
 }
 
-// runConfig turns the flags and arguments into a launch.Config.
+// runConfig turns the flags and arguments into a launch.Config, refusing
+// with a usage error any value the launcher would not run with.
 func runConfig(f *pflag.FlagSet, o runFlags, args []string) (launch.Config, error) {
 	cfg := launch.Config{
 		Program:     args[0],
@@ -108,19 +120,39 @@ func runConfig(f *pflag.FlagSet, o runFlags, args []string) (launch.Config, erro
 	}
 	var err error
 	if cfg.NProcPerNode, err = parseNProcPerNode(o.nprocPerNode); err != nil {
-		return cfg, err
+		return cfg, badFlag("nproc-per-node", o.nprocPerNode, err.Error())
 	}
 	if cfg.NNodes, err = parseNNodes(o.nnodes); err != nil {
-		return cfg, err
+		return cfg, badFlag("nnodes", o.nnodes, err.Error())
+	}
+	switch {
+	case o.nodeRank < 0 || o.nodeRank >= cfg.NNodes:
+		return cfg, badFlag("node-rank", o.nodeRank, fmt.Sprintf("must be in [0, %d) for --nnodes %s", cfg.NNodes, o.nnodes))
+	case o.standalone && cfg.NNodes > 1:
+		return cfg, badFlag("nnodes", o.nnodes, "--standalone runs a single node")
+	case o.masterAddr == "" || strings.ContainsAny(o.masterAddr, " \t\n/"):
+		return cfg, badFlag("master-addr", o.masterAddr, "must be a host name or IP address")
+	case o.masterPort <= 0 || o.masterPort > 65535:
+		return cfg, badFlag("master-port", o.masterPort, "must be in [1, 65535]")
+	case o.maxRestarts < 0:
+		return cfg, badFlag("max-restarts", o.maxRestarts, "must be at least 0")
 	}
 	if cfg.MonitorInterval, err = parseInterval(o.monitorInterval); err != nil {
-		return cfg, fmt.Errorf("--monitor-interval: %w", err)
+		return cfg, badFlag("monitor-interval", o.monitorInterval, err.Error())
 	}
 	if cfg.StopTimeout, err = parseInterval(o.stopTimeout); err != nil {
-		return cfg, fmt.Errorf("--stop-timeout: %w", err)
+		return cfg, badFlag("stop-timeout", o.stopTimeout, err.Error())
 	}
-	if o.masterPort <= 0 || o.masterPort > 65535 {
-		return cfg, fmt.Errorf("%w: master-port %d out of range [1, 65535]", launch.ErrConfig, o.masterPort)
+	if o.logDir != "" {
+		if err := checkWritableDir("log-dir", o.logDir); err != nil {
+			return cfg, err
+		}
+	}
+	if err := o.output.apply(f, &cfg); err != nil {
+		return cfg, err
+	}
+	if _, err := exec.LookPath(cfg.Program); err != nil {
+		return cfg, usagef("run: cannot run PROGRAM %s: %s", showValue(cfg.Program), rootCause(err))
 	}
 	if o.standalone && !f.Changed("master-port") {
 		cfg.MasterPort = 0 // a free port
@@ -133,6 +165,7 @@ func runRun(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
+	runOpts.output.setupLauncherLog(&cfg)
 	// main's context is cancelled by SIGINT and SIGTERM without saying
 	// which; the workers should get the very signal the user sent, so
 	// catch the signals here and pass them on as the cancellation cause.

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,14 +30,22 @@ host. Workers reach it with MASTER_ADDR/MASTER_PORT (or tcp://host:port)
 and must present the same token: set ` + tokenEnv + ` or pass --token-file.
 On SIGINT or SIGTERM the server stops accepting, waits up to --grace for
 connected clients to leave, then exits.`,
-	Args: cobra.NoArgs,
+	Args: noArgs,
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		addr, _ := cmd.Flags().GetString("addr")
 		tokenFile, _ := cmd.Flags().GetString("token-file")
 		grace, _ := cmd.Flags().GetDuration("grace")
-		token, err := loadToken(tokenFile)
-		if err != nil {
+		if err := checkListenAddr("addr", addr); err != nil {
 			return err
+		}
+		if grace < 0 {
+			return badFlag("grace", grace, "must be at least 0")
+		}
+		token, err := loadToken(tokenFile)
+		if err != nil && tokenFile != "" {
+			return badFlag("token-file", tokenFile, rootCause(err))
+		} else if err != nil {
+			return usageError{err.Error()}
 		}
 		return serveStore(cmd.Context(), cmd.OutOrStdout(), addr, token, grace)
 	},
@@ -95,4 +105,17 @@ func loadToken(tokenFile string) ([]byte, error) {
 		return []byte(t), nil
 	}
 	return nil, fmt.Errorf("no token: set %s or pass --token-file (every worker needs the same token; e.g. head -c 32 /dev/urandom | base64)", tokenEnv)
+}
+
+// checkListenAddr refuses an address that is not host:port with a port in
+// [0, 65535] (0: a free port).
+func checkListenAddr(name, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return badFlag(name, addr, "must be host:port or :port")
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return badFlag(name, addr, "port must be a number in [0, 65535]")
+	}
+	return nil
 }

@@ -208,7 +208,7 @@ func TestTrainWorkerKilledStopsTheOthers(t *testing.T) {
 		t.Errorf("exit code %d; want the killed worker's %d", code, 128+int(syscall.SIGKILL))
 	}
 	out := all.String()
-	if len(linesWith(out, "worker failed", "rank=1")) == 0 {
+	if len(linesWith(out, "root cause: rank 1 (local rank 1)", "SIGKILL")) != 1 {
 		t.Errorf("launcher did not report rank 1 as failed; output:\n%s", out)
 	}
 	for _, l := range linesWith(out, "[rank0]:", "peer") {

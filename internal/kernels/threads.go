@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 )
 
@@ -15,27 +16,44 @@ const EnvNumThreads = "GOTRAIN_NUM_THREADS"
 
 var numThreads atomic.Int64
 
-func init() { numThreads.Store(int64(threadsFromEnv())) }
+// envWarning holds the attributes of the warning about an invalid
+// EnvNumThreads, logged at the first NumThreads call rather than at init:
+// a program installs its slog handler in main, after package init.
+var (
+	envWarning     []any
+	envWarningOnce sync.Once
+)
+
+func init() {
+	n, warning := threadsFromEnv()
+	numThreads.Store(int64(n))
+	envWarning = warning
+}
 
 // threadsFromEnv reads EnvNumThreads, falling back to GOMAXPROCS when it is
-// unset or invalid (an invalid value is logged, not fatal: kernels still
-// run correctly with any thread count).
-func threadsFromEnv() int {
+// unset or invalid; for an invalid value it also returns the attributes of
+// the warning to log (not fatal: kernels run correctly with any thread
+// count).
+func threadsFromEnv() (int, []any) {
 	def := runtime.GOMAXPROCS(0)
 	s, ok := os.LookupEnv(EnvNumThreads)
 	if !ok || s == "" {
-		return def
+		return def, nil
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 {
-		slog.Warn("kernels: ignoring invalid thread count", "env", EnvNumThreads, "value", s, "using", def)
-		return def
+		return def, []any{"env", EnvNumThreads, "value", s, "using", def}
 	}
-	return n
+	return n, nil
 }
 
 // NumThreads returns the number of goroutines one kernel call may use.
-func NumThreads() int { return int(numThreads.Load()) }
+func NumThreads() int {
+	if envWarning != nil { // set at init only
+		envWarningOnce.Do(func() { slog.Warn("kernels: ignoring invalid thread count", envWarning...) })
+	}
+	return int(numThreads.Load())
+}
 
 // SetNumThreads sets the number of goroutines one kernel call may use;
 // n < 1 means 1. It returns the previous value. Safe for concurrent use.

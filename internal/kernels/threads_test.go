@@ -7,13 +7,17 @@ import (
 
 func TestThreadsFromEnv(t *testing.T) {
 	t.Setenv(EnvNumThreads, "3")
-	if got := threadsFromEnv(); got != 3 {
+	if got, warning := threadsFromEnv(); got != 3 || warning != nil {
 		t.Fatalf("%s=3: got %d threads", EnvNumThreads, got)
 	}
 	for _, bad := range []string{"", "0", "-2", "two"} {
 		t.Setenv(EnvNumThreads, bad)
-		if got, want := threadsFromEnv(), runtime.GOMAXPROCS(0); got != want {
+		got, warning := threadsFromEnv()
+		if want := runtime.GOMAXPROCS(0); got != want {
 			t.Fatalf("%s=%q: got %d threads, want GOMAXPROCS %d", EnvNumThreads, bad, got, want)
+		}
+		if (warning != nil) != (bad != "") {
+			t.Fatalf("%s=%q: warning %v", EnvNumThreads, bad, warning)
 		}
 	}
 }

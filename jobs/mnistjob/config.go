@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"strconv"
 
@@ -27,14 +28,14 @@ type Config struct {
 	Model     string  // "mlp" (default) or "cnn"
 	Epochs    int     // default 1
 	BatchSize int     // per rank; default 64
-	Optimizer string  // "sgd", "adadelta" or "adam"; default sgd for mlp, adadelta for cnn
-	LR        float64 // default 0.01 (sgd), 1.0 (adadelta), 0.001 (adam)
+	Optimizer string  // "sgd", "adadelta", "adam" or "adamw" (weight decay 0.01, PyTorch's default); default sgd for mlp, adadelta for cnn
+	LR        float64 // default 0.01 (sgd), 1.0 (adadelta), 0.001 (adam, adamw)
 	Momentum  float64 // SGD momentum; negative means 0; default 0.9
 	Gamma     float64 // StepLR gamma per epoch; default 0.7 for adadelta, none otherwise; negative disables
 	// LRScaling adapts LR to the number of ranks, whose global batch is
 	// world × BatchSize: "linear" multiplies it by world (Goyal et al.'s
 	// rule, so N ranks train like one), "none" keeps it; "" means linear
-	// for SGD and none for the adaptive Adadelta and Adam.
+	// for SGD and none for the adaptive Adadelta, Adam and AdamW.
 	LRScaling string
 	CommHook  string // DDP gradient reduction: "allreduce" (default), "fp16" or "bf16"
 	Seed      uint64 // initialisation and shuffling
@@ -57,18 +58,22 @@ var commHooks = map[string]ddp.CommHook{"": ddp.AllReduceHook, "allreduce": ddp.
 	"fp16": ddp.FP16CompressHook, "bf16": ddp.BF16CompressHook}
 
 // defaultLR is each optimizer's learning rate when Config.LR is 0.
-var defaultLR = map[string]float64{"sgd": 0.01, "adadelta": 1.0, "adam": 0.001}
+var defaultLR = map[string]float64{"sgd": 0.01, "adadelta": 1.0, "adam": 0.001, "adamw": 0.001}
 
-// resolve fills in the defaults, reads the environment (the one place the
-// job does) and validates the result.
+// resolve validates cfg as the caller gave it (so errors name the values
+// passed, not the defaults or a learning rate scaled to the world), fills
+// in the defaults and reads the environment (the one place the job does).
 func (cfg *Config) resolve() error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
 	cfg.defaults()
 	if cfg.InitMethod == "" {
 		if ws, _ := strconv.Atoi(os.Getenv("WORLD_SIZE")); ws > 1 {
 			cfg.InitMethod = "env://"
 		}
 	}
-	return cfg.validate()
+	return nil
 }
 
 func (cfg *Config) defaults() {
@@ -108,27 +113,39 @@ func (cfg *Config) defaults() {
 
 // validate rejects unknown choices and impossible numbers before the job
 // joins a process group or loads data, so a typo fails at once, on every
-// rank, with one line naming the field.
+// rank, with one line naming the field and the value it was given (zero
+// values, the defaults, pass).
 func (cfg *Config) validate() error {
 	var err error
 	switch {
-	case cfg.Model != "mlp" && cfg.Model != "cnn":
-		err = fmt.Errorf("unknown model %q (want mlp or cnn)", cfg.Model)
-	case defaultLR[cfg.Optimizer] == 0:
-		err = fmt.Errorf("unknown optimizer %q (want sgd, adadelta or adam)", cfg.Optimizer)
+	case cfg.Model != "" && cfg.Model != "mlp" && cfg.Model != "cnn":
+		err = fmt.Errorf("Model %q: want mlp or cnn", cfg.Model)
+	case cfg.Optimizer != "" && defaultLR[cfg.Optimizer] == 0:
+		err = fmt.Errorf("Optimizer %q: want sgd, adadelta, adam or adamw", cfg.Optimizer)
 	case commHooks[cfg.CommHook] == nil:
-		err = fmt.Errorf("unknown comm hook %q (want allreduce, fp16 or bf16)", cfg.CommHook)
+		err = fmt.Errorf("CommHook %q: want allreduce, fp16 or bf16", cfg.CommHook)
 	case cfg.LRScaling != "" && cfg.LRScaling != "linear" && cfg.LRScaling != "none":
-		err = fmt.Errorf("unknown lr scaling %q (want linear or none)", cfg.LRScaling)
-	case cfg.Epochs < 0, cfg.BatchSize < 0, cfg.SaveEvery < 0, cfg.MaxSteps < 0:
-		err = fmt.Errorf("epochs %d, batch size %d, save every %d, max steps %d: want none negative",
-			cfg.Epochs, cfg.BatchSize, cfg.SaveEvery, cfg.MaxSteps)
-	case !(cfg.LR > 0): // also rejects NaN
-		err = fmt.Errorf("learning rate %v: want > 0", cfg.LR)
+		err = fmt.Errorf("LRScaling %q: want linear or none", cfg.LRScaling)
+	case cfg.Epochs < 0:
+		err = fmt.Errorf("Epochs %d: want at least 1 (0 means 1)", cfg.Epochs)
+	case cfg.BatchSize < 0:
+		err = fmt.Errorf("BatchSize %d: want at least 1 (0 means 64)", cfg.BatchSize)
+	case cfg.SaveEvery < 0:
+		err = fmt.Errorf("SaveEvery %d: want at least 1 (0 means at epoch ends only)", cfg.SaveEvery)
+	case cfg.MaxSteps < 0:
+		err = fmt.Errorf("MaxSteps %d: want at least 1 (0 means no limit)", cfg.MaxSteps)
+	case cfg.LR < 0 || math.IsNaN(cfg.LR) || math.IsInf(cfg.LR, 0):
+		err = fmt.Errorf("LR %v: want a number > 0 (0 means the optimizer's default)", cfg.LR)
+	case math.IsNaN(cfg.Momentum) || math.IsInf(cfg.Momentum, 0):
+		err = fmt.Errorf("Momentum %v: want a finite number (negative means none)", cfg.Momentum)
+	case math.IsNaN(cfg.Gamma) || math.IsInf(cfg.Gamma, 0):
+		err = fmt.Errorf("Gamma %v: want a finite number (negative means no decay)", cfg.Gamma)
 	case cfg.Rank < 0 || cfg.WorldSize < 0 || cfg.WorldSize > 0 && cfg.Rank >= cfg.WorldSize:
-		err = fmt.Errorf("rank %d of world size %d: want 0 <= rank < world size", cfg.Rank, cfg.WorldSize)
+		err = fmt.Errorf("Rank %d of WorldSize %d: want 0 <= rank < world size", cfg.Rank, cfg.WorldSize)
 	case cfg.Resume && cfg.Save == "":
-		err = errors.New("resume needs Save, the checkpoint to resume from")
+		err = errors.New("Resume needs Save, the checkpoint to resume from")
+	case cfg.SaveEvery > 0 && cfg.Save == "":
+		err = fmt.Errorf("SaveEvery %d needs Save, where to checkpoint", cfg.SaveEvery)
 	}
 	if err != nil {
 		return fmt.Errorf("mnistjob: %w", err)

@@ -184,6 +184,8 @@ func (j *job) newOptimizer() {
 		j.opt = optim.NewAdadelta(j.params, lr)
 	case "adam":
 		j.opt = optim.NewAdam(j.params, lr)
+	case "adamw":
+		j.opt = optim.NewAdamW(j.params, lr)
 	default:
 		panic("mnistjob: newOptimizer: optimizer " + j.cfg.Optimizer + " passed validate")
 	}
@@ -210,7 +212,7 @@ func (j *job) resume() error {
 	if err := j.sampler.Restore(j.extra.Sampler); err != nil {
 		return fmt.Errorf("mnistjob: resuming the sampler from %s: %w", j.cfg.Save, err)
 	}
-	j.log.Info("resumed", "checkpoint", j.cfg.Save, "epoch", j.ckpt.Epoch, "step", j.ckpt.Step, "rank", j.rank)
+	j.log.Info("resumed", "checkpoint", j.cfg.Save, "epoch", j.ckpt.Epoch, "step", j.ckpt.Step)
 	return nil
 }
 

@@ -82,7 +82,7 @@ func TestRunSingleProcess(t *testing.T) {
 }
 
 func TestRunOptimizers(t *testing.T) {
-	for _, opt := range []string{"adam", "adadelta"} {
+	for _, opt := range []string{"adam", "adamw", "adadelta"} {
 		t.Run(opt, func(t *testing.T) {
 			res, _ := runLocal(t, Config{Optimizer: opt, MaxSteps: 20})
 			if res.Steps != 20 || res.TestAccuracy < 0.5 {
@@ -98,19 +98,25 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Model: "resnet"}, `unknown model "resnet"`},
-		{Config{Optimizer: "lbfgs"}, `unknown optimizer "lbfgs"`},
-		{Config{CommHook: "gzip"}, `unknown comm hook "gzip"`},
-		{Config{LRScaling: "sqrt"}, `unknown lr scaling "sqrt"`},
-		{Config{Epochs: -1}, "epochs -1"},
-		{Config{BatchSize: -64}, "batch size -64"},
-		{Config{SaveEvery: -1}, "save every -1"},
-		{Config{MaxSteps: -1}, "max steps -1"},
-		{Config{LR: -0.1}, "learning rate -0.1"},
-		{Config{LR: math.NaN()}, "learning rate NaN"},
-		{Config{Rank: 2, WorldSize: 2}, "rank 2 of world size 2"},
-		{Config{Rank: -1}, "rank -1"},
-		{Config{Resume: true}, "resume needs Save"},
+		{Config{Model: "resnet"}, `Model "resnet": want mlp or cnn`},
+		{Config{Optimizer: "lbfgs"}, `Optimizer "lbfgs": want sgd, adadelta, adam or adamw`},
+		{Config{CommHook: "gzip"}, `CommHook "gzip"`},
+		{Config{LRScaling: "sqrt"}, `LRScaling "sqrt"`},
+		{Config{Epochs: -1}, "Epochs -1"},
+		{Config{BatchSize: -64}, "BatchSize -64"},
+		{Config{SaveEvery: -1}, "SaveEvery -1"},
+		{Config{SaveEvery: 5}, "SaveEvery 5 needs Save"},
+		{Config{MaxSteps: -1}, "MaxSteps -1"},
+		{Config{LR: -0.1}, "LR -0.1"},
+		{Config{LR: math.NaN()}, "LR NaN"},
+		{Config{LR: math.Inf(1)}, "LR +Inf"},
+		{Config{Momentum: math.NaN()}, "Momentum NaN"},
+		{Config{Gamma: math.Inf(-1)}, "Gamma -Inf"},
+		// The value named is the one passed, not the one scaled to the world.
+		{Config{LR: -1, Optimizer: "sgd", LRScaling: "linear", Rank: 0, WorldSize: 2}, "LR -1:"},
+		{Config{Rank: 2, WorldSize: 2}, "Rank 2 of WorldSize 2"},
+		{Config{Rank: -1}, "Rank -1"},
+		{Config{Resume: true}, "Resume needs Save"},
 	} {
 		cfg := tc.cfg
 		cfg.Out = io.Discard

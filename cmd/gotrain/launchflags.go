@@ -1,0 +1,112 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/spf13/pflag"
+
+	"github.com/gotrain/gotrain/internal/logging"
+	"github.com/gotrain/gotrain/launch"
+)
+
+// outputFlags are the launcher's output controls, torchrun's --tee,
+// --redirects and --local-ranks-filter, and the log format, which `run`
+// and `train mnist` share.
+type outputFlags struct {
+	logFormat   string
+	tee         string
+	redirects   string
+	ranksFilter string
+}
+
+// register defines the flags on f.
+func (o *outputFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&o.logFormat, "log-format", "", "log records as "+logging.Formats+", for the launcher and the workers (default $"+logging.EnvFormat+" or text)")
+	f.StringVar(&o.tee, "tee", "0", "also write these worker streams to files under --log-dir: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank as 0:3,1:2")
+	f.StringVar(&o.redirects, "redirects", "0", "write these worker streams only to files under --log-dir, not the console: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank as 0:3,1:2")
+	f.StringVar(&o.ranksFilter, "local-ranks-filter", "", "show only these local ranks' output on the console, e.g. 0 or 0,1 (log files keep all)")
+}
+
+// format is the log format the flags choose.
+func (o outputFlags) format() string {
+	if o.logFormat != "" {
+		return o.logFormat
+	}
+	if env := os.Getenv(logging.EnvFormat); logging.CheckFormat(env) == nil && env != "" {
+		return env
+	}
+	return logging.Text
+}
+
+// apply checks the flags and sets cfg's output fields; cfg.NProcPerNode
+// and cfg.LogDir must be set already.
+func (o outputFlags) apply(f *pflag.FlagSet, cfg *launch.Config) error {
+	if err := o.checkFormat(); err != nil {
+		return err
+	}
+	var err error
+	for _, sf := range []struct {
+		name, value string
+		dst         *launch.Streams
+	}{{"tee", o.tee, &cfg.Tee}, {"redirects", o.redirects, &cfg.Redirects}} {
+		if *sf.dst, err = parseStreams(sf.value, cfg.NProcPerNode); err != nil {
+			return badFlag(sf.name, sf.value, err.Error())
+		}
+		if (sf.dst.All != launch.StdNone || len(sf.dst.ByLocalRank) > 0) && cfg.LogDir == "" {
+			return badFlag(sf.name, sf.value, "needs --log-dir, where the streams are written")
+		}
+	}
+	if f.Changed("local-ranks-filter") {
+		if cfg.LocalRanksFilter, err = parseLocalRanks(o.ranksFilter, cfg.NProcPerNode); err != nil {
+			return badFlag("local-ranks-filter", o.ranksFilter, err.Error())
+		}
+	}
+	return nil
+}
+
+// checkFormat refuses an unknown --log-format.
+func (o outputFlags) checkFormat() error {
+	if err := logging.CheckFormat(o.logFormat); err != nil {
+		return badFlag("log-format", o.logFormat, "must be "+logging.Formats)
+	}
+	return nil
+}
+
+// setupLauncherLog makes the launching process log in the chosen format
+// to stderr, serialized with the workers' lines that cfg.Stderr receives,
+// gives the workers the format, and reports a failure as the format
+// wants: a block of lines for text, one record for JSON.
+func (o outputFlags) setupLauncherLog(cfg *launch.Config) {
+	format := o.format()
+	stderr := &syncWriter{w: os.Stderr}
+	if cfg.Stderr != nil {
+		stderr.w = cfg.Stderr
+	}
+	cfg.Stderr = stderr
+	log := logging.New(stderr, format)
+	slog.SetDefault(log)
+	cfg.Logger = log
+	if cfg.Env == nil {
+		cfg.Env = os.Environ()
+	}
+	cfg.Env = append(cfg.Env, logging.EnvFormat+"="+format)
+	if format == logging.Text {
+		cfg.OnFailure = launch.WriteFailure(stderr)
+	}
+}
+
+// syncWriter serializes writes to w: the launcher's records and the
+// workers' lines share stderr.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}

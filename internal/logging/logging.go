@@ -1,0 +1,85 @@
+// Package logging makes the one log/slog handler that gotrain's launcher
+// and every gotrain component in its workers log through, so that one run
+// prints one log format: text records by default, JSON records with
+// --log-format json. The launcher passes the format to its workers in
+// GOTRAIN_LOG_FORMAT, and a worker's records carry its RANK.
+package logging
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+)
+
+// Environment variables a worker's handler is configured by.
+const (
+	// EnvFormat carries the launcher's --log-format to its workers.
+	EnvFormat = "GOTRAIN_LOG_FORMAT"
+	// envRank is the worker's global rank, set by the launcher (torchrun's
+	// contract); records of a process with it carry rank=RANK.
+	envRank = "RANK"
+)
+
+// Log formats.
+const (
+	Text = "text" // slog's key=value text records, the default
+	JSON = "json" // one JSON object per record
+)
+
+// Formats lists the accepted formats, for flag help and errors.
+const Formats = Text + " or " + JSON
+
+// CheckFormat returns an error unless format is a known format or "" (the
+// default, Text).
+func CheckFormat(format string) error {
+	switch format {
+	case "", Text, JSON:
+		return nil
+	}
+	return fmt.Errorf("unknown log format %q (want %s)", format, Formats)
+}
+
+// New returns a logger writing records to w in format ("" is Text, an
+// unknown format panics: check it first with CheckFormat), with attrs on
+// every record.
+func New(w io.Writer, format string, attrs ...slog.Attr) *slog.Logger {
+	var h slog.Handler
+	switch format {
+	case "", Text:
+		h = slog.NewTextHandler(w, nil)
+	case JSON:
+		h = slog.NewJSONHandler(w, nil)
+	default:
+		panic(fmt.Sprintf("logging: New: unknown log format %q", format))
+	}
+	if len(attrs) > 0 {
+		h = h.WithAttrs(attrs)
+	}
+	return slog.New(h)
+}
+
+// FromEnv returns the logger for this process writing to w: in format, or
+// if it is "" the format GOTRAIN_LOG_FORMAT names (Text if that is unset or
+// unknown, with a warning for unknown: a log format never stops a job),
+// and with rank=RANK on every record when RANK holds a rank, as in a
+// launched worker.
+func FromEnv(w io.Writer, format string) *slog.Logger {
+	if format == "" {
+		format = os.Getenv(EnvFormat)
+	}
+	bad := CheckFormat(format)
+	if bad != nil {
+		format = Text
+	}
+	var attrs []slog.Attr
+	if r, err := strconv.Atoi(os.Getenv(envRank)); err == nil && r >= 0 {
+		attrs = append(attrs, slog.Int("rank", r))
+	}
+	l := New(w, format, attrs...)
+	if bad != nil {
+		l.Warn("logging: ignoring the log format", "err", bad, "using", Text)
+	}
+	return l
+}
