@@ -29,6 +29,7 @@ type runFlags struct {
 	logDir          string
 	runID           string
 	noPython        bool
+	logEvery        string
 }
 
 var runOpts runFlags
@@ -90,6 +91,7 @@ func init() {
 	f.StringVar(&o.runID, "run-id", "", `job id given to the workers (default: random with --standalone, "none" otherwise)`)
 	f.BoolVar(&o.noPython, "no-python", false, "accepted for torchrun compatibility: PROGRAM is always run directly")
 	_ = f.MarkHidden("no-python") // the flag exists; cannot fail
+	addLogEvery(f, &o.logEvery)
 	rootCmd.AddCommand(runCmd)
 }
 
@@ -133,6 +135,12 @@ func runRun(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
+	every, err := logEvery(runOpts.logEvery)
+	if err != nil {
+		return err
+	}
+	cons := attachConsole(&cfg, every)
+	defer cons.Close()
 	// main's context is cancelled by SIGINT and SIGTERM without saying
 	// which; the workers should get the very signal the user sent, so
 	// catch the signals here and pass them on as the cancellation cause.

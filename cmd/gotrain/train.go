@@ -3,15 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/gotrain/gotrain/jobs/mnistjob"
 	"github.com/gotrain/gotrain/launch"
+	"github.com/gotrain/gotrain/progress"
 )
 
 // trainWorkerEnv marks a process started by `gotrain train` as one of its
@@ -35,9 +38,10 @@ func init() {
 // trainMNISTFlags are the flags of `gotrain train mnist`: the job's
 // Config and, for --nproc-per-node > 1, the launcher's.
 type trainMNISTFlags struct {
-	job    mnistjob.Config
-	nproc  string
-	launch launch.Config
+	job      mnistjob.Config
+	nproc    string
+	logEvery string
+	launch   launch.Config
 }
 
 // newTrainMNISTCmd is `gotrain train mnist`.
@@ -68,9 +72,21 @@ func trainMNIST(ctx context.Context, fl trainMNISTFlags) error {
 	if err != nil {
 		return err
 	}
+	every, err := logEvery(fl.logEvery)
+	if err != nil {
+		return err
+	}
 	if n > 1 && os.Getenv(trainWorkerEnv) == "" {
 		fl.launch.NProcPerNode = n
-		return launchTrainWorkers(ctx, fl.launch)
+		return launchTrainWorkers(ctx, fl.launch, every)
+	}
+	if cfg.Progress {
+		// Under the launcher this sends events; alone it renders here,
+		// with the job's lines and records printed above the bar.
+		rep := progress.FromEnv(progress.LogEvery(every))
+		defer rep.Close()
+		cfg.Reporter, cfg.Out = rep, rep.Writer()
+		cfg.Logger = slog.New(slog.NewTextHandler(rep.Writer(), nil))
 	}
 	res, err := mnistjob.Run(ctx, cfg)
 	if err != nil {
@@ -106,14 +122,15 @@ func (fl *trainMNISTFlags) register(f *pflag.FlagSet) {
 	f.IntVar(&cfg.SaveEvery, "save-every", 0, "also checkpoint every N steps")
 	f.IntVar(&cfg.MaxSteps, "max-steps", 0, "stop after N steps per worker (0: no limit)")
 	f.BoolVar(&cfg.Profile, "profile", false, "print the mean time per step in data, forward, backward, exposed allreduce wait and optimizer")
-	f.BoolVar(&cfg.Progress, "progress", true, "show a progress bar")
+	f.BoolVar(&cfg.Progress, "progress", true, "show a progress bar per epoch (plain lines when stderr is not a terminal)")
 	f.StringVar(&cfg.LRScaling, "lr-scaling", "", "adapt --lr to the global batch of N ranks: linear (×N) or none; default linear for sgd, none for adadelta and adam")
 	f.StringVar(&cfg.CommHook, "comm-hook", "allreduce", "how DDP reduces gradients: allreduce (float32), fp16 or bf16 (compressed)")
+	addLogEvery(f, &fl.logEvery)
 }
 
 // launchTrainWorkers re-runs this command as cfg.NProcPerNode workers
 // under the launcher and prints rank 0's summary as the last line.
-func launchTrainWorkers(ctx context.Context, cfg launch.Config) error {
+func launchTrainWorkers(ctx context.Context, cfg launch.Config, every time.Duration) error {
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding the gotrain binary to start workers: %w", err)
@@ -126,8 +143,9 @@ func launchTrainWorkers(ctx context.Context, cfg launch.Config) error {
 	summary := filepath.Join(dir, "summary")
 	cfg.Program, cfg.Args, cfg.Standalone = self, os.Args[1:], true
 	cfg.Env = append(os.Environ(), trainWorkerEnv+"=1", summaryFileEnv+"="+summary)
-	cfg.Stdout, cfg.Stderr = os.Stdout, os.Stderr
+	cons := attachConsole(&cfg, every)
 	code, err := launch.Run(ctx, cfg)
+	cons.Close()
 	if err != nil {
 		return err
 	}
