@@ -277,12 +277,16 @@ func (c *Console) Event(rank int, line []byte) {
 	default:
 		return
 	}
-	c.update(ev.Kind)
+	kind := ev.Kind
+	if kind == "step" && ev.Steps > 0 && ev.Step >= ev.Steps {
+		kind = "last" // drawn whatever the throttle: no step follows to draw it
+	}
+	c.update(kind)
 }
 
 // update redraws the display (Live) or writes the lines now due (Plain)
-// after an event of kind: only steps are throttled, and only they are
-// worth a periodic plain line.
+// after an event of kind: only steps (other than an epoch's last) are
+// throttled, and only steps are worth a periodic plain line.
 func (c *Console) update(kind string) {
 	now := c.now()
 	var finished []string
@@ -299,7 +303,7 @@ func (c *Console) update(kind string) {
 		for _, l := range finished {
 			c.buf = append(append(c.buf, l...), '\n')
 		}
-		if current != nil && kind == "step" && now.Sub(c.lastPlain) >= c.logEvery {
+		if current != nil && (kind == "step" || kind == "last") && now.Sub(c.lastPlain) >= c.logEvery {
 			c.lastPlain = now
 			c.buf = append(append(c.buf, current.statusLine(false, 0)...), '\n')
 		}
@@ -314,7 +318,7 @@ func (c *Console) update(kind string) {
 	c.drawn = now
 	c.buf = append(c.buf[:0], "\r\x1b[K"...)
 	for _, l := range finished {
-		c.buf = append(append(c.buf, fit(l, c.width())...), '\n')
+		c.buf = append(append(c.buf, l...), '\n') // a record: whole, if wrapped
 	}
 	c.shown = ""
 	if current != nil {
@@ -469,15 +473,15 @@ func (es *epochState) statusLine(bar bool, width int) string {
 // summaryLine is the line an epoch leaves when every rank is done.
 func (es *epochState) summaryLine() string {
 	v := es.view()
-	parts := []string{fmt.Sprintf("epoch %d/%d done: %d steps", es.epoch, max(es.epochs, es.epoch), v.step)}
+	parts := []string{fmt.Sprintf("epoch %d/%d: %d steps", es.epoch, max(es.epochs, es.epoch), v.step)}
 	if v.hasLoss {
 		parts = append(parts, fmt.Sprintf("train_loss %.4f", v.loss))
 	}
 	for _, k := range sortedKeys(v.metrics) {
 		parts = append(parts, fmt.Sprintf("%s %.4f", k, v.metrics[k]))
 	}
-	parts = append(parts, fmt.Sprintf("%.0f %s/s", v.rate, es.unitName()), "time "+clock(v.elapsed))
-	return strings.Join(parts, "  ")
+	parts = append(parts, fmt.Sprintf("%.0f %s/s", v.rate, es.unitName()), clock(v.elapsed))
+	return strings.Join(parts, " ")
 }
 
 // fit cuts s to fewer than width columns (each rune one column: the
