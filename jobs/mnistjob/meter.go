@@ -53,14 +53,14 @@ type meter struct {
 	counting   time.Duration
 	countStart time.Time
 
-	prof         Profile // sums over profiled steps
-	profiled     int
-	dataStart    time.Time // when the loop asked for the next batch
-	t0, t1, t2   time.Time // step start, forward done, backward done
-	before       ddp.Stats
-	bar          *progress.Bar // nil without progress
-	lossSum      float64       // of this epoch's steps on this rank
-	epochSteps   int
+	prof       Profile // sums over profiled steps
+	profiled   int
+	dataStart  time.Time // when the loop asked for the next batch
+	t0, t1, t2 time.Time // step start, forward done, backward done
+	before     ddp.Stats
+	bar        *progress.Bar // nil without progress
+	lossSum    float64       // of this epoch's steps on this rank
+	epochSteps int
 }
 
 // newMeter meters j's loop. With cfg.Progress every rank reports to
