@@ -15,7 +15,10 @@
 //
 // Each worker runs in its own process group, so a stop reaches the
 // worker's children too. Its output lines reach the console prefixed with
-// "[rank<N>]: ", whole lines at a time. When a worker fails, the launcher
+// "[rank<N>]: ", whole lines at a time. With Config.Events, each worker
+// also gets a pipe for progress events (descriptor 3, named by
+// GOTRAIN_EVENTS_FD; see package progress), so that the launcher alone
+// draws on the terminal. When a worker fails, the launcher
 // stops the others (SIGTERM, then SIGKILL after a grace period) and either
 // restarts all of them with GOTRAIN_RESTART_COUNT one higher (a program that
 // resumes from its last checkpoint carries on) or exits with the failed
