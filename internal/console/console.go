@@ -155,9 +155,6 @@ func terminalWidth(w io.Writer) int {
 	return 80
 }
 
-// Live reports whether the console draws a live display.
-func (c *Console) Live() bool { return c.live }
-
 // Writer returns a writer whose lines are printed on Out above the
 // display. A '\r' ends a line as '\n' does (a program's own progress bar
 // becomes lines, never a torn display), and empty lines are dropped (the
@@ -458,16 +455,20 @@ func (es *epochState) statusLine(bar bool, width int) string {
 	}
 	// One column is kept free: a line that fills the last column leaves
 	// some terminals about to wrap.
-	room := width - 1
-	if bw := min(room-len(text)-3, 30); es.steps > 0 && bw >= 6 {
-		filled := bw * v.step / es.steps
-		b := strings.Repeat("=", filled)
-		if filled < bw {
-			b += ">" + strings.Repeat(" ", bw-filled-1)
-		}
-		text = head + " [" + b + "] " + count + " " + strings.Join(tail, sep)
+	if bw := min(width-1-len(text)-3, 30); es.steps > 0 && bw >= 6 {
+		text = head + " [" + drawBar(bw, v.step, es.steps) + "] " + count + " " + strings.Join(tail, sep)
 	}
 	return fit(text, width)
+}
+
+// drawBar is a bar of width columns, step of steps full.
+func drawBar(width, step, steps int) string {
+	filled := min(width*step/steps, width)
+	b := strings.Repeat("=", filled)
+	if filled < width {
+		b += ">" + strings.Repeat(" ", width-filled-1)
+	}
+	return b
 }
 
 // summaryLine is the line an epoch leaves when every rank is done.
