@@ -242,7 +242,8 @@ func (c *Console) barSeq(line string) string { return "\r" + line + "\x1b[K" }
 // a program writes to it.
 func (c *Console) Event(rank int, line []byte) {
 	var ev event
-	if err := json.Unmarshal(line, &ev); err != nil || ev.Epoch < 1 {
+	if err := json.Unmarshal(line, &ev); err != nil || ev.Epoch < 1 ||
+		ev.Kind != "epoch" && ev.Kind != "step" && ev.Kind != "done" {
 		return
 	}
 	c.mu.Lock()
@@ -261,9 +262,7 @@ func (c *Console) Event(rank int, line []byte) {
 		rs = &rankState{}
 		es.ranks[rank] = rs
 	}
-	switch ev.Kind {
-	case "epoch":
-	case "step", "done":
+	if ev.Kind != "epoch" {
 		rs.step, rs.samples, rs.elapsed, rs.stepTime = ev.Step, ev.Samples, ev.Elapsed, ev.StepTime
 		if ev.Loss != nil {
 			rs.loss, rs.hasLoss = *ev.Loss, true
@@ -271,8 +270,6 @@ func (c *Console) Event(rank int, line []byte) {
 		if ev.Kind == "done" {
 			rs.done, rs.metrics = true, ev.Metrics
 		}
-	default:
-		return
 	}
 	kind := ev.Kind
 	if kind == "step" && ev.Steps > 0 && ev.Step >= ev.Steps {
