@@ -136,10 +136,10 @@ func TestPlain(t *testing.T) {
 		c.Event(0, stepEvent(1, 2, 100, step, int64(64*step), float64(step), 1/float64(step), 0.01))
 	}
 	fmt.Fprint(w, "[rank0]: own bar\r")
+	c.Event(2, []byte(`{"kind":"unknown","epoch":1}`)) // no rank of the epoch: rank 2 sent no event
 	c.Event(0, doneEvent(1, 100, 6400, 10, 0.3, `"test_acc":0.9`))
 	c.Event(1, doneEvent(1, 100, 6400, 10, 0.5, ""))
 	c.Event(0, []byte("not an event"))
-	c.Event(2, []byte(`{"kind":"unknown","epoch":2}`))
 	c.Close()
 	text := out.String()
 	if strings.Contains(text, "\r") || strings.Contains(text, "\x1b") {
