@@ -229,7 +229,8 @@ func (r *Reporter) Epoch(epoch, epochs, steps int) *Bar {
 	return b
 }
 
-// Step records one step over n samples (or tokens) with its fields.
+// Step records one step over n samples (or tokens), with its Loss; the
+// display shows the mean loss of the epoch's steps so far.
 func (b *Bar) Step(n int, fields ...Field) {
 	now := time.Now()
 	b.last = now

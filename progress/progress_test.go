@@ -67,6 +67,15 @@ func TestStandalone(t *testing.T) {
 		t.Fatalf("output %q: want the line, then the epoch's line with its mean loss, accuracy and samples/s", out.String())
 	}
 
+	// Text jobs count tokens.
+	out.Reset()
+	rep = progress.FromEnv(progress.Output(&out), progress.Rank(0), progress.Tokens())
+	reportSteps(rep)
+	rep.Close()
+	if !strings.Contains(out.String(), " tokens/s ") {
+		t.Fatalf("output %q: want tokens/s", out.String())
+	}
+
 	// Other ranks leave the display to rank 0.
 	out.Reset()
 	rep = progress.FromEnv(progress.Output(&out), progress.Rank(1))
