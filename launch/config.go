@@ -95,8 +95,10 @@ type Config struct {
 	// in its environment, and each line it writes there is passed to
 	// Events with the worker's global rank, without its newline (see
 	// package progress for the events gotrain's workers send). Calls are
-	// never concurrent; line is only valid during the call. Without
-	// Events, workers get no pipe and no GOTRAIN_EVENTS_FD.
+	// never concurrent; line is only valid during the call. With LogDir
+	// the lines are also kept in events.jsonl beside the worker's
+	// stdout.log. Without Events, workers get no pipe and no
+	// GOTRAIN_EVENTS_FD.
 	Events func(rank int, line []byte)
 }
 

@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -32,8 +35,12 @@ func serialEvents(fn func(rank int, line []byte)) func(rank int, line []byte) {
 }
 
 // pumpEvents passes each line of r to deliver until EOF, a read error or
-// r's closing, as pumpLines does for output.
-func pumpEvents(r io.Reader, rank int, deliver func(rank int, line []byte)) {
+// r's closing, as pumpLines does for output, and copies r to file if it
+// is not nil.
+func pumpEvents(r io.Reader, rank int, deliver func(rank int, line []byte), file *os.File) {
+	if file != nil {
+		r = io.TeeReader(r, errorless{file})
+	}
 	br := bufio.NewReaderSize(r, maxEvent)
 	tooLong := false
 	for {
@@ -51,6 +58,24 @@ func pumpEvents(r io.Reader, rank int, deliver func(rank int, line []byte)) {
 			return
 		}
 	}
+}
+
+// createEventsLog creates the worker's events.jsonl in logDir, or returns
+// nil without a log directory.
+func createEventsLog(logDir string, localRank int) (*os.File, error) {
+	if logDir == "" {
+		return nil, nil
+	}
+	return os.Create(filepath.Join(logDir, strconv.Itoa(localRank), "events.jsonl"))
+}
+
+// errorless hides write errors: a full disk must not stop the events
+// reaching the console.
+type errorless struct{ w io.Writer }
+
+func (e errorless) Write(p []byte) (int, error) {
+	_, _ = e.w.Write(p)
+	return len(p), nil
 }
 
 // withoutEventsFD removes an inherited GOTRAIN_EVENTS_FD: it names a

@@ -3,6 +3,8 @@ package launch_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +23,7 @@ func TestEvents(t *testing.T) {
 	j.cfg.MasterPort = 1 // nothing connects: the workers are sh
 	j.cfg.Program, j.cfg.Args = "sh", []string{"-c",
 		`printf '{"n":1}\n\n{"n":2}\n' >&$` + progress.EnvFD + `; printf 'last' >&3; echo "fd=$` + progress.EnvFD + `"`}
+	j.cfg.LogDir = t.TempDir()
 	var got []string
 	j.cfg.Events = func(rank int, line []byte) { got = append(got, fmt.Sprintf("%d %s", rank, line)) }
 	if code, _, err := j.run(t, context.Background()); code != 0 || err != nil {
@@ -33,6 +36,14 @@ func TestEvents(t *testing.T) {
 	}
 	if n := strings.Count(j.stdout.String(), "fd=3\n"); n != 2 {
 		t.Fatalf("stdout %q: want %s=3 for both workers", j.stdout.String(), progress.EnvFD)
+	}
+	// With a log directory the events are kept beside each worker's output.
+	logs, err := filepath.Glob(filepath.Join(j.cfg.LogDir, "*", "attempt_0", "1", "events.jsonl"))
+	if err != nil || len(logs) != 1 {
+		t.Fatalf("events logs %v, %v; want local rank 1's", logs, err)
+	}
+	if b, err := os.ReadFile(logs[0]); err != nil || string(b) != "{\"n\":1}\n\n{\"n\":2}\nlast" {
+		t.Fatalf("events log %q, %v; want the raw lines", b, err)
 	}
 
 	j.cfg.Events = nil

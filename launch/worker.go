@@ -82,6 +82,7 @@ func startWorker(s workerSpec) (_ *worker, err error) {
 		childEnds = append(childEnds, wr)
 	}
 
+	var eventsLog *os.File // nil: no log directory
 	cmd := exec.Command(s.path, s.args...)
 	cmd.Args[0] = s.argv0
 	cmd.Env = withoutEventsFD(s.env)
@@ -96,6 +97,12 @@ func startWorker(s workerSpec) (_ *worker, err error) {
 		childEnds = append(childEnds, wr)
 		cmd.ExtraFiles = []*os.File{wr} // descriptor 3 in the worker
 		cmd.Env = append(cmd.Env, eventsFDEnv+"=3")
+		if eventsLog, err = createEventsLog(s.logDir, s.localRank); err != nil {
+			return nil, fmt.Errorf("launch: events log file for rank %d: %w", s.rank, err)
+		}
+		if eventsLog != nil {
+			w.logFiles = append(w.logFiles, eventsLog)
+		}
 	}
 	cmd.SysProcAttr = workerSysProcAttr()
 	if err := cmd.Start(); err != nil {
@@ -109,7 +116,7 @@ func startWorker(s workerSpec) (_ *worker, err error) {
 		w.pumps.Go(func() { pumpLines(r, prefix, consoles[i], logs[i]) })
 	}
 	if s.events != nil {
-		w.pumps.Go(func() { pumpEvents(w.readEnds[2], s.rank, s.events) })
+		w.pumps.Go(func() { pumpEvents(w.readEnds[2], s.rank, s.events, eventsLog) })
 	}
 	return w, nil
 }
