@@ -27,23 +27,39 @@ func requireTool(t *testing.T, tool string) string {
 	return path
 }
 
-// tmuxServer is a tmux server of the test's own, on its own socket.
+// tmuxServer is a tmux server of the test's own, on its own socket in a
+// directory of its own (TMUX_TMPDIR), so none is left behind.
 type tmuxServer struct {
 	t      *testing.T
 	tmux   string
 	socket string
+	env    []string
 }
 
 func newTmux(t *testing.T, name string) *tmuxServer {
 	t.Helper()
-	s := &tmuxServer{t: t, tmux: requireTool(t, "tmux"), socket: fmt.Sprintf("gotrain-test-%d-%s", os.Getpid(), name)}
-	t.Cleanup(func() { _ = exec.Command(s.tmux, "-L", s.socket, "kill-server").Run() })
+	tmux := requireTool(t, "tmux")
+	// Not t.TempDir(): a socket's path must stay short (108 bytes).
+	dir, err := os.MkdirTemp("", "tmux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &tmuxServer{t: t, tmux: tmux, socket: fmt.Sprintf("gotrain-test-%d-%s", os.Getpid(), name),
+		env: append(os.Environ(), "TMUX_TMPDIR="+dir)}
+	t.Cleanup(func() {
+		kill := exec.Command(s.tmux, "-L", s.socket, "kill-server")
+		kill.Env = s.env
+		_ = kill.Run() // the server may have gone already
+		os.RemoveAll(dir)
+	})
 	return s
 }
 
 func (s *tmuxServer) run(args ...string) string {
 	s.t.Helper()
-	out, err := exec.Command(s.tmux, append([]string{"-L", s.socket}, args...)...).CombinedOutput()
+	cmd := exec.Command(s.tmux, append([]string{"-L", s.socket}, args...)...)
+	cmd.Env = s.env
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		s.t.Fatalf("tmux %s: %v: %s", strings.Join(args, " "), err, out)
 	}
