@@ -446,14 +446,21 @@ func (es *epochState) statusLine(bar bool, width int) string {
 		}
 		tail = append(tail, s)
 	}
-	text := head + " " + count + " " + strings.Join(tail, sep)
+	rest := strings.Join(tail, sep)
+	text := head + " " + count + " " + rest
 	if !bar {
 		return text
 	}
 	// One column is kept free: a line that fills the last column leaves
 	// some terminals about to wrap.
-	if bw := min(width-1-len(text)-3, 30); es.steps > 0 && bw >= 6 {
-		text = head + " [" + drawBar(bw, v.step, es.steps) + "] " + count + " " + strings.Join(tail, sep)
+	if es.steps > 0 {
+		if bw := min(width-1-len(head)-len(count)-len(rest)-5, 30); bw >= 6 {
+			return head + " [" + drawBar(bw, v.step, es.steps) + "] " + count + " " + rest
+		}
+		// Narrow: the bar alone says how far the epoch is.
+		if bw := min(width-1-len(head)-len(rest)-4, 30); bw >= 6 {
+			return head + " [" + drawBar(bw, v.step, es.steps) + "] " + rest
+		}
 	}
 	return fit(text, width)
 }

@@ -55,7 +55,7 @@ func screen(out string) []string {
 }
 
 func TestLiveBarFitsTheWidth(t *testing.T) {
-	for _, width := range []int{20, 40, 80, 200} {
+	for _, width := range []int{20, 40, 70, 80, 200} {
 		t.Run(fmt.Sprint(width), func(t *testing.T) {
 			var out bytes.Buffer
 			clock := &fakeClock{t: time.Unix(0, 0), step: time.Second}
@@ -73,6 +73,9 @@ func TestLiveBarFitsTheWidth(t *testing.T) {
 			}
 			if !strings.HasPrefix(bar, "epoch 1/2") {
 				t.Fatalf("bar %q does not start with the epoch", bar)
+			}
+			if width == 70 && (!strings.Contains(bar, "] loss") || !strings.Contains(bar, "step 13ms r1")) {
+				t.Errorf("bar %q: want the bar kept, without the step count, when the width is short", bar)
 			}
 			if width >= 80 {
 				// The slowest rank's place (190), the job's rate (5120+4864) and
