@@ -106,6 +106,16 @@ type Config struct {
 	// Logger receives the launcher's own messages; nil means text records
 	// written to Stderr, serialized with the workers' lines.
 	Logger *slog.Logger
+	// Events, if set, receives the progress events of the workers: each
+	// worker gets a pipe as file descriptor 3, named by GOTRAIN_EVENTS_FD
+	// in its environment, and each line it writes there is passed to
+	// Events with the worker's global rank, without its newline (see
+	// package progress for the events gotrain's workers send). Calls are
+	// never concurrent; line is only valid during the call. With LogDir
+	// the lines are also kept in events.jsonl beside the worker's
+	// stdout.log. Without Events, workers get no pipe and no
+	// GOTRAIN_EVENTS_FD.
+	Events func(rank int, line []byte)
 }
 
 // withDefaults returns c with its zero fields replaced by their documented

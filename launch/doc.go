@@ -17,12 +17,15 @@
 // worker's children too. Its output lines reach the console prefixed with
 // "[rank<N>]: ", whole lines at a time, and with LogDir to files, as
 // Config.Redirects, Config.Tee and Config.LocalRanksFilter choose (torchrun's
-// --redirects, --tee and --local-ranks-filter). When a worker fails, the
-// launcher stops the others (SIGTERM, then SIGKILL after a grace period) and
-// either restarts all of them with GOTRAIN_RESTART_COUNT one higher (a
-// program that resumes from its last checkpoint carries on) or reports the
-// root cause, a Failure naming the worker, its host, its exit status and
-// the last lines of its stderr, and exits with the failed worker's exit code.
+// --redirects, --tee and --local-ranks-filter). With Config.Events, each
+// worker also gets a pipe for progress events (descriptor 3, named by
+// GOTRAIN_EVENTS_FD; see package progress), so that the launcher alone
+// draws on the terminal. When a worker fails, the launcher stops the others
+// (SIGTERM, then SIGKILL after a grace period) and either restarts all of
+// them with GOTRAIN_RESTART_COUNT one higher (a program that resumes from
+// its last checkpoint carries on) or reports the root cause, a Failure
+// naming the worker, its host, its exit status and the last lines of its
+// stderr, and exits with the failed worker's exit code.
 //
 // # One node
 //

@@ -100,6 +100,7 @@ func Run(ctx context.Context, cfg Config) (exitCode int, err error) {
 
 	var mu sync.Mutex
 	j := &job{
+		events: serialEvents(cfg.Events),
 		cfg:    cfg,
 		env:    je,
 		path:   path,
@@ -138,7 +139,8 @@ type job struct {
 	stdout  lockedWriter
 	stderr  lockedWriter
 	log     *slog.Logger
-	logRoot string // "" without LogDir
+	logRoot string                      // "" without LogDir
+	events  func(rank int, line []byte) // serialized cfg.Events, or nil
 }
 
 // outcome is how one attempt (a start of all workers) ended.
@@ -209,6 +211,7 @@ func (j *job) attempt(ctx context.Context, restart int) (outcome, error) {
 			rank:      j.cfg.NodeRank*n + local,
 			stdout:    j.stdout,
 			stderr:    j.stderr,
+			events:    j.events,
 			logDir:    logDir,
 			route:     j.cfg.route(local),
 		})

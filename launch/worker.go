@@ -20,7 +20,7 @@ type worker struct {
 	localRank, rank int
 	cmd             *exec.Cmd
 	pumps           sync.WaitGroup
-	readEnds        []*os.File // the launcher's ends of the stdout and stderr pipes
+	readEnds        []*os.File // the launcher's ends of the stdout, stderr (and events) pipes
 	logFiles        []*os.File
 	stderrTail      tail // the last lines of stderr, for the failure report
 
@@ -39,7 +39,8 @@ type workerSpec struct {
 	rank      int
 	stdout    io.Writer // console, already serialized
 	stderr    io.Writer
-	logDir    string // "" for no log files
+	events    func(rank int, line []byte) // nil: no events pipe
+	logDir    string                      // "" for no log files
 	route     streamRoute
 }
 
@@ -86,11 +87,28 @@ func startWorker(s workerSpec) (_ *worker, err error) {
 		childEnds = append(childEnds, wr)
 	}
 
+	var eventsLog *os.File // nil: no log directory
 	cmd := exec.Command(s.path, s.args...)
 	cmd.Args[0] = s.argv0
-	cmd.Env = s.env
+	cmd.Env = withoutEventsFD(s.env)
 	cmd.Stdout = childEnds[0]
 	cmd.Stderr = childEnds[1]
+	if s.events != nil {
+		r, wr, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("launch: events pipe for rank %d: %w", s.rank, err)
+		}
+		w.readEnds = append(w.readEnds, r)
+		childEnds = append(childEnds, wr)
+		cmd.ExtraFiles = []*os.File{wr} // descriptor 3 in the worker
+		cmd.Env = append(cmd.Env, eventsFDEnv+"=3")
+		if eventsLog, err = createEventsLog(s.logDir, s.localRank); err != nil {
+			return nil, fmt.Errorf("launch: events log file for rank %d: %w", s.rank, err)
+		}
+		if eventsLog != nil {
+			w.logFiles = append(w.logFiles, eventsLog)
+		}
+	}
 	cmd.SysProcAttr = workerSysProcAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("launch: start rank %d (%s): %w", s.rank, s.argv0, err)
@@ -100,8 +118,11 @@ func startWorker(s workerSpec) (_ *worker, err error) {
 	prefix := "[rank" + strconv.Itoa(s.rank) + "]: "
 	consoles := s.route.consoles(s.stdout, s.stderr)
 	logs[1] = teeTail(&w.stderrTail, logs[1])
-	for i, r := range w.readEnds {
+	for i, r := range w.readEnds[:2] {
 		w.pumps.Go(func() { pumpLines(r, prefix, consoles[i], logs[i]) })
+	}
+	if s.events != nil {
+		w.pumps.Go(func() { pumpEvents(w.readEnds[2], s.rank, s.events, eventsLog) })
 	}
 	return w, nil
 }

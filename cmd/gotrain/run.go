@@ -31,6 +31,7 @@ type runFlags struct {
 	runID           string
 	noPython        bool
 	output          outputFlags
+	logEvery        string
 }
 
 var runOpts runFlags
@@ -101,6 +102,7 @@ func init() {
 	f.BoolVar(&o.noPython, "no-python", false, "accepted for torchrun compatibility: PROGRAM is always run directly")
 	_ = f.MarkHidden("no-python") // the flag exists; cannot fail
 	o.output.register(f)
+	addLogEvery(f, &o.logEvery)
 	rootCmd.AddCommand(runCmd)
 }
 
@@ -165,6 +167,13 @@ func runRun(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
+	every, err := logEvery(runOpts.logEvery)
+	if err != nil {
+		return err
+	}
+	// The console first: the launcher's records then print through it.
+	cons := attachConsole(&cfg, every)
+	defer cons.Close()
 	runOpts.output.setupLauncherLog(&cfg)
 	// main's context is cancelled by SIGINT and SIGTERM without saying
 	// which; the workers should get the very signal the user sent, so

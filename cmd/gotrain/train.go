@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -16,6 +17,7 @@ import (
 	"github.com/gotrain/gotrain/internal/logging"
 	"github.com/gotrain/gotrain/jobs/mnistjob"
 	"github.com/gotrain/gotrain/launch"
+	"github.com/gotrain/gotrain/progress"
 )
 
 // trainWorkerEnv marks a process started by `gotrain train` as one of its
@@ -41,10 +43,11 @@ func init() {
 // trainMNISTFlags are the flags of `gotrain train mnist`: the job's
 // Config and, for --nproc-per-node > 1, the launcher's.
 type trainMNISTFlags struct {
-	job    mnistjob.Config
-	nproc  string
-	launch launch.Config
-	output outputFlags
+	job      mnistjob.Config
+	nproc    string
+	logEvery string
+	launch   launch.Config
+	output   outputFlags
 }
 
 // newTrainMNISTCmd is `gotrain train mnist`.
@@ -79,13 +82,27 @@ func trainMNIST(ctx context.Context, fl trainMNISTFlags, n int) error {
 		cfg.Momentum = -1 // the job's zero value means "default 0.9"
 	}
 	worker := os.Getenv(trainWorkerEnv) != ""
+	every, err := logEvery(fl.logEvery) // checked by check
+	if err != nil {
+		return err
+	}
 	if n > 1 && !worker {
 		fl.launch.NProcPerNode = n
-		fl.output.setupLauncherLog(&fl.launch)
-		return launchTrainWorkers(ctx, fl.launch)
+		return launchTrainWorkers(ctx, fl.launch, fl.output, every)
+	}
+	logOut := io.Writer(os.Stderr)
+	if cfg.Progress {
+		// Under the launcher this sends events; alone it renders here,
+		// with the job's lines and records printed above the bar.
+		rep := progress.FromEnv(progress.LogEvery(every))
+		defer rep.Close()
+		cfg.Reporter, cfg.Out = rep, rep.Writer()
+		logOut = rep.Writer()
 	}
 	// The job logs as --log-format says, with its rank if it has one.
-	slog.SetDefault(logging.FromEnv(os.Stderr, fl.output.logFormat))
+	log := logging.FromEnv(logOut, fl.output.logFormat)
+	slog.SetDefault(log)
+	cfg.Logger = log
 	res, err := mnistjob.Run(ctx, cfg)
 	if err != nil {
 		return err
@@ -121,14 +138,15 @@ func (fl *trainMNISTFlags) register(f *pflag.FlagSet) {
 	f.IntVar(&cfg.SaveEvery, "save-every", 0, "also checkpoint every N steps")
 	f.IntVar(&cfg.MaxSteps, "max-steps", 0, "stop after N steps per worker (0: no limit)")
 	f.BoolVar(&cfg.Profile, "profile", false, "print the mean time per step in data, forward, backward, exposed allreduce wait and optimizer")
-	f.BoolVar(&cfg.Progress, "progress", true, "show a progress bar")
+	f.BoolVar(&cfg.Progress, "progress", true, "show a progress bar per epoch (plain lines when stderr is not a terminal)")
 	f.StringVar(&cfg.LRScaling, "lr-scaling", "", "adapt --lr to the global batch of N ranks: linear (×N) or none; default linear for sgd, none for adadelta, adam and adamw")
 	f.StringVar(&cfg.CommHook, "comm-hook", "allreduce", "how DDP reduces gradients: allreduce (float32), fp16 or bf16 (compressed)")
+	addLogEvery(f, &fl.logEvery)
 }
 
 // launchTrainWorkers re-runs this command as cfg.NProcPerNode workers
 // under the launcher and prints rank 0's summary as the last line.
-func launchTrainWorkers(ctx context.Context, cfg launch.Config) error {
+func launchTrainWorkers(ctx context.Context, cfg launch.Config, output outputFlags, every time.Duration) error {
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding the gotrain binary to start workers: %w", err)
@@ -140,10 +158,13 @@ func launchTrainWorkers(ctx context.Context, cfg launch.Config) error {
 	defer os.RemoveAll(dir)
 	summary := filepath.Join(dir, "summary")
 	cfg.Program, cfg.Args, cfg.Standalone = self, os.Args[1:], true
+	// The console first: the launcher's records then print through it.
+	cons := attachConsole(&cfg, every)
+	output.setupLauncherLog(&cfg)
 	cfg.Env = append(cfg.Env, trainWorkerEnv+"=1", summaryFileEnv+"="+summary)
-	cfg.Stdout = os.Stdout
 	warnBeforeStart(cfg)
 	code, err := launch.Run(ctx, cfg)
+	cons.Close()
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/gotrain/gotrain/ddp"
+	"github.com/gotrain/gotrain/progress"
 )
 
 // Config is one training run. The zero value of each field means the
@@ -47,9 +48,11 @@ type Config struct {
 	MaxSteps  int    // stop after N steps per rank (0: no limit), for benchmarks and tests
 
 	Profile  bool // print a per-step time breakdown (rank 0)
-	Progress bool // show a progress bar (rank 0)
+	Progress bool // report progress: a bar per epoch, a line at its end (see package progress)
+	// Reporter receives the progress; nil means progress.FromEnv on Out.
+	Reporter *progress.Reporter
 
-	Out    io.Writer    // progress, per-epoch accuracy and profile; default os.Stderr
+	Out    io.Writer    // progress, per-epoch loss and accuracy, profile; default os.Stderr
 	Logger *slog.Logger // default slog.Default()
 }
 

@@ -72,7 +72,7 @@ func TestRunSingleProcess(t *testing.T) {
 	if p.Forward <= 0 || p.Backward <= 0 || p.Optimizer <= 0 || p.ExposedAllReduce != 0 {
 		t.Fatalf("profile %+v: want forward, backward and optimizer time and no allreduce wait in one process", p)
 	}
-	if !strings.Contains(out, "epoch 1: test_acc=") || !strings.Contains(out, "profile per step: data_ms=") {
+	if !strings.Contains(out, "epoch 1: train_loss=") || !strings.Contains(out, "profile per step: data_ms=") {
 		t.Fatalf("output lacks the epoch's accuracy or the profile:\n%s", out)
 	}
 	want := regexp.MustCompile(`^model=mlp world=1 epochs=1 steps=20 samples_per_s=\d+ test_acc=0\.\d{4} peak_rss_mib=\d+$`)

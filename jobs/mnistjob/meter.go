@@ -7,10 +7,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
-
 	"github.com/gotrain/gotrain/ddp"
 	"github.com/gotrain/gotrain/distributed"
+	"github.com/gotrain/gotrain/progress"
 	"github.com/gotrain/gotrain/tensor"
 )
 
@@ -34,16 +33,18 @@ func (p Profile) String() string {
 }
 
 // meter is the training loop's bookkeeping, kept out of its way: the
-// throughput clock, the per-phase profile and the progress bar. The loop
-// calls startStep, forwarded, backwarded and stepped around the phases of
-// each step.
+// throughput clock, the per-phase profile, the epoch's mean loss and the
+// progress report. The loop calls startStep, forwarded, backwarded and
+// stepped around the phases of each step.
 type meter struct {
 	pg     *distributed.Group // nil alone: no ranks to line up
 	dm     *ddp.Model         // nil alone: no allreduce to profile
 	world  int
 	epochs int
-	barOut io.Writer // nil without a progress bar
-	steps  int       // taken in this run
+	rep    *progress.Reporter // nil without progress
+	owned  bool               // rep was made here, and is closed by close
+	out    io.Writer          // the job's lines: above the display if there is one
+	steps  int                // taken in this run
 
 	// The clock counts training time from step warmupSteps on, without
 	// evaluation and checkpoints (as the PyTorch script stops its clock
@@ -52,42 +53,50 @@ type meter struct {
 	counting   time.Duration
 	countStart time.Time
 
-	prof         Profile // sums over profiled steps
-	profiled     int
-	dataStart    time.Time // when the loop asked for the next batch
-	t0, t1, t2   time.Time // step start, forward done, backward done
-	before       ddp.Stats
-	bar          *progressbar.ProgressBar // nil without a bar
-	epoch        int
-	epochStart   time.Time
-	epochSamples int
+	prof       Profile // sums over profiled steps
+	profiled   int
+	dataStart  time.Time // when the loop asked for the next batch
+	t0, t1, t2 time.Time // step start, forward done, backward done
+	before     ddp.Stats
+	bar        *progress.Bar // nil without progress
+	lossSum    float64       // of this epoch's steps on this rank
+	epochSteps int
 }
 
-// newMeter meters j's loop; rank 0 shows the bar if cfg asks for it.
+// newMeter meters j's loop. With cfg.Progress every rank reports to
+// cfg.Reporter, or to progress.FromEnv's (which, without a launcher, only
+// rank 0's renders).
 func newMeter(j *job) *meter {
-	m := &meter{pg: j.pg, dm: j.dm, world: j.world, epochs: j.cfg.Epochs}
-	if j.rank == 0 && j.cfg.Progress {
-		m.barOut = j.cfg.Out
+	m := &meter{pg: j.pg, dm: j.dm, world: j.world, epochs: j.cfg.Epochs, out: j.cfg.Out}
+	if j.cfg.Progress {
+		m.rep = j.cfg.Reporter
+		if m.rep == nil {
+			m.rep = progress.FromEnv(progress.Output(j.cfg.Out), progress.Rank(j.rank))
+			m.owned = true
+		}
+		m.out = m.rep.Writer()
 	}
 	return m
 }
 
+// close closes the reporter the meter made.
+func (m *meter) close() {
+	if m.owned {
+		_ = m.rep.Close() // the launcher's pipe; nothing to do if it broke
+	}
+}
+
 // startEpoch starts the epoch's clock (after the warm-up) and its bar.
 func (m *meter) startEpoch(epoch, batches int) {
-	m.epoch, m.epochSamples = epoch, 0
-	if m.barOut != nil {
-		m.bar = progressbar.NewOptions(batches,
-			progressbar.OptionSetWriter(m.barOut),
-			progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", epoch+1, m.epochs)),
-			progressbar.OptionThrottle(200*time.Millisecond),
-			progressbar.OptionShowCount(),
-			progressbar.OptionClearOnFinish())
+	m.lossSum, m.epochSteps = 0, 0
+	if m.rep != nil {
+		m.bar = m.rep.Epoch(epoch, m.epochs, batches)
 	}
 	now := time.Now()
 	if m.steps >= warmupSteps {
 		m.countStart = now
 	}
-	m.epochStart, m.dataStart = now, now
+	m.dataStart = now
 }
 
 // startStep marks the start of a step. At the end of the warm-up it lines
@@ -133,11 +142,11 @@ func (m *meter) stepped(loss *tensor.Tensor, n int) {
 	m.profiled++
 	m.steps++
 	m.counted += n
-	m.epochSamples += n
+	l := float64(loss.Item())
+	m.lossSum += l
+	m.epochSteps++
 	if m.bar != nil {
-		rate := float64(m.epochSamples*m.world) / time.Since(m.epochStart).Seconds()
-		m.bar.Describe(fmt.Sprintf("epoch %d/%d loss %.4f %.0f samples/s", m.epoch+1, m.epochs, loss.Item(), rate))
-		m.bar.Add(1)
+		m.bar.Step(n, progress.Loss(l))
 	}
 	m.dataStart = time.Now()
 }
@@ -154,8 +163,7 @@ func (m *meter) untimed(f func() error) error {
 	return err
 }
 
-// endEpoch stops the clock once the slowest rank is done and closes the
-// bar.
+// endEpoch stops the clock once the slowest rank is done.
 func (m *meter) endEpoch(ctx context.Context) error {
 	if !m.countStart.IsZero() {
 		if m.pg != nil {
@@ -166,11 +174,33 @@ func (m *meter) endEpoch(ctx context.Context) error {
 		m.counting += time.Since(m.countStart)
 		m.countStart = time.Time{}
 	}
-	if m.bar != nil {
-		m.bar.Finish()
-		m.bar = nil
-	}
 	return nil
+}
+
+// epochLoss is the epoch's training loss: the mean over its steps of
+// every rank's mean loss, the same on every rank.
+func (m *meter) epochLoss(ctx context.Context) (float64, error) {
+	mean := []float64{m.lossSum / float64(max(m.epochSteps, 1))}
+	if m.pg != nil {
+		if err := m.pg.AllReduce(ctx, mean, distributed.Avg); err != nil {
+			return 0, err
+		}
+	}
+	return mean[0], nil
+}
+
+// report ends the epoch's bar, or without progress has rank 0 print the
+// epoch's line itself.
+func (m *meter) report(rank, epoch int, loss, acc float64) {
+	switch {
+	case m.bar != nil && rank == 0:
+		m.bar.Done(progress.Loss(loss), progress.Metric("test_acc", acc))
+	case m.bar != nil:
+		m.bar.Done(progress.Loss(loss))
+	case rank == 0:
+		fmt.Fprintf(m.out, "epoch %d: train_loss=%.4f test_acc=%.4f\n", epoch+1, loss, acc)
+	}
+	m.bar = nil
 }
 
 // summarise adds the run's throughput, steps, mean profile and peak RSS

@@ -11,6 +11,7 @@ import (
 // returns the run's summary.
 func (j *job) train(ctx context.Context) (Result, error) {
 	m := newMeter(j)
+	defer m.close()
 	res := Result{Model: j.cfg.Model, World: j.world, Rank: j.rank}
 	nn.SetTrain(j.model, true)
 	for epoch := j.ckpt.Epoch; epoch < j.cfg.Epochs; epoch++ {
@@ -28,7 +29,7 @@ func (j *job) train(ctx context.Context) (Result, error) {
 	}
 	res = m.summarise(res)
 	if j.cfg.Profile && j.rank == 0 {
-		fmt.Fprintln(j.cfg.Out, res.Profile)
+		fmt.Fprintln(m.out, res.Profile)
 	}
 	return res, nil
 }
@@ -70,10 +71,15 @@ func (j *job) trainEpoch(ctx context.Context, epoch int, m *meter) (stopped bool
 }
 
 // endEpoch stops the clock once every rank is done, steps the schedule,
-// evaluates on rank 0 and checkpoints where a resumed run carries on: the
-// next epoch, or this one if MaxSteps stopped it midway.
+// evaluates on rank 0, reports the epoch's training loss and test
+// accuracy, and checkpoints where a resumed run carries on: the next
+// epoch, or this one if MaxSteps stopped it midway.
 func (j *job) endEpoch(ctx context.Context, epoch int, stopped bool, m *meter, res *Result) error {
 	if err := m.endEpoch(ctx); err != nil {
+		return err
+	}
+	loss, err := m.epochLoss(ctx)
+	if err != nil {
 		return err
 	}
 	if j.sched != nil && !stopped {
@@ -84,8 +90,8 @@ func (j *job) endEpoch(ctx context.Context, epoch int, stopped bool, m *meter, r
 	res.Epochs = epoch + 1
 	if j.rank == 0 {
 		res.TestAccuracy = j.evaluate()
-		fmt.Fprintf(j.cfg.Out, "epoch %d: test_acc=%.4f\n", epoch+1, res.TestAccuracy)
 	}
+	m.report(j.rank, epoch, loss, res.TestAccuracy)
 	if stopped {
 		return j.checkpoint(epoch)
 	}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/testproc"
+)
+
+// requireTool returns the path of tool, or skips the test without it
+// (fails instead when GOTRAIN_REQUIRE_ENGINES=1, as in CI).
+func requireTool(t *testing.T, tool string) string {
+	t.Helper()
+	path, err := exec.LookPath(tool)
+	if err != nil {
+		if os.Getenv("GOTRAIN_REQUIRE_ENGINES") == "1" {
+			t.Fatalf("%s is required (GOTRAIN_REQUIRE_ENGINES=1): %v", tool, err)
+		}
+		t.Skipf("%s not installed: %v", tool, err)
+	}
+	return path
+}
+
+// tmuxServer is a tmux server of the test's own, on its own socket in a
+// directory of its own (TMUX_TMPDIR), so none is left behind.
+type tmuxServer struct {
+	t      *testing.T
+	tmux   string
+	socket string
+	env    []string
+}
+
+func newTmux(t *testing.T, name string) *tmuxServer {
+	t.Helper()
+	tmux := requireTool(t, "tmux")
+	// Not t.TempDir(): a socket's path must stay short (108 bytes).
+	dir, err := os.MkdirTemp("", "tmux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &tmuxServer{t: t, tmux: tmux, socket: fmt.Sprintf("gotrain-test-%d-%s", os.Getpid(), name),
+		env: append(os.Environ(), "TMUX_TMPDIR="+dir)}
+	t.Cleanup(func() {
+		kill := exec.Command(s.tmux, "-L", s.socket, "kill-server")
+		kill.Env = s.env
+		_ = kill.Run() // the server may have gone already
+		os.RemoveAll(dir)
+	})
+	return s
+}
+
+func (s *tmuxServer) run(args ...string) string {
+	s.t.Helper()
+	cmd := exec.Command(s.tmux, append([]string{"-L", s.socket}, args...)...)
+	cmd.Env = s.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		s.t.Fatalf("tmux %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// barLine matches the live display's line.
+var barLine = regexp.MustCompile(`^epoch \d+/\d+ \[[=> ]+\] .*\b[1-9]\d* samples/s`)
+
+// TestTerminalDisplay runs the demo job in a real terminal, at 80 and 200
+// columns, with 1 and 2 workers: while it trains the screen shows one bar
+// line with a samples/s figure that fits the width (never a wrapped
+// continuation), and at the end the epoch's line and the summary.
+func TestTerminalDisplay(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, width := range []int{80, 200} {
+		for _, workers := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%dcols-%dworkers", width, workers), func(t *testing.T) {
+				tm := newTmux(t, fmt.Sprintf("%d-%d", width, workers))
+				cmd := fmt.Sprintf("cd '%s' && env %s '%s' train mnist --nproc-per-node %d --max-steps 400; echo gotrain-exit=$?; sleep 600",
+					t.TempDir(), testproc.Env("gotrain"), exe, workers)
+				tm.run("new-session", "-d", "-x", fmt.Sprint(width), "-y", "24", cmd)
+				sawBar := ""
+				var screen string
+				for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(30 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("gotrain still running after 90 s; screen:\n%s", screen)
+					}
+					// -p shows the screen's rows; -J joins rows that wrapped, so a
+					// bar that wrapped is too wide in one or the other.
+					screen = tm.run("capture-pane", "-p")
+					joined := tm.run("capture-pane", "-pJ")
+					for _, capture := range []string{screen, joined} {
+						var bars []string
+						for _, l := range strings.Split(capture, "\n") {
+							if strings.HasPrefix(l, "epoch ") && strings.Contains(l, "[") {
+								bars = append(bars, l)
+							}
+						}
+						if len(bars) > 1 {
+							t.Fatalf("%d bar lines on the screen; want at most one:\n%s", len(bars), capture)
+						}
+						if len(bars) == 1 {
+							if n := len([]rune(bars[0])); n >= width {
+								t.Fatalf("bar line %q is %d columns wide in a %d-column terminal; screen:\n%s", bars[0], n, width, capture)
+							}
+							if barLine.MatchString(bars[0]) {
+								sawBar = bars[0]
+							}
+						}
+					}
+					if strings.Contains(screen, "gotrain-exit=") {
+						screen = joined
+						break
+					}
+				}
+				if sawBar == "" {
+					t.Fatalf("no bar with a samples/s figure was ever on the screen; last screen:\n%s", screen)
+				}
+				if workers > 1 && !regexp.MustCompile(` r[01]$`).MatchString(sawBar) {
+					t.Errorf("bar %q lacks the slowest rank's step time", sawBar)
+				}
+				t.Logf("bar at %d columns, %d workers: %s", width, workers, sawBar)
+				if !strings.Contains(screen, "gotrain-exit=0") || !strings.Contains(screen, fmt.Sprintf("model=mlp world=%d ", workers)) {
+					t.Fatalf("want exit 0 and the summary; screen:\n%s", screen)
+				}
+				if !regexp.MustCompile(`(?m)^epoch 1/1: 400 steps train_loss \d\.\d{4} test_acc 0\.\d{4} \d+ samples/s`).MatchString(screen) {
+					t.Fatalf("want the epoch's line with its loss and accuracy; screen:\n%s", screen)
+				}
+			})
+		}
+	}
+}
+
+// TestPipedOutput: with stdout and stderr a pipe, the output is plain
+// lines: no carriage return, one line per epoch with the training loss
+// and the test accuracy, and progress lines every --log-every.
+func TestPipedOutput(t *testing.T) {
+	for _, workers := range []string{"1", "2"} {
+		t.Run(workers+"workers", func(t *testing.T) {
+			all, stdout, code := runGotrain(t, 90*time.Second, "train", "mnist", "--nproc-per-node", workers,
+				"--batch-size", "512", "--epochs", "2", "--log-every", "0.02")
+			if code != 0 {
+				t.Fatalf("exit code %d; output:\n%s", code, all)
+			}
+			if strings.ContainsAny(all, "\r\x1b") {
+				t.Fatalf("output has a carriage return or an escape sequence: %q", all)
+			}
+			for epoch := 1; epoch <= 2; epoch++ {
+				re := regexp.MustCompile(fmt.Sprintf(`(?m)^epoch %d/2: \d+ steps train_loss \d\.\d{4} test_acc 0\.\d{4} \d+ samples/s \d+:\d\d$`, epoch))
+				if n := len(re.FindAllString(all, -1)); n != 1 {
+					t.Fatalf("%d lines for epoch %d matching %v; want 1; output:\n%s", n, epoch, re, all)
+				}
+			}
+			if len(regexp.MustCompile(`(?m)^epoch 1/2 \d+/\d+ \d+%  loss \S+  \d+ samples/s`).FindAllString(all, -1)) == 0 {
+				t.Fatalf("no periodic progress line with --log-every 0.02; output:\n%s", all)
+			}
+			if kv := summary(t, stdout); kv["world"] != workers || kv["epochs"] != "2" {
+				t.Fatalf("summary %v", kv)
+			}
+			if bytes.Count([]byte(stdout), []byte("\n")) != 1 {
+				t.Fatalf("stdout %q: want the summary alone", stdout)
+			}
+		})
+	}
+}

@@ -1,0 +1,180 @@
+package console
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeClock advances by step on every reading.
+type fakeClock struct {
+	t    time.Time
+	step time.Duration
+}
+
+func (c *fakeClock) now() time.Time { c.t = c.t.Add(c.step); return c.t }
+
+func stepEvent(epoch, epochs, steps, step int, samples int64, elapsed, loss, stepTime float64) []byte {
+	return fmt.Appendf(nil, `{"kind":"step","epoch":%d,"epochs":%d,"steps":%d,"step":%d,"samples":%d,"elapsed":%g,"loss":%g,"step_time":%g}`,
+		epoch, epochs, steps, step, samples, elapsed, loss, stepTime)
+}
+
+func doneEvent(epoch, steps int, samples int64, elapsed, loss float64, metrics string) []byte {
+	return fmt.Appendf(nil, `{"kind":"done","epoch":%d,"epochs":2,"steps":%d,"step":%d,"samples":%d,"elapsed":%g,"loss":%g,"metrics":{%s}}`,
+		epoch, steps, steps, samples, elapsed, loss, metrics)
+}
+
+// screen replays what a terminal shows for out: '\r' returns to the
+// column 0, ESC[K erases to the end of the line, '\n' starts a new line.
+func screen(out string) []string {
+	lines := []string{""}
+	col := 0
+	for i := 0; i < len(out); i++ {
+		cur := &lines[len(lines)-1]
+		switch {
+		case out[i] == '\r':
+			col = 0
+		case out[i] == '\n':
+			lines = append(lines, "")
+			col = 0
+		case strings.HasPrefix(out[i:], "\x1b[K"):
+			*cur = (*cur)[:col]
+			i += 2
+		default:
+			if col < len(*cur) {
+				*cur = (*cur)[:col] + string(out[i]) + (*cur)[col+1:]
+			} else {
+				*cur += string(out[i])
+			}
+			col++
+		}
+	}
+	return lines
+}
+
+func TestLiveBarFitsTheWidth(t *testing.T) {
+	for _, width := range []int{20, 40, 70, 80, 200} {
+		t.Run(fmt.Sprint(width), func(t *testing.T) {
+			var out bytes.Buffer
+			clock := &fakeClock{t: time.Unix(0, 0), step: time.Second}
+			c := New(Options{Out: &out, Mode: Live, Width: func() int { return width }, Now: clock.now})
+			c.Event(0, []byte(`{"kind":"epoch","epoch":1,"epochs":2,"steps":469}`))
+			c.Event(0, stepEvent(1, 2, 469, 200, 12800, 2.5, 0.3121, 0.0123))
+			c.Event(1, stepEvent(1, 2, 469, 190, 12160, 2.5, 0.3300, 0.0131))
+			got := screen(out.String())
+			if len(got) != 1 {
+				t.Fatalf("screen %q: want the bar alone, on one line", got)
+			}
+			bar := got[0]
+			if len(bar) >= width {
+				t.Fatalf("bar %q is %d columns wide; want fewer than %d", bar, len(bar), width)
+			}
+			if !strings.HasPrefix(bar, "epoch 1/2") {
+				t.Fatalf("bar %q does not start with the epoch", bar)
+			}
+			if width == 70 && (!strings.Contains(bar, "] loss") || !strings.Contains(bar, "step 13ms r1")) {
+				t.Errorf("bar %q: want the bar kept, without the step count, when the width is short", bar)
+			}
+			if width >= 80 {
+				// The slowest rank's place (190), the job's rate (5120+4864) and
+				// step time (rank 1's), the ranks' mean loss.
+				for _, want := range []string{"[", "190/469", "9984 samples/s", "loss 0.3211", "step 13ms r1", "ETA 0:04"} {
+					if !strings.Contains(bar, want) {
+						t.Errorf("bar %q lacks %q", bar, want)
+					}
+				}
+			}
+			if strings.Contains(out.String(), "\n") {
+				t.Fatalf("output %q: a live bar is redrawn in place, never with a newline", out.String())
+			}
+		})
+	}
+}
+
+func TestLiveLogLineAboveTheBar(t *testing.T) {
+	var out bytes.Buffer
+	clock := &fakeClock{t: time.Unix(0, 0), step: time.Second}
+	c := New(Options{Out: &out, Mode: Live, Width: func() int { return 80 }, Now: clock.now})
+	w := c.Writer()
+	c.Event(0, []byte(`{"kind":"epoch","epoch":1,"epochs":2,"steps":100}`))
+	c.Event(0, stepEvent(1, 2, 100, 10, 640, 1, 0.5, 0.1))
+	fmt.Fprint(w, "[rank1]: hello\n[rank0]: a partial")
+	fmt.Fprint(w, " line\n")
+	fmt.Fprint(w, "[rank0]: own bar 10%\r[rank0]: own bar 20%\r\n")
+	got := screen(out.String())
+	want := []string{"[rank1]: hello", "[rank0]: a partial line", "[rank0]: own bar 10%", "[rank0]: own bar 20%"}
+	if len(got) != len(want)+1 {
+		t.Fatalf("screen %q: want the lines %q, then the bar", got, want)
+	}
+	for i, l := range want {
+		if got[i] != l {
+			t.Errorf("screen line %d is %q; want %q", i, got[i], l)
+		}
+	}
+	if bar := got[len(got)-1]; !strings.HasPrefix(bar, "epoch 1/2 [") || !strings.Contains(bar, "samples/s") {
+		t.Fatalf("last screen line %q is not the bar", bar)
+	}
+
+	// The epoch's end replaces the bar with the epoch's line.
+	c.Event(0, doneEvent(1, 100, 6400, 10, 0.25, `"test_acc":0.91`))
+	got = screen(out.String())
+	if last := got[len(got)-2]; !strings.HasPrefix(last, "epoch 1/2: 100 steps train_loss 0.2500 test_acc 0.9100 640 samples/s") {
+		t.Fatalf("screen %q: want the epoch's line last", got)
+	}
+	if got[len(got)-1] != "" {
+		t.Fatalf("screen %q: the bar is still shown after the epoch ended", got)
+	}
+}
+
+func TestPlain(t *testing.T) {
+	var out bytes.Buffer
+	clock := &fakeClock{t: time.Unix(0, 0), step: time.Second}
+	c := New(Options{Out: &out, Mode: Plain, LogEvery: 5 * time.Second, Now: clock.now})
+	w := c.Writer()
+	c.Event(0, []byte(`{"kind":"epoch","epoch":1,"epochs":2,"steps":100}`))
+	c.Event(1, []byte(`{"kind":"epoch","epoch":1,"epochs":2,"steps":100}`))
+	for step := 1; step <= 10; step++ { // a second per event: a line every 5
+		c.Event(0, stepEvent(1, 2, 100, step, int64(64*step), float64(step), 1/float64(step), 0.01))
+	}
+	fmt.Fprint(w, "[rank0]: own bar\r")
+	c.Event(2, []byte(`{"kind":"unknown","epoch":1}`)) // no rank of the epoch: rank 2 sent no event
+	c.Event(0, doneEvent(1, 100, 6400, 10, 0.3, `"test_acc":0.9`))
+	c.Event(1, doneEvent(1, 100, 6400, 10, 0.5, ""))
+	c.Event(0, []byte("not an event"))
+	c.Close()
+	text := out.String()
+	if strings.Contains(text, "\r") || strings.Contains(text, "\x1b") {
+		t.Fatalf("plain output %q has a carriage return or an escape", text)
+	}
+	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("plain output:\n%s\nwant 2 periodic lines, the program's line and the epoch's line", text)
+	}
+	for _, l := range lines[:2] {
+		if !strings.HasPrefix(l, "epoch 1/2 ") || !strings.Contains(l, "samples/s") || !strings.Contains(l, "%") {
+			t.Errorf("periodic line %q: want the epoch, its share done and samples/s", l)
+		}
+	}
+	if lines[2] != "[rank0]: own bar" {
+		t.Errorf("line %q: want the program's line, its '\\r' made a line end", lines[2])
+	}
+	if want := "epoch 1/2: 100 steps train_loss 0.4000 test_acc 0.9000 1280 samples/s 0:10"; lines[3] != want {
+		t.Errorf("epoch line %q; want %q", lines[3], want)
+	}
+}
+
+func TestFit(t *testing.T) {
+	for _, tc := range []struct {
+		s     string
+		width int
+		want  string
+	}{
+		{"abc", 4, "abc"}, {"abcd", 4, "abc"}, {"abcdef", 4, "abc"}, {"ab", 1, "a"},
+	} {
+		if got := fit(tc.s, tc.width); got != tc.want {
+			t.Errorf("fit(%q, %d) = %q; want %q", tc.s, tc.width, got, tc.want)
+		}
+	}
+}
