@@ -36,6 +36,12 @@ func main() {
 	if err != nil {
 		os.Exit(2) // the flag package has printed the error and the usage
 	}
+	// One text record per line on stderr, with this process's rank.
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if r := os.Getenv("RANK"); r != "" {
+		log = log.With("rank", r)
+	}
+	slog.SetDefault(log)
 	// `gotrain run` forwards SIGINT and SIGTERM: stop cleanly on either.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	res, err := mnistjob.Run(ctx, cfg)

@@ -182,7 +182,7 @@ func TestUnknownModelFails(t *testing.T) {
 	if err := e.cmd.Wait(); err == nil || e.cmd.ProcessState.ExitCode() != 1 {
 		t.Fatalf("exit %v; want 1", err)
 	}
-	if s := e.stderr.String(); !strings.Contains(s, "unknown model") || !strings.Contains(s, "resnet") {
+	if s := e.stderr.String(); !strings.Contains(s, "resnet") || !strings.Contains(s, "want mlp or cnn") {
 		t.Fatalf("stderr does not name the model:\n%s", e.stderr.String())
 	}
 }
