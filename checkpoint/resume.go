@@ -42,8 +42,9 @@ const (
 // partial: on error every rank's st is as it was. A nil g, or a group of
 // one, is LoadTraining with fs.ErrNotExist reported as (false, nil).
 //
-// Every rank of g must call ResumeFrom, as for any collective; the sidecar
-// is held in memory once on each rank while it is loaded.
+// Every rank of g must call ResumeFrom, as for any collective. While it
+// loads, each rank holds the sidecar's bytes in memory besides the
+// decoded tensors (rank 0 briefly twice).
 func ResumeFrom(ctx context.Context, g Group, path string, st *TrainingState, opts ...Option) (bool, error) {
 	if st == nil || st.Model == nil || st.Optimizer == nil {
 		return false, fmt.Errorf("checkpoint: ResumeFrom %s: Model and Optimizer are required", path)
@@ -55,21 +56,28 @@ func ResumeFrom(ctx context.Context, g Group, path string, st *TrainingState, op
 		}
 		return err == nil, err
 	}
+	// Rank 0 sends its status, its sidecar's name (errors on every rank
+	// name the file that was read) and the sidecar's bytes or its error.
 	side := TrainingPath(path)
 	var status int64
 	var payload []byte
 	var readErr error
 	if g.Rank() == 0 {
 		status, payload, readErr = readForResume(path)
+		payload = append([]byte(side), payload...)
 	}
-	head := []int64{status, int64(len(payload))}
+	head := []int64{status, int64(len(side)), int64(len(payload))}
 	if err := g.Broadcast(ctx, head, 0); err != nil {
 		return false, fmt.Errorf("checkpoint: resuming from %s: broadcasting rank 0's status: %w", path, err)
 	}
-	payload, err := broadcastBytes(ctx, g, payload, head[1])
+	payload, err := broadcastBytes(ctx, g, payload, head[2])
 	if err != nil {
 		return false, fmt.Errorf("checkpoint: resuming from %s: broadcasting rank 0's training state: %w", path, err)
 	}
+	if head[1] < 0 || head[1] > int64(len(payload)) {
+		return false, fmt.Errorf("checkpoint: resuming from %s: rank 0 sent a name of %d bytes in a payload of %d (another version of gotrain?)", path, head[1], len(payload))
+	}
+	side, payload = string(payload[:head[1]]), payload[head[1]:]
 	switch head[0] {
 	case resumeNone:
 		return false, nil
@@ -96,9 +104,9 @@ func ResumeFrom(ctx context.Context, g Group, path string, st *TrainingState, op
 	case loadErr != nil:
 		return false, loadErr
 	case err != nil:
-		return false, fmt.Errorf("checkpoint: resuming from %s: agreeing on the outcome: %w", path, err)
+		return false, fmt.Errorf("checkpoint: resuming from rank 0's %s: agreeing on the outcome: %w", side, err)
 	}
-	return false, fmt.Errorf("checkpoint: resuming from %s: rank(s) %v could not load rank 0's training state (their errors say why); no rank resumed", path, failed)
+	return false, fmt.Errorf("checkpoint: resuming from rank 0's %s: rank(s) %v could not load it (their errors say why); no rank resumed", side, failed)
 }
 
 // readForResume is rank 0's part: the status to broadcast, the sidecar's
