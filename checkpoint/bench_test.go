@@ -2,8 +2,14 @@ package checkpoint
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"hash/crc32"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
+
+	"github.com/gotrain/gotrain/nn/models"
 
 	"github.com/gotrain/gotrain/tensor"
 )
@@ -51,4 +57,99 @@ func BenchmarkReadTensors(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// cnnEntries is the state dict of the MNIST CNN (models.MNISTNet, 1.2 M
+// parameters, 4.8 MB), as its checkpoint stores it.
+func cnnEntries() []Entry { return modelEntries(models.MNISTNet()) }
+
+// BenchmarkCNNCheckpoint measures what the per-tensor checksums and the
+// finite check cost on the MNIST CNN's checkpoint, side by side with the
+// same work without them: encoding and decoding in memory (CPU only), and
+// Save and load through a file (with fsync, as a checkpoint is written).
+func BenchmarkCNNCheckpoint(b *testing.B) {
+	es := cnnEntries()
+	n := entryBytes(es)
+	encoded := func(sum bool) []byte {
+		var buf bytes.Buffer
+		if err := writeTensorsSummed(&buf, es, modelMeta, sum); err != nil {
+			b.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	for _, sum := range []bool{false, true} {
+		name := map[bool]string{false: "plain", true: "crc32c"}[sum]
+		b.Run("encode/"+name, func(b *testing.B) {
+			b.SetBytes(n)
+			for b.Loop() {
+				if err := writeTensorsSummed(io.Discard, es, modelMeta, sum); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("save/"+name, func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "cnn.safetensors")
+			b.SetBytes(n)
+			for b.Loop() {
+				if err := WriteFileAtomic(path, func(w io.Writer) error { return writeTensorsSummed(w, es, modelMeta, sum) }); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	// Reading: a file without checksums and with AllowNonFinite does
+	// neither check (a PyTorch file read that way); then the checksums
+	// alone; then both, the default.
+	for _, c := range []struct {
+		name string
+		sum  bool
+		opts []Option
+	}{
+		{"plain", false, []Option{AllowNonFinite()}},
+		{"crc32c", true, []Option{AllowNonFinite()}},
+		{"crc32c+finite", true, nil},
+	} {
+		data := encoded(c.sum)
+		b.Run("decode/"+c.name, func(b *testing.B) {
+			b.SetBytes(n)
+			for b.Loop() {
+				if _, _, err := ReadTensors(data, c.opts...); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("load/"+c.name, func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "cnn.safetensors")
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(n)
+			for b.Loop() {
+				if _, _, err := ReadTensorsFile(path, c.opts...); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkTensorHash compares the checksum gotrain uses with SHA-256 over
+// the MNIST CNN's tensor bytes: the figures behind the choice of CRC-32C.
+func BenchmarkTensorHash(b *testing.B) {
+	var data []byte
+	for _, e := range cnnEntries() {
+		data = append(data, float32Bytes(e.Tensor.Data())...)
+	}
+	b.Run("crc32c", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			crc32.Checksum(data, castagnoli)
+		}
+	})
+	b.Run("sha256", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			sha256.Sum256(data)
+		}
+	})
 }

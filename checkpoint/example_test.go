@@ -2,6 +2,7 @@ package checkpoint_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/distributed"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/optim"
 	"github.com/gotrain/gotrain/tensor"
@@ -118,4 +120,34 @@ func ExampleWriteTensors() {
 	// w F32 [2 2] [1 2 3 4]
 	// hello
 	// true
+}
+
+// *distributed.Group is a checkpoint.Group.
+var _ checkpoint.Group = (*distributed.Group)(nil)
+
+// Resume every rank of a job from rank 0's checkpoint, whether or not the
+// ranks share a file system: rank 0 saves, and after a restart every rank
+// carries on from what rank 0 saved.
+func ExampleResumeFrom() {
+	ctx := context.Background()
+	pg, err := distributed.Init(ctx, distributed.Config{InitMethod: "env://"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pg.Destroy()
+
+	model := nn.Sequential(nn.Linear(4, 2))
+	opt := optim.NewSGD(nn.Parameters(model), 0.1)
+	var extra struct{ Epochs int }
+	st := checkpoint.TrainingState{Model: model, Optimizer: opt, Extra: &extra}
+	resumed, err := checkpoint.ResumeFrom(ctx, pg, "run/ckpt.safetensors", &st)
+	if err != nil {
+		fmt.Println(err) // the same failure on every rank
+		return
+	}
+	if resumed {
+		fmt.Println("resuming at step", st.Step)
+	}
+	// ... train, and on rank 0 checkpoint.SaveTraining("run/ckpt.safetensors", st) ...
 }

@@ -45,9 +45,10 @@ func Save(path string, m nn.Module) error {
 // have no other key. A missing, truncated or corrupt file, or a state dict
 // that does not fit (the error wraps nn's *StateDictError, which lists the
 // missing, unexpected and mis-shaped keys), is an error naming the file;
-// on error m is unchanged.
-func Load(path string, m nn.Module) error {
-	entries, _, err := ReadTensorsFile(path)
+// on error m is unchanged. The tensors are checked as ReadTensorsFile
+// checks them (opts).
+func Load(path string, m nn.Module, opts ...Option) error {
+	entries, _, err := ReadTensorsFile(path, opts...)
 	if err != nil {
 		return err
 	}

@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gotrain/gotrain/tensor"
@@ -37,6 +40,59 @@ func (e *FormatError) Error() string {
 
 // Is reports whether target is ErrCorrupt.
 func (e *FormatError) Is(target error) bool { return target == ErrCorrupt }
+
+// ErrNonFinite matches (with errors.Is) the error for a tensor holding a
+// NaN or an infinity, read without AllowNonFinite: such a value in a
+// checkpoint is almost always a diverged run or damaged data, and loading
+// it would only make every later step NaN.
+var ErrNonFinite = errors.New("checkpoint: non-finite value in a tensor")
+
+// nonFiniteError names the file, the tensor and the first bad element.
+type nonFiniteError struct {
+	file, tensor string
+	index        int
+	value        float32
+}
+
+func (e *nonFiniteError) Error() string {
+	file := ""
+	if e.file != "" {
+		file = e.file + ": "
+	}
+	return fmt.Sprintf("checkpoint: %stensor %q holds %v at element %d (AllowNonFinite accepts non-finite values)",
+		file, e.tensor, e.value, e.index)
+}
+
+func (e *nonFiniteError) Is(target error) bool { return target == ErrNonFinite }
+
+// ChecksumKey is the metadata key under which gotrain stores a CRC-32C
+// (Castagnoli) of each tensor's bytes, as a JSON object from tensor name
+// to 8 hex digits. Readers verify it when it is there; files without it
+// (PyTorch's) load unchecked. CRC-32C rather than SHA-256: it detects the
+// flipped bits and torn writes a checksum is for, and runs in hardware at
+// memory speed, where SHA-256 would add measurably to every save.
+const ChecksumKey = "gotrain.crc32c"
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Option changes how a file is read.
+type Option func(*readConfig)
+
+type readConfig struct {
+	allowNonFinite bool
+}
+
+// AllowNonFinite accepts NaN and infinite values in float tensors, which
+// are otherwise an error wrapping ErrNonFinite.
+func AllowNonFinite() Option { return func(c *readConfig) { c.allowNonFinite = true } }
+
+func newReadConfig(opts []Option) readConfig {
+	var c readConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
 
 // MaxHeaderSize bounds the JSON header of a safetensors file, as the
 // reference implementation does (100 MB), so that a corrupt length field
@@ -69,6 +125,10 @@ func (d DType) Size() int {
 	}
 	return 0
 }
+
+// isFloat reports whether d holds floating-point values, which can be
+// NaN or infinite.
+func (d DType) isFloat() bool { return d == F32 || d == F64 || d == F16 || d == BF16 }
 
 // order is the rank of d in the reference implementation's Dtype enum; its
 // writer lays tensors out by descending rank, then by name.
@@ -120,7 +180,10 @@ type header struct {
 // laid out as the reference Python library does: tensors ordered by dtype
 // (I64 before F32) then by name, header keys in that order with
 // "__metadata__" first, the header padded with spaces to a multiple of 8
-// bytes. Names must be unique and non-empty.
+// bytes. Names must be unique and non-empty. The metadata gains
+// ChecksumKey, the checksums of the data written (replacing any such key
+// in metadata); safetensors metadata is free-form strings, so PyTorch's
+// loaders ignore it.
 func WriteTensors(w io.Writer, entries []Entry, metadata map[string]string) error {
 	if err := writeTensors(w, entries, metadata); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
@@ -131,9 +194,27 @@ func WriteTensors(w io.Writer, entries []Entry, metadata map[string]string) erro
 // writeTensors is WriteTensors with errors left unprefixed for callers
 // that add their own context.
 func writeTensors(w io.Writer, entries []Entry, metadata map[string]string) error {
+	return writeTensorsSummed(w, entries, metadata, true)
+}
+
+// writeTensorsSummed is writeTensors, with the checksums only if sum is
+// set (without, for the benchmark that measures their cost).
+func writeTensorsSummed(w io.Writer, entries []Entry, metadata map[string]string, sum bool) error {
 	sorted, err := layoutEntries(entries)
 	if err != nil {
 		return err
+	}
+	metadata = maps.Clone(metadata)
+	delete(metadata, ChecksumKey)
+	if sum && len(sorted) > 0 {
+		sums, err := checksums(sorted)
+		if err != nil {
+			return err
+		}
+		if metadata == nil {
+			metadata = map[string]string{}
+		}
+		metadata[ChecksumKey] = sums
 	}
 	hdr := encodeHeader(sorted, metadata)
 	var lenBuf [8]byte
@@ -237,32 +318,69 @@ func encodeMetadata(hdr *bytes.Buffer, metadata map[string]string) {
 	hdr.WriteByte('}')
 }
 
-// writeData writes the tensors' values in order. It encodes in chunks so
-// that a large tensor needs only a small buffer; float32 data on a
-// little-endian host is written as it is.
+// writeData writes the tensors' values in order.
 func writeData(w io.Writer, sorted []Entry) error {
 	buf := make([]byte, 0, 64<<10)
 	for _, e := range sorted {
-		data := e.Tensor.Data()
-		if e.DType == F32 && nativeLittleEndian {
-			if _, err := w.Write(float32Bytes(data)); err != nil {
+		var err error
+		buf, err = encodeChunks(buf, e, func(b []byte) error {
+			if _, err := w.Write(b); err != nil {
 				return fmt.Errorf("writing tensor %q: %w", e.Name, err)
 			}
-			continue
-		}
-		for start := 0; start < len(data); {
-			end := min(start+cap(buf)/8, len(data))
-			var err error
-			if buf, err = encodeValues(buf[:0], e, data[start:end]); err != nil {
-				return err
-			}
-			if _, err := w.Write(buf); err != nil {
-				return fmt.Errorf("writing tensor %q: %w", e.Name, err)
-			}
-			start = end
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// encodeChunks passes e's values, encoded as the file stores them, to emit
+// in chunks, so that a large tensor needs only the small buffer buf (which
+// it returns, maybe grown); float32 data on a little-endian host is passed
+// as it is, in one piece.
+func encodeChunks(buf []byte, e Entry, emit func([]byte) error) ([]byte, error) {
+	data := e.Tensor.Data()
+	if e.DType == F32 && nativeLittleEndian {
+		return buf, emit(float32Bytes(data))
+	}
+	for start := 0; start < len(data); {
+		end := min(start+cap(buf)/8, len(data))
+		var err error
+		if buf, err = encodeValues(buf[:0], e, data[start:end]); err != nil {
+			return buf, err
+		}
+		if err := emit(buf); err != nil {
+			return buf, err
+		}
+		start = end
+	}
+	return buf, nil
+}
+
+// checksums returns the ChecksumKey value for the tensors: the JSON object
+// of each one's CRC-32C, over the bytes writeData writes.
+func checksums(sorted []Entry) (string, error) {
+	sums := make(map[string]string, len(sorted))
+	buf := make([]byte, 0, 64<<10)
+	for _, e := range sorted {
+		var crc uint32
+		var err error
+		buf, err = encodeChunks(buf, e, func(b []byte) error {
+			crc = crc32.Update(crc, castagnoli, b)
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+		sums[e.Name] = fmt.Sprintf("%08x", crc)
+	}
+	js, err := json.Marshal(sums)
+	if err != nil {
+		panic("checkpoint: encoding a map of strings failed: " + err.Error())
+	}
+	return string(js), nil
 }
 
 // encodeValues appends values, of entry e, little-endian in e's dtype;
@@ -291,21 +409,18 @@ func writeJSONString(b *bytes.Buffer, s string) {
 }
 
 // ReadTensors decodes a whole safetensors file held in data. Entries are
-// returned in data order, converted to float32.
-func ReadTensors(data []byte) ([]Entry, map[string]string, error) {
-	entries, meta, err := decode(bytes.NewReader(data), int64(len(data)))
-	if err != nil {
-		if _, ok := err.(*FormatError); ok {
-			return nil, nil, err
-		}
-		return nil, nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	return entries, meta, nil
+// returned in data order, converted to float32. Checksums under
+// ChecksumKey are verified when the file has them; a NaN or infinity in a
+// float tensor is an error wrapping ErrNonFinite unless AllowNonFinite is
+// given.
+func ReadTensors(data []byte, opts ...Option) ([]Entry, map[string]string, error) {
+	return readNamed("", bytes.NewReader(data), int64(len(data)), newReadConfig(opts))
 }
 
-// ReadTensorsFile reads the safetensors file at path. Errors name the file
-// and what is wrong with it; a malformed file wraps ErrCorrupt.
-func ReadTensorsFile(path string) ([]Entry, map[string]string, error) {
+// ReadTensorsFile reads the safetensors file at path, checked as
+// ReadTensors checks. Errors name the file and what is wrong with it; a
+// malformed file or a checksum that does not match wraps ErrCorrupt.
+func ReadTensorsFile(path string, opts ...Option) ([]Entry, map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("checkpoint: %w", err)
@@ -315,15 +430,28 @@ func ReadTensorsFile(path string) ([]Entry, map[string]string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	entries, meta, err := decode(f, fi.Size())
-	if err != nil {
-		if fe, ok := err.(*FormatError); ok {
-			fe.File = path
-			return nil, nil, fe
-		}
-		return nil, nil, fmt.Errorf("checkpoint: %s: %w", path, err)
+	return readNamed(path, f, fi.Size(), newReadConfig(opts))
+}
+
+// readNamed decodes the file of the given size in r and makes every error
+// name the file (name; "" for bytes without a name).
+func readNamed(name string, r io.ReaderAt, size int64, cfg readConfig) ([]Entry, map[string]string, error) {
+	entries, meta, err := decode(r, size, cfg)
+	if err == nil {
+		return entries, meta, nil
 	}
-	return entries, meta, nil
+	switch e := err.(type) {
+	case *FormatError:
+		e.File = name
+		return nil, nil, e
+	case *nonFiniteError:
+		e.file = name
+		return nil, nil, e
+	}
+	if name == "" {
+		return nil, nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil, nil, fmt.Errorf("checkpoint: %s: %w", name, err)
 }
 
 func corrupt(format string, args ...any) error {
@@ -331,7 +459,7 @@ func corrupt(format string, args ...any) error {
 }
 
 // decode reads a safetensors file of the given size from r.
-func decode(r io.ReaderAt, size int64) ([]Entry, map[string]string, error) {
+func decode(r io.ReaderAt, size int64, cfg readConfig) ([]Entry, map[string]string, error) {
 	if size < 8 {
 		return nil, nil, corrupt("file is %d bytes, shorter than the 8-byte header length", size)
 	}
@@ -354,6 +482,10 @@ func decode(r io.ReaderAt, size int64) ([]Entry, map[string]string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	sums, err := h.checksums()
+	if err != nil {
+		return nil, nil, err
+	}
 	base := 8 + int64(n)
 	entries := make([]Entry, len(h.names))
 	var raw []byte
@@ -365,10 +497,12 @@ func decode(r io.ReaderAt, size int64) ([]Entry, map[string]string, error) {
 			shape[j] = int(d)
 		}
 		var values []float32
+		var stored []byte // the tensor's bytes as the file holds them
 		if info.DType == F32 && nativeLittleEndian {
 			// Read straight into the tensor's storage.
 			values = make([]float32, span/4)
-			if _, err := r.ReadAt(float32Bytes(values), base+info.DataOffsets[0]); err != nil && span > 0 {
+			stored = float32Bytes(values)
+			if _, err := r.ReadAt(stored, base+info.DataOffsets[0]); err != nil && span > 0 {
 				return nil, nil, fmt.Errorf("reading tensor %q: %w", name, err)
 			}
 		} else {
@@ -376,11 +510,70 @@ func decode(r io.ReaderAt, size int64) ([]Entry, map[string]string, error) {
 			if _, err := r.ReadAt(raw, base+info.DataOffsets[0]); err != nil && span > 0 {
 				return nil, nil, fmt.Errorf("reading tensor %q: %w", name, err)
 			}
+			stored = raw
+		}
+		if sums != nil {
+			if got := crc32.Checksum(stored, castagnoli); got != sums[name] {
+				return nil, nil, corrupt("tensor %q: checksum mismatch: the data's CRC-32C is %08x, the header's %s records %08x", name, got, ChecksumKey, sums[name])
+			}
+		}
+		if values == nil {
 			values = toFloat32(raw, info.DType)
+		}
+		if !cfg.allowNonFinite && info.DType.isFloat() {
+			if k, v, bad := firstNonFinite(values); bad {
+				return nil, nil, &nonFiniteError{tensor: name, index: k, value: v}
+			}
 		}
 		entries[i] = Entry{Name: name, DType: info.DType, Tensor: tensor.New(values, shape...)}
 	}
 	return entries, h.metadata, nil
+}
+
+// checksums parses the ChecksumKey metadata, which must hold one CRC for
+// each tensor and no other; it returns nil for a file without the key.
+func (h *header) checksums() (map[string]uint32, error) {
+	js, ok := h.metadata[ChecksumKey]
+	if !ok {
+		return nil, nil
+	}
+	var hexSums map[string]string
+	if err := json.Unmarshal([]byte(js), &hexSums); err != nil {
+		return nil, corrupt("metadata %s is not a JSON object of strings: %v", ChecksumKey, err)
+	}
+	sums := make(map[string]uint32, len(hexSums))
+	for name, hx := range hexSums {
+		v, err := strconv.ParseUint(hx, 16, 32)
+		if err != nil || len(hx) != 8 {
+			return nil, corrupt("metadata %s: tensor %q: checksum %q is not 8 hex digits", ChecksumKey, name, hx)
+		}
+		sums[name] = uint32(v)
+	}
+	for _, name := range h.names {
+		if _, ok := sums[name]; !ok {
+			return nil, corrupt("tensor %q has no checksum in metadata %s", name, ChecksumKey)
+		}
+	}
+	if len(sums) != len(h.names) {
+		for name := range sums {
+			if !slices.Contains(h.names, name) {
+				return nil, corrupt("metadata %s has a checksum for tensor %q, which the file does not hold", ChecksumKey, name)
+			}
+		}
+	}
+	return sums, nil
+}
+
+// firstNonFinite returns the index and value of the first NaN or infinity
+// in values.
+func firstNonFinite(values []float32) (int, float32, bool) {
+	for i, v := range values {
+		// v-v is NaN exactly when v is NaN or ±Inf; one branch per value.
+		if v-v != 0 {
+			return i, v, true
+		}
+	}
+	return 0, 0, false
 }
 
 // parseHeader parses and validates a header whose data section holds

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"hash/crc32"
 	"math"
 	"os"
 	"path/filepath"
@@ -41,9 +43,13 @@ func TestWriteLayoutMatchesReferenceLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// I64 sorts before F32 (descending dtype), then names; metadata first;
-	// no HTML escaping; spaces pad the header to a multiple of 8.
-	hdr := `{"__metadata__":{"<&>":"x","format":"pt","z":"1"},` +
+	// I64 sorts before F32 (descending dtype), then names; metadata first,
+	// with the checksums of the bytes below; no HTML escaping; spaces pad
+	// the header to a multiple of 8.
+	crc := func(b []byte) uint32 { return crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)) }
+	sums := fmt.Sprintf(`{\"a\":\"%08x\",\"bn.num_batches_tracked\":\"%08x\",\"w\":\"%08x\"}`,
+		crc(le32(3)), crc(binary.LittleEndian.AppendUint64(nil, 7)), crc(le32(1, 2)))
+	hdr := `{"__metadata__":{"<&>":"x","format":"pt","gotrain.crc32c":"` + sums + `","z":"1"},` +
 		`"bn.num_batches_tracked":{"dtype":"I64","shape":[],"data_offsets":[0,8]},` +
 		`"a":{"dtype":"F32","shape":[1,1],"data_offsets":[8,12]},` +
 		`"w":{"dtype":"F32","shape":[2],"data_offsets":[12,20]}}`
@@ -58,7 +64,7 @@ func TestWriteLayoutMatchesReferenceLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if meta["format"] != "pt" || meta["<&>"] != "x" || len(meta) != 3 {
+	if meta["format"] != "pt" || meta["<&>"] != "x" || len(meta) != 4 {
 		t.Fatalf("metadata %v", meta)
 	}
 	got := map[string]Entry{}
@@ -104,7 +110,10 @@ func TestReadDTypes(t *testing.T) {
 		`"f":{"dtype":"F32","shape":[1],"data_offsets":[20,24]},` +
 		`"h":{"dtype":"F16","shape":[2,2],"data_offsets":[24,32]},` +
 		`"b":{"dtype":"BF16","shape":[2],"data_offsets":[32,36]}}`
-	entries, _, err := ReadTensors(rawFile(hdr, data))
+	if _, _, err := ReadTensors(rawFile(hdr, data)); !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), `tensor "h" holds +Inf at element 3`) {
+		t.Fatalf("reading +Inf without AllowNonFinite: err = %v, want ErrNonFinite naming tensor h", err)
+	}
+	entries, _, err := ReadTensors(rawFile(hdr, data), AllowNonFinite())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +229,7 @@ func TestEmptyAndZeroSizedTensors(t *testing.T) {
 		t.Fatal(err)
 	}
 	entries, meta, err := ReadTensors(buf.Bytes())
-	if err != nil || len(entries) != 1 || entries[0].Tensor.Len() != 0 || !slices.Equal(entries[0].Tensor.Shape(), []int{0, 3}) || len(meta) != 0 {
+	if err != nil || len(entries) != 1 || entries[0].Tensor.Len() != 0 || !slices.Equal(entries[0].Tensor.Shape(), []int{0, 3}) || len(meta) != 1 || meta[ChecksumKey] != `{"z":"00000000"}` {
 		t.Fatalf("entries %v meta %v err %v", entries, meta, err)
 	}
 	buf.Reset()
@@ -245,7 +254,10 @@ func FuzzReadTensors(f *testing.F) {
 	f.Add(rawFile(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}`, le32(1, 2)))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, file []byte) {
-		entries, _, err := ReadTensors(file)
+		if _, _, err := ReadTensors(file); err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrNonFinite) {
+			t.Fatalf("error %v wraps neither ErrCorrupt nor ErrNonFinite", err)
+		}
+		entries, _, err := ReadTensors(file, AllowNonFinite())
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("error %v does not wrap ErrCorrupt", err)

@@ -2,9 +2,12 @@ package checkpoint
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
+	"os"
 	"reflect"
 	"slices"
 	"strconv"
@@ -107,42 +110,85 @@ func SaveTraining(path string, st TrainingState) error {
 // not needed — then loads the model (strictly, as Load), the optimizer's
 // state, the scheduler's state and the counters, and, if st.Extra is a
 // non-nil pointer, replaces the value it points to with the saved Extra.
+// The tensors are checked as ReadTensorsFile checks them (opts).
 //
-// A missing sidecar is an error that wraps fs.ErrNotExist (the usual sign
-// that there is nothing to resume yet). A scheduler saved but not given,
-// or given but not saved, is an error. On any error nothing is changed: not
-// the model, the optimizer, the scheduler, the counters nor Extra.
-func LoadTraining(path string, st *TrainingState) error {
+// When neither file exists, the error wraps fs.ErrNotExist (the usual sign
+// that there is nothing to resume yet). A model file without its sidecar
+// is a different error, naming both files: starting afresh would
+// overwrite a trained model at the next save. A scheduler saved but not
+// given, or given but not saved, is an error. On any error nothing is
+// changed: not the model, the optimizer, the scheduler, the counters nor
+// Extra.
+func LoadTraining(path string, st *TrainingState, opts ...Option) error {
 	if st == nil || st.Model == nil || st.Optimizer == nil {
 		return fmt.Errorf("checkpoint: LoadTraining %s: Model and Optimizer are required", path)
 	}
 	side := TrainingPath(path)
-	sideEntries, meta, err := ReadTensorsFile(side)
+	if err := checkSidecarExists(path); err != nil {
+		return err
+	}
+	sideEntries, meta, err := ReadTensorsFile(side, opts...)
 	if err != nil {
 		return err
 	}
+	_, err = applyTraining(side, sideEntries, meta, st)
+	return err
+}
+
+// checkSidecarExists returns nil if path's sidecar exists, an error
+// wrapping fs.ErrNotExist if neither it nor path does, and an error naming
+// both if only the model file does.
+func checkSidecarExists(path string) error {
+	side := TrainingPath(path)
+	_, err := os.Stat(side)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil // there, or an error ReadTensorsFile reports better
+	}
+	if _, merr := os.Stat(path); merr == nil {
+		return fmt.Errorf("checkpoint: cannot resume from %s: its training state %s does not exist "+
+			"(the model file alone cannot resume the optimizer, schedule and data position; "+
+			"move the model file away to start afresh)", path, side)
+	}
+	return fmt.Errorf("checkpoint: %w", err)
+}
+
+// applyTraining loads the sidecar side's content into st, all or nothing,
+// and returns a function that puts st back as it was.
+func applyTraining(side string, sideEntries []Entry, meta map[string]string, st *TrainingState) (undo func(), err error) {
 	saved, err := parseSidecar(side, sideEntries, meta)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if (len(saved.schedMeta) > 0) != (st.Scheduler != nil) {
 		if st.Scheduler == nil {
-			return sidecarError(side, "holds scheduler state (%s) but no Scheduler was given", saved.schedMeta["scheduler"])
+			return nil, sidecarError(side, "holds scheduler state (%s) but no Scheduler was given", saved.schedMeta["scheduler"])
 		}
-		return sidecarError(side, "holds no scheduler state but a Scheduler was given")
+		return nil, sidecarError(side, "holds no scheduler state but a Scheduler was given")
 	}
 	extraVal, err := decodeExtra(side, st.Extra, saved.extra)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := loadSaved(side, st, saved); err != nil {
-		return err
+	undoLoad, err := loadSaved(side, st, saved)
+	if err != nil {
+		return nil, err
 	}
+	epoch, step := st.Epoch, st.Step
+	var extraBefore reflect.Value
 	st.Epoch, st.Step = saved.epoch, saved.step
 	if extraVal.IsValid() {
-		reflect.ValueOf(st.Extra).Elem().Set(extraVal.Elem())
+		dst := reflect.ValueOf(st.Extra).Elem()
+		extraBefore = reflect.New(dst.Type())
+		extraBefore.Elem().Set(dst)
+		dst.Set(extraVal.Elem())
 	}
-	return nil
+	return func() {
+		undoLoad()
+		st.Epoch, st.Step = epoch, step
+		if extraBefore.IsValid() {
+			reflect.ValueOf(st.Extra).Elem().Set(extraBefore.Elem())
+		}
+	}, nil
 }
 
 // savedTraining is a sidecar's content, parsed and validated.
@@ -220,27 +266,43 @@ func decodeExtra(side string, dst any, extra string) (reflect.Value, error) {
 
 // loadSaved loads the model, the optimizer and the scheduler of st from
 // saved. Each Load is all-or-nothing; snapshots undo the earlier ones if a
-// later one fails, so a failed resume changes nothing.
-func loadSaved(side string, st *TrainingState, saved savedTraining) error {
+// later one fails, so a failed resume changes nothing, and the returned
+// undo puts all three back.
+func loadSaved(side string, st *TrainingState, saved savedTraining) (undo func(), err error) {
 	modelBefore := snapshotModel(st.Model)
 	optBefore := st.Optimizer.StateDict()
+	var schedBefore optim.State
+	if st.Scheduler != nil {
+		schedBefore = st.Scheduler.StateDict()
+	}
+	restoreOpt := func() {
+		if err := st.Optimizer.LoadStateDict(optBefore); err != nil {
+			panic("checkpoint: restoring the optimizer's own state failed: " + err.Error())
+		}
+	}
 	if err := loadEntries(side, st.Model, saved.model); err != nil {
-		return err
+		return nil, err
 	}
 	if err := st.Optimizer.LoadStateDict(saved.optState); err != nil {
 		restoreModel(st.Model, modelBefore)
-		return fmt.Errorf("checkpoint: %s: %w", side, err)
+		return nil, fmt.Errorf("checkpoint: %s: %w", side, err)
 	}
 	if st.Scheduler != nil {
 		if err := st.Scheduler.LoadStateDict(optim.State{Meta: saved.schedMeta}); err != nil {
 			restoreModel(st.Model, modelBefore)
-			if rerr := st.Optimizer.LoadStateDict(optBefore); rerr != nil {
-				panic("checkpoint: restoring the optimizer's own state failed: " + rerr.Error())
-			}
-			return fmt.Errorf("checkpoint: %s: %w", side, err)
+			restoreOpt()
+			return nil, fmt.Errorf("checkpoint: %s: %w", side, err)
 		}
 	}
-	return nil
+	return func() {
+		restoreModel(st.Model, modelBefore)
+		restoreOpt()
+		if st.Scheduler != nil {
+			if err := st.Scheduler.LoadStateDict(schedBefore); err != nil {
+				panic("checkpoint: restoring the scheduler's own state failed: " + err.Error())
+			}
+		}
+	}, nil
 }
 
 // snapshotModel copies m's state dict.

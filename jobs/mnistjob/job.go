@@ -11,9 +11,7 @@ package mnistjob
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 
 	"github.com/gotrain/gotrain/checkpoint"
@@ -95,7 +93,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	j.newOptimizer()
-	if err := j.resume(); err != nil {
+	if err := j.resume(ctx); err != nil {
 		return Result{}, err
 	}
 	return j.train(ctx)
@@ -196,18 +194,24 @@ func (j *job) newOptimizer() {
 }
 
 // resume loads rank 0's last training checkpoint on every rank, if asked
-// and if there is one: the same weights, optimizer state, counters and
-// place in the data.
-func (j *job) resume() error {
+// and if rank 0 has one: the same weights, optimizer state, counters and
+// place in the data. Rank 0's file is the source of truth and reaches the
+// other ranks over the group, so ranks need no shared file system.
+func (j *job) resume(ctx context.Context) error {
 	if !j.cfg.Resume {
 		return nil
 	}
-	switch err := checkpoint.LoadTraining(j.cfg.Save, &j.ckpt); {
-	case errors.Is(err, fs.ErrNotExist):
+	var g checkpoint.Group // a nil *distributed.Group would not be a nil Group
+	if j.pg != nil {
+		g = j.pg
+	}
+	resumed, err := checkpoint.ResumeFrom(ctx, g, j.cfg.Save, &j.ckpt)
+	if err != nil {
+		return fmt.Errorf("mnistjob: resuming: %w", err)
+	}
+	if !resumed {
 		j.log.Info("no checkpoint yet; starting fresh", "checkpoint", j.cfg.Save)
 		return nil
-	case err != nil:
-		return fmt.Errorf("mnistjob: resuming: %w", err)
 	}
 	if err := j.sampler.Restore(j.extra.Sampler); err != nil {
 		return fmt.Errorf("mnistjob: resuming the sampler from %s: %w", j.cfg.Save, err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"math"
@@ -23,12 +24,25 @@ import (
 // provides RANK, WORLD_SIZE, ...).
 const workerCfgEnv = "MNISTJOB_TEST_CONFIG"
 
+// rankDirsEnv, when set, gives each rank a checkpoint directory of its own,
+// as on machines without a shared file system: Save "d/m.safetensors"
+// becomes "d/rank<RANK>/m.safetensors".
+const rankDirsEnv = "MNISTJOB_TEST_RANK_DIRS"
+
 var workers = testproc.Workers{
 	"rank": func() int {
 		var cfg Config
 		if err := json.Unmarshal([]byte(os.Getenv(workerCfgEnv)), &cfg); err != nil {
 			slog.Error("worker config", "err", err)
 			return 2
+		}
+		if os.Getenv(rankDirsEnv) != "" {
+			dir := filepath.Join(filepath.Dir(cfg.Save), "rank"+os.Getenv("RANK"))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				slog.Error("worker checkpoint directory", "err", err)
+				return 2
+			}
+			cfg.Save = filepath.Join(dir, filepath.Base(cfg.Save))
 		}
 		_, err := Run(context.Background(), cfg)
 		if err != nil {
@@ -190,6 +204,50 @@ func TestResumeMidEpochStepsScheduleOnce(t *testing.T) {
 	equalFiles(t, checkpoint.TrainingPath(resumed), checkpoint.TrainingPath(straight))
 }
 
+// With Resume, a model file whose training sidecar is missing is an error
+// naming both files, and the model file is not overwritten by a fresh run.
+func TestResumeWithoutSidecarFails(t *testing.T) {
+	save := filepath.Join(t.TempDir(), "m.safetensors")
+	runLocal(t, Config{MaxSteps: 3, Save: save})
+	side := checkpoint.TrainingPath(save)
+	if err := os.Remove(side); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(save)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("WORLD_SIZE", "")
+	_, err = Run(context.Background(), Config{MaxSteps: 3, Save: save, Resume: true, Out: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), save) || !strings.Contains(err.Error(), side) {
+		t.Fatalf("resuming without %s: %v; want an error naming it and %s", side, err, save)
+	}
+	if after, err := os.ReadFile(save); err != nil || !bytes.Equal(after, before) {
+		t.Fatalf("%s was changed (err %v)", save, err)
+	}
+}
+
+// A flipped byte in the sidecar's tensor data is an error naming the file
+// and the tensor.
+func TestResumeFromFlippedByteFails(t *testing.T) {
+	save := filepath.Join(t.TempDir(), "m.safetensors")
+	runLocal(t, Config{MaxSteps: 3, Save: save})
+	side := checkpoint.TrainingPath(save)
+	b, err := os.ReadFile(side)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-5] ^= 0x01 // in the last tensor's data
+	if err := os.WriteFile(side, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("WORLD_SIZE", "")
+	_, err = Run(context.Background(), Config{MaxSteps: 3, Save: save, Resume: true, Out: io.Discard})
+	if !errors.Is(err, checkpoint.ErrCorrupt) || !strings.Contains(err.Error(), side) || !regexp.MustCompile(`tensor "[^"]+": checksum mismatch`).MatchString(err.Error()) {
+		t.Fatalf("resuming from a flipped byte in %s: %v; want ErrCorrupt naming it and the tensor", side, err)
+	}
+}
+
 func TestResumeFromCorruptCheckpointFails(t *testing.T) {
 	save := filepath.Join(t.TempDir(), "m.safetensors")
 	runLocal(t, Config{MaxSteps: 3, Save: save})
@@ -218,28 +276,7 @@ func TestTwoRanksMatchOneProcessWithTwiceTheBatch(t *testing.T) {
 
 	two := filepath.Join(dir, "two.safetensors")
 	// The global batch stays 64, so the learning rate must not scale.
-	cfg, err := json.Marshal(Config{MaxSteps: 20, BatchSize: 32, Save: two, LRScaling: "none"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var out bytes.Buffer
-	code, err := launch.Run(ctx, launch.Config{
-		Program:      self,
-		NProcPerNode: 2,
-		Standalone:   true,
-		Env:          append(testproc.Environ("rank"), workerCfgEnv+"="+string(cfg)),
-		Stdout:       &out,
-		Stderr:       &out,
-	})
-	if err != nil || code != 0 {
-		t.Fatalf("2-rank job: exit %d, %v; output:\n%s", code, err, out.String())
-	}
+	runRanks(t, Config{MaxSteps: 20, BatchSize: 32, Save: two, LRScaling: "none"})
 
 	a, b := readTensors(t, one), readTensors(t, two)
 	if len(a) != len(b) {
@@ -263,6 +300,59 @@ func TestTwoRanksMatchOneProcessWithTwiceTheBatch(t *testing.T) {
 		}
 	}
 	t.Logf("largest difference: %.2g of the tensor's largest weight", worst)
+}
+
+// runRanks runs cfg as a job of 2 ranks, each a process of this test
+// binary started by launch.Run, and returns their output; env is added to
+// the workers' environment.
+func runRanks(t *testing.T, cfg Config, env ...string) string {
+	t.Helper()
+	js, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	code, err := launch.Run(ctx, launch.Config{
+		Program:      self,
+		NProcPerNode: 2,
+		Standalone:   true,
+		Env:          append(append(testproc.Environ("rank"), workerCfgEnv+"="+string(js)), env...),
+		Stdout:       &out,
+		Stderr:       &out,
+	})
+	if err != nil || code != 0 {
+		t.Fatalf("2-rank job %+v: exit %d, %v; output:\n%s", cfg, code, err, out.String())
+	}
+	return out.String()
+}
+
+// Resuming a 2-rank job whose ranks each have a checkpoint directory of
+// their own (only rank 0's holds files, as on machines without a shared
+// file system) ends with the weights of the uninterrupted run: rank 1
+// receives rank 0's model, optimizer state, counters and sampler position.
+func TestTwoRanksResumeWithoutSharedFiles(t *testing.T) {
+	dir := t.TempDir()
+	straight := filepath.Join(dir, "straight", "m.safetensors")
+	runRanks(t, Config{MaxSteps: 40, Save: straight}, rankDirsEnv+"=1")
+
+	resumed := filepath.Join(dir, "resumed", "m.safetensors")
+	runRanks(t, Config{MaxSteps: 20, Save: resumed, SaveEvery: 7, Resume: true}, rankDirsEnv+"=1")
+	out := runRanks(t, Config{MaxSteps: 20, Save: resumed, Resume: true}, rankDirsEnv+"=1")
+	if n := len(regexp.MustCompile(`resumed.*step=20`).FindAllString(out, -1)); n != 2 {
+		t.Fatalf("%d ranks logged a resume at step 20; want 2. Output:\n%s", n, out)
+	}
+	rank0 := func(p string) string { return filepath.Join(filepath.Dir(p), "rank0", filepath.Base(p)) }
+	equalFiles(t, rank0(resumed), rank0(straight))
+	equalFiles(t, checkpoint.TrainingPath(rank0(resumed)), checkpoint.TrainingPath(rank0(straight)))
+	if names, err := os.ReadDir(filepath.Join(dir, "resumed", "rank1")); err != nil || len(names) != 0 {
+		t.Fatalf("rank 1's checkpoint directory holds %v (err %v); want it empty", names, err)
+	}
 }
 
 func equalFiles(t *testing.T, got, want string) {
