@@ -238,6 +238,8 @@ func connect(ctx context.Context, cfg Config, id string, rank, size int, owner *
 	if errors.As(cause, &rep) && (errors.As(err, new(*reportedError)) || !errors.Is(err, ErrConfig)) {
 		// This rank's error is the fallout of the one reported.
 		err = fmt.Errorf("%s: rendezvous failed: %w", where, rep)
+	} else if rep = settledFailure(st, err); rep != nil {
+		err = fmt.Errorf("%s: rendezvous failed: %w (here: %w)", where, rep, err)
 	} else {
 		recordFailure(st, setupFailure{Rank: rank, Config: errors.Is(err, ErrConfig), Reason: err.Error()})
 	}

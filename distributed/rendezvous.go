@@ -3,6 +3,7 @@ package distributed
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -65,6 +66,36 @@ func recordFailure(st store.Store, f setupFailure) {
 	_, _ = st.CompareAndSet(ctx, failureKey, nil, b) // best effort: the store may be what failed
 }
 
+// settleTime is how long a rank whose rendezvous broke for no reason of
+// its own (a peer closed a connection) waits for the peer's reason to be
+// recorded: the peer closes its connections before it records.
+const settleTime = 300 * time.Millisecond
+
+// settledFailure returns the failure another rank records within
+// settleTime, if err is such fallout (not a mistake of this rank's, nor
+// the end of the caller's context); else nil.
+func settledFailure(st store.Store, err error) *reportedError {
+	if errors.Is(err, ErrConfig) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settleTime)
+	defer cancel()
+	b, gerr := st.Get(ctx, failureKey)
+	if gerr != nil {
+		return nil
+	}
+	return decodeFailure(b)
+}
+
+// decodeFailure parses failureKey's value.
+func decodeFailure(b []byte) *reportedError {
+	var f setupFailure
+	if json.Unmarshal(b, &f) != nil {
+		f = setupFailure{Rank: -1, Reason: string(b)}
+	}
+	return &reportedError{f}
+}
+
 // watchFailure waits (until ctx ends) for a recorded failure and cancels
 // ctx with it. The returned channel is closed when the watch has ended.
 func watchFailure(ctx context.Context, st store.Store, cancel context.CancelCauseFunc) <-chan struct{} {
@@ -75,11 +106,7 @@ func watchFailure(ctx context.Context, st store.Store, cancel context.CancelCaus
 		if err != nil {
 			return // ctx ended: the rendezvous is over either way
 		}
-		var f setupFailure
-		if json.Unmarshal(b, &f) != nil {
-			f = setupFailure{Rank: -1, Reason: string(b)}
-		}
-		cancel(&reportedError{f})
+		cancel(decodeFailure(b))
 	}()
 	return done
 }
