@@ -52,7 +52,8 @@ type Config struct {
 	// NodeRank·NProcPerNode + local rank (torchrun's static rendezvous).
 	NodeRank int
 	// MasterAddr is the address of node 0, where rank 0 serves the
-	// rendezvous store ("" means 127.0.0.1).
+	// rendezvous store ("" means 127.0.0.1 on a single node; several need
+	// it set, and not to loopback: see CheckMasterAddr).
 	MasterAddr string
 	// MasterPort is the store's port: 0 means 29500, or with Standalone a
 	// free local port chosen by the launcher.
