@@ -3,8 +3,14 @@ package distributed
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/auth"
+	"github.com/gotrain/gotrain/internal/testnet"
 )
 
 // TestMasterAddrChecks: a master address that cannot be right is refused
@@ -32,5 +38,49 @@ func TestMasterAddrChecks(t *testing.T) {
 				t.Fatalf("Init: %v; want ErrConfig saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestStoreRefusalFailsRendezvous: a client that the store on rank 0
+// refuses for a wrong protocol version (as for a wrong token) cannot
+// report itself, so the store records it, and rank 0's rendezvous fails
+// with the reason instead of waiting for the rank that will not come.
+func TestStoreRefusalFailsRendezvous(t *testing.T) {
+	port := strconv.Itoa(testnet.FreePort(t))
+	cfg := Config{InitMethod: "tcp://127.0.0.1:" + port, Rank: 0, WorldSize: 2, Token: testToken,
+		JobID: t.Name(), ConnectTimeout: 30 * time.Second}
+	errc := make(chan error, 1)
+	go func() {
+		g, err := Init(context.Background(), cfg)
+		if g != nil {
+			g.Destroy()
+		}
+		errc <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		c, err := net.Dial("tcp", "127.0.0.1:"+port)
+		if err != nil {
+			if ctx.Err() != nil {
+				t.Fatalf("rank 0 never served the store: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond) // rank 0 is not serving yet
+			continue
+		}
+		_, err = auth.Client(ctx, c, []byte(testToken), auth.Hello{Version: auth.ProtocolVersion + 1, Role: auth.RoleStore, Rank: -1, WorldSize: -1})
+		c.Close()
+		if !errors.Is(err, auth.ErrVersion) {
+			t.Fatalf("handshake with another version: %v, want auth.ErrVersion", err)
+		}
+		break
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "refused a connection") || !strings.Contains(err.Error(), "version") {
+			t.Fatalf("rank 0: %v; want the store's refusal for the protocol version", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("rank 0 still waits for its rendezvous after the store refused a rank")
 	}
 }
