@@ -241,7 +241,7 @@ func connect(ctx context.Context, cfg Config, id string, rank, size int, owner *
 	} else if rep = settledFailure(st, err); rep != nil {
 		err = fmt.Errorf("%s: rendezvous failed: %w (here: %w)", where, rep, err)
 	} else {
-		recordFailure(st, setupFailure{Rank: rank, Config: errors.Is(err, ErrConfig), Reason: err.Error()})
+		recordFailure(st, setupFailure{Rank: rank, Config: errors.Is(err, ErrConfig), Reason: failureReason(err, where)})
 	}
 	if missing := missingRanks(st, size); missing != "" {
 		err = fmt.Errorf("%w (ranks not joined: %s)", err, missing)

@@ -54,6 +54,13 @@ func (e *reportedError) Unwrap() error {
 	return nil
 }
 
+// failureReason is err's text for the other ranks, without the prefixes
+// that their "rank N reported:" says already.
+func failureReason(err error, where string) string {
+	s := strings.TrimPrefix(err.Error(), ErrConfig.Error()+": ")
+	return strings.TrimPrefix(s, where+": ")
+}
+
 // recordFailure records f unless a failure is recorded already: the first
 // one is the cause, later ones its fallout.
 func recordFailure(st store.Store, f setupFailure) {

@@ -72,6 +72,9 @@ func TestNodeRankMismatch(t *testing.T) {
 			t.Errorf("node %d (%v) does not say the rank is taken twice; output:\n%s", e.node, e.err, outs[e.node].String())
 		}
 	}
+	if both := outs[0].String() + outs[1].String(); !strings.Contains(both, "did two nodes get the same node rank?") {
+		t.Errorf("no node suggests the node ranks collide; output:\n%s", both)
+	}
 	d := second.at.Sub(first.at)
 	t.Logf("the second node failed %v after the first", d.Round(time.Millisecond))
 	if d > 2*time.Second {
