@@ -18,6 +18,12 @@ const (
 	// DefaultConnectTimeout bounds Init's rendezvous: reaching the store
 	// and connecting the mesh.
 	DefaultConnectTimeout = 60 * time.Second
+	// DefaultPortMin and DefaultPortMax are the data plane's listen ports
+	// when neither Config nor GOTRAIN_PORT_RANGE names any: with the
+	// store's port (MASTER_PORT, 29500 by default) the ports a firewall
+	// between nodes must open. Only when all of them are taken does a rank
+	// listen on any free port, and it logs a warning.
+	DefaultPortMin, DefaultPortMax = 29600, 29700
 )
 
 // Config configures Init. The zero value works under torchrun, a
@@ -52,7 +58,8 @@ type Config struct {
 	ListenHost string
 	// PortMin and PortMax restrict the data-plane listen port (inclusive),
 	// so a firewall can be opened for it; both 0 means
-	// $GOTRAIN_PORT_RANGE ("29600-29700") or any free port.
+	// $GOTRAIN_PORT_RANGE (MIN-MAX), or DefaultPortMin-DefaultPortMax
+	// falling back to any free port when all of those are taken.
 	PortMin, PortMax int
 	// AllReduceAlgo forces an allreduce algorithm: "ring" or
 	// "recursive-doubling"; "" means $GOTRAIN_ALLREDUCE_ALGO, or "auto"
@@ -70,6 +77,8 @@ type Config struct {
 	// Logger receives warnings (refused connections); nil means
 	// slog.Default().
 	Logger *slog.Logger
+
+	portFallback bool // the port range is the default one: any free port if it is full
 }
 
 // Allreduce algorithm names.
@@ -93,6 +102,13 @@ type storeEnv struct {
 	// it namespaces the store keys so a restarted job does not meet the
 	// keys of its previous attempt.
 	restart string
+	// localWorldSize is LOCAL_WORLD_SIZE (0 if unset): fewer ranks on
+	// this host than in the world make a multi-node job, whose master
+	// address must not be loopback.
+	localWorldSize int
+	// allowLoopback is GOTRAIN_ALLOW_LOOPBACK=1: the "nodes" of a
+	// multi-node job share this one host (tests, trials).
+	allowLoopback bool
 }
 
 // resolve fills defaults from the environment and validates: the one
@@ -110,6 +126,12 @@ func (c Config) resolve() (Config, storeEnv, error) {
 	if env.restart == "" {
 		env.restart = os.Getenv("TORCHELASTIC_RESTART_COUNT")
 	}
+	if _, ok := os.LookupEnv("LOCAL_WORLD_SIZE"); ok {
+		if env.localWorldSize, err = envInt("LOCAL_WORLD_SIZE"); err != nil {
+			return c, env, err
+		}
+	}
+	env.allowLoopback = os.Getenv("GOTRAIN_ALLOW_LOOPBACK") == "1"
 	return c, env, nil
 }
 
@@ -200,8 +222,8 @@ func (c *Config) resolveTimeouts() error {
 }
 
 // resolvePortRange takes the data-plane port range from
-// GOTRAIN_PORT_RANGE (MIN-MAX) when unset, and validates it: both zero
-// (any port) or 1 <= PortMin <= PortMax <= 65535.
+// GOTRAIN_PORT_RANGE (MIN-MAX), else the default range, when unset, and
+// validates it: 1 <= PortMin <= PortMax <= 65535.
 func (c *Config) resolvePortRange() error {
 	if c.PortMin == 0 && c.PortMax == 0 {
 		if s := os.Getenv("GOTRAIN_PORT_RANGE"); s != "" {
@@ -212,6 +234,8 @@ func (c *Config) resolvePortRange() error {
 				return fmt.Errorf("%w: GOTRAIN_PORT_RANGE=%q, want MIN-MAX", ErrConfig, s)
 			}
 			c.PortMin, c.PortMax = a, b
+		} else {
+			c.PortMin, c.PortMax, c.portFallback = DefaultPortMin, DefaultPortMax, true
 		}
 	}
 	if c.PortMin < 0 || c.PortMax < c.PortMin || c.PortMax > 65535 || (c.PortMin == 0) != (c.PortMax == 0) {

@@ -2,6 +2,7 @@ package distributed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/gotrain/gotrain/distributed/store"
 	"github.com/gotrain/gotrain/internal/shm"
@@ -21,6 +24,13 @@ import (
 // the full mesh of authenticated data connections. It returns once every
 // rank is connected, or an error naming what is wrong after at most
 // cfg.ConnectTimeout.
+//
+// The master address is checked before anything waits. A rank that finds
+// a setup mistake (a world size or rank that disagrees, a peer it cannot
+// reach or that refuses it, a connection the store refused for a wrong
+// token or protocol version) records it in the store, and every rank
+// that has reached the store fails at once with that reason and the
+// ranks that have not joined.
 func Init(ctx context.Context, cfg Config) (*Group, error) {
 	cfg, env, err := cfg.resolve()
 	if err != nil {
@@ -33,7 +43,20 @@ func Init(ctx context.Context, cfg Config) (*Group, error) {
 		return nil, err
 	}
 	g, err := connect(ctx, cfg, "", cfg.Rank, cfg.WorldSize, owner)
+	if owner.srv != nil {
+		owner.srv.OnRefused(nil) // after the rendezvous a refused client is only a stray
+	}
 	if err != nil {
+		if owner.srv != nil && cfg.WorldSize > 1 {
+			// Ranks still starting would find no store and wait out their
+			// connect timeout: serve the recorded failure a little longer.
+			t := time.NewTimer(failureLinger)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
 		owner.close()
 		return nil, err
 	}
@@ -48,6 +71,7 @@ type storeOwner struct {
 	srv       *store.Server
 	prefix    string // "gotrain/<job>/<restart>/"
 	advertise string // host peers dial for this rank's data plane
+	listenErr error  // why rank 0 could not serve the store (another rank 0 does)
 }
 
 func (o *storeOwner) close() error {
@@ -72,6 +96,9 @@ func openStore(ctx context.Context, cfg Config, env storeEnv) (*storeOwner, erro
 	switch u.Scheme {
 	case "env":
 		host, port := env.masterHost, env.masterPort
+		if err := checkMasterHost("MASTER_ADDR", host, cfg.WorldSize, env); err != nil {
+			return nil, err
+		}
 		if host == "" || port == "" {
 			return nil, fmt.Errorf("%w: env:// needs MASTER_ADDR and MASTER_PORT (got %q and %q)", ErrConfig, host, port)
 		}
@@ -79,6 +106,9 @@ func openStore(ctx context.Context, cfg Config, env storeEnv) (*storeOwner, erro
 	case "tcp":
 		if u.Hostname() == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") {
 			return nil, fmt.Errorf("%w: malformed init method %q: want tcp://host:port", ErrConfig, method)
+		}
+		if err := checkMasterHost("the host of "+method, u.Hostname(), cfg.WorldSize, env); err != nil {
+			return nil, err
 		}
 		addr = u.Host
 	case "file":
@@ -100,9 +130,16 @@ func openStore(ctx context.Context, cfg Config, env storeEnv) (*storeOwner, erro
 		return nil, fmt.Errorf("%w: bad master address %q", ErrConfig, addr)
 	}
 	token := []byte(cfg.Token)
+	var listenErr error
 	if cfg.Rank == 0 && !cfg.AgentStore {
 		srv, err := store.Listen(net.JoinHostPort("", port), token)
-		if err != nil {
+		switch {
+		case errors.Is(err, syscall.EADDRINUSE):
+			// Another rank 0 (two nodes given the same --node-rank) may
+			// serve it: join that store so the duplicate rank is found
+			// and reported to every rank.
+			listenErr = err
+		case err != nil:
 			return nil, fmt.Errorf("distributed: rank 0: serve the store on port %s (MASTER_PORT): %w", port, err)
 		}
 		o.srv = srv
@@ -112,11 +149,53 @@ func openStore(ctx context.Context, cfg Config, env storeEnv) (*storeOwner, erro
 		if o.srv != nil {
 			o.srv.Close()
 		}
+		if listenErr != nil {
+			return nil, fmt.Errorf("distributed: rank 0: serve the store on port %s (MASTER_PORT): %w; nor is a store of this job there: %w", port, listenErr, err)
+		}
 		return nil, fmt.Errorf("distributed: rank %d: connect to the store at %s within %v: %w", cfg.Rank, addr, cfg.ConnectTimeout, err)
 	}
 	o.st = st
+	o.listenErr = listenErr
 	o.advertise = advertiseHost(cfg.ListenHost, host)
+	if o.srv != nil {
+		group := store.Prefix(st, o.prefix+"group/")
+		o.srv.OnRefused(func(remote net.Addr, err error) {
+			recordFailure(group, setupFailure{Rank: -1, Config: true,
+				Reason: fmt.Sprintf("the store on rank 0 refused a connection from %v: %v", remote, err)})
+		})
+	}
 	return o, nil
+}
+
+// checkMasterHost refuses, before anything waits, a master host that
+// cannot be right: one with a port in it, and in a multi-node job (fewer
+// ranks on this host than in the world) an empty or loopback one, which
+// the other nodes cannot reach.
+func checkMasterHost(what, host string, worldSize int, env storeEnv) error {
+	if h, p, err := net.SplitHostPort(host); err == nil {
+		return fmt.Errorf("%w: %s=%q holds a port: put the host (%s) there and the port (%s) in MASTER_PORT", ErrConfig, what, host, h, p)
+	}
+	multiNode := env.localWorldSize > 0 && env.localWorldSize < worldSize
+	if !multiNode {
+		return nil
+	}
+	switch {
+	case host == "":
+		return fmt.Errorf("%w: %s is empty in a multi-node job (LOCAL_WORLD_SIZE=%d, WORLD_SIZE=%d): set node 0's address", ErrConfig, what, env.localWorldSize, worldSize)
+	case isLoopback(host) && !env.allowLoopback:
+		return fmt.Errorf("%w: %s=%s is a loopback address in a multi-node job (LOCAL_WORLD_SIZE=%d, WORLD_SIZE=%d): the other nodes cannot reach it, and rank 0 would advertise loopback to them; use node 0's network address (GOTRAIN_ALLOW_LOOPBACK=1 if every node is on this host)",
+			ErrConfig, what, host, env.localWorldSize, worldSize)
+	}
+	return nil
+}
+
+// isLoopback reports whether host names this machine's loopback.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // advertiseHost picks the host peers should dial: the listen host if it
@@ -137,12 +216,42 @@ func advertiseHost(listen, master string) string {
 
 // connect registers this rank in the group's namespace, validates the
 // rank and world size against the other ranks', and connects the mesh.
+// It watches the group's failure key meanwhile: a mistake another rank
+// records ends this rank's rendezvous at once, and one this rank finds
+// is recorded for the others.
 func connect(ctx context.Context, cfg Config, id string, rank, size int, owner *storeOwner) (*Group, error) {
 	st := store.Prefix(owner.st, owner.prefix+"group"+id+"/")
 	where := fmt.Sprintf("distributed: rank %d", rank)
 	if id != "" {
 		where += " of group " + id
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	watched := watchFailure(ctx, st, cancel)
+	g, err := join(ctx, cfg, id, rank, size, owner, st, where)
+	cause := context.Cause(ctx)
+	cancel(nil)
+	<-watched
+	if err == nil {
+		return g, nil
+	}
+	var rep *reportedError
+	if errors.As(cause, &rep) && (errors.As(err, new(*reportedError)) || !errors.Is(err, ErrConfig)) {
+		// This rank's error is the fallout of the one reported.
+		err = fmt.Errorf("%s: rendezvous failed: %w", where, rep)
+	} else if rep = settledFailure(st, err); rep != nil {
+		err = fmt.Errorf("%s: rendezvous failed: %w (here: %w)", where, rep, err)
+	} else {
+		recordFailure(st, setupFailure{Rank: rank, Config: errors.Is(err, ErrConfig), Reason: failureReason(err, where)})
+	}
+	if missing := missingRanks(st, size); missing != "" {
+		err = fmt.Errorf("%w (ranks not joined: %s)", err, missing)
+	}
+	return nil, err
+}
+
+// join is connect's work: register, validate, connect the mesh and the
+// shared-memory arena.
+func join(ctx context.Context, cfg Config, id string, rank, size int, owner *storeOwner, st store.Store, where string) (*Group, error) {
 	ws := []byte(strconv.Itoa(size))
 	got, err := st.CompareAndSet(ctx, "world_size", nil, ws)
 	if err != nil {
@@ -156,12 +265,17 @@ func connect(ctx context.Context, cfg Config, id string, rank, size int, owner *
 		return nil, fmt.Errorf("%s: register rank: %w", where, err)
 	}
 	if n != 1 {
-		return nil, fmt.Errorf("%w: %s: duplicate rank: another process already joined job %q as rank %d", ErrConfig, where, cfg.JobID, rank)
+		hint := ""
+		if owner.listenErr != nil && id == "" {
+			hint = fmt.Sprintf(" (this rank found the store port taken: %v; did two nodes get the same node rank?)", owner.listenErr)
+		}
+		return nil, fmt.Errorf("%w: %s: duplicate rank: another process already joined job %q as rank %d%s", ErrConfig, where, cfg.JobID, rank, hint)
 	}
 	mesh, err := tcp.Connect(ctx, tcp.Options{
 		Rank: rank, Size: size, Store: st, Token: []byte(cfg.Token), JobID: cfg.JobID + "/" + id,
 		ListenHost: cfg.ListenHost, AdvertiseHost: owner.advertise,
-		PortMin: cfg.PortMin, PortMax: cfg.PortMax, SocketBuffer: cfg.SocketBuffer, Logger: cfg.Logger,
+		PortMin: cfg.PortMin, PortMax: cfg.PortMax, PortFallback: cfg.portFallback,
+		SocketBuffer: cfg.SocketBuffer, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: connect the data plane: %w", where, err)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"os"
 	"strings"
 	"time"
 )
@@ -50,7 +52,8 @@ type Config struct {
 	// NodeRank·NProcPerNode + local rank (torchrun's static rendezvous).
 	NodeRank int
 	// MasterAddr is the address of node 0, where rank 0 serves the
-	// rendezvous store ("" means 127.0.0.1).
+	// rendezvous store ("" means 127.0.0.1 on a single node; several need
+	// it set, and not to loopback: see CheckMasterAddr).
 	MasterAddr string
 	// MasterPort is the store's port: 0 means 29500, or with Standalone a
 	// free local port chosen by the launcher.
@@ -127,7 +130,9 @@ func (c Config) withDefaults() Config {
 	if c.NNodes == 0 {
 		c.NNodes = 1
 	}
-	if c.MasterAddr == "" {
+	if c.MasterAddr == "" && c.NNodes <= 1 {
+		// Only one node: loopback is right. Several need node 0's real
+		// address, which validate asks for rather than guess.
 		c.MasterAddr = DefaultMasterAddr
 	}
 	if c.MasterPort == 0 && !c.Standalone {
@@ -167,8 +172,51 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: monitor-interval must be positive, got %v", ErrConfig, c.MonitorInterval)
 	case c.StopTimeout < 0:
 		return fmt.Errorf("%w: stop-timeout must be positive, got %v", ErrConfig, c.StopTimeout)
-	case strings.ContainsAny(c.MasterAddr, " \t\n/"):
-		return fmt.Errorf("%w: master-addr %q is not a host name or IP address", ErrConfig, c.MasterAddr)
+	}
+	env := c.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	allow, _ := lookupEnv(env, EnvAllowLoopback)
+	if err := CheckMasterAddr(c.MasterAddr, c.NNodes, allow == "1"); err != nil {
+		return fmt.Errorf("%w: master-addr %q: %w", ErrConfig, c.MasterAddr, err)
 	}
 	return c.checkOutput()
+}
+
+// EnvAllowLoopback set to 1 lets a multi-node job use a loopback master
+// address, for "nodes" that all run on one host (tests, trials).
+const EnvAllowLoopback = "GOTRAIN_ALLOW_LOOPBACK"
+
+// addrError is why a master address is refused; it matches ErrConfig.
+type addrError string
+
+func (e addrError) Error() string { return string(e) }
+
+// Is makes an addrError match ErrConfig.
+func (e addrError) Is(target error) bool { return target == ErrConfig }
+
+// CheckMasterAddr says what is wrong with addr as the master address of a
+// job of nnodes nodes, before anything waits on it: a port in it (the
+// port goes in MasterPort), anything but a host name or IP address, and in
+// a multi-node job an empty address or a loopback one, which the other
+// nodes cannot reach (unless allowLoopback: every node on this host). The
+// error's text is the reason alone, and it matches ErrConfig.
+func CheckMasterAddr(addr string, nnodes int, allowLoopback bool) error {
+	if h, p, err := net.SplitHostPort(addr); err == nil {
+		return addrError(fmt.Sprintf("holds a port; give the host and the port apart: --master-addr %s --master-port %s", h, p))
+	}
+	if strings.ContainsAny(addr, " \t\n/") {
+		return addrError("must be a host name or IP address")
+	}
+	if nnodes <= 1 {
+		return nil
+	}
+	if addr == "" {
+		return addrError(fmt.Sprintf("must be node 0's address in a multi-node job (nnodes %d)", nnodes))
+	}
+	if ip := net.ParseIP(addr); (ip != nil && ip.IsLoopback() || strings.EqualFold(addr, "localhost")) && !allowLoopback {
+		return addrError(fmt.Sprintf("is a loopback address in a multi-node job (nnodes %d): the other nodes cannot reach it, and rank 0 would advertise it to them; use node 0's network address (%s=1 if every node runs on this host)", nnodes, EnvAllowLoopback))
+	}
+	return nil
 }

@@ -20,7 +20,7 @@ func TestEvents(t *testing.T) {
 	j.setEnv(progress.EnvFD + "=9") // a launcher's own launcher's pipe
 	j.cfg.NNodes, j.cfg.NodeRank, j.cfg.Standalone = 2, 1, false
 	j.setEnv("GOTRAIN_TOKEN=t")
-	j.cfg.MasterPort = 1 // nothing connects: the workers are sh
+	j.cfg.MasterAddr, j.cfg.MasterPort = "10.9.8.7", 1 // nothing connects: the workers are sh
 	j.cfg.Program, j.cfg.Args = "sh", []string{"-c",
 		`printf '{"n":1}\n\n{"n":2}\n' >&$` + progress.EnvFD + `; printf 'last' >&3; echo "fd=$` + progress.EnvFD + `"`}
 	j.cfg.LogDir = t.TempDir()

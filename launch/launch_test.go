@@ -292,7 +292,7 @@ func TestStandaloneEnv(t *testing.T) {
 
 func TestMultiNodeNeedsToken(t *testing.T) {
 	j := newJob(t, 1, "env", nil)
-	j.cfg.Standalone, j.cfg.NNodes = false, 2
+	j.cfg.Standalone, j.cfg.NNodes, j.cfg.MasterAddr = false, 2, "10.9.8.7"
 	code, _, err := j.run(t, context.Background())
 	if !errors.Is(err, launch.ErrConfig) || !strings.Contains(err.Error(), "GOTRAIN_TOKEN") || code != 1 {
 		t.Fatalf("Run = %d, %v; want a configuration error naming GOTRAIN_TOKEN", code, err)

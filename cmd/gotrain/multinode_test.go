@@ -43,7 +43,8 @@ func TestTrainTwoNodes(t *testing.T) {
 		cmd := gotrainCmd(ctx, t, append([]string{"run", "--nnodes", "2", "--node-rank", strconv.Itoa(node),
 			"--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port, self},
 			append(job, "--save", twoNodes)...)...)
-		cmd.Env = append(cmd.Env, "GOTRAIN_TOKEN=0123456789abcdef0123456789abcdef", "GOTRAIN_SHM=0", "GOTRAIN_NUM_THREADS=1")
+		cmd.Env = append(cmd.Env, "GOTRAIN_TOKEN=0123456789abcdef0123456789abcdef", "GOTRAIN_SHM=0", "GOTRAIN_NUM_THREADS=1",
+			"GOTRAIN_ALLOW_LOOPBACK=1") // both "nodes" are this host
 		cmd.Stdout, cmd.Stderr = &outs[node], &outs[node]
 		if node == 0 {
 			cmd.Stdout = &stdout0

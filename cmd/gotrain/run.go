@@ -127,13 +127,16 @@ func runConfig(f *pflag.FlagSet, o runFlags, args []string) (launch.Config, erro
 	if cfg.NNodes, err = parseNNodes(o.nnodes); err != nil {
 		return cfg, badFlag("nnodes", o.nnodes, err.Error())
 	}
+	addrErr := launch.CheckMasterAddr(o.masterAddr, cfg.NNodes, os.Getenv(launch.EnvAllowLoopback) == "1")
 	switch {
 	case o.nodeRank < 0 || o.nodeRank >= cfg.NNodes:
 		return cfg, badFlag("node-rank", o.nodeRank, fmt.Sprintf("must be in [0, %d) for --nnodes %s", cfg.NNodes, o.nnodes))
 	case o.standalone && cfg.NNodes > 1:
 		return cfg, badFlag("nnodes", o.nnodes, "--standalone runs a single node")
-	case o.masterAddr == "" || strings.ContainsAny(o.masterAddr, " \t\n/"):
+	case o.masterAddr == "":
 		return cfg, badFlag("master-addr", o.masterAddr, "must be a host name or IP address")
+	case addrErr != nil:
+		return cfg, badFlag("master-addr", o.masterAddr, addrErr.Error())
 	case o.masterPort <= 0 || o.masterPort > 65535:
 		return cfg, badFlag("master-port", o.masterPort, "must be in [1, 65535]")
 	case o.maxRestarts < 0:

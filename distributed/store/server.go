@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gotrain/gotrain/internal/auth"
@@ -44,6 +45,20 @@ type Server struct {
 	conns  map[net.Conn]struct{}
 	idle   chan struct{} // closed when conns becomes empty (for Shutdown)
 	closed bool
+
+	onRefused atomic.Pointer[func(remote net.Addr, err error)]
+}
+
+// OnRefused makes the server call fn (on the connection's goroutine) for
+// every client it refuses for a wrong token or protocol version: during a
+// rendezvous such a client is a misconfigured rank, which cannot reach
+// the store to say so itself. nil stops the calls.
+func (s *Server) OnRefused(fn func(remote net.Addr, err error)) {
+	if fn == nil {
+		s.onRefused.Store(nil)
+		return
+	}
+	s.onRefused.Store(&fn)
 }
 
 // Listen listens on addr ("host:port"; port 0 picks a free one, see Addr)
@@ -195,6 +210,9 @@ func (s *Server) serveConn(conn net.Conn) {
 	if err != nil {
 		if !errors.Is(err, auth.ErrAuth) && !s.isClosed() { // dist/auth logs refused tokens itself
 			slog.Warn("store: handshake failed", "remote", conn.RemoteAddr(), "err", err)
+		}
+		if fn := s.onRefused.Load(); fn != nil && (errors.Is(err, auth.ErrAuth) || errors.Is(err, auth.ErrVersion)) {
+			(*fn)(conn.RemoteAddr(), err)
 		}
 		return
 	}

@@ -47,6 +47,9 @@ type Options struct {
 	// PortMin and PortMax bound the listen port (inclusive); both zero
 	// means any free port.
 	PortMin, PortMax int
+	// PortFallback listens on any free port when every port of
+	// PortMin-PortMax is taken (a default range, not one a user chose).
+	PortFallback bool
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF; 0 leaves the kernel's
 	// automatic tuning on.
 	SocketBuffer int
@@ -92,6 +95,10 @@ func Connect(ctx context.Context, o Options) (*Mesh, error) {
 		return m, nil
 	}
 	ln, err := listen(o.ListenHost, o.PortMin, o.PortMax)
+	if err != nil && o.PortFallback {
+		m.log.Warn("tcp: data-plane port range taken; listening on any free port", "rank", o.Rank, "err", err)
+		ln, err = listen(o.ListenHost, 0, 0)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -384,16 +391,23 @@ func (m *Mesh) handshake(ctx context.Context, c net.Conn, o Options, hello auth.
 	return true
 }
 
+// unreachableAfter is how long dialPeer retries a peer before it reports
+// the peer unreachable. The peer listens before it publishes its address,
+// so a refusal or silence that lasts this long is a firewall or a wrong
+// address, not a peer still starting.
+const unreachableAfter = 5 * time.Second
+
 // dialPeer looks up peer's address, dials it (retrying refused
-// connections until ctx ends) and authenticates.
+// connections for up to unreachableAfter) and authenticates.
 func dialPeer(ctx context.Context, o Options, peer int) (net.Conn, string, error) {
 	b, err := o.Store.Get(ctx, addrKey(peer))
 	if err != nil {
 		return nil, "", fmt.Errorf("tcp: rank %d: look up address of rank %d: %w", o.Rank, peer, err)
 	}
 	addr := string(b)
-	var d net.Dialer
+	d := net.Dialer{Timeout: unreachableAfter}
 	backoff := 10 * time.Millisecond
+	giveUp := time.Now().Add(unreachableAfter)
 	for {
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
@@ -412,6 +426,9 @@ func dialPeer(ctx context.Context, o Options, peer int) (net.Conn, string, error
 		}
 		if ctx.Err() != nil {
 			return nil, "", fmt.Errorf("tcp: rank %d: connect to rank %d at %s: %w", o.Rank, peer, addr, err)
+		}
+		if time.Now().After(giveUp) {
+			return nil, "", fmt.Errorf("tcp: rank %d: cannot reach rank %d at %s for %v (a firewall, or a wrong advertised address?): %w", o.Rank, peer, addr, unreachableAfter, err)
 		}
 		select {
 		case <-ctx.Done():
