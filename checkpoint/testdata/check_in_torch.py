@@ -37,10 +37,14 @@ def main():
     nbt = sd["2.num_batches_tracked"]
     print(f"loaded {model_path}: {len(sd)} tensors, num_batches_tracked {nbt.dtype} {nbt.item()}")
     print(f"max relative logit difference vs gotrain: {err:.3g}")
-    # Re-serialise with the reference library's layout rules: a gotrain
-    # file must be byte-identical.
+    # Re-serialise with the reference library's layout rules and the
+    # file's own metadata (format, and gotrain's per-tensor checksums): a
+    # gotrain file must be byte-identical.
+    with open(model_path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        metadata = json.loads(f.read(n)).get("__metadata__", {})
     tmp = model_path + ".pycheck"
-    save_file(sd, tmp, {"format": "pt"})
+    save_file(sd, tmp, metadata)
     with open(tmp, "rb") as a, open(model_path, "rb") as b:
         same = a.read() == b.read()
     os.remove(tmp)
