@@ -3,15 +3,19 @@ package main
 import (
 	"bufio"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gotrain/gotrain/internal/testlog"
+	"github.com/gotrain/gotrain/internal/testnet"
 )
 
 // `gotrain run ... | head -1`: once the reader of stdout is gone, the
@@ -119,4 +123,90 @@ func processLive(pid int) bool {
 		return false
 	}
 	return s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+// A client holding hundreds of idle, unauthenticated connections to the
+// store port (reopening each one the store drops) can neither stop a job
+// under `ulimit -n 256` nor flood its log: the two ranks train and
+// checkpoint to the end, and the store's warnings about the flood come to
+// a few summary lines.
+func TestStoreFloodUnderFDLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains for a while")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	save := filepath.Join(dir, "model.safetensors")
+	port := strconv.Itoa(testnet.FreePort(t))
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := gotrainCmd(ctx, t, "run", "--nproc-per-node", "2", "--master-port", port, "--", self,
+		"train", "mnist", "--max-steps", "300", "--save-every", "10", "--save", save, "--progress=false")
+	// The launcher and its workers get a limit of 256 descriptors, soft
+	// and hard, as under `ulimit -n 256`.
+	cmd.Args = append([]string{"sh", "-c", `ulimit -n 256 && exec "$0" "$@"`, cmd.Path}, cmd.Args[1:]...)
+	cmd.Path = "/bin/sh"
+	var out testlog.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	// Flood once the job has written its first checkpoint: it is training.
+	waitFile(t, save, 90*time.Second, &out)
+	floodCtx, stopFlood := context.WithCancel(ctx)
+	var flood sync.WaitGroup
+	var opened atomic.Int64
+	for range 500 {
+		flood.Go(func() {
+			var d net.Dialer
+			for floodCtx.Err() == nil {
+				c, err := d.DialContext(floodCtx, "tcp", "127.0.0.1:"+port)
+				if err != nil {
+					select {
+					case <-floodCtx.Done():
+					case <-time.After(time.Second):
+					}
+					continue
+				}
+				opened.Add(1)
+				stop := context.AfterFunc(floodCtx, func() { c.Close() })
+				_, _ = c.Read(make([]byte, 1)) // idle until the store drops it
+				stop()
+				c.Close()
+				select {
+				case <-floodCtx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+		})
+	}
+	err = <-exited
+	stopFlood()
+	flood.Wait()
+	if err != nil {
+		t.Fatalf("the job failed under the flood: %v\noutput:\n%s", err, out.String())
+	}
+	if opened.Load() < 500 {
+		t.Fatalf("the flood opened only %d connections", opened.Load())
+	}
+	var warned []string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.Contains(l, "WARN") || strings.Contains(l, "ERROR") {
+			warned = append(warned, l)
+		}
+	}
+	t.Logf("%d connections opened; %d warning lines:\n%s", opened.Load(), len(warned), strings.Join(warned, "\n"))
+	if len(warned) > 10 {
+		t.Fatalf("%d warning lines for the flood; want a few summaries:\n%s", len(warned), strings.Join(warned, "\n"))
+	}
+	b, err := os.ReadFile(save)
+	if err != nil || len(b) == 0 {
+		t.Fatalf("checkpoint %s: %d bytes, %v", save, len(b), err)
+	}
 }

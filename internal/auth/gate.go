@@ -1,0 +1,161 @@
+package auth
+
+import (
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+)
+
+// HandshakeTimeout bounds a server's side of one handshake, from accept to
+// result: four small messages take milliseconds between live peers, and a
+// client that connects and says nothing must not hold a descriptor and a
+// goroutine for long.
+const HandshakeTimeout = 5 * time.Second
+
+// WarnInterval is how often a Limiter writes a summary of the warnings it
+// held back.
+const WarnInterval = 10 * time.Second
+
+// Limiter writes warnings without letting a flood of them (a port scanner,
+// a client holding hundreds of idle connections) flood the log: the first
+// warning with a given message goes out at once; later ones within
+// WarnInterval are counted and summarized in one line per interval, with
+// the count and the last one's attributes. A Limiter is safe for
+// concurrent use; its zero value is not usable, use NewLimiter.
+type Limiter struct {
+	log      *slog.Logger
+	interval time.Duration
+
+	mu    sync.Mutex
+	held  map[string]*heldWarnings // by message, while its interval runs
+	timer map[string]*time.Timer
+}
+
+type heldWarnings struct {
+	count int
+	last  []any
+}
+
+// NewLimiter returns a Limiter writing to log (nil: slog.Default() at each
+// write) with one summary per interval (0: WarnInterval).
+func NewLimiter(log *slog.Logger, interval time.Duration) *Limiter {
+	if interval <= 0 {
+		interval = WarnInterval
+	}
+	return &Limiter{log: log, interval: interval, held: map[string]*heldWarnings{}, timer: map[string]*time.Timer{}}
+}
+
+// Warn logs msg with args, or counts it if msg was logged within the
+// current interval.
+func (l *Limiter) Warn(msg string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if h := l.held[msg]; h != nil {
+		h.count++
+		h.last = args
+		return
+	}
+	l.held[msg] = &heldWarnings{}
+	l.timer[msg] = time.AfterFunc(l.interval, func() { l.flush(msg) })
+	l.logger().Warn(msg, args...)
+}
+
+// flush writes the summary of msg's interval, and keeps holding msg for
+// another interval if any were held back (so a steady flood gives one line
+// per interval).
+func (l *Limiter) flush(msg string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.held[msg]
+	if h == nil {
+		return
+	}
+	if h.count == 0 {
+		delete(l.held, msg)
+		delete(l.timer, msg)
+		return
+	}
+	l.summarize(msg, h)
+	l.held[msg] = &heldWarnings{}
+	l.timer[msg] = time.AfterFunc(l.interval, func() { l.flush(msg) })
+}
+
+// Stop writes the summaries held back so far and stops the timers.
+func (l *Limiter) Stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for msg, h := range l.held {
+		l.timer[msg].Stop()
+		if h.count > 0 {
+			l.summarize(msg, h)
+		}
+		delete(l.held, msg)
+		delete(l.timer, msg)
+	}
+}
+
+// summarize writes the one line that stands for h's held warnings.
+func (l *Limiter) summarize(msg string, h *heldWarnings) {
+	args := append([]any{"repeated", h.count, "in", l.interval}, h.last...)
+	l.logger().Warn(msg+" (repeated; details of the last)", args...)
+}
+
+func (l *Limiter) logger() *slog.Logger {
+	if l.log != nil {
+		return l.log
+	}
+	return slog.Default()
+}
+
+// refusals summarizes this package's own warnings about refused
+// connections, shared by every listener of the process.
+var refusals = NewLimiter(nil, 0)
+
+// Gate bounds the connections of one listener that have not finished
+// their handshake. Each holds a file descriptor, and a client that opens
+// hundreds of connections and says nothing must not use up the process's
+// descriptors (a checkpoint being written needs some): past the bound, a
+// new connection is closed at once, and counted in one summary warning
+// per interval. A Gate is safe for concurrent use.
+type Gate struct {
+	slots chan struct{}
+	warn  *Limiter
+	what  string
+}
+
+// NewGate returns a Gate admitting at most max handshakes at once (0:
+// MaxPendingHandshakes()), whose warnings (see Warn) name the listener as
+// what ("store", "tcp") and go to warn.
+func NewGate(what string, max int, warn *Limiter) *Gate {
+	if max <= 0 {
+		max = MaxPendingHandshakes()
+	}
+	return &Gate{slots: make(chan struct{}, max), warn: warn, what: what}
+}
+
+// Admit reports whether c may start its handshake; the caller then calls
+// Done when the handshake ends. If too many are in progress it closes c
+// and reports false.
+func (g *Gate) Admit(c net.Conn) bool {
+	select {
+	case g.slots <- struct{}{}:
+		return true
+	default:
+		c.Close()
+		g.warn.Warn(g.what+": closed a new connection: too many connections are still in their handshake",
+			"limit", cap(g.slots), "remote", c.RemoteAddr().String())
+		return false
+	}
+}
+
+// Done frees the slot of a handshake that ended.
+func (g *Gate) Done() { <-g.slots }
+
+// MaxPendingHandshakes is the default bound of a Gate: an eighth of the
+// process's file-descriptor limit, between 4 and 64, so that seven eighths
+// stay free for the job itself whatever a flood of connections does.
+func MaxPendingHandshakes() int {
+	n := fdLimit() / 8
+	return min(max(n, 4), 64)
+}
