@@ -286,7 +286,7 @@ func listen(host string, min, max int) (net.Listener, error) {
 
 // handshakeTimeout bounds one connection's handshake, so that a stray
 // client that connects and says nothing cannot hold up the rendezvous.
-const handshakeTimeout = 10 * time.Second
+const handshakeTimeout = auth.HandshakeTimeout
 
 // acceptAll accepts and authenticates n connections from higher ranks,
 // each handshake on its own goroutine. Connections that fail the
@@ -295,6 +295,10 @@ const handshakeTimeout = 10 * time.Second
 func (m *Mesh) acceptAll(ctx context.Context, ln net.Listener, o Options, n int, conns []net.Conn, addrs []string, mu *sync.Mutex) error {
 	hello := auth.Hello{Version: o.version, Role: auth.RoleData, JobID: o.JobID, Rank: o.Rank, WorldSize: o.Size}
 	accepted := make(chan struct{}, o.Size)
+	// A flood of stray connections may hold only a few descriptors.
+	warn := auth.NewLimiter(m.log, 0)
+	defer warn.Stop() // after wg.Wait: no handshake warns any more
+	gate := auth.NewGate("tcp", 0, warn)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	// The caller closes ln when its ctx ends (context.AfterFunc), possibly
@@ -311,9 +315,13 @@ func (m *Mesh) acceptAll(ctx context.Context, ln net.Listener, o Options, n int,
 				acceptErr <- err
 				return
 			}
+			if !gate.Admit(c) {
+				continue
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				defer gate.Done()
 				if m.handshake(ctx, c, o, hello, conns, addrs, mu) {
 					accepted <- struct{}{}
 				}
