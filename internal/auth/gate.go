@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"sync"
@@ -125,8 +126,9 @@ type Gate struct {
 }
 
 // NewGate returns a Gate admitting at most max handshakes at once (0:
-// MaxPendingHandshakes()), whose warnings (see Warn) name the listener as
-// what ("store", "tcp") and go to warn.
+// MaxPendingHandshakes()), whose warnings about closed connections (see
+// Admit) name the listener as what ("store", "tcp") and go to warn (nil:
+// none).
 func NewGate(what string, max int, warn *Limiter) *Gate {
 	if max <= 0 {
 		max = MaxPendingHandshakes()
@@ -143,8 +145,26 @@ func (g *Gate) Admit(c net.Conn) bool {
 		return true
 	default:
 		c.Close()
+		if g.warn == nil {
+			return false
+		}
 		g.warn.Warn(g.what+": closed a new connection: too many connections are still in their handshake",
 			"limit", cap(g.slots), "remote", c.RemoteAddr().String())
+		return false
+	}
+}
+
+// Enter waits for a free slot, for a listener whose clients are all
+// expected (a rendezvous, where each peer dials once and does not retry a
+// dropped handshake): the caller calls Enter before Accept, so connections
+// beyond the bound wait in the kernel's backlog, holding no descriptor of
+// this process, instead of being closed. It reports false if ctx ended
+// first; otherwise the caller calls Done when the handshake ends.
+func (g *Gate) Enter(ctx context.Context) bool {
+	select {
+	case g.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
 		return false
 	}
 }

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"strings"
@@ -91,5 +92,29 @@ func TestMaxPendingHandshakes(t *testing.T) {
 	n := MaxPendingHandshakes()
 	if n < 4 || n > 64 || n > max(4, fdLimit()/8) {
 		t.Fatalf("MaxPendingHandshakes() = %d with a limit of %d descriptors", n, fdLimit())
+	}
+}
+
+// Enter waits for a free slot, and gives up when ctx ends.
+func TestGateEnter(t *testing.T) {
+	g := NewGate("test", 1, nil)
+	if !g.Enter(context.Background()) {
+		t.Fatal("Enter failed on a free gate")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if g.Enter(ctx) {
+		t.Fatal("Enter passed a full gate")
+	}
+	entered := make(chan bool)
+	go func() { entered <- g.Enter(context.Background()) }()
+	g.Done()
+	if !<-entered {
+		t.Fatal("Enter did not pass once the slot was freed")
+	}
+	a, b := net.Pipe()
+	defer b.Close()
+	if g.Admit(a) { // full again, and no Limiter to warn: closed quietly
+		t.Fatal("Admit passed a full gate")
 	}
 }

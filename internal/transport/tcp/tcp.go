@@ -295,10 +295,9 @@ const handshakeTimeout = auth.HandshakeTimeout
 func (m *Mesh) acceptAll(ctx context.Context, ln net.Listener, o Options, n int, conns []net.Conn, addrs []string, mu *sync.Mutex) error {
 	hello := auth.Hello{Version: o.version, Role: auth.RoleData, JobID: o.JobID, Rank: o.Rank, WorldSize: o.Size}
 	accepted := make(chan struct{}, o.Size)
-	// A flood of stray connections may hold only a few descriptors.
-	warn := auth.NewLimiter(m.log, 0)
-	defer warn.Stop() // after wg.Wait: no handshake warns any more
-	gate := auth.NewGate("tcp", 0, warn)
+	// At most a few handshakes at once: the other peers wait in the
+	// listen backlog, and a flood of strays holds few descriptors.
+	gate := auth.NewGate("tcp", 0, nil)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	// The caller closes ln when its ctx ends (context.AfterFunc), possibly
@@ -310,13 +309,15 @@ func (m *Mesh) acceptAll(ctx context.Context, ln net.Listener, o Options, n int,
 	acceptErr := make(chan error, 1)
 	go func() {
 		for {
-			c, err := ln.Accept()
-			if err != nil {
-				acceptErr <- err
+			if !gate.Enter(ctx) {
+				acceptErr <- context.Cause(ctx)
 				return
 			}
-			if !gate.Admit(c) {
-				continue
+			c, err := ln.Accept()
+			if err != nil {
+				gate.Done()
+				acceptErr <- err
+				return
 			}
 			wg.Add(1)
 			go func() {
@@ -344,6 +345,7 @@ func (m *Mesh) acceptAll(ctx context.Context, ln net.Listener, o Options, n int,
 		}
 	}
 	ln.Close() // no more peers: stop accepting
+	cancel()   // nor wait for strays holding the handshake slots
 	<-acceptErr
 	return nil
 }
