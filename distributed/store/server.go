@@ -159,16 +159,17 @@ func (s *Server) acceptLoop() {
 			}
 		}
 		backoff = 0
-		if !s.gate.Admit(conn) {
+		handshaken, ok := s.gate.Admit(conn)
+		if !ok {
 			continue
 		}
 		if !s.track(conn) {
-			s.gate.Done()
+			handshaken()
 			conn.Close()
 			return
 		}
 		s.wg.Add(1)
-		go s.serveConn(conn)
+		go s.serveConn(conn, handshaken)
 	}
 }
 
@@ -193,7 +194,8 @@ func (s *Server) untrack(conn net.Conn) {
 	}
 }
 
-func (s *Server) serveConn(conn net.Conn) {
+// serveConn serves conn; handshaken frees its Gate slot.
+func (s *Server) serveConn(conn net.Conn, handshaken func()) {
 	defer s.wg.Done()
 	defer s.untrack(conn)
 	defer conn.Close()
@@ -203,7 +205,7 @@ func (s *Server) serveConn(conn net.Conn) {
 	hctx, cancel := context.WithTimeout(context.Background(), auth.HandshakeTimeout)
 	_, err := auth.Server(hctx, conn, s.token, auth.Hello{Role: auth.RoleStore, Rank: -1, WorldSize: -1}, nil)
 	cancel()
-	s.gate.Done()
+	handshaken()
 	if err != nil {
 		if !errors.Is(err, auth.ErrAuth) && !s.isClosed() { // dist/auth logs refused tokens itself
 			s.warn.Warn("store: handshake failed", "remote", conn.RemoteAddr().String(), "err", err)

@@ -118,11 +118,16 @@ var refusals = NewLimiter(nil, 0)
 // hundreds of connections and says nothing must not use up the process's
 // descriptors (a checkpoint being written needs some): past the bound, a
 // new connection is closed at once, and counted in one summary warning
-// per interval. A Gate is safe for concurrent use.
+// per interval. No one remote host may hold more than half the slots, so
+// a flood from one host leaves room for the others. A Gate is safe for
+// concurrent use.
 type Gate struct {
 	slots chan struct{}
 	warn  *Limiter
 	what  string
+
+	mu     sync.Mutex // guards byHost
+	byHost map[string]int
 }
 
 // NewGate returns a Gate admitting at most max handshakes at once (0:
@@ -133,25 +138,45 @@ func NewGate(what string, max int, warn *Limiter) *Gate {
 	if max <= 0 {
 		max = MaxPendingHandshakes()
 	}
-	return &Gate{slots: make(chan struct{}, max), warn: warn, what: what}
+	return &Gate{slots: make(chan struct{}, max), warn: warn, what: what, byHost: map[string]int{}}
 }
 
 // Admit reports whether c may start its handshake; the caller then calls
-// Done when the handshake ends. If too many are in progress it closes c
-// and reports false.
-func (g *Gate) Admit(c net.Conn) bool {
-	select {
-	case g.slots <- struct{}{}:
-		return true
-	default:
-		c.Close()
-		if g.warn == nil {
-			return false
-		}
-		g.warn.Warn(g.what+": closed a new connection: too many connections are still in their handshake",
-			"limit", cap(g.slots), "remote", c.RemoteAddr().String())
-		return false
+// done when the handshake ends. If too many are in progress, in all or
+// from c's host, it closes c and reports false: for a listener whose
+// clients retry (the store's do).
+func (g *Gate) Admit(c net.Conn) (done func(), ok bool) {
+	host := c.RemoteAddr().String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
 	}
+	perHost := max(1, cap(g.slots)/2)
+	g.mu.Lock()
+	if g.byHost[host] < perHost {
+		select {
+		case g.slots <- struct{}{}:
+			g.byHost[host]++
+			ok = true
+		default:
+		}
+	}
+	g.mu.Unlock()
+	if ok {
+		return func() {
+			g.mu.Lock()
+			if g.byHost[host]--; g.byHost[host] == 0 {
+				delete(g.byHost, host)
+			}
+			g.mu.Unlock()
+			<-g.slots
+		}, true
+	}
+	c.Close()
+	if g.warn != nil {
+		g.warn.Warn(g.what+": closed a new connection: too many connections are still in their handshake",
+			"limit", cap(g.slots), "per_host", perHost, "remote", c.RemoteAddr().String())
+	}
+	return nil, false
 }
 
 // Enter waits for a free slot, for a listener whose clients are all
@@ -169,7 +194,7 @@ func (g *Gate) Enter(ctx context.Context) bool {
 	}
 }
 
-// Done frees the slot of a handshake that ended.
+// Done frees the slot Enter took, once its handshake ended.
 func (g *Gate) Done() { <-g.slots }
 
 // MaxPendingHandshakes is the default bound of a Gate: an eighth of the

@@ -53,38 +53,63 @@ func TestLimiterStopFlushes(t *testing.T) {
 	}
 }
 
-// A Gate admits up to its bound, closes the connections past it, and
-// admits again once a handshake is done.
+// tcpPair returns the server end and the client end of a loopback TCP
+// connection dialed from the address from ("127.0.0.2": another host, as
+// far as the Gate can tell).
+func tcpPair(t *testing.T, ln net.Listener, from string) (server, client net.Conn) {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	client, err := d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close(); client.Close() })
+	return server, client
+}
+
+// A Gate admits up to its bound, at most half of it from one host, closes
+// the connections past it, and admits again once a handshake is done.
 func TestGateBound(t *testing.T) {
 	var buf testlog.Buffer
 	l := NewLimiter(slog.New(slog.NewTextHandler(&buf, nil)), time.Hour)
 	defer l.Stop()
-	g := NewGate("test", 2, l)
-	pipe := func() (net.Conn, net.Conn) {
-		a, b := net.Pipe()
-		t.Cleanup(func() { a.Close(); b.Close() })
-		return a, b
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	for range 2 {
-		server, _ := pipe()
-		if !g.Admit(server) {
-			t.Fatal("refused a connection under the bound")
+	defer ln.Close()
+	g := NewGate("test", 4, l)
+	var dones []func()
+	admit := func(from string, want bool) {
+		t.Helper()
+		server, client := tcpPair(t, ln, from)
+		done, ok := g.Admit(server)
+		if ok != want {
+			t.Fatalf("Admit from %s = %v; want %v", from, ok, want)
+		}
+		if ok {
+			dones = append(dones, done)
+			return
+		}
+		if _, err := client.Read(make([]byte, 1)); err == nil {
+			t.Fatal("a refused connection is still open")
 		}
 	}
-	server, client := pipe()
-	if g.Admit(server) {
-		t.Fatal("admitted a connection past the bound")
-	}
-	if _, err := client.Read(make([]byte, 1)); err == nil {
-		t.Fatal("the refused connection is still open")
-	}
-	if s := buf.String(); !strings.Contains(s, "test: closed a new connection") || !strings.Contains(s, "limit=2") {
+	admit("127.0.0.2", true)
+	admit("127.0.0.2", true)
+	admit("127.0.0.2", false) // half the slots from one host
+	admit("127.0.0.1", true)
+	admit("127.0.0.1", true)
+	admit("127.0.0.3", false) // all the slots
+	if s := buf.String(); !strings.Contains(s, "test: closed a new connection") || !strings.Contains(s, "limit=4") {
 		t.Fatalf("log %q does not report the refusal and the bound", s)
 	}
-	g.Done()
-	if server, _ := pipe(); !g.Admit(server) {
-		t.Fatal("refused a connection after a handshake ended")
-	}
+	dones[0]()
+	admit("127.0.0.2", true)
 }
 
 // The default bound leaves most descriptors to the job.
@@ -114,7 +139,7 @@ func TestGateEnter(t *testing.T) {
 	}
 	a, b := net.Pipe()
 	defer b.Close()
-	if g.Admit(a) { // full again, and no Limiter to warn: closed quietly
+	if _, ok := g.Admit(a); ok { // full again, and no Limiter to warn: closed quietly
 		t.Fatal("Admit passed a full gate")
 	}
 }
