@@ -14,7 +14,11 @@
 // workers.
 //
 // Each worker runs in its own process group, so a stop reaches the
-// worker's children too. Its output lines reach the console prefixed with
+// worker's children too; a reaper process (a copy of the launcher's
+// executable) stops the groups if the launcher itself is killed, even by
+// SIGKILL, so no worker or child of one outlives it for long. A closed
+// stdout (`gotrain run ... | head -1`) drops the workers' lines to it and
+// does not stop the job. Its output lines reach the console prefixed with
 // "[rank<N>]: ", whole lines at a time, and with LogDir to files, as
 // Config.Redirects, Config.Tee and Config.LocalRanksFilter choose (torchrun's
 // --redirects, --tee and --local-ranks-filter). With Config.Events, each

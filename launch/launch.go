@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -65,7 +66,12 @@ func (e *SignalError) Is(target error) bool { return target == context.Canceled 
 //     error wrapping ErrConfig, ErrProgramNotFound or the I/O error.
 //
 // Run leaves no worker process, no worker's child in its process group and
-// no goroutine behind, unless a process survives SIGKILL for killWait.
+// no goroutine behind, unless a process survives SIGKILL for killWait. If
+// the launcher itself is killed (even by SIGKILL), a reaper process it
+// started (a copy of its executable) stops the workers' process groups:
+// SIGTERM, then SIGKILL after cfg.StopTimeout. While Run runs, SIGPIPE is
+// handled, so a closed stdout drops the workers' lines instead of killing
+// the launcher.
 func Run(ctx context.Context, cfg Config) (exitCode int, err error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -128,6 +134,17 @@ func Run(ctx context.Context, cfg Config) (exitCode int, err error) {
 		j.log.Info("launch: writing worker logs", "dir", j.logRoot)
 	}
 	defer cleanShm(j.log, cfg.RunID)()
+	// A closed stdout (`gotrain run ... | head -1`) must not kill the
+	// launcher, and with it the job: with SIGPIPE handled, writes to it
+	// fail with EPIPE and the workers' lines to it are dropped. (Handled,
+	// not ignored: an ignored signal would be inherited by the workers.)
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	defer signal.Stop(sigpipe)
+	if j.reaper, err = startReaper(cfg.StopTimeout); err != nil {
+		j.log.Warn("launch: workers' children will outlive a killed launcher", "err", err)
+	}
+	defer j.reaper.close()
 	return j.run(ctx)
 }
 
@@ -141,6 +158,7 @@ type job struct {
 	log     *slog.Logger
 	logRoot string                      // "" without LogDir
 	events  func(rank int, line []byte) // serialized cfg.Events, or nil
+	reaper  *reaper                     // stops the workers' groups if the launcher dies; may be nil
 }
 
 // outcome is how one attempt (a start of all workers) ended.
@@ -214,6 +232,7 @@ func (j *job) attempt(ctx context.Context, restart int) (outcome, error) {
 			events:    j.events,
 			logDir:    logDir,
 			route:     j.cfg.route(local),
+			reaper:    j.reaper,
 		})
 		if err != nil {
 			j.stop(workers, exits, syscall.SIGKILL)

@@ -27,6 +27,7 @@ type worker struct {
 	exited    bool // the wait goroutine reported the exit
 	code      int  // exit code, 128+signal if killed by a signal
 	groupGone bool // exited and its process group seen empty: never signal it again
+	reaper    *reaper
 }
 
 // workerSpec is what startWorker needs to start one worker.
@@ -42,12 +43,13 @@ type workerSpec struct {
 	events    func(rank int, line []byte) // nil: no events pipe
 	logDir    string                      // "" for no log files
 	route     streamRoute
+	reaper    *reaper // told of the worker's process group; may be nil
 }
 
 // startWorker starts one worker in its own process group, with its output
 // pumped to the console (and log files). On error nothing is left running.
 func startWorker(s workerSpec) (_ *worker, err error) {
-	w := &worker{localRank: s.localRank, rank: s.rank}
+	w := &worker{localRank: s.localRank, rank: s.rank, reaper: s.reaper}
 	var childEnds []*os.File
 	defer func() {
 		// The child holds its own copies of the write ends; ours must go so
@@ -114,6 +116,7 @@ func startWorker(s workerSpec) (_ *worker, err error) {
 		return nil, fmt.Errorf("launch: start rank %d (%s): %w", s.rank, s.argv0, err)
 	}
 	w.cmd = cmd
+	s.reaper.watch(w.pid())
 
 	prefix := "[rank" + strconv.Itoa(s.rank) + "]: "
 	consoles := s.route.consoles(s.stdout, s.stderr)
@@ -157,6 +160,7 @@ func (w *worker) groupAlive() bool {
 	}
 	if !alive && w.exited {
 		w.groupGone = true
+		w.reaper.forget(w.pid())
 	}
 	return alive
 }

@@ -55,6 +55,9 @@ func main() {
 	// A worker logs in its launcher's format with its rank; `run` and
 	// `train mnist` reinstall it for --log-format.
 	slog.SetDefault(logging.FromEnv(os.Stderr, ""))
+	// A closed stdout (`gotrain ... | head -1`) makes writes fail with EPIPE
+	// instead of killing the process (and, for `run`, the job with it).
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := rootCmd.ExecuteContext(ctx)
 	stop()

@@ -16,9 +16,6 @@ import (
 )
 
 const (
-	// handshakeTimeout bounds a new connection's dist/auth handshake, so a
-	// peer that connects and says nothing cannot hold a goroutine.
-	handshakeTimeout = 10 * time.Second
 	// writeTimeout bounds writing one response: a client that stops
 	// reading is disconnected rather than blocking the server.
 	writeTimeout = 30 * time.Second
@@ -33,13 +30,20 @@ var keepAlive = net.KeepAliveConfig{Enable: true, Idle: keepAliveIdle, Interval:
 // Server is a TCP store server, like PyTorch's TCPStore master: rank 0 (or
 // `gotrain store`) runs one and every rank, rank 0 included, connects to it
 // with Dial. Each connection must pass the dist/auth handshake (role
-// "store") with the server's token; a wrong token is refused and logged.
+// "store") with the server's token within auth.HandshakeTimeout; a wrong
+// token is refused and logged. At most auth.MaxPendingHandshakes()
+// connections may be in their handshake at once (more are closed at
+// once), so a flood of idle connections cannot use up the descriptors of
+// the process (rank 0's, which also writes the checkpoints), and its
+// warnings are summarized, one line per auth.WarnInterval.
 type Server struct {
 	ln    net.Listener
 	token []byte
 	data  *Mem
 	done  chan struct{}  // closed by Close
 	wg    sync.WaitGroup // the accept loop and every connection's goroutines
+	gate  *auth.Gate
+	warn  *auth.Limiter
 
 	mu     sync.Mutex // guards conns, idle
 	conns  map[net.Conn]struct{}
@@ -81,7 +85,9 @@ func Serve(ln net.Listener, token []byte) *Server {
 		data:  NewMem(),
 		done:  make(chan struct{}),
 		conns: make(map[net.Conn]struct{}),
+		warn:  auth.NewLimiter(nil, 0),
 	}
+	s.gate = auth.NewGate("store", 0, s.warn)
 	s.wg.Add(1)
 	go s.acceptLoop()
 	return s
@@ -111,6 +117,7 @@ func (s *Server) Close() error {
 	close(s.done)
 	s.data.Close()
 	s.wg.Wait()
+	s.warn.Stop()
 	if errors.Is(err, net.ErrClosed) {
 		err = nil
 	}
@@ -158,7 +165,7 @@ func (s *Server) acceptLoop() {
 			// Temporary trouble such as too many open files: wait and retry
 			// rather than spin or give up.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			slog.Warn("store: accept failed", "addr", s.ln.Addr(), "err", err, "retry_in", backoff)
+			s.warn.Warn("store: accept failed", "addr", s.ln.Addr().String(), "err", err, "retry_in", backoff)
 			select {
 			case <-time.After(backoff):
 				continue
@@ -167,12 +174,17 @@ func (s *Server) acceptLoop() {
 			}
 		}
 		backoff = 0
+		handshaken, ok := s.gate.Admit(conn)
+		if !ok {
+			continue
+		}
 		if !s.track(conn) {
+			handshaken()
 			conn.Close()
 			return
 		}
 		s.wg.Add(1)
-		go s.serveConn(conn)
+		go s.serveConn(conn, handshaken)
 	}
 }
 
@@ -197,19 +209,21 @@ func (s *Server) untrack(conn net.Conn) {
 	}
 }
 
-func (s *Server) serveConn(conn net.Conn) {
+// serveConn serves conn; handshaken frees its Gate slot.
+func (s *Server) serveConn(conn net.Conn, handshaken func()) {
 	defer s.wg.Done()
 	defer s.untrack(conn)
 	defer conn.Close()
 	if tc, ok := conn.(*net.TCPConn); ok {
 		tc.SetKeepAliveConfig(keepAlive)
 	}
-	hctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+	hctx, cancel := context.WithTimeout(context.Background(), auth.HandshakeTimeout)
 	_, err := auth.Server(hctx, conn, s.token, auth.Hello{Role: auth.RoleStore, Rank: -1, WorldSize: -1}, nil)
 	cancel()
+	handshaken()
 	if err != nil {
 		if !errors.Is(err, auth.ErrAuth) && !s.isClosed() { // dist/auth logs refused tokens itself
-			slog.Warn("store: handshake failed", "remote", conn.RemoteAddr(), "err", err)
+			s.warn.Warn("store: handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
 		}
 		if fn := s.onRefused.Load(); fn != nil && (errors.Is(err, auth.ErrAuth) || errors.Is(err, auth.ErrVersion)) {
 			(*fn)(conn.RemoteAddr(), err)
@@ -222,13 +236,12 @@ func (s *Server) serveConn(conn net.Conn) {
 	}
 }
 
+// isClosed reports whether Close has begun (it closes the connections
+// before it closes done: their errors then are no news).
 func (s *Server) isClosed() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // maxBlocked bounds the Gets and Waits one connection may have blocked on

@@ -213,3 +213,22 @@ func TestParseFlags(t *testing.T) {
 		}
 	}
 }
+
+// A malformed rank variable fails the example naming it, where a lone
+// run would hide that the job was meant to have several ranks.
+func TestMalformedEnvFails(t *testing.T) {
+	for _, kv := range []string{"WORLD_SIZE=abc", "RANK=x", "LOCAL_WORLD_SIZE=y"} {
+		t.Run(kv, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			e := start(ctx, t, []string{"LOCAL_WORLD_SIZE=", kv}, "--max-steps", "1")
+			if err := e.cmd.Wait(); err == nil || e.cmd.ProcessState.ExitCode() != 1 {
+				t.Fatalf("exit %v; want 1\nstderr:\n%s", err, e.stderr.String())
+			}
+			name, value, _ := strings.Cut(kv, "=")
+			if s := e.stderr.String(); !strings.Contains(s, fmt.Sprintf("environment variable %s=\\\"%s\\\"", name, value)) {
+				t.Fatalf("stderr does not name %s:\n%s", name, s)
+			}
+		})
+	}
+}

@@ -32,7 +32,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"time"
 )
@@ -183,7 +182,7 @@ func Server(ctx context.Context, conn net.Conn, token []byte, hello Hello, accep
 	}
 	chello, err := decodeClientHello(m)
 	if err != nil {
-		slog.Warn("auth: refused connection", "remote", peer, "reason", err)
+		refusals.Warn("auth: refused connection", "remote", peer, "reason", err)
 		return Hello{}, fmt.Errorf("hello from %v: %w", peer, err)
 	}
 	var sn [nonceSize]byte
@@ -192,7 +191,7 @@ func Server(ctx context.Context, conn net.Conn, token []byte, hello Hello, accep
 		// Tell the peer our version so it reports the mismatch too.
 		_ = writeMsg(conn, encodeChallenge(challenge{version: hello.Version, status: statusVersion, nonce: sn}))
 		err := versionErr(peer, chello.version, hello.Version)
-		slog.Warn("auth: refused connection", "remote", peer, "reason", err)
+		refusals.Warn("auth: refused connection", "remote", peer, "reason", err)
 		return Hello{}, err
 	}
 	if err := writeMsg(conn, encodeChallenge(challenge{version: hello.Version, status: statusOK, nonce: sn})); err != nil {
@@ -205,13 +204,13 @@ func Server(ctx context.Context, conn net.Conn, token []byte, hello Hello, accep
 	}
 	pr, err := decodeProof(m)
 	if err != nil {
-		slog.Warn("auth: refused connection", "remote", peer, "reason", err)
+		refusals.Warn("auth: refused connection", "remote", peer, "reason", err)
 		return Hello{}, fmt.Errorf("proof from %v: %w", peer, err)
 	}
 	want := clientMAC(token, chello.nonce[:], sn[:], pr.helloBytes)
 	if !hmac.Equal(want, pr.mac[:]) {
 		_ = writeMsg(conn, encodeRefusal(statusAuth, ""))
-		slog.Warn("auth: refused connection: wrong or missing token", "remote", peer, "role", hello.Role)
+		refusals.Warn("auth: refused connection: wrong or missing token", "remote", peer, "role", hello.Role)
 		return Hello{}, fmt.Errorf("%w: %v does not know the token (GOTRAIN_TOKEN differs)", ErrAuth, peer)
 	}
 	reject := func(err error) (Hello, error) {

@@ -91,6 +91,7 @@ func TestWrongToken(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := testlog.Capture(t)
+			freshRefusals(t) // each case's refusal is the first of its interval
 			c, s := handshake(t, tc.ctok, tc.stok, workerHello, masterHello, func(Hello) error {
 				t.Error("accept called for an unauthenticated peer")
 				return nil
@@ -297,6 +298,7 @@ func TestTCP(t *testing.T) {
 	}
 
 	logs := testlog.Capture(t)
+	freshRefusals(t)
 	conn, err = net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -373,4 +375,15 @@ func TestLongRejectReason(t *testing.T) {
 	if !strings.Contains(c.err.Error(), "why why") {
 		t.Fatalf("client error %q lost the reason", c.err)
 	}
+}
+
+// freshRefusals gives the test a Limiter of its own for the package's
+// refusal warnings, so that it sees its first refusal logged in full.
+func freshRefusals(t *testing.T) {
+	old := refusals
+	refusals = NewLimiter(nil, 0)
+	t.Cleanup(func() {
+		refusals.Stop()
+		refusals = old
+	})
 }

@@ -71,10 +71,35 @@ func (cfg *Config) resolve() error {
 		return err
 	}
 	cfg.defaults()
+	// A malformed variable is refused, never read as "one rank": a job
+	// whose WORLD_SIZE is "abc" must not train alone, silently.
+	envWorld := cfg.WorldSize == 0 && (cfg.InitMethod == "" || cfg.InitMethod == "env://")
+	vars := []string{"LOCAL_WORLD_SIZE"}
+	if envWorld {
+		vars = append(vars, "RANK", "WORLD_SIZE")
+	}
+	for _, name := range vars {
+		if err := checkEnvInt(name); err != nil {
+			return err
+		}
+	}
 	if cfg.InitMethod == "" {
 		if ws, _ := strconv.Atoi(os.Getenv("WORLD_SIZE")); ws > 1 {
 			cfg.InitMethod = "env://"
 		}
+	}
+	return nil
+}
+
+// checkEnvInt refuses an environment variable that is set but not a
+// non-negative integer, naming it; unset or empty passes.
+func checkEnvInt(name string) error {
+	s := os.Getenv(name)
+	if s == "" {
+		return nil
+	}
+	if n, err := strconv.Atoi(s); err != nil || n < 0 {
+		return fmt.Errorf("mnistjob: environment variable %s=%q: want a non-negative integer", name, s)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -382,4 +383,24 @@ func readTensors(t *testing.T, path string) map[string][]float32 {
 		m[e.Name] = e.Tensor.Data()
 	}
 	return m
+}
+
+// A malformed rank variable is an error naming it, not a lone run: the
+// job must not read WORLD_SIZE=abc as one rank.
+func TestRunRejectsMalformedEnv(t *testing.T) {
+	for _, tc := range []struct{ name, value string }{
+		{"WORLD_SIZE", "abc"}, {"RANK", "x"}, {"LOCAL_WORLD_SIZE", "y"}, {"WORLD_SIZE", "-2"},
+	} {
+		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
+			t.Setenv("WORLD_SIZE", "")
+			t.Setenv("RANK", "")
+			t.Setenv("LOCAL_WORLD_SIZE", "")
+			t.Setenv(tc.name, tc.value)
+			_, err := Run(context.Background(), Config{MaxSteps: 1, Out: io.Discard})
+			want := fmt.Sprintf("mnistjob: environment variable %s=%q", tc.name, tc.value)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("Run = %v; want an error containing %s", err, want)
+			}
+		})
+	}
 }

@@ -293,7 +293,7 @@ func listen(host string, min, max int) (net.Listener, error) {
 
 // handshakeTimeout bounds one connection's handshake, so that a stray
 // client that connects and says nothing cannot hold up the rendezvous.
-const handshakeTimeout = 10 * time.Second
+const handshakeTimeout = auth.HandshakeTimeout
 
 // acceptAll accepts and authenticates n connections from higher ranks,
 // each handshake on its own goroutine. Connections that fail the
@@ -302,6 +302,9 @@ const handshakeTimeout = 10 * time.Second
 func (m *Mesh) acceptAll(ctx context.Context, ln net.Listener, o Options, n int, conns []net.Conn, addrs []string, mu *sync.Mutex) error {
 	hello := auth.Hello{Version: o.version, Role: auth.RoleData, JobID: o.JobID, Rank: o.Rank, WorldSize: o.Size}
 	accepted := make(chan struct{}, o.Size)
+	// At most a few handshakes at once: the other peers wait in the
+	// listen backlog, and a flood of strays holds few descriptors.
+	gate := auth.NewGate("tcp", 0, nil)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	// The caller closes ln when its ctx ends (context.AfterFunc), possibly
@@ -313,14 +316,20 @@ func (m *Mesh) acceptAll(ctx context.Context, ln net.Listener, o Options, n int,
 	acceptErr := make(chan error, 1)
 	go func() {
 		for {
+			if !gate.Enter(ctx) {
+				acceptErr <- context.Cause(ctx)
+				return
+			}
 			c, err := ln.Accept()
 			if err != nil {
+				gate.Done()
 				acceptErr <- err
 				return
 			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				defer gate.Done()
 				if m.handshake(ctx, c, o, hello, conns, addrs, mu) {
 					accepted <- struct{}{}
 				}
@@ -343,6 +352,7 @@ func (m *Mesh) acceptAll(ctx context.Context, ln net.Listener, o Options, n int,
 		}
 	}
 	ln.Close() // no more peers: stop accepting
+	cancel()   // nor wait for strays holding the handshake slots
 	<-acceptErr
 	return nil
 }

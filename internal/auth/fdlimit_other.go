@@ -1,0 +1,6 @@
+//go:build !unix
+
+package auth
+
+// fdLimit is a conservative guess where the limit cannot be read.
+func fdLimit() int { return 512 }
