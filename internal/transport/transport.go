@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors; match them with errors.Is.
@@ -141,6 +142,15 @@ type Pair interface {
 	// completes when Buf is full. Frames that arrive before a receive is
 	// posted are buffered.
 	PostP2P(r *Recv)
+	// Err returns the error that ended this pair — the peer's goodbye
+	// (it closed the mesh), or the mesh's failure — or nil while the pair
+	// works. Waits that do not go through the pair (shared memory) poll
+	// it to notice a peer that left.
+	Err() error
+	// LastHeard is when a frame or heartbeat from the peer last arrived
+	// (or, while this rank holds a frame from it that nothing was posted
+	// for, now: the peer is evidently alive).
+	LastHeard() time.Time
 }
 
 // Mesh connects a rank to every other rank of a group.
