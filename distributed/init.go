@@ -162,6 +162,7 @@ func connect(ctx context.Context, cfg Config, id string, rank, size int, owner *
 		Rank: rank, Size: size, Store: st, Token: []byte(cfg.Token), JobID: cfg.JobID + "/" + id,
 		ListenHost: cfg.ListenHost, AdvertiseHost: owner.advertise,
 		PortMin: cfg.PortMin, PortMax: cfg.PortMax, SocketBuffer: cfg.SocketBuffer, Logger: cfg.Logger,
+		HeartbeatTimeout: cfg.HeartbeatTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: connect the data plane: %w", where, err)

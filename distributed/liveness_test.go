@@ -1,0 +1,173 @@
+package distributed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/testproc"
+)
+
+// victimEnv names the rank a liveness scenario singles out.
+const victimEnv = "GOTRAIN_TEST_VICTIM"
+
+func init() {
+	// allreduceUntilFailure allreduces until an operation fails, the
+	// victim leaving (returning, so its deferred Destroy says goodbye)
+	// after its first allreduce when leave is set.
+	allreduceUntilFailure := func(leave bool) func() int {
+		return func() int {
+			return rank(func(ctx context.Context, g *Group) error {
+				victim := os.Getenv(victimEnv)
+				buf := make([]float32, 1<<20)
+				for i := 0; ; i++ {
+					if err := g.AllReduce(ctx, buf, Sum); err != nil {
+						fmt.Printf("failed: %v\n", err)
+						fmt.Printf("errors.Is(ErrPeerLost)=%v\n", errors.Is(err, ErrPeerLost))
+						return err
+					}
+					if i == 0 {
+						fmt.Println("ready")
+						if leave && fmt.Sprint(g.Rank()) == victim {
+							time.Sleep(100 * time.Millisecond) // the others wait in the next allreduce
+							fmt.Println("leaving")
+							return nil
+						}
+					}
+				}
+			})
+		}
+	}
+	workers["leave"] = allreduceUntilFailure(true)
+	workers["freeze"] = allreduceUntilFailure(false)
+	workers["sigterm"] = func() int {
+		// The victim waits in an allreduce the others never join; SIGTERM
+		// cancels its context.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		defer stop()
+		return rank(func(_ context.Context, g *Group) error {
+			if fmt.Sprint(g.Rank()) != os.Getenv(victimEnv) {
+				<-ctx.Done()
+				return nil
+			}
+			fmt.Println("waiting")
+			err := g.AllReduce(ctx, make([]float32, 1<<20), Sum)
+			fmt.Printf("failed: %v\n", err)
+			return err
+		})
+	}
+}
+
+// sharedMemoryAndTCP runs fn with the shared-memory arena and without.
+func sharedMemoryAndTCP(t *testing.T, fn func(t *testing.T, env string)) {
+	for _, shm := range []string{"1", "0"} {
+		t.Run("shm="+shm, func(t *testing.T) { fn(t, "GOTRAIN_SHM="+shm) })
+	}
+}
+
+// awaitFailures waits for every rank but victim to print its failure,
+// and checks it came within bound of since and names the victim.
+func awaitFailures(t *testing.T, ws []*testproc.Proc, victim int, since time.Time, bound time.Duration, name string) {
+	t.Helper()
+	for _, w := range ws {
+		if w.Rank == victim {
+			continue
+		}
+		l, ok := w.WaitLine("failed:", bound+30*time.Second)
+		if !ok {
+			t.Fatalf("rank %d did not fail within %v", w.Rank, bound+30*time.Second)
+		}
+		d := l.At.Sub(since)
+		t.Logf("rank %d, %v after: %s", w.Rank, d.Round(time.Millisecond), l.Text)
+		if d > bound {
+			t.Errorf("rank %d failed %v after, want ≤ %v", w.Rank, d, bound)
+		}
+		if !strings.Contains(l.Text, name) {
+			t.Errorf("rank %d's error does not say %q: %s", w.Rank, name, l.Text)
+		}
+		if _, ok := w.WaitLine("errors.Is(ErrPeerLost)=true", time.Second); !ok {
+			t.Errorf("rank %d's error is not ErrPeerLost", w.Rank)
+		}
+	}
+}
+
+// TestProcessPeerLeaves: a rank returns from its loop (its deferred
+// Destroy says goodbye) while the others wait for it in the next
+// allreduce; they fail at once, saying it left.
+func TestProcessPeerLeaves(t *testing.T) {
+	sharedMemoryAndTCP(t, func(t *testing.T, env string) {
+		const n, victim = 3, 1
+		ws := spawn(t, "leave", n, env, fmt.Sprintf("%s=%d", victimEnv, victim)).Procs()
+		l, ok := ws[victim].WaitLine("leaving", 30*time.Second)
+		if !ok {
+			t.Fatalf("rank %d never left", victim)
+		}
+		awaitFailures(t, ws, victim, l.At, 2*time.Second, fmt.Sprintf("rank %d left the group", victim))
+		<-ws[victim].Done()
+		if err := ws[victim].Err(); err != nil {
+			t.Errorf("the rank that left: %v", err)
+		}
+	})
+}
+
+// TestProcessPeerFrozen: SIGSTOP a rank during the allreduces; every other
+// rank fails within the heartbeat timeout (2 s here) plus a margin,
+// naming it, long before the operation timeout.
+func TestProcessPeerFrozen(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allreduces are too slow under the race detector to stop one mid-run")
+	}
+	sharedMemoryAndTCP(t, func(t *testing.T, env string) {
+		const n, victim = 3, 2
+		ws := spawn(t, "freeze", n, env, "GOTRAIN_HEARTBEAT_TIMEOUT=2s").Procs()
+		for _, w := range ws {
+			if _, ok := w.WaitLine("ready", 30*time.Second); !ok {
+				t.Fatalf("rank %d never finished its first allreduce", w.Rank)
+			}
+		}
+		stopped := time.Now()
+		if err := ws[victim].Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		defer ws[victim].Signal(syscall.SIGKILL)
+		awaitFailures(t, ws, victim, stopped, 6*time.Second, fmt.Sprintf("peer rank %d (", victim))
+	})
+}
+
+// TestProcessSIGTERMStopsWait: a rank waiting in an allreduce its peers
+// never join returns within a second of SIGTERM.
+func TestProcessSIGTERMStopsWait(t *testing.T) {
+	sharedMemoryAndTCP(t, func(t *testing.T, env string) {
+		const n, victim = 2, 0
+		ws := spawn(t, "sigterm", n, env, fmt.Sprintf("%s=%d", victimEnv, victim)).Procs()
+		if _, ok := ws[victim].WaitLine("waiting", 30*time.Second); !ok {
+			t.Fatalf("rank %d never reached its allreduce", victim)
+		}
+		time.Sleep(300 * time.Millisecond) // inside the wait
+		sent := time.Now()
+		if err := ws[victim].Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		l, ok := ws[victim].WaitLine("failed:", 70*time.Second)
+		if !ok {
+			t.Fatalf("rank %d did not return after SIGTERM", victim)
+		}
+		d := l.At.Sub(sent)
+		t.Logf("returned %v after SIGTERM: %s", d.Round(time.Millisecond), l.Text)
+		if d > time.Second {
+			t.Errorf("returned %v after SIGTERM, want ≤ 1 s", d)
+		}
+		if !strings.Contains(l.Text, "context canceled") {
+			t.Errorf("error does not say the context was cancelled: %s", l.Text)
+		}
+		for _, w := range ws {
+			w.Signal(syscall.SIGTERM)
+		}
+	})
+}
