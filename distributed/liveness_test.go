@@ -171,3 +171,43 @@ func TestProcessSIGTERMStopsWait(t *testing.T) {
 		}
 	})
 }
+
+// TestTimeoutsFromEnvironment: GOTRAIN_TIMEOUT and
+// GOTRAIN_HEARTBEAT_TIMEOUT set the zero fields; explicit fields win; a
+// malformed value is a configuration error naming the variable.
+func TestTimeoutsFromEnvironment(t *testing.T) {
+	t.Setenv("GOTRAIN_TIMEOUT", "42s")
+	t.Setenv("GOTRAIN_HEARTBEAT_TIMEOUT", "3s")
+	c := Config{}
+	if err := c.resolveTimeouts(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Timeout != 42*time.Second || c.HeartbeatTimeout != 3*time.Second {
+		t.Errorf("from the environment: Timeout %v, HeartbeatTimeout %v; want 42s, 3s", c.Timeout, c.HeartbeatTimeout)
+	}
+	c = Config{Timeout: time.Minute, HeartbeatTimeout: time.Second}
+	if err := c.resolveTimeouts(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Timeout != time.Minute || c.HeartbeatTimeout != time.Second {
+		t.Errorf("explicit fields: Timeout %v, HeartbeatTimeout %v; want 1m, 1s", c.Timeout, c.HeartbeatTimeout)
+	}
+	t.Setenv("GOTRAIN_TIMEOUT", "")
+	t.Setenv("GOTRAIN_HEARTBEAT_TIMEOUT", "")
+	c = Config{}
+	if err := c.resolveTimeouts(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Timeout != DefaultTimeout || c.HeartbeatTimeout != DefaultHeartbeatTimeout {
+		t.Errorf("defaults: Timeout %v, HeartbeatTimeout %v", c.Timeout, c.HeartbeatTimeout)
+	}
+	for _, env := range []string{"GOTRAIN_TIMEOUT", "GOTRAIN_HEARTBEAT_TIMEOUT"} {
+		t.Run(env, func(t *testing.T) {
+			t.Setenv(env, "soon")
+			c := Config{}
+			if err := c.resolveTimeouts(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), env) {
+				t.Errorf("%s=soon: got %v, want ErrConfig naming it", env, err)
+			}
+		})
+	}
+}
