@@ -1,12 +1,15 @@
 package distributed
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -207,6 +210,60 @@ func TestTimeoutsFromEnvironment(t *testing.T) {
 			c := Config{}
 			if err := c.resolveTimeouts(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), env) {
 				t.Errorf("%s=soon: got %v, want ErrConfig naming it", env, err)
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the loggers of several ranks.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestLongWaitLogged: while an allreduce waits for a late peer longer
+// than waitLogAfter, the waiting rank logs that it waits for that peer
+// and that the peer is alive; the late rank, which waits for nobody,
+// logs nothing.
+func TestLongWaitLogged(t *testing.T) {
+	old := waitLogAfter
+	waitLogAfter = 300 * time.Millisecond
+	defer func() { waitLogAfter = old }()
+	for _, algo := range []string{AlgoShm, AlgoRing} {
+		t.Run(algo, func(t *testing.T) {
+			logs := []*syncBuffer{{}, {}}
+			runGroup(t, 2, func(c *Config) {
+				c.AllReduceAlgo = algo
+				c.Logger = slog.New(slog.NewTextHandler(logs[c.Rank], nil))
+			}, func(ctx context.Context, g *Group) error {
+				if g.Rank() == 1 {
+					time.Sleep(1500 * time.Millisecond)
+				}
+				return g.AllReduce(ctx, make([]float32, 1<<16), Sum)
+			})
+			got := logs[0].String()
+			t.Logf("rank 0 logged:\n%s", got)
+			if !strings.Contains(got, "still waiting for peers") || !strings.Contains(got, "waiting_for=[1]") ||
+				!strings.Contains(got, "rank 1 heard") {
+				t.Errorf("rank 0 did not log that it waits for the live rank 1:\n%s", got)
+			}
+			if n := strings.Count(got, "still waiting"); n > 5 {
+				t.Errorf("rank 0 logged the wait %d times in 1.5 s, want once per %v", n, waitLogAfter)
+			}
+			if l := logs[1].String(); strings.Contains(l, "still waiting") {
+				t.Errorf("rank 1, which waited for nobody, logged a wait:\n%s", l)
 			}
 		})
 	}

@@ -151,6 +151,10 @@ type Pair interface {
 	// (or, while this rank holds a frame from it that nothing was posted
 	// for, now: the peer is evidently alive).
 	LastHeard() time.Time
+	// Pending is the number of posted receives still waiting for frames
+	// from the peer (a receive being filled aside); for reports of what a
+	// long wait waits for.
+	Pending() int
 }
 
 // Mesh connects a rank to every other rank of a group.

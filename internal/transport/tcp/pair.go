@@ -206,6 +206,17 @@ func (p *pair) Err() error {
 	return p.failed
 }
 
+// Pending implements transport.Pair.
+func (p *pair) Pending() int {
+	p.qmu.Lock()
+	defer p.qmu.Unlock()
+	n := len(p.queue)
+	for _, rs := range p.p2p {
+		n += len(rs)
+	}
+	return n
+}
+
 // LastHeard implements transport.Pair.
 func (p *pair) LastHeard() time.Time {
 	if p.parked.Load() {
