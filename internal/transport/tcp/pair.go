@@ -226,8 +226,8 @@ func (p *pair) LastHeard() time.Time {
 }
 
 // heartbeat runs for the pair's life. Every tick it sends a heartbeat
-// frame if nothing was written for a tick (an idle connection: a busy one
-// needs none), and fails the mesh, naming the peer, once nothing at all
+// frame if nothing was written for half a tick (an idle connection: a
+// busy one needs none), and fails the mesh, naming the peer, once nothing at all
 // has arrived from it for timeout. A reader that holds an early frame
 // (parked) is not reading, so silence then proves nothing. If this
 // goroutine itself did not run for several ticks (this process was
@@ -254,7 +254,7 @@ func (p *pair) heartbeat(timeout, tick time.Duration) {
 					"or the network to it is down (GOTRAIN_HEARTBEAT_TIMEOUT sets this bound)", transport.ErrPeerLost, silent.Round(time.Millisecond)))
 				return
 			}
-			if now.UnixNano()-p.lastSend.Load() >= int64(tick) {
+			if now.UnixNano()-p.lastSend.Load() >= int64(tick/2) {
 				p.sendHeartbeat()
 			}
 		}
