@@ -227,8 +227,8 @@ func (p *pair) LastHeard() time.Time {
 
 // heartbeat runs for the pair's life. Every tick it sends a heartbeat
 // frame if nothing was written for half a tick (an idle connection: a
-// busy one needs none), and fails the mesh, naming the peer, once nothing at all
-// has arrived from it for timeout. A reader that holds an early frame
+// busy one needs none), and fails the mesh, naming the peer, before
+// nothing at all has arrived from it for timeout. A reader that holds an early frame
 // (parked) is not reading, so silence then proves nothing. If this
 // goroutine itself did not run for several ticks (this process was
 // stopped, or starved), what piled up in the socket is unread, and the
@@ -238,6 +238,10 @@ func (p *pair) heartbeat(timeout, tick time.Duration) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	last := time.Now()
+	// Checked once a tick, and the failure takes up to abortWriteTimeout
+	// to surface: judge that much early, so the peer is reported within
+	// timeout of its last frame.
+	limit := max(timeout-tick-abortWriteTimeout, timeout/2)
 	for {
 		select {
 		case <-p.done:
@@ -249,7 +253,7 @@ func (p *pair) heartbeat(timeout, tick time.Duration) {
 				p.lastRecv.Store(now.UnixNano())
 			}
 			last = now
-			if silent := now.Sub(p.LastHeard()); silent > timeout {
+			if silent := now.Sub(p.LastHeard()); silent > limit {
 				p.m.failPeer(p, fmt.Errorf("%w: nothing received for %v, not even a heartbeat: the process is frozen or stopped, "+
 					"or the network to it is down (GOTRAIN_HEARTBEAT_TIMEOUT sets this bound)", transport.ErrPeerLost, silent.Round(time.Millisecond)))
 				return
