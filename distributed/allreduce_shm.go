@@ -139,6 +139,9 @@ func (g *Group) arenaWaitErr(ctx context.Context, c *comm, r int, want uint64) e
 	if a.Interrupted() {
 		return ErrGroupClosed
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("waiting for peer rank %d (%s) in shared memory: %w", r, g.mesh.Pair(r).Addr(), err)
+	}
 	if err := g.mesh.Err(); err != nil {
 		return err
 	}
@@ -149,9 +152,6 @@ func (g *Group) arenaWaitErr(ctx context.Context, c *comm, r int, want uint64) e
 	}
 	if other, ok := a.PeerRunsOther(r, want, arenaOp(&c.hdr)); ok {
 		return arenaMismatch(c, r, other)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("waiting for peer rank %d (%s) in shared memory: %w", r, g.mesh.Pair(r).Addr(), err)
 	}
 	g.mu.Lock()
 	closed := g.closed

@@ -354,6 +354,19 @@ func (g *Group) execute(w *Work) error {
 			g.arena.Begin(arenaOp(&c.hdr))
 		}
 	}
+	if w.ctx.Done() != nil {
+		// A write blocked on a peer that reads nothing heeds only its
+		// deadline; on cancellation (SIGTERM) failing the group kicks it,
+		// and tells the peers why this rank stops.
+		stop := context.AfterFunc(w.ctx, func() {
+			err := w.ctx.Err()
+			if cause := context.Cause(w.ctx); cause != err {
+				err = fmt.Errorf("%w (%v)", err, cause)
+			}
+			g.mesh.Fail(transport.AbortOther, fmt.Errorf("rank %d stopped waiting: %w", g.rank, err))
+		})
+		defer stop()
+	}
 	g.opRunning.Store(&w.op)
 	g.opStart.Store(time.Now().UnixNano())
 	err := w.run(ctx, c)
@@ -364,9 +377,11 @@ func (g *Group) execute(w *Work) error {
 	if errors.Is(err, context.DeadlineExceeded) && w.ctx.Err() == nil {
 		err = fmt.Errorf("no progress within the %v operation timeout: %w", g.cfg.Timeout, err)
 	}
-	if cause := g.mesh.Err(); cause != nil {
+	if cause := g.mesh.Err(); cause != nil && !(w.ctx.Err() != nil && errors.Is(err, context.Canceled)) {
 		// The group failed while this operation ran (a peer's abort, a
-		// reader's error): that is the cause, this error its fallout.
+		// reader's error, this rank's cancellation kicking a blocked
+		// write): that is the cause, this error its fallout. A wait that
+		// saw the cancellation itself says best what it waited for.
 		err = cause
 	}
 	sentinel, code := classify(err)

@@ -59,8 +59,12 @@ func init() {
 				<-ctx.Done()
 				return nil
 			}
+			n := 1 << 20
+			if os.Getenv("GOTRAIN_TEST_BIG") == "1" {
+				n = 16 << 20 // 64 MiB: sends block on the peer's full socket
+			}
 			fmt.Println("waiting")
-			err := g.AllReduce(ctx, make([]float32, 1<<20), Sum)
+			err := g.AllReduce(ctx, make([]float32, n), Sum)
 			fmt.Printf("failed: %v\n", err)
 			return err
 		})
@@ -144,11 +148,17 @@ func TestProcessPeerFrozen(t *testing.T) {
 }
 
 // TestProcessSIGTERMStopsWait: a rank waiting in an allreduce its peers
-// never join returns within a second of SIGTERM.
+// never join returns within a second of SIGTERM: waiting for data, in
+// shared memory, and blocked sending 64 MiB that the peer does not read.
 func TestProcessSIGTERMStopsWait(t *testing.T) {
-	sharedMemoryAndTCP(t, func(t *testing.T, env string) {
+	sharedMemoryAndTCP(t, func(t *testing.T, env string) { testSIGTERM(t, env) })
+	t.Run("blocked-send", func(t *testing.T) { testSIGTERM(t, "GOTRAIN_SHM=0", "GOTRAIN_TEST_BIG=1") })
+}
+
+func testSIGTERM(t *testing.T, env ...string) {
+	{
 		const n, victim = 2, 0
-		ws := spawn(t, "sigterm", n, env, fmt.Sprintf("%s=%d", victimEnv, victim)).Procs()
+		ws := spawn(t, "sigterm", n, append(env, fmt.Sprintf("%s=%d", victimEnv, victim))...).Procs()
 		if _, ok := ws[victim].WaitLine("waiting", 30*time.Second); !ok {
 			t.Fatalf("rank %d never reached its allreduce", victim)
 		}
@@ -172,7 +182,7 @@ func TestProcessSIGTERMStopsWait(t *testing.T) {
 		for _, w := range ws {
 			w.Signal(syscall.SIGTERM)
 		}
-	})
+	}
 }
 
 // TestTimeoutsFromEnvironment: GOTRAIN_TIMEOUT and
