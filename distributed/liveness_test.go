@@ -49,6 +49,23 @@ func init() {
 	}
 	workers["leave"] = allreduceUntilFailure(true)
 	workers["freeze"] = allreduceUntilFailure(false)
+	workers["slow"] = func() int {
+		// The victim computes (sleeps) longer than the heartbeat timeout
+		// before each allreduce, while the others wait for it and their
+		// frames reach it before it posts any receive.
+		return rank(func(ctx context.Context, g *Group) error {
+			buf := make([]float32, 1<<18)
+			for i := range 3 {
+				if fmt.Sprint(g.Rank()) == os.Getenv(victimEnv) && i > 0 {
+					time.Sleep(3 * time.Second)
+				}
+				if err := g.AllReduce(ctx, buf, Sum); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
 	workers["sigterm"] = func() int {
 		// The victim waits in an allreduce the others never join; SIGTERM
 		// cancels its context.
@@ -144,6 +161,16 @@ func TestProcessPeerFrozen(t *testing.T) {
 		}
 		defer ws[victim].Signal(syscall.SIGKILL)
 		awaitFailures(t, ws, victim, stopped, 6*time.Second, fmt.Sprintf("peer rank %d (", victim))
+	})
+}
+
+// TestProcessSlowPeerIsAlive: a rank that computes for longer than the
+// heartbeat timeout between collectives is not reported: its heartbeats
+// keep coming while it computes.
+func TestProcessSlowPeerIsAlive(t *testing.T) {
+	sharedMemoryAndTCP(t, func(t *testing.T, env string) {
+		ranks := spawn(t, "slow", 3, env, victimEnv+"=1", "GOTRAIN_HEARTBEAT_TIMEOUT=2s")
+		ranks.WaitOK()
 	})
 }
 
