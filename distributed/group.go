@@ -354,10 +354,12 @@ func (g *Group) execute(w *Work) error {
 			g.arena.Begin(arenaOp(&c.hdr))
 		}
 	}
-	if w.ctx.Done() != nil {
+	if w.ctx.Done() != nil && (g.arena == nil || w.op.kind != opAllReduce) {
 		// A write blocked on a peer that reads nothing heeds only its
 		// deadline; on cancellation (SIGTERM) failing the group kicks it,
-		// and tells the peers why this rank stops.
+		// and tells the peers why this rank stops. (An allreduce in the
+		// arena writes nothing and checks ctx as it waits: it is spared
+		// the cost.)
 		stop := context.AfterFunc(w.ctx, func() {
 			err := w.ctx.Err()
 			if cause := context.Cause(w.ctx); cause != err {
