@@ -9,8 +9,11 @@
 // that delivers collective frames, in order, into receives posted in
 // advance (so data lands straight in the caller's buffer, or is reduced
 // straight from a small receive buffer into it), matches point-to-point
-// frames to receives by tag, and turns an abort frame, EOF or reset into an
-// error that fails every pending and later receive of the whole mesh.
+// frames to receives by tag, and turns an abort frame, EOF or reset, or a
+// peer's silence past the liveness bound (heartbeat frames keep idle
+// connections talking), into an error that fails every pending and later
+// receive of the whole mesh. A peer's goodbye (it closed its mesh) fails
+// only what needs that peer.
 package transport
 
 import (

@@ -9,6 +9,12 @@
 // Two ranks on the same host move large payloads through a shared-memory
 // ring (package shm, whose doc says which path a message takes); the frame
 // headers stay on the connection.
+//
+// Liveness: a connection that has carried nothing for a moment carries a
+// heartbeat frame, sent by a goroutine of its own, so a peer from which
+// nothing at all arrives for Options.HeartbeatTimeout is frozen, stopped
+// or cut off, and fails the mesh, named, though no socket ever reports an
+// error. The hot path only stores a timestamp per frame.
 package tcp
 
 import (
