@@ -111,7 +111,7 @@ type Model struct {
 	reducing atomic.Int64 // nanoseconds in the comm hook (on the comm goroutine or inline)
 
 	inline        bool            // reduce buckets in the grad hooks, not on a goroutine
-	commCtx       context.Context // bounds reductions; cancelled by Close
+	commCtx       context.Context // New's ctx: bounds reductions; cancelled by Close
 	inlineFailure passFailure     // with inline: the pass whose reduction failed
 
 	cancel context.CancelFunc // ends in-flight reductions on Close
@@ -148,6 +148,11 @@ type Stats struct {
 // buffers to all ranks, so every replica starts identical. Its errors come
 // from the group (a peer that differs, fails or times out); an invalid
 // option panics when it is made.
+//
+// ctx also bounds every collective the model runs for its lifetime (the
+// reductions of Backward, the broadcasts of Forward): pass the training
+// run's context, so that cancelling it (SIGTERM, SIGINT) stops a rank
+// waiting for its peers at once, with an error from the next Backward.
 func New(ctx context.Context, module nn.Module, g Group, opts ...Option) (*Model, error) {
 	cfg := config{
 		bucketCapBytes:      DefaultBucketCapBytes,
@@ -183,7 +188,7 @@ func New(ctx context.Context, module nn.Module, g Group, opts ...Option) (*Model
 		order[i] = len(m.params) - 1 - i // reverse registration order
 	}
 	m.setBuckets(assignBuckets(order, m.numel, cfg.firstBucketCapBytes, cfg.bucketCapBytes))
-	commCtx, cancel := context.WithCancel(context.Background())
+	commCtx, cancel := context.WithCancel(ctx)
 	m.cancel, m.commCtx, m.inlineFailure = cancel, commCtx, passFailure{pass: -1}
 	if g.Size() > 1 {
 		m.inline = !overlapByDefault(g)
@@ -255,8 +260,8 @@ func (m *Model) Stats() Stats {
 // Backward, the documented sync point, since Forward returns no error.
 func (m *Model) Forward(x *tensor.Tensor) *tensor.Tensor {
 	if m.cfg.broadcastBuffers && len(m.buffers) > 0 && m.group.Size() > 1 && m.deferred == nil {
-		// The group's operation timeout bounds this; Forward has no ctx.
-		if err := broadcastTensors(context.Background(), m.group, m.buffers); err != nil {
+		// Forward has no ctx: New's bounds it, with the group's timeout.
+		if err := broadcastTensors(m.commCtx, m.group, m.buffers); err != nil {
 			m.deferred = fmt.Errorf("ddp: broadcasting buffers in forward: %w", err)
 		}
 	}
@@ -456,7 +461,7 @@ func (m *Model) rebuildBuckets() error {
 	for i, p := range m.red.observed {
 		order[i] = int64(p)
 	}
-	if err := m.group.Broadcast(context.Background(), order, 0); err != nil {
+	if err := m.group.Broadcast(m.commCtx, order, 0); err != nil {
 		return fmt.Errorf("ddp: agreeing on the rebuilt bucket order: %w", err)
 	}
 	ord := make([]int, len(order))

@@ -29,7 +29,10 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	testproc.Dispatch(testproc.Workers{"ddp": func() int { return testproc.ExitCode(ddpWorker()) }})
+	testproc.Dispatch(testproc.Workers{
+		"ddp":         func() int { return testproc.ExitCode(ddpWorker()) },
+		"ddp-sigterm": func() int { return testproc.ExitCode(sigtermWorker()) },
+	})
 	os.Exit(m.Run())
 }
 

@@ -132,21 +132,26 @@ func describeOp(op shm.Op) string {
 
 // arenaWaitErr is checked while this rank waits in the arena for peer r
 // to reach phase want: the reasons to stop waiting. It gives up when the
-// group is destroyed, the mesh fails (a peer died or aborted), a peer runs
-// another collective, or ctx ends.
+// group is destroyed, the mesh fails (a peer died, aborted or fell
+// silent), r left the group, a peer runs another collective, or ctx ends.
 func (g *Group) arenaWaitErr(ctx context.Context, c *comm, r int, want uint64) error {
 	a := g.arena
 	if a.Interrupted() {
 		return ErrGroupClosed
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("waiting for peer rank %d (%s) in shared memory: %w", r, g.mesh.Pair(r).Addr(), err)
+	}
 	if err := g.mesh.Err(); err != nil {
+		return err
+	}
+	if err := g.mesh.Pair(r).Err(); err != nil {
+		// r said goodbye (destroyed the group, or unwound through a
+		// deferred Destroy): it will never reach this phase.
 		return err
 	}
 	if other, ok := a.PeerRunsOther(r, want, arenaOp(&c.hdr)); ok {
 		return arenaMismatch(c, r, other)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("waiting for peer rank %d (%s) in shared memory: %w", r, g.mesh.Pair(r).Addr(), err)
 	}
 	g.mu.Lock()
 	closed := g.closed

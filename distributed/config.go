@@ -24,6 +24,9 @@ const (
 	// between nodes must open. Only when all of them are taken does a rank
 	// listen on any free port, and it logs a warning.
 	DefaultPortMin, DefaultPortMax = 29600, 29700
+	// DefaultHeartbeatTimeout is how long a peer may stay silent, not even
+	// sending heartbeats, before every rank reports it.
+	DefaultHeartbeatTimeout = 15 * time.Second
 )
 
 // Config configures Init. The zero value works under torchrun, a
@@ -39,8 +42,14 @@ type Config struct {
 	// the RANK and WORLD_SIZE environment variables.
 	Rank, WorldSize int
 	// Timeout bounds every operation from the moment it starts running; 0
-	// means DefaultTimeout. A context deadline that comes first wins.
+	// means $GOTRAIN_TIMEOUT (a Go duration) or DefaultTimeout. A context
+	// deadline that comes first wins.
 	Timeout time.Duration
+	// HeartbeatTimeout is the liveness bound: a peer from which nothing,
+	// not even a heartbeat, arrives for this long (frozen, stopped, or
+	// unreachable) fails the group on every rank, naming it. 0 means
+	// $GOTRAIN_HEARTBEAT_TIMEOUT or DefaultHeartbeatTimeout.
+	HeartbeatTimeout time.Duration
 	// ConnectTimeout bounds Init and NewGroup (store and mesh); 0 means
 	// $GOTRAIN_CONNECT_TIMEOUT (a Go duration) or DefaultConnectTimeout.
 	ConnectTimeout time.Duration
@@ -199,11 +208,26 @@ func (c *Config) resolveWorld() error {
 	return nil
 }
 
-// resolveTimeouts defaults Timeout and ConnectTimeout, the latter from
+// resolveTimeouts defaults Timeout, HeartbeatTimeout and ConnectTimeout
+// from GOTRAIN_TIMEOUT, GOTRAIN_HEARTBEAT_TIMEOUT and
 // GOTRAIN_CONNECT_TIMEOUT when set, and refuses negative ones.
 func (c *Config) resolveTimeouts() error {
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
+	for _, d := range []struct {
+		v   *time.Duration
+		env string
+		def time.Duration
+	}{{&c.Timeout, "GOTRAIN_TIMEOUT", DefaultTimeout}, {&c.HeartbeatTimeout, "GOTRAIN_HEARTBEAT_TIMEOUT", DefaultHeartbeatTimeout}} {
+		if *d.v != 0 {
+			continue
+		}
+		*d.v = d.def
+		if s := os.Getenv(d.env); s != "" {
+			v, err := time.ParseDuration(s)
+			if err != nil || v <= 0 {
+				return fmt.Errorf("%w: %s=%q is not a positive duration", ErrConfig, d.env, s)
+			}
+			*d.v = v
+		}
 	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
@@ -215,7 +239,7 @@ func (c *Config) resolveTimeouts() error {
 			c.ConnectTimeout = d
 		}
 	}
-	if c.Timeout < 0 || c.ConnectTimeout < 0 {
+	if c.Timeout < 0 || c.ConnectTimeout < 0 || c.HeartbeatTimeout < 0 {
 		return fmt.Errorf("%w: negative timeout", ErrConfig)
 	}
 	return nil

@@ -20,10 +20,14 @@
 //
 // The contracts:
 //
-//   - No silent hang. A peer that dies (EOF, reset) fails every pending and
-//     later operation on every rank at once, with an error naming the dead
-//     rank and its address; a live but stuck peer fails the operation at
-//     Config.Timeout. Errors are *OpError values naming this rank, the
+//   - No silent hang. A peer that dies (EOF, reset) or destroys the group
+//     (a goodbye, also when its loop unwinds through a deferred Destroy)
+//     fails every pending and later operation on every rank at once, with
+//     an error naming that rank and its address; a peer that falls silent
+//     (frozen, stopped, cut off: idle connections carry heartbeats) fails
+//     them within Config.HeartbeatTimeout (15 s); a live but stuck peer
+//     fails the operation at Config.Timeout (5 min), and meanwhile a rank
+//     waiting over 30 s logs which peers it waits for. Errors are *OpError values naming this rank, the
 //     operation, its sequence number, type and count, and wrapping a
 //     sentinel: ErrPeerLost, ErrTimeout, ErrMismatch, ErrGroupClosed.
 //   - Mismatches are caught. Every frame carries its operation's identity

@@ -15,7 +15,8 @@ var (
 	// ErrGroupClosed is returned by operations on a destroyed group.
 	ErrGroupClosed = errors.New("distributed: group closed")
 	// ErrPeerLost means a peer's connection ended (the process died, the
-	// network failed, or the peer destroyed the group). The group is then
+	// network failed, or the peer destroyed the group) or the peer fell
+	// silent past the heartbeat timeout (frozen, or unreachable). The group is then
 	// unusable: every pending and later operation fails.
 	ErrPeerLost = errors.New("distributed: peer lost")
 	// ErrTimeout means an operation did not finish within Config.Timeout

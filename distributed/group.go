@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/gotrain/gotrain/distributed/store"
 	"github.com/gotrain/gotrain/internal/shm"
@@ -45,6 +50,13 @@ type Group struct {
 
 	wake       chan struct{} // capacity 1: "queue changed"
 	workerDone chan struct{}
+
+	// The running operation, for the watchdog (see watch): when it
+	// started (unix nanoseconds, 0 when none runs) and what it is.
+	opStart   atomic.Int64
+	opRunning atomic.Pointer[opDesc]
+	watchStop chan struct{}
+	watchDone chan struct{}
 }
 
 // Rank returns this process's rank in the group.
@@ -64,9 +76,74 @@ func newGroup(cfg Config, id string, rank, size int, mesh transport.Mesh, st sto
 		rank: rank, size: size, cfg: cfg, id: id, mesh: mesh, st: st,
 		wake:       make(chan struct{}, 1),
 		workerDone: make(chan struct{}),
+		watchStop:  make(chan struct{}),
+		watchDone:  make(chan struct{}),
 	}
 	go g.worker()
+	go g.watch()
 	return g
+}
+
+// waitLogAfter is how long an operation runs before its rank logs what it
+// waits for, and then how often it logs again while the wait goes on.
+var waitLogAfter = 30 * time.Second
+
+// watch logs, once per waitLogAfter while an operation has run longer
+// than that, which peers it waits for and whether they are alive, so that
+// a stuck job says why long before the operation timeout.
+func (g *Group) watch() {
+	defer close(g.watchDone)
+	t := time.NewTicker(waitLogAfter / 6)
+	defer t.Stop()
+	var logged int64 // opStart of the operation last logged, and when
+	var loggedAt time.Time
+	for {
+		select {
+		case <-g.watchStop:
+			return
+		case now := <-t.C:
+			start := g.opStart.Load()
+			d := g.opRunning.Load()
+			if start == 0 || d == nil || now.Sub(time.Unix(0, start)) < waitLogAfter {
+				continue
+			}
+			if start == logged && now.Sub(loggedAt) < waitLogAfter {
+				continue
+			}
+			logged, loggedAt = start, now
+			g.logWait(d, now.Sub(time.Unix(0, start)), now)
+		}
+	}
+}
+
+// logWait logs one report of a long wait for the operation d.
+func (g *Group) logWait(d *opDesc, waited time.Duration, now time.Time) {
+	var waiting []int
+	if g.arena != nil && d.kind == opAllReduce {
+		waiting = g.arena.Lagging(nil)
+	}
+	var peers []string
+	for r := 0; r < g.size; r++ {
+		if r == g.rank {
+			continue
+		}
+		p := g.mesh.Pair(r)
+		if p.Pending() > 0 && !slices.Contains(waiting, r) {
+			waiting = append(waiting, r)
+		}
+		state := fmt.Sprintf("rank %d heard %v ago", r, now.Sub(p.LastHeard()).Round(100*time.Millisecond))
+		if err := p.Err(); err != nil {
+			state = fmt.Sprintf("rank %d gone: %v", r, err)
+		}
+		peers = append(peers, state)
+	}
+	log := g.cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Warn("distributed: a collective is still waiting for peers",
+		"rank", g.rank, "op", fmt.Sprintf("%s #%d", d.kind, d.seq), "waited", waited.Round(100*time.Millisecond),
+		"waiting_for", fmt.Sprint(waiting), "peers", strings.Join(peers, "; "), "timeout", g.cfg.Timeout)
 }
 
 // Destroy fails pending operations with ErrGroupClosed, closes every
@@ -96,6 +173,8 @@ func (g *Group) Destroy() error {
 	}
 	err := g.mesh.Close()
 	<-g.workerDone
+	close(g.watchStop)
+	<-g.watchDone
 	g.p2p.Wait()
 	g.arena.Close()
 	if g.owner != nil {
@@ -275,16 +354,36 @@ func (g *Group) execute(w *Work) error {
 			g.arena.Begin(arenaOp(&c.hdr))
 		}
 	}
+	if w.ctx.Done() != nil && (g.arena == nil || w.op.kind != opAllReduce) {
+		// A write blocked on a peer that reads nothing heeds only its
+		// deadline; on cancellation (SIGTERM) failing the group kicks it,
+		// and tells the peers why this rank stops. (An allreduce in the
+		// arena writes nothing and checks ctx as it waits: it is spared
+		// the cost.)
+		stop := context.AfterFunc(w.ctx, func() {
+			err := w.ctx.Err()
+			if cause := context.Cause(w.ctx); cause != err {
+				err = fmt.Errorf("%w (%v)", err, cause)
+			}
+			g.mesh.Fail(transport.AbortOther, fmt.Errorf("rank %d stopped waiting: %w", g.rank, err))
+		})
+		defer stop()
+	}
+	g.opRunning.Store(&w.op)
+	g.opStart.Store(time.Now().UnixNano())
 	err := w.run(ctx, c)
+	g.opStart.Store(0)
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, context.DeadlineExceeded) && w.ctx.Err() == nil {
 		err = fmt.Errorf("no progress within the %v operation timeout: %w", g.cfg.Timeout, err)
 	}
-	if cause := g.mesh.Err(); cause != nil {
+	if cause := g.mesh.Err(); cause != nil && !(w.ctx.Err() != nil && errors.Is(err, context.Canceled)) {
 		// The group failed while this operation ran (a peer's abort, a
-		// reader's error): that is the cause, this error its fallout.
+		// reader's error, this rank's cancellation kicking a blocked
+		// write): that is the cause, this error its fallout. A wait that
+		// saw the cancellation itself says best what it waited for.
 		err = cause
 	}
 	sentinel, code := classify(err)

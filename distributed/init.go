@@ -276,6 +276,7 @@ func join(ctx context.Context, cfg Config, id string, rank, size int, owner *sto
 		ListenHost: cfg.ListenHost, AdvertiseHost: owner.advertise,
 		PortMin: cfg.PortMin, PortMax: cfg.PortMax, PortFallback: cfg.portFallback,
 		SocketBuffer: cfg.SocketBuffer, Logger: cfg.Logger,
+		HeartbeatTimeout: cfg.HeartbeatTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: connect the data plane: %w", where, err)

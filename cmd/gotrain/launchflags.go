@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -109,4 +110,30 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+// timeoutFlag is --timeout, the bound on each collective operation, which
+// `run` and `train mnist` give their workers as GOTRAIN_TIMEOUT (read by
+// distributed.Init).
+type timeoutFlag struct{ d time.Duration }
+
+// register defines the flag on f.
+func (t *timeoutFlag) register(f *pflag.FlagSet) {
+	f.DurationVar(&t.d, "timeout", 0, "bound on each collective operation, e.g. 10m, after which a live but stuck peer fails the job (default $GOTRAIN_TIMEOUT or 5m)")
+}
+
+// check refuses a timeout that is given but not positive.
+func (t timeoutFlag) check(f *pflag.FlagSet) error {
+	if f.Changed("timeout") && t.d <= 0 {
+		return badFlag("timeout", t.d.String(), "must be a positive duration")
+	}
+	return nil
+}
+
+// export sets GOTRAIN_TIMEOUT for this process and the workers it starts,
+// which inherit its environment.
+func (t timeoutFlag) export() {
+	if t.d > 0 {
+		os.Setenv("GOTRAIN_TIMEOUT", t.d.String())
+	}
 }

@@ -31,6 +31,7 @@ type runFlags struct {
 	runID           string
 	noPython        bool
 	output          outputFlags
+	timeout         timeoutFlag
 	logEvery        string
 }
 
@@ -102,6 +103,7 @@ func init() {
 	f.BoolVar(&o.noPython, "no-python", false, "accepted for torchrun compatibility: PROGRAM is always run directly")
 	_ = f.MarkHidden("no-python") // the flag exists; cannot fail
 	o.output.register(f)
+	o.timeout.register(f)
 	addLogEvery(f, &o.logEvery)
 	rootCmd.AddCommand(runCmd)
 }
@@ -141,6 +143,8 @@ func runConfig(f *pflag.FlagSet, o runFlags, args []string) (launch.Config, erro
 		return cfg, badFlag("master-port", o.masterPort, "must be in [1, 65535]")
 	case o.maxRestarts < 0:
 		return cfg, badFlag("max-restarts", o.maxRestarts, "must be at least 0")
+	case o.timeout.check(f) != nil:
+		return cfg, o.timeout.check(f)
 	}
 	if cfg.MonitorInterval, err = parseInterval(o.monitorInterval); err != nil {
 		return cfg, badFlag("monitor-interval", o.monitorInterval, err.Error())
@@ -177,6 +181,7 @@ func runRun(cmd *cobra.Command, args []string) error {
 	// The console first: the launcher's records then print through it.
 	cons := attachConsole(&cfg, every)
 	defer cons.Close()
+	runOpts.timeout.export()
 	runOpts.output.setupLauncherLog(&cfg)
 	// main's context is cancelled by SIGINT and SIGTERM without saying
 	// which; the workers should get the very signal the user sent, so

@@ -48,6 +48,7 @@ type trainMNISTFlags struct {
 	logEvery string
 	launch   launch.Config
 	output   outputFlags
+	timeout  timeoutFlag
 }
 
 // newTrainMNISTCmd is `gotrain train mnist`.
@@ -82,6 +83,7 @@ func trainMNIST(ctx context.Context, fl trainMNISTFlags, n int) error {
 		cfg.Momentum = -1 // the job's zero value means "default 0.9"
 	}
 	worker := os.Getenv(trainWorkerEnv) != ""
+	fl.timeout.export()
 	every, err := logEvery(fl.logEvery) // checked by check
 	if err != nil {
 		return err
@@ -124,6 +126,7 @@ func (fl *trainMNISTFlags) register(f *pflag.FlagSet) {
 	f.IntVar(&fl.launch.MaxRestarts, "max-restarts", 0, "with --nproc-per-node > 1: restart all workers up to N times when one fails (use with --save and --resume)")
 	f.StringVar(&fl.launch.LogDir, "log-dir", "", "with --nproc-per-node > 1: also write each worker's output under this directory (see --tee and --redirects)")
 	fl.output.register(f)
+	fl.timeout.register(f)
 	f.StringVar(&cfg.Model, "model", "mlp", "mlp (784-512-512-10) or cnn (the pytorch/examples MNIST Net)")
 	f.IntVar(&cfg.Epochs, "epochs", 1, "epochs to train")
 	f.IntVar(&cfg.BatchSize, "batch-size", 64, "batch size per worker")
@@ -191,6 +194,9 @@ func (fl *trainMNISTFlags) check(f *pflag.FlagSet) (int, error) {
 		return 0, err
 	}
 	if err := fl.output.checkFormat(); err != nil {
+		return 0, err
+	}
+	if err := fl.timeout.check(f); err != nil {
 		return 0, err
 	}
 	if err := fl.checkTraining(f); err != nil {

@@ -38,7 +38,7 @@ import (
 
 // ProtocolVersion is the gotrain wire protocol version. Peers with different
 // versions refuse each other, naming both versions.
-const ProtocolVersion = 1
+const ProtocolVersion = 2 // 2: heartbeat frames on the data plane
 
 // Roles of a connection. A server refuses a peer whose role differs from
 // its own, so a store client cannot land on a data-plane listener.

@@ -359,7 +359,7 @@ func ExampleClient() {
 		return
 	}
 	fmt.Printf("connected to rank %d of %d (protocol %d)\n", peer.Rank, peer.WorldSize, peer.Version)
-	// Output: connected to rank 0 of 2 (protocol 1)
+	// Output: connected to rank 0 of 2 (protocol 2)
 }
 
 // A long refusal reason reaches the client cut to a bounded length.

@@ -275,6 +275,19 @@ func (a *Arena) PublishAndWait(stop func(r int, want uint64) error) error {
 	return nil
 }
 
+// Lagging appends to dst the ranks that have not yet reached the phase
+// this rank last published, that is, the peers its current wait waits
+// for. It reads only the shared counters, so any goroutine may call it.
+func (a *Arena) Lagging(dst []int) []int {
+	mine := atomic.LoadUint64(&a.ctl[a.rank].phase)
+	for r, c := range a.ctl {
+		if r != a.rank && atomic.LoadUint64(&c.phase) < mine {
+			dst = append(dst, r)
+		}
+	}
+	return dst
+}
+
 // minSpin is the least a wait spins: a futex round trip's worth.
 const minSpin = 20 * time.Microsecond
 

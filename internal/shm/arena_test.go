@@ -1,6 +1,10 @@
 package shm
 
-import "testing"
+import (
+	"errors"
+	"testing"
+	"time"
+)
 
 func TestChunkFor(t *testing.T) {
 	prev := ArenaChunk
@@ -16,5 +20,44 @@ func TestChunkFor(t *testing.T) {
 	}
 	if chunkFor(2) != ArenaChunk {
 		t.Errorf("2 ranks: chunk %d, want %d", chunkFor(2), ArenaChunk)
+	}
+}
+
+// TestArenaLagging: a rank that has published a phase reports the peers
+// that have not reached it, and none once they have.
+func TestArenaLagging(t *testing.T) {
+	const n = 3
+	mem := make([]byte, arenaFileSize(n))
+	as := make([]*Arena, n)
+	for r := range as {
+		as[r] = NewArena(mem, r, n)
+	}
+	if got := as[0].Lagging(nil); len(got) != 0 {
+		t.Fatalf("before any phase: lagging %v, want none", got)
+	}
+	done := make(chan error, 1)
+	go func() { done <- as[0].PublishAndWait(func(int, uint64) error { return nil }) }()
+	for deadline := time.Now().Add(5 * time.Second); len(as[0].Lagging(nil)) != 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 0 waiting: lagging %v, want [1 2]", as[0].Lagging(nil))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got := as[0].Lagging(nil); got[0] != 1 || got[1] != 2 {
+		t.Fatalf("rank 0 waiting: lagging %v, want [1 2]", got)
+	}
+	if got := as[1].Lagging(nil); len(got) != 0 {
+		t.Errorf("rank 1, not waiting: lagging %v, want none", got)
+	}
+	done2 := make(chan error, 1)
+	go func() { done2 <- as[2].PublishAndWait(func(int, uint64) error { return nil }) }()
+	if err := as[1].PublishAndWait(func(int, uint64) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(<-done, <-done2); err != nil {
+		t.Fatal(err)
+	}
+	if got := as[0].Lagging(nil); len(got) != 0 {
+		t.Errorf("after the phase: lagging %v, want none", got)
 	}
 }

@@ -31,8 +31,8 @@ const (
 	magic0 = 'g'
 	magic1 = 't'
 	// WireVersion is the frame format version; a frame with another
-	// version is malformed.
-	WireVersion = 1
+	// version is malformed. Version 2 added heartbeat frames.
+	WireVersion = 2
 )
 
 // Kind says what a frame carries.
@@ -49,6 +49,10 @@ const (
 	// KindAbort frames carry a UTF-8 reason why the sender gave up on the
 	// group; the receiver fails every pending operation with it.
 	KindAbort
+	// KindHeartbeat frames carry nothing: a sender whose connection has
+	// been idle for a while sends one, so that the receiver can tell a
+	// live, quiet peer from a frozen or unreachable one.
+	KindHeartbeat
 	kindEnd
 )
 
@@ -61,6 +65,8 @@ func (k Kind) String() string {
 		return "p2p"
 	case KindAbort:
 		return "abort"
+	case KindHeartbeat:
+		return "heartbeat"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

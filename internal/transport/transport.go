@@ -9,14 +9,18 @@
 // that delivers collective frames, in order, into receives posted in
 // advance (so data lands straight in the caller's buffer, or is reduced
 // straight from a small receive buffer into it), matches point-to-point
-// frames to receives by tag, and turns an abort frame, EOF or reset into an
-// error that fails every pending and later receive of the whole mesh.
+// frames to receives by tag, and turns an abort frame, EOF or reset, or a
+// peer's silence past the liveness bound (heartbeat frames keep idle
+// connections talking), into an error that fails every pending and later
+// receive of the whole mesh. A peer's goodbye (it closed its mesh) fails
+// only what needs that peer.
 package transport
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors; match them with errors.Is.
@@ -141,6 +145,19 @@ type Pair interface {
 	// completes when Buf is full. Frames that arrive before a receive is
 	// posted are buffered.
 	PostP2P(r *Recv)
+	// Err returns the error that ended this pair — the peer's goodbye
+	// (it closed the mesh), or the mesh's failure — or nil while the pair
+	// works. Waits that do not go through the pair (shared memory) poll
+	// it to notice a peer that left.
+	Err() error
+	// LastHeard is when a frame or heartbeat from the peer last arrived
+	// (or, while this rank holds a frame from it that nothing was posted
+	// for, now: the peer is evidently alive).
+	LastHeard() time.Time
+	// Pending is the number of posted receives still waiting for frames
+	// from the peer (a receive being filled aside); for reports of what a
+	// long wait waits for.
+	Pending() int
 }
 
 // Mesh connects a rank to every other rank of a group.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gotrain/gotrain/internal/shm"
@@ -44,6 +45,14 @@ type pair struct {
 	hdr       [transport.HeaderSize]byte
 	broken    bool // a write failed part-way: the stream is unusable
 
+	// Liveness (see heartbeat): unix nanoseconds of the last frame read
+	// and written, and whether the reader holds a frame nothing was
+	// posted for (then the peer is alive, just ahead of this rank).
+	lastRecv atomic.Int64
+	lastSend atomic.Int64
+	parked   atomic.Bool
+	done     chan struct{} // closed by failQueued: the pair is over
+
 	qmu        sync.Mutex // qmu guards queue, failed, p2p and unexpected
 	queue      []*transport.Recv
 	signal     chan struct{} // capacity 1: "queue changed"
@@ -69,6 +78,7 @@ func newPair(m *Mesh, peer int, addr string, c *net.TCPConn) *pair {
 		m: m, peer: peer, addr: addr, conn: c,
 		br:         bufio.NewReaderSize(c, readBufferSize),
 		signal:     make(chan struct{}, 1),
+		done:       make(chan struct{}),
 		p2p:        make(map[int64][]*p2pRecv),
 		unexpected: make(map[int64][]p2pFrame),
 	}
@@ -103,10 +113,11 @@ func (p *pair) Send(ctx context.Context, h transport.Header, payload []byte) err
 		p.conn.SetWriteDeadline(d)
 		p.wdeadline = d
 	}
+	p.lastSend.Store(time.Now().UnixNano())
 	if l := p.ring; l != nil && len(payload) >= shm.RingMinPayload && len(payload) <= shm.SlotSize {
-		if err := l.WaitSlot(ctx, p.m.failed); err != nil {
-			if merr := p.m.Err(); merr != nil {
-				return merr
+		if err := l.WaitSlot(ctx, p.done); err != nil {
+			if perr := p.Err(); perr != nil {
+				return perr
 			}
 			return p.peerErr(fmt.Errorf("waiting for a free shared-memory slot: %w", err))
 		}
@@ -188,6 +199,96 @@ func (p *pair) abort(code int, err error) {
 	}
 }
 
+// Err implements transport.Pair.
+func (p *pair) Err() error {
+	p.qmu.Lock()
+	defer p.qmu.Unlock()
+	return p.failed
+}
+
+// Pending implements transport.Pair.
+func (p *pair) Pending() int {
+	p.qmu.Lock()
+	defer p.qmu.Unlock()
+	n := len(p.queue)
+	for _, rs := range p.p2p {
+		n += len(rs)
+	}
+	return n
+}
+
+// LastHeard implements transport.Pair.
+func (p *pair) LastHeard() time.Time {
+	if p.parked.Load() {
+		return time.Now()
+	}
+	return time.Unix(0, p.lastRecv.Load())
+}
+
+// heartbeat runs for the pair's life. Every tick it sends a heartbeat
+// frame if nothing was written for half a tick (an idle connection: a
+// busy one needs none), and fails the mesh, naming the peer, before
+// nothing at all has arrived from it for timeout. A reader that holds an early frame
+// (parked) is not reading, so silence then proves nothing. If this
+// goroutine itself did not run for several ticks (this process was
+// stopped, or starved), what piled up in the socket is unread, and the
+// silence is not the peer's: the count restarts.
+func (p *pair) heartbeat(timeout, tick time.Duration) {
+	defer p.m.readers.Done()
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	last := time.Now()
+	// Checked once a tick, and the failure takes up to abortWriteTimeout
+	// to surface: judge that much early, so the peer is reported within
+	// timeout of its last frame.
+	limit := max(timeout-tick-abortWriteTimeout, timeout/2)
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-p.m.failed:
+			return
+		case now := <-t.C:
+			if now.Sub(last) > 3*tick {
+				p.lastRecv.Store(now.UnixNano())
+			}
+			last = now
+			if silent := now.Sub(p.LastHeard()); silent > limit {
+				p.m.failPeer(p, fmt.Errorf("%w: nothing received for %v, not even a heartbeat: the process is frozen or stopped, "+
+					"or the network to it is down (GOTRAIN_HEARTBEAT_TIMEOUT sets this bound)", transport.ErrPeerLost, silent.Round(time.Millisecond)))
+				return
+			}
+			if now.UnixNano()-p.lastSend.Load() >= int64(tick/2) {
+				p.sendHeartbeat()
+			}
+		}
+	}
+}
+
+// sendHeartbeat writes a heartbeat frame unless a writer holds the
+// connection (then it is not idle). The write has no deadline: it blocks
+// only while the peer reads nothing, and Fail's abort kicks it.
+func (p *pair) sendHeartbeat() {
+	if !p.wmu.TryLock() {
+		return
+	}
+	defer p.wmu.Unlock()
+	if p.broken || p.m.Err() != nil {
+		return
+	}
+	if !p.wdeadline.IsZero() {
+		p.conn.SetWriteDeadline(time.Time{})
+		p.wdeadline = time.Time{}
+	}
+	var hb [transport.HeaderSize]byte
+	(&transport.Header{Kind: transport.KindHeartbeat, Root: -1}).Encode(hb[:])
+	p.lastSend.Store(time.Now().UnixNano())
+	if _, err := p.conn.Write(hb[:]); err != nil {
+		// The reader sees the connection's end and reports it.
+		p.broken = true
+	}
+}
+
 // Post implements transport.Pair.
 func (p *pair) Post(r *transport.Recv) {
 	p.qmu.Lock()
@@ -229,7 +330,10 @@ func (p *pair) nextPosted(h *transport.Header) (*transport.Recv, error) {
 		if cur := p.m.current.Load(); cur != nil && (h.Seq < cur.Seq || h.Seq == cur.Seq && !cur.SameOp(h)) {
 			return nil, &transport.MismatchError{Want: *cur, Got: *h}
 		}
+		p.parked.Store(true)
 		<-p.signal
+		p.parked.Store(false)
+		p.lastRecv.Store(time.Now().UnixNano())
 	}
 }
 
@@ -248,6 +352,7 @@ func (p *pair) failQueued(err error) {
 		return
 	}
 	p.failed = err
+	close(p.done)
 	queue := p.queue
 	p.queue = nil
 	var p2p []*p2pRecv
@@ -280,6 +385,7 @@ func (p *pair) readLoop() {
 			p.m.failPeer(p, fmt.Errorf("%w: read frame header: %w", transport.ErrPeerLost, err))
 			return
 		}
+		p.lastRecv.Store(time.Now().UnixNano())
 		h, err := transport.Decode(hb[:])
 		if err != nil {
 			p.m.failPeer(p, err)
@@ -290,6 +396,10 @@ func (p *pair) readLoop() {
 			err = p.readCollective(h)
 		case transport.KindP2P:
 			err = p.readP2P(h)
+		case transport.KindHeartbeat:
+			if h.Length != 0 {
+				err = fmt.Errorf("%w: heartbeat frame with a %d-byte payload", transport.ErrMalformed, h.Length)
+			}
 		case transport.KindAbort:
 			err = p.readAbort(h)
 			var ab *transport.AbortError

@@ -9,6 +9,12 @@
 // Two ranks on the same host move large payloads through a shared-memory
 // ring (package shm, whose doc says which path a message takes); the frame
 // headers stay on the connection.
+//
+// Liveness: a connection that has carried nothing for a moment carries a
+// heartbeat frame, sent by a goroutine of its own, so a peer from which
+// nothing at all arrives for Options.HeartbeatTimeout is frozen, stopped
+// or cut off, and fails the mesh, named, though no socket ever reports an
+// error. The hot path only stores a timestamp per frame.
 package tcp
 
 import (
@@ -55,8 +61,24 @@ type Options struct {
 	SocketBuffer int
 	// Logger receives refused connections; nil means slog.Default().
 	Logger *slog.Logger
+	// HeartbeatTimeout is the liveness bound: a peer from which nothing,
+	// not even a heartbeat, arrives for this long fails the mesh, naming
+	// it. 0 means DefaultHeartbeatTimeout; negative turns heartbeats off.
+	HeartbeatTimeout time.Duration
 
 	version int // protocol version to claim; 0 means auth.ProtocolVersion (tests set others)
+}
+
+// DefaultHeartbeatTimeout is the default liveness bound (see
+// Options.HeartbeatTimeout): long enough for a loaded machine's worst
+// scheduling stall, short enough that a frozen peer costs seconds.
+const DefaultHeartbeatTimeout = 15 * time.Second
+
+// heartbeatTick is how often, for a liveness bound, a pair checks its
+// peer and sends a heartbeat if idle: a fifth of the bound, at most a
+// second, so a silent peer is reported within the bound plus a tick.
+func heartbeatTick(timeout time.Duration) time.Duration {
+	return min(timeout/5, time.Second)
 }
 
 // Mesh is a connected full mesh. It implements transport.Mesh.
@@ -258,10 +280,21 @@ func (m *Mesh) start(o Options, conns []net.Conn, addrs []string, rings []*shm.R
 		m.pairs[peer] = newPair(m, peer, addrs[peer], tc)
 		m.pairs[peer].ring = rings[peer]
 	}
+	hb := o.HeartbeatTimeout
+	if hb == 0 {
+		hb = DefaultHeartbeatTimeout
+	}
+	now := time.Now().UnixNano()
 	for _, p := range m.pairs {
 		if p != nil {
+			p.lastRecv.Store(now)
+			p.lastSend.Store(now)
 			m.readers.Add(1)
 			go p.readLoop()
+			if hb > 0 {
+				m.readers.Add(1)
+				go p.heartbeat(hb, heartbeatTick(hb))
+			}
 		}
 	}
 }
@@ -522,7 +555,7 @@ func (m *Mesh) Fail(code int, err error) {
 // gets a goodbye frame: its operations that still need this rank fail
 // with ErrPeerLost, the others complete.
 func (m *Mesh) Close() error {
-	m.Fail(transport.AbortClosed, fmt.Errorf("rank %d destroyed the group: %w", m.rank, transport.ErrClosed))
+	m.Fail(transport.AbortClosed, fmt.Errorf("rank %d left the group (it closed its connections): %w", m.rank, transport.ErrClosed))
 	for _, p := range m.pairs {
 		if p != nil {
 			p.conn.SetReadDeadline(time.Unix(1, 0))

@@ -56,6 +56,7 @@ func Run(t *testing.T, connect Connect) {
 		{"Fail", Fail},
 		{"Close", Close},
 		{"SendDeadline", SendDeadline},
+		{"Heartbeats", Heartbeats},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, connect) })
@@ -437,6 +438,12 @@ func PeerLeaves(t *testing.T, connect Connect) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("receives failed %v after the peer closed", d)
 	}
+	if err := ms[0].Pair(2).Err(); !errors.Is(err, transport.ErrPeerLost) {
+		t.Fatalf("Pair(2).Err after the peer left: got %v, want ErrPeerLost", err)
+	}
+	if err := ms[0].Pair(1).Err(); err != nil {
+		t.Fatalf("Pair(1).Err of a peer that stays: %v", err)
+	}
 	late := transport.NewRecv(collective(1, 8), make([]byte, 32), nil)
 	ms[0].Pair(2).Post(late)
 	if err := await(t, "receive posted after the peer left", late); !errors.Is(err, transport.ErrPeerLost) {
@@ -547,4 +554,29 @@ func SendDeadline(t *testing.T, connect Connect) {
 	case <-time.After(bound):
 		t.Fatalf("Send still blocked %v after its deadline", bound)
 	}
+}
+
+// Heartbeats: an idle mesh stays up, and each rank keeps hearing from its
+// peers though nobody sends a frame (LastHeard stays recent), for longer
+// than the heartbeat tick (at most a second).
+func Heartbeats(t *testing.T, connect Connect) {
+	ms := mesh(t, connect, 2)
+	start := time.Now()
+	time.Sleep(3 * time.Second)
+	for r, m := range ms {
+		if err := m.Err(); err != nil {
+			t.Fatalf("rank %d: idle mesh failed: %v", r, err)
+		}
+		p := m.Pair(1 - r)
+		if err := p.Err(); err != nil {
+			t.Fatalf("rank %d: idle pair failed: %v", r, err)
+		}
+		if h := p.LastHeard(); !h.After(start.Add(time.Second)) {
+			t.Errorf("rank %d: last heard from its idle peer %v after the start, want heartbeats after 1 s", r, h.Sub(start))
+		}
+	}
+	r := transport.NewRecv(collective(0, 8), make([]byte, 32), nil)
+	ms[1].Pair(0).Post(r)
+	send(t, ms[0], 1, collective(0, 8), pattern(32, 3))
+	awaitOK(t, "frame after idle heartbeats", r, pattern(32, 3))
 }
