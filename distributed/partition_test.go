@@ -84,6 +84,28 @@ func (n *netnsPair) cut(t *testing.T, i int) {
 	}
 }
 
+// drop makes namespace i's firewall drop every packet in and out, as a
+// firewall rule or a silent network would: nothing is refused or reset.
+// It skips (or fails with GOTRAIN_REQUIRE_ENGINES=1) without nft.
+func (n *netnsPair) drop(t *testing.T, i int) {
+	t.Helper()
+	if _, err := exec.LookPath("nft"); err != nil {
+		if os.Getenv("GOTRAIN_REQUIRE_ENGINES") == "1" {
+			t.Fatal("nft required for the firewall partition")
+		}
+		t.Skip("no nft command")
+	}
+	rules := "table inet gotrain_test {\n" +
+		"  chain in { type filter hook input priority 0; policy drop; }\n" +
+		"  chain out { type filter hook output priority 0; policy drop; }\n" +
+		"}\n"
+	cmd := exec.Command("ip", "netns", "exec", n.ns[i], "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft: %v: %s", err, out)
+	}
+}
+
 // nsProc is a rank running in a namespace, and its output lines.
 type nsProc struct {
 	cmd   *exec.Cmd
@@ -162,34 +184,45 @@ func startInNetns(t *testing.T, n *netnsPair, worker string, r int, env ...strin
 }
 
 // TestProcessPartition: two ranks in two network namespaces allreduce
-// over TCP; the link between them goes down (no reset, no EOF). Both
-// ranks fail within the heartbeat timeout (2 s here) plus a margin,
-// naming the other, long before the operation timeout.
+// over TCP; the link between them goes down, or a firewall starts dropping
+// every packet (no reset, no EOF either way). Both ranks fail within the
+// heartbeat timeout (2 s here) plus a margin, naming the other, long
+// before the operation timeout.
 func TestProcessPartition(t *testing.T) {
-	n := newNetnsPair(t)
-	ps := [2]*nsProc{}
-	for r := range 2 {
-		ps[r] = startInNetns(t, n, "freeze", r, "GOTRAIN_SHM=0", "GOTRAIN_HEARTBEAT_TIMEOUT=2s")
-	}
-	for r, p := range ps {
-		if _, ok := p.waitLine("ready", 30*time.Second); !ok {
-			t.Fatalf("rank %d never finished its first allreduce", r)
-		}
-	}
-	cut := time.Now()
-	n.cut(t, 1)
-	for r, p := range ps {
-		l, ok := p.waitLine("failed:", 70*time.Second)
-		if !ok {
-			t.Fatalf("rank %d did not fail after the partition", r)
-		}
-		d := l.At.Sub(cut)
-		t.Logf("rank %d, %v after the cut: %s", r, d.Round(time.Millisecond), l.Text)
-		if d > 6*time.Second {
-			t.Errorf("rank %d failed %v after the cut, want ≤ 6 s", r, d)
-		}
-		if peer := 1 - r; !strings.Contains(l.Text, fmt.Sprintf("peer rank %d (", peer)) {
-			t.Errorf("rank %d's error does not name rank %d: %s", r, peer, l.Text)
-		}
+	for _, tc := range []struct {
+		name  string
+		split func(n *netnsPair, t *testing.T, i int)
+	}{
+		{"link down", (*netnsPair).cut},
+		{"nft drop", (*netnsPair).drop},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNetnsPair(t)
+			ps := [2]*nsProc{}
+			for r := range 2 {
+				ps[r] = startInNetns(t, n, "freeze", r, "GOTRAIN_SHM=0", "GOTRAIN_HEARTBEAT_TIMEOUT=2s")
+			}
+			for r, p := range ps {
+				if _, ok := p.waitLine("ready", 30*time.Second); !ok {
+					t.Fatalf("rank %d never finished its first allreduce", r)
+				}
+			}
+			cut := time.Now()
+			tc.split(n, t, 1)
+			for r, p := range ps {
+				l, ok := p.waitLine("failed:", 70*time.Second)
+				if !ok {
+					t.Fatalf("rank %d did not fail after the partition", r)
+				}
+				d := l.At.Sub(cut)
+				t.Logf("rank %d, %v after the partition: %s", r, d.Round(time.Millisecond), l.Text)
+				if d > 6*time.Second {
+					t.Errorf("rank %d failed %v after the partition, want ≤ 6 s", r, d)
+				}
+				if peer := 1 - r; !strings.Contains(l.Text, fmt.Sprintf("peer rank %d (", peer)) {
+					t.Errorf("rank %d's error does not name rank %d: %s", r, peer, l.Text)
+				}
+			}
+		})
 	}
 }
