@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gotrain/gotrain/internal/auth"
@@ -50,19 +49,55 @@ type Server struct {
 	idle   chan struct{} // closed when conns becomes empty (for Shutdown)
 	closed bool
 
-	onRefused atomic.Pointer[func(remote net.Addr, err error)]
+	rmu       sync.Mutex // rmu guards onRefused, early and refusedOff
+	onRefused func(remote net.Addr, err error)
+	// early holds the refusals made before OnRefused was first called
+	// (a misconfigured rank can be quicker than rank 0's own set-up),
+	// replayed to fn when it is; at most maxEarlyRefusals.
+	early      []refusal
+	refusedOff bool // OnRefused(nil) was called: nothing more is kept
 }
+
+type refusal struct {
+	remote net.Addr
+	err    error
+}
+
+const maxEarlyRefusals = 8
 
 // OnRefused makes the server call fn (on the connection's goroutine) for
 // every client it refuses for a wrong token or protocol version: during a
 // rendezvous such a client is a misconfigured rank, which cannot reach
-// the store to say so itself. nil stops the calls.
+// the store to say so itself. Refusals made since the server started and
+// before the first call are passed to fn at once. nil stops the calls.
 func (s *Server) OnRefused(fn func(remote net.Addr, err error)) {
+	s.rmu.Lock()
+	s.onRefused = fn
+	early := s.early
+	s.early = nil
 	if fn == nil {
-		s.onRefused.Store(nil)
-		return
+		s.refusedOff = true
 	}
-	s.onRefused.Store(&fn)
+	s.rmu.Unlock()
+	if fn != nil {
+		for _, r := range early {
+			fn(r.remote, r.err)
+		}
+	}
+}
+
+// refused reports a refused client to OnRefused's function, or keeps it
+// for the function to come.
+func (s *Server) refused(remote net.Addr, err error) {
+	s.rmu.Lock()
+	fn := s.onRefused
+	if fn == nil && !s.refusedOff && len(s.early) < maxEarlyRefusals {
+		s.early = append(s.early, refusal{remote, err})
+	}
+	s.rmu.Unlock()
+	if fn != nil {
+		fn(remote, err)
+	}
 }
 
 // Listen listens on addr ("host:port"; port 0 picks a free one, see Addr)
@@ -225,8 +260,8 @@ func (s *Server) serveConn(conn net.Conn, handshaken func()) {
 		if !errors.Is(err, auth.ErrAuth) && !s.isClosed() { // dist/auth logs refused tokens itself
 			s.warn.Warn("store: handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
 		}
-		if fn := s.onRefused.Load(); fn != nil && (errors.Is(err, auth.ErrAuth) || errors.Is(err, auth.ErrVersion)) {
-			(*fn)(conn.RemoteAddr(), err)
+		if errors.Is(err, auth.ErrAuth) || errors.Is(err, auth.ErrVersion) {
+			s.refused(conn.RemoteAddr(), err)
 		}
 		return
 	}

@@ -317,3 +317,47 @@ func TestTCPSilentPeer(t *testing.T) {
 	}
 	goleak.VerifyNone(t, goleak.IgnoreCurrent())
 }
+
+// A client refused for its token before OnRefused is first called (a
+// misconfigured rank quicker than rank 0's own set-up) is reported to the
+// function once it is set; after OnRefused(nil), refusals are dropped.
+func TestOnRefusedReplaysEarlyRefusals(t *testing.T) {
+	s := startServer(t)
+	if _, err := Dial(ctxFor(t, 5*time.Second), s.Addr().String(), []byte("wrong")); !errors.Is(err, auth.ErrAuth) {
+		t.Fatalf("Dial with a wrong token: %v", err)
+	}
+	// The server refuses on its own goroutine; wait until it has.
+	got := make(chan error, 4)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s.rmu.Lock()
+		n := len(s.early)
+		s.rmu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d early refusals kept, want 1", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.OnRefused(func(_ net.Addr, err error) { got <- err })
+	select {
+	case err := <-got:
+		if !errors.Is(err, auth.ErrAuth) {
+			t.Fatalf("replayed refusal %v, want auth.ErrAuth", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the early refusal was not replayed")
+	}
+	s.OnRefused(nil)
+	if _, err := Dial(ctxFor(t, 5*time.Second), s.Addr().String(), []byte("wrong")); !errors.Is(err, auth.ErrAuth) {
+		t.Fatalf("Dial with a wrong token: %v", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	if len(s.early) != 0 || len(got) != 0 {
+		t.Fatalf("after OnRefused(nil): %d kept, %d reported", len(s.early), len(got))
+	}
+}
