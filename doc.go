@@ -20,6 +20,8 @@
 //   - checkpoint: safetensors files and resumable training state.
 //   - launch: starts and restarts the workers of a job on one node
 //     (torchrun).
+//   - progress: a training loop's progress, reported to the launcher's
+//     display (or drawn by the program itself when it runs alone).
 //
 // The program: cmd/gotrain is the CLI (gotrain run launches any program
 // like torchrun; gotrain train runs a job; gotrain store serves a store;
@@ -28,7 +30,8 @@
 // user would. examples/ holds programs to read and copy. internal/ holds
 // what only gotrain itself uses: the numeric kernels and their assembly,
 // the transports under the process groups, connection authentication,
-// shared memory, and the spare-CPU policy.
+// shared memory, the launcher's console and log format, the spare-CPU
+// policy, the option applier and the test harnesses.
 //
 // # Options
 //
