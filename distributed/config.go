@@ -79,6 +79,11 @@ type Config struct {
 	// (torchrun's TORCHELASTIC_USE_AGENT_STORE); false means
 	// $GOTRAIN_AGENT_STORE=1 or TORCHELASTIC_USE_AGENT_STORE=True.
 	AgentStore bool
+	// AllowMixedBuilds lets ranks that run different programs (different
+	// sha256, gotrain version or protocol version: say amd64 and arm64
+	// nodes) form a group, logging it; otherwise Init refuses them on
+	// every rank, naming both. false means $GOTRAIN_ALLOW_MIXED_BUILDS=1.
+	AllowMixedBuilds bool
 	// SocketBuffer sets the data connections' SO_SNDBUF/SO_RCVBUF in
 	// bytes; 0 means $GOTRAIN_SOCKET_BUFFER, or the kernel's automatic
 	// tuning (which measured as fast on loopback).
@@ -177,6 +182,9 @@ func (c Config) resolveFields() (Config, error) {
 	}
 	if !c.AgentStore {
 		c.AgentStore = os.Getenv("GOTRAIN_AGENT_STORE") == "1" || strings.EqualFold(os.Getenv("TORCHELASTIC_USE_AGENT_STORE"), "true")
+	}
+	if !c.AllowMixedBuilds {
+		c.AllowMixedBuilds = os.Getenv("GOTRAIN_ALLOW_MIXED_BUILDS") == "1"
 	}
 	if c.SocketBuffer == 0 {
 		c.SocketBuffer = envInt0("GOTRAIN_SOCKET_BUFFER", 0)

@@ -11,6 +11,15 @@
 // then connect a full TCP mesh (internal/transport/tcp) in which every
 // connection is authenticated (internal/auth) with the job's token.
 //
+// Every rank runs the same build. During the rendezvous each rank
+// publishes its build identity (gotrain's module version,
+// auth.ProtocolVersion, the sha256 of its executable, hashed once per
+// process, with its platform and host), and a rank whose build differs
+// from rank 0's fails every rank at once with an error naming both ranks,
+// their hosts and both hashes, however the ranks were started.
+// Config.AllowMixedBuilds (GOTRAIN_ALLOW_MIXED_BUILDS=1) allows mixed
+// builds, such as amd64 and arm64 nodes, and logs them instead.
+//
 // Programs that prefer torch's short name may import it as dist:
 //
 //	import dist "github.com/gotrain/gotrain/distributed"

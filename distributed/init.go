@@ -271,6 +271,12 @@ func join(ctx context.Context, cfg Config, id string, rank, size int, owner *sto
 		}
 		return nil, fmt.Errorf("%w: %s: duplicate rank: another process already joined job %q as rank %d%s", ErrConfig, where, cfg.JobID, rank, hint)
 	}
+	if id == "" && size > 1 {
+		// Subgroups run in the same processes: one check suffices.
+		if err := checkBuild(ctx, cfg, st, rank, where); err != nil {
+			return nil, err
+		}
+	}
 	mesh, err := tcp.Connect(ctx, tcp.Options{
 		Rank: rank, Size: size, Store: st, Token: []byte(cfg.Token), JobID: cfg.JobID + "/" + id,
 		ListenHost: cfg.ListenHost, AdvertiseHost: owner.advertise,

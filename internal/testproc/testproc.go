@@ -125,6 +125,10 @@ type Options struct {
 	// RankEnv, if not nil, returns more variables for one rank, added
 	// last.
 	RankEnv func(rank int) []string
+	// Exe, if not nil, returns the program a rank runs instead of the
+	// test binary ("" keeps the test binary): a modified copy of it, to
+	// test ranks that run different builds.
+	Exe func(rank int) string
 	// Timeout bounds the ranks' whole run: at the deadline every rank
 	// still running is killed and the test fails. 0 means DefaultTimeout.
 	Timeout time.Duration
@@ -180,7 +184,11 @@ func Start(t testing.TB, worker string, n int, o Options) *Ranks {
 	for r := range n {
 		// -test.run=^$: should the binary not dispatch, it runs no test
 		// rather than start more workers.
-		cmd := exec.Command(exe, "-test.run=^$")
+		path := exe
+		if o.Exe != nil && o.Exe(r) != "" {
+			path = o.Exe(r)
+		}
+		cmd := exec.Command(path, "-test.run=^$")
 		cmd.Env = append(slices.Clip(base), "RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r))
 		if o.RankEnv != nil {
 			cmd.Env = append(cmd.Env, o.RankEnv(r)...)
