@@ -62,8 +62,8 @@ type Config struct {
 	JobID string
 	// ListenHost is the interface the data plane listens on; "" means
 	// $GOTRAIN_LISTEN_HOST, or all interfaces. Peers dial this host if it
-	// is a specific address, else the address this host uses to reach the
-	// store.
+	// is a specific address, else the address SocketIfname selects or this
+	// host uses to reach the store.
 	ListenHost string
 	// SocketIfname selects the interfaces whose address this rank
 	// advertises when ListenHost is not a specific address, in

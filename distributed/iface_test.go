@@ -1,13 +1,37 @@
 package distributed
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 )
+
+func init() {
+	// joinBarrier: Init with the environment's settings, then a barrier,
+	// so that rank 0, which serves the store, leaves only after every
+	// rank's Init has returned.
+	workers["joinBarrier"] = func() int {
+		ctx := context.Background()
+		g, err := Init(ctx, Config{})
+		if err != nil {
+			fmt.Println("init error:", err)
+			return 2
+		}
+		defer g.Destroy()
+		if err := g.Barrier(ctx); err != nil {
+			fmt.Println("barrier error:", err)
+			return 1
+		}
+		fmt.Println("joined")
+		return 0
+	}
+}
 
 // fakeIfaces is a host with loopback, a docker bridge, an IPv6-only
 // interface listed before the Ethernet ones, and an interface that is down.
@@ -168,7 +192,7 @@ func TestProcessSocketIfname(t *testing.T) {
 	rules := [2]string{"=" + n.dev[0], "10.231.77.0/24"}
 	var ps [2]*nsProc
 	for r := range 2 {
-		ps[r] = startInNetns(t, n, "join", r, "GOTRAIN_LISTEN_HOST=", "GOTRAIN_SOCKET_IFNAME="+rules[r], "GOTRAIN_SHM=0", "GOTRAIN_CONNECT_TIMEOUT=20s")
+		ps[r] = startInNetns(t, n, "joinBarrier", r, "GOTRAIN_LISTEN_HOST=", "GOTRAIN_SOCKET_IFNAME="+rules[r], "GOTRAIN_SHM=0", "GOTRAIN_CONNECT_TIMEOUT=20s")
 	}
 	for r, p := range ps {
 		if _, ok := p.waitLine("joined", 30*time.Second); !ok {
@@ -185,6 +209,50 @@ func TestProcessSocketIfname(t *testing.T) {
 		}
 		if !ok {
 			t.Errorf("rank %d did not log advertising %s by GOTRAIN_SOCKET_IFNAME:\n%s", r, n.addrs[r], out)
+		}
+	}
+}
+
+// TestProcessHostnameLoopback: node 0's /etc/hosts maps its own name to
+// 127.0.1.1, as Debian's does, and MASTER_ADDR is that name; node 1's
+// maps it to node 0's address. Rank 0's route to the master leaves from
+// loopback, so it advertises its veth's address instead, and the group
+// forms. (ip netns exec mounts /etc/netns/NS/hosts over /etc/hosts.)
+func TestProcessHostnameLoopback(t *testing.T) {
+	n := newNetnsPair(t)
+	name := n.ns[0] + "-node0"
+	if _, err := os.Stat("/etc/netns"); err != nil {
+		t.Cleanup(func() { os.Remove("/etc/netns") }) // only if empty: another user's namespaces stay
+	}
+	for r, addr := range []string{"127.0.1.1", n.addrs[0]} {
+		dir := "/etc/netns/" + n.ns[r]
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		if err := os.WriteFile(dir+"/hosts", []byte("127.0.0.1 localhost\n"+addr+" "+name+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ps [2]*nsProc
+	for r := range 2 {
+		ps[r] = startInNetns(t, n, "joinBarrier", r, "GOTRAIN_LISTEN_HOST=", "MASTER_ADDR="+name,
+			"GOTRAIN_SOCKET_IFNAME=", "GLOO_SOCKET_IFNAME=", "GOTRAIN_SHM=0", "GOTRAIN_CONNECT_TIMEOUT=20s")
+	}
+	for r, p := range ps {
+		if _, ok := p.waitLine("joined", 30*time.Second); !ok {
+			t.Fatalf("rank %d did not join:\n%s", r, p.output())
+		}
+		out := p.output()
+		ok := false
+		for l := range strings.Lines(out) {
+			if strings.Contains(l, "advertising address") {
+				ok = strings.Contains(l, "address="+n.addrs[r]+" ")
+				t.Logf("rank %d: %s", r, strings.TrimSpace(l))
+			}
+		}
+		if !ok {
+			t.Errorf("rank %d did not advertise %s:\n%s", r, n.addrs[r], out)
 		}
 	}
 }
