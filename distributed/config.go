@@ -62,9 +62,17 @@ type Config struct {
 	JobID string
 	// ListenHost is the interface the data plane listens on; "" means
 	// $GOTRAIN_LISTEN_HOST, or all interfaces. Peers dial this host if it
-	// is a specific address, else the address this host uses to reach the
-	// store.
+	// is a specific address, else the address SocketIfname selects or this
+	// host uses to reach the store.
 	ListenHost string
+	// SocketIfname selects the interfaces whose address this rank
+	// advertises when ListenHost is not a specific address, in
+	// NCCL_SOCKET_IFNAME's syntax: comma-separated name prefixes, "^" in
+	// front to exclude them, "=" (after any "^") for exact names, and CIDR
+	// entries such as 10.0.0.0/8. "" means $GOTRAIN_SOCKET_IFNAME, else
+	// $GLOO_SOCKET_IFNAME, else the source address of the route to the
+	// master. A multi-node job never advertises loopback.
+	SocketIfname string
 	// PortMin and PortMax restrict the data-plane listen port (inclusive),
 	// so a firewall can be opened for it; both 0 means
 	// $GOTRAIN_PORT_RANGE (MIN-MAX), or DefaultPortMin-DefaultPortMax
@@ -92,7 +100,8 @@ type Config struct {
 	// slog.Default().
 	Logger *slog.Logger
 
-	portFallback bool // the port range is the default one: any free port if it is full
+	portFallback     bool   // the port range is the default one: any free port if it is full
+	socketIfnameFrom string // where SocketIfname came from, for messages
 }
 
 // Allreduce algorithm names.
@@ -173,6 +182,14 @@ func (c Config) resolveFields() (Config, error) {
 	}
 	if c.ListenHost == "" {
 		c.ListenHost = os.Getenv("GOTRAIN_LISTEN_HOST")
+	}
+	if c.socketIfnameFrom == "" {
+		c.socketIfnameFrom = "Config.SocketIfname"
+		for _, v := range []string{"GOTRAIN_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"} {
+			if c.SocketIfname == "" {
+				c.SocketIfname, c.socketIfnameFrom = os.Getenv(v), v
+			}
+		}
 	}
 	if err := c.resolvePortRange(); err != nil {
 		return c, err

@@ -120,7 +120,10 @@ func openStore(ctx context.Context, cfg Config, env storeEnv) (*storeOwner, erro
 			return nil, fmt.Errorf("distributed: rank %d: open the file store: %w", cfg.Rank, err)
 		}
 		o.st = f
-		o.advertise = advertiseHost(cfg.ListenHost, "")
+		if o.advertise, err = advertise(cfg, env, "", ""); err != nil {
+			f.Close()
+			return nil, err
+		}
 		return o, nil
 	default:
 		return nil, fmt.Errorf("%w: unknown init method scheme %q in %q: want env://, tcp://host:port or file:///path", ErrConfig, u.Scheme, method)
@@ -156,7 +159,10 @@ func openStore(ctx context.Context, cfg Config, env storeEnv) (*storeOwner, erro
 	}
 	o.st = st
 	o.listenErr = listenErr
-	o.advertise = advertiseHost(cfg.ListenHost, host)
+	if o.advertise, err = advertise(cfg, env, host, port); err != nil {
+		o.close()
+		return nil, err
+	}
 	if o.srv != nil {
 		group := store.Prefix(st, o.prefix+"group/")
 		o.srv.OnRefused(func(remote net.Addr, err error) {
@@ -196,22 +202,6 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// advertiseHost picks the host peers should dial: the listen host if it
-// is a specific address, else the local address of the route to the
-// master (no packet is sent), else loopback.
-func advertiseHost(listen, master string) string {
-	if ip := net.ParseIP(listen); listen != "" && (ip == nil || !ip.IsUnspecified()) {
-		return listen
-	}
-	if master != "" {
-		if c, err := net.Dial("udp", net.JoinHostPort(master, "9")); err == nil {
-			defer c.Close()
-			return c.LocalAddr().(*net.UDPAddr).IP.String()
-		}
-	}
-	return "127.0.0.1"
 }
 
 // connect registers this rank in the group's namespace, validates the
