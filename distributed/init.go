@@ -288,9 +288,39 @@ func join(ctx context.Context, cfg Config, id string, rank, size int, owner *sto
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}
 	}
+	if err := awaitJoined(ctx, st, rank, size); err != nil {
+		if ar != nil {
+			ar.Close()
+		}
+		mesh.Close()
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
 	g := newGroup(cfg, id, rank, size, mesh, st)
 	g.arena = ar
 	return g, nil
+}
+
+// awaitJoined holds rank 0 until every rank has finished the set-up steps
+// that read the store. Rank 0 serves the store: were it to return first and
+// destroy the group at once, a slower rank could lose the store halfway
+// through its set-up.
+func awaitJoined(ctx context.Context, st store.Store, rank, size int) error {
+	n, err := st.Add(ctx, "joined", 1)
+	if err != nil {
+		return fmt.Errorf("counting the ranks set up: %w", err)
+	}
+	if n == int64(size) {
+		if err := st.Set(ctx, "all_joined", []byte{1}); err != nil {
+			return fmt.Errorf("marking every rank set up: %w", err)
+		}
+	}
+	if rank != 0 {
+		return nil
+	}
+	if err := st.Wait(ctx, "all_joined"); err != nil {
+		return fmt.Errorf("waiting for every rank to finish its set-up: %w", err)
+	}
+	return nil
 }
 
 // NewGroup makes a group of the given ranks of g (like PyTorch's

@@ -26,6 +26,19 @@ func init() {
 	}
 }
 
+// TestJoinAndLeaveAtOnce: ranks that destroy the group as soon as Init
+// returns all succeed. Rank 0 serves the store, so its Init must not
+// return before every rank has done with the store in its own set-up (the
+// shared-memory arena's agreement reads it last).
+func TestJoinAndLeaveAtOnce(t *testing.T) {
+	for i := range 4 {
+		ranks := testproc.Start(t, "join", 3, testproc.Options{
+			Env: []string{"GOTRAIN_TOKEN=proc-test", fmt.Sprintf("GOTRAIN_RUN_ID=%s-%d", t.Name(), i), "GOTRAIN_CONNECT_TIMEOUT=30s"},
+		})
+		ranks.WaitOK()
+	}
+}
+
 // TestRendezvousMistakes: a setup mistake on one rank fails every rank,
 // the master included, within 2 s of the first failure, each naming the
 // reason, rather than leaving the others to the connect timeout.
