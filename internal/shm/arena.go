@@ -254,6 +254,11 @@ func (a *Arena) PublishAndWait(stop func(r int, want uint64) error) error {
 				start = time.Now()
 			}
 			if err := stop(r, want); err != nil {
+				if atomic.LoadUint64(&p.phase) >= want {
+					// r reached the phase after the load above, and then
+					// left or failed: what this wait needed is there.
+					continue
+				}
 				return err
 			}
 			if time.Since(start) < a.spin {
