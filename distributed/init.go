@@ -147,7 +147,14 @@ func openStore(ctx context.Context, cfg Config, env storeEnv) (*storeOwner, erro
 		}
 		o.srv = srv
 	}
-	st, err := store.Dial(ctx, addr, token)
+	dctx, cancel := ctx, context.CancelFunc(func() {})
+	if listenErr != nil {
+		// Another rank 0's store answers at once; a port taken by
+		// something else must not hold this rank for the whole timeout.
+		dctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+	}
+	st, err := store.Dial(dctx, addr, token)
+	cancel()
 	if err != nil {
 		if o.srv != nil {
 			o.srv.Close()
