@@ -178,7 +178,7 @@ func (g *Group) Destroy() error {
 	g.p2p.Wait()
 	g.arena.Close()
 	if g.owner != nil {
-		if cerr := g.owner.close(); err == nil {
+		if cerr := g.owner.leave(); err == nil {
 			err = cerr
 		}
 	}

@@ -84,6 +84,28 @@ func (o *storeOwner) close() error {
 	return err
 }
 
+// storeLinger bounds how long rank 0's Destroy keeps serving the store
+// for ranks still connected to it.
+const storeLinger = 2 * time.Second
+
+// leave is close for a group that formed: rank 0 serves the store until
+// the other ranks' clients have gone, for at most storeLinger, so that no
+// rank loses the answer to its last request (its set-up's, say) to a
+// store closed under it.
+func (o *storeOwner) leave() error {
+	if o.srv == nil {
+		return o.st.Close()
+	}
+	err := o.st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), storeLinger)
+	defer cancel()
+	// Past the bound the remaining clients are cut, as Close would.
+	if serr := o.srv.Shutdown(ctx); err == nil && !errors.Is(serr, context.DeadlineExceeded) {
+		err = serr
+	}
+	return err
+}
+
 // openStore reaches the store of cfg.InitMethod.
 func openStore(ctx context.Context, cfg Config, env storeEnv) (*storeOwner, error) {
 	o := &storeOwner{prefix: "gotrain/" + cfg.JobID + "/" + env.restart + "/"}

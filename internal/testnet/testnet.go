@@ -2,9 +2,16 @@
 package testnet
 
 import (
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"testing"
+)
+
+// The range FreePort draws from.
+const (
+	portMin = 10000
+	portMax = 20000
 )
 
 // FreePort returns a loopback TCP port that nothing listened on a moment
@@ -12,8 +19,20 @@ import (
 // listen on port 0 themselves should, and use this only where a port must
 // be known before anything listens on it (MASTER_PORT for ranks that
 // serve the store themselves, an address nobody answers on).
+//
+// It draws the port from below the kernel's ephemeral range, where the
+// local ports of outgoing connections (which tests open by the thousand)
+// cannot take it in that window, and from below the ranges gotrain's
+// launcher and data plane use themselves.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	for range 32 {
+		p := portMin + rand.IntN(portMax-portMin)
+		if ln, err := net.Listen("tcp", ":"+strconv.Itoa(p)); err == nil {
+			ln.Close()
+			return p
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
