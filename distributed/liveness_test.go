@@ -183,32 +183,30 @@ func TestProcessSIGTERMStopsWait(t *testing.T) {
 }
 
 func testSIGTERM(t *testing.T, env ...string) {
-	{
-		const n, victim = 2, 0
-		ws := spawn(t, "sigterm", n, append(env, fmt.Sprintf("%s=%d", victimEnv, victim))...).Procs()
-		if _, ok := ws[victim].WaitLine("waiting", 30*time.Second); !ok {
-			t.Fatalf("rank %d never reached its allreduce", victim)
-		}
-		time.Sleep(300 * time.Millisecond) // inside the wait
-		sent := time.Now()
-		if err := ws[victim].Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		l, ok := ws[victim].WaitLine("failed:", 70*time.Second)
-		if !ok {
-			t.Fatalf("rank %d did not return after SIGTERM", victim)
-		}
-		d := l.At.Sub(sent)
-		t.Logf("returned %v after SIGTERM: %s", d.Round(time.Millisecond), l.Text)
-		if d > time.Second {
-			t.Errorf("returned %v after SIGTERM, want ≤ 1 s", d)
-		}
-		if !strings.Contains(l.Text, "context canceled") {
-			t.Errorf("error does not say the context was cancelled: %s", l.Text)
-		}
-		for _, w := range ws {
-			w.Signal(syscall.SIGTERM)
-		}
+	const n, victim = 2, 0
+	ws := spawn(t, "sigterm", n, append(env, fmt.Sprintf("%s=%d", victimEnv, victim))...).Procs()
+	if _, ok := ws[victim].WaitLine("waiting", 30*time.Second); !ok {
+		t.Fatalf("rank %d never reached its allreduce", victim)
+	}
+	time.Sleep(300 * time.Millisecond) // inside the wait
+	sent := time.Now()
+	if err := ws[victim].Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	l, ok := ws[victim].WaitLine("failed:", 70*time.Second)
+	if !ok {
+		t.Fatalf("rank %d did not return after SIGTERM", victim)
+	}
+	d := l.At.Sub(sent)
+	t.Logf("returned %v after SIGTERM: %s", d.Round(time.Millisecond), l.Text)
+	if d > time.Second {
+		t.Errorf("returned %v after SIGTERM, want ≤ 1 s", d)
+	}
+	if !strings.Contains(l.Text, "context canceled") {
+		t.Errorf("error does not say the context was cancelled: %s", l.Text)
+	}
+	for _, w := range ws {
+		w.Signal(syscall.SIGTERM)
 	}
 }
 
