@@ -284,9 +284,14 @@ func join(ctx context.Context, cfg Config, id string, rank, size int, owner *sto
 		return nil, fmt.Errorf("%s: register rank: %w", where, err)
 	}
 	if n != 1 {
+		// Whichever of the two registered second reports it: the hint
+		// must not depend on which one owns the store.
 		hint := ""
-		if owner.listenErr != nil && id == "" {
+		switch {
+		case owner.listenErr != nil && id == "":
 			hint = fmt.Sprintf(" (this rank found the store port taken: %v; did two nodes get the same node rank?)", owner.listenErr)
+		case id == "":
+			hint = " (did two nodes get the same node rank?)"
 		}
 		return nil, fmt.Errorf("%w: %s: duplicate rank: another process already joined job %q as rank %d%s", ErrConfig, where, cfg.JobID, rank, hint)
 	}

@@ -119,7 +119,7 @@ func TestUnderLauncher(t *testing.T) {
 	var mu sync.Mutex
 	events := map[int][]progress.Event{}
 	var plain bytes.Buffer
-	cons := console.New(console.Options{Out: &plain, Mode: console.Plain})
+	cons := console.New(console.Options{Out: &plain, Mode: console.Plain, Ranks: 2})
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -30,7 +30,7 @@ func logEvery(s string) (time.Duration, error) {
 // display it draws from the workers' progress events, on stderr. The
 // caller closes it once launch.Run returns.
 func attachConsole(cfg *launch.Config, every time.Duration) *console.Console {
-	c := console.New(console.Options{Out: os.Stderr, LogEvery: every})
+	c := console.New(console.Options{Out: os.Stderr, LogEvery: every, Ranks: cfg.NProcPerNode})
 	cfg.Stdout = c.LineWriter(os.Stdout)
 	cfg.Stderr = c.Writer()
 	cfg.Events = c.Event

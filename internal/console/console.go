@@ -60,6 +60,12 @@ type Options struct {
 	LogEvery time.Duration
 	// Now is the clock (nil means time.Now); tests set it.
 	Now func() time.Time
+	// Ranks is how many ranks report to this console (a launcher's local
+	// workers). An epoch's line waits for all of them, so that a fast
+	// rank's end does not print the line before a slow rank has begun;
+	// 0 means the ranks seen so far. A rank that sends nothing is waited
+	// for only until a later epoch starts, or the console closes.
+	Ranks int
 }
 
 // Console is one command's display. Its methods are safe for concurrent
@@ -71,6 +77,7 @@ type Console struct {
 	width    func() int
 	logEvery time.Duration
 	now      func() time.Time
+	ranks    int
 
 	epochs    map[int]*epochState // epochs started and not yet reported done
 	shown     string              // the bar line on screen ("" if none)
@@ -117,7 +124,7 @@ type event struct {
 
 // New returns a console rendering on opts.Out.
 func New(opts Options) *Console {
-	c := &Console{out: opts.Out, width: opts.Width, logEvery: opts.LogEvery, now: opts.Now, epochs: map[int]*epochState{}}
+	c := &Console{out: opts.Out, width: opts.Width, logEvery: opts.LogEvery, now: opts.Now, ranks: opts.Ranks, epochs: map[int]*epochState{}}
 	if c.out == nil {
 		c.out = os.Stderr
 	}
@@ -283,14 +290,7 @@ func (c *Console) Event(rank int, line []byte) {
 // throttled, and only steps are worth a periodic plain line.
 func (c *Console) update(kind string) {
 	now := c.now()
-	var finished []string
-	for _, n := range sortedKeys(c.epochs) {
-		es := c.epochs[n]
-		if es.allDone() {
-			finished = append(finished, es.summaryLine())
-			delete(c.epochs, n)
-		}
-	}
+	finished := c.finished(false)
 	current := c.current()
 	if !c.live {
 		c.buf = c.buf[:0]
@@ -322,6 +322,23 @@ func (c *Console) update(kind string) {
 	_, _ = c.out.Write(c.buf)
 }
 
+// finished removes the epochs whose every rank is done and returns their
+// summary lines, in order. An epoch with fewer ranks than Options.Ranks
+// is finished only once a later epoch has begun, or at the end.
+func (c *Console) finished(end bool) []string {
+	var lines []string
+	keys := sortedKeys(c.epochs)
+	for i, n := range keys {
+		es := c.epochs[n]
+		complete := end || i < len(keys)-1 || len(es.ranks) >= c.ranks
+		if complete && es.allDone() {
+			lines = append(lines, es.summaryLine())
+			delete(c.epochs, n)
+		}
+	}
+	return lines
+}
+
 // current is the latest epoch still running, or nil.
 func (c *Console) current() *epochState {
 	var cur *epochState
@@ -333,9 +350,10 @@ func (c *Console) current() *epochState {
 	return cur
 }
 
-// Close prints the partial last lines of the console's writers and
-// leaves a live bar still shown (an epoch that did not finish) on screen
-// as a line of its own. The console must not be used after.
+// Close prints the partial last lines of the console's writers and the
+// line of an epoch whose reporting ranks are all done (one that waited
+// for a rank that never reported), and leaves a live bar still shown (an
+// epoch that did not finish) on screen as a line of its own. The console must not be used after.
 func (c *Console) Close() {
 	c.mu.Lock()
 	writers := c.writers
@@ -345,8 +363,15 @@ func (c *Console) Close() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	finished := c.finished(true)
 	if c.live && c.shown != "" {
-		_, _ = io.WriteString(c.out, "\n")
+		_, _ = io.WriteString(c.out, "\r\x1b[K")
+	}
+	for _, l := range finished {
+		_, _ = io.WriteString(c.out, l+"\n")
+	}
+	if cur := c.current(); c.live && c.shown != "" && cur != nil {
+		_, _ = io.WriteString(c.out, cur.statusLine(true, c.width())+"\n")
 	}
 	c.shown = ""
 	c.epochs = map[int]*epochState{}

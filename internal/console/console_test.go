@@ -178,3 +178,39 @@ func TestFit(t *testing.T) {
 		}
 	}
 }
+
+// TestEpochWaitsForEveryRank: a rank that ends its epoch before another
+// has reported at all does not print the epoch's line alone, and a rank
+// that never reports holds an epoch back only until the next begins.
+func TestEpochWaitsForEveryRank(t *testing.T) {
+	var out bytes.Buffer
+	c := New(Options{Out: &out, Mode: Plain, Ranks: 2})
+	c.Event(1, []byte(`{"kind":"epoch","epoch":1,"epochs":2,"steps":100}`))
+	c.Event(1, doneEvent(1, 100, 6400, 10, 0.5, ""))
+	if out.Len() != 0 {
+		t.Fatalf("rank 1 alone printed %q; want nothing before rank 0 reports", out.String())
+	}
+	c.Event(0, []byte(`{"kind":"epoch","epoch":1,"epochs":2,"steps":100}`))
+	c.Event(0, doneEvent(1, 100, 6400, 10, 0.3, `"test_acc":0.9`))
+	if want := "epoch 1/2: 100 steps train_loss 0.4000 test_acc 0.9000 1280 samples/s 0:10\n"; out.String() != want {
+		t.Fatalf("both ranks done: %q; want %q", out.String(), want)
+	}
+
+	out.Reset()
+	c = New(Options{Out: &out, Mode: Plain, Ranks: 2}) // only rank 0 reports
+	c.Event(0, []byte(`{"kind":"epoch","epoch":1,"epochs":2,"steps":100}`))
+	c.Event(0, doneEvent(1, 100, 6400, 10, 0.3, ""))
+	if out.Len() != 0 {
+		t.Fatalf("rank 0 alone printed %q before the next epoch", out.String())
+	}
+	c.Event(0, []byte(`{"kind":"epoch","epoch":2,"epochs":2,"steps":100}`))
+	if !strings.HasPrefix(out.String(), "epoch 1/2: 100 steps train_loss 0.3000 ") {
+		t.Fatalf("epoch 2 began: %q; want epoch 1's line", out.String())
+	}
+	c.Event(0, doneEvent(2, 100, 6400, 10, 0.2, ""))
+	c.Close()
+	if lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n"); len(lines) != 2 ||
+		!strings.HasPrefix(lines[1], "epoch 2/2: 100 steps train_loss 0.2000 ") {
+		t.Fatalf("after Close: %q; want the last epoch's line too", out.String())
+	}
+}
