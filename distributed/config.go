@@ -1,12 +1,15 @@
 package distributed
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/clusterenv"
 )
 
 // Defaults of Config's zero fields.
@@ -100,8 +103,9 @@ type Config struct {
 	// slog.Default().
 	Logger *slog.Logger
 
-	portFallback     bool   // the port range is the default one: any free port if it is full
-	socketIfnameFrom string // where SocketIfname came from, for messages
+	portFallback     bool            // the port range is the default one: any free port if it is full
+	socketIfnameFrom string          // where SocketIfname came from, for messages
+	cluster          *clusterenv.Env // the engine env:// found (Slurm, MPI, Kubeflow), if any
 }
 
 // Allreduce algorithm names.
@@ -135,8 +139,10 @@ type storeEnv struct {
 }
 
 // resolve fills defaults from the environment and validates: the one
-// place this package reads the environment.
-func (c Config) resolve() (Config, storeEnv, error) {
+// place this package reads the environment. Under a PMI launcher it
+// exchanges rank 0's address through the launcher, within
+// ConnectTimeout.
+func (c Config) resolve(ctx context.Context) (Config, storeEnv, error) {
 	c, err := c.resolveFields()
 	if err != nil {
 		return c, storeEnv{}, err
@@ -146,10 +152,22 @@ func (c Config) resolve() (Config, storeEnv, error) {
 		masterPort: os.Getenv("MASTER_PORT"),
 		restart:    os.Getenv("GOTRAIN_RESTART_COUNT"),
 	}
+	if e := c.cluster; e != nil {
+		rctx, cancel := context.WithTimeout(ctx, c.ConnectTimeout)
+		err := clusterenv.Rendezvous(rctx, e, os.LookupEnv)
+		cancel()
+		if err != nil {
+			return c, env, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		if c.JobID == "default" && e.JobID != "" {
+			c.JobID = e.JobID
+		}
+		env.masterHost, env.masterPort, env.localWorldSize = e.MasterAddr, e.MasterPort, e.LocalWorldSize
+	}
 	if env.restart == "" {
 		env.restart = os.Getenv("TORCHELASTIC_RESTART_COUNT")
 	}
-	if _, ok := os.LookupEnv("LOCAL_WORLD_SIZE"); ok {
+	if _, ok := os.LookupEnv("LOCAL_WORLD_SIZE"); ok && c.cluster == nil {
 		if env.localWorldSize, err = envInt("LOCAL_WORLD_SIZE"); err != nil {
 			return c, env, err
 		}
@@ -212,9 +230,20 @@ func (c Config) resolveFields() (Config, error) {
 	return c, nil
 }
 
-// resolveWorld takes Rank and WorldSize from RANK and WORLD_SIZE when
-// WorldSize is unset, and checks that the rank is inside the world.
+// resolveWorld takes Rank and WorldSize, when WorldSize is unset, from
+// the engine that started this process (Slurm, MPI, Kubeflow; see
+// clusterenv.Detect) with env://, else from RANK and WORLD_SIZE, and
+// checks that the rank is inside the world.
 func (c *Config) resolveWorld() error {
+	if c.WorldSize == 0 && c.InitMethod == "env://" {
+		e, err := clusterenv.Detect(os.LookupEnv)
+		if e.Native() {
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrConfig, err)
+			}
+			c.Rank, c.WorldSize, c.cluster = e.Rank, e.WorldSize, &e
+		}
+	}
 	if c.WorldSize == 0 {
 		var err error
 		if c.Rank, err = envInt("RANK"); err != nil {
