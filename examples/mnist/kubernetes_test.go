@@ -236,9 +236,11 @@ func runPods(t *testing.T, envs [][]string, args []string) string {
 	return outs[0].String()
 }
 
-// The environment training-operator v1.8's setPodEnv and
-// MasterEnvVarGenerator give each pod of the PyTorchJob, replayed onto
-// real worker processes. The pods' DNS names resolve to nothing here:
+// The environment the training operator's setPodEnv and
+// MasterEnvVarGenerator give each pod of the PyTorchJob (with the PET_
+// variables of its newer releases; the older set only PYTHONUNBUFFERED,
+// MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK, which TestDetect covers),
+// replayed onto real worker processes. The pods' DNS names resolve to nothing here:
 // MASTER_ADDR is the master pod's name swapped for loopback, with
 // GOTRAIN_ALLOW_LOOPBACK=1 as every "node" is this host.
 func TestKubeflowPyTorchJobReplay(t *testing.T) {
