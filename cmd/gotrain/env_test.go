@@ -3,10 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/gotrain/gotrain/internal/testlog"
+	"github.com/gotrain/gotrain/internal/testnet"
 )
 
 func lookupOf(m map[string]string) func(string) (string, bool) {
@@ -94,5 +102,46 @@ func TestEnvCommand(t *testing.T) {
 	err := runEnv(context.Background(), &out, lookupOf(env))
 	if err == nil || !strings.Contains(err.Error(), "SLURM_STEP_NODELIST") || strings.Contains(err.Error(), "\n") {
 		t.Errorf("without a node list: %v, want one line naming the variables", err)
+	}
+}
+
+// A Kubeflow TrainJob of 2 nodes with 2 processes each, whose command is
+// `gotrain run PROGRAM`: the Torch plugin's PET_ variables, replayed (the
+// master's DNS name swapped for loopback), are the launcher's flags.
+func TestTrainJobUnderRun(t *testing.T) {
+	port := strconv.Itoa(testnet.FreePort(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var outs [2]testlog.Buffer
+	var cmds [2]*exec.Cmd
+	for node := range cmds {
+		cmd := gotrainCmd(ctx, t, "run", "sh", "-c", "echo place rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK node=$GROUP_RANK master=$MASTER_ADDR:$MASTER_PORT")
+		cmd.Env = append(cmd.Env, "PET_NNODES=2", "PET_NPROC_PER_NODE=2", "PET_NODE_RANK="+strconv.Itoa(node),
+			"PET_MASTER_ADDR=127.0.0.1", "PET_MASTER_PORT="+port, "GOTRAIN_ALLOW_LOOPBACK=1",
+			"GOTRAIN_TOKEN=kube-test-token") // the manifest's secret
+		cmd.Stdout, cmd.Stderr = &outs[node], &outs[node]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[node] = cmd
+	}
+	var places []string
+	for node, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("node %d: %v\n%s", node, err, outs[node].String())
+		}
+		for _, l := range strings.Split(outs[node].String(), "\n") {
+			if _, p, ok := strings.Cut(l, "place "); ok {
+				places = append(places, p)
+			}
+		}
+	}
+	slices.Sort(places)
+	var want []string
+	for r := range 4 {
+		want = append(want, fmt.Sprintf("rank=%d world=4 local=%d node=%d master=127.0.0.1:%s", r, r%2, r/2, port))
+	}
+	if !slices.Equal(places, want) {
+		t.Errorf("workers got\n%s\nwant\n%s", strings.Join(places, "\n"), strings.Join(want, "\n"))
 	}
 }
