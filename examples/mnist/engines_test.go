@@ -210,3 +210,32 @@ func isLauncher(pid int) bool {
 
 // freePort is a free loopback port as a string.
 func freePort(t *testing.T) string { return strconv.Itoa(testnet.FreePort(t)) }
+
+// Incomplete or contradictory engine variables fail the worker with one
+// line naming them; it never trains alone as a world of one.
+func TestEngineEnvRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"slurm batch script", []string{"SLURM_JOB_ID=9", "SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_LOCALID=0"}, "start the workers with srun"},
+		{"slurm rank exported once", []string{"SLURM_JOB_ID=9", "SLURM_STEP_ID=0", "SLURM_PROCID=1", "SLURM_NTASKS=2", "SLURM_LOCALID=0",
+			"SLURM_NODEID=1", "SLURM_NNODES=2", "SLURM_STEP_TASKS_PER_NODE=1(x2)", "SLURM_STEP_NODELIST=n[1-2]", "RANK=0"}, "RANK=0 contradicts SLURM_PROCID=1"},
+		{"open mpi across nodes", []string{"OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=4", "OMPI_COMM_WORLD_LOCAL_RANK=1", "OMPI_COMM_WORLD_LOCAL_SIZE=2"}, "mpirun -x MASTER_ADDR"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			e := start(ctx, t, tc.env, "--max-steps", "1")
+			err := e.cmd.Wait()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+				t.Fatalf("exit %v, want status 1\nstdout:\n%s\nstderr:\n%s", err, e.stdout.String(), e.stderr.String())
+			}
+			if !strings.Contains(e.stderr.String(), tc.want) || e.stdout.Len() != 0 {
+				t.Fatalf("stderr %q, want %q and no summary", e.stderr.String(), tc.want)
+			}
+		})
+	}
+}

@@ -147,7 +147,8 @@ func (r *reader) first(names ...string) (name, value string, ok bool) {
 // step, Open MPI, a PMI launcher, a Kubeflow TrainJob, a Kubeflow
 // PyTorchJob, RANK and WORLD_SIZE alone, and otherwise a single process.
 // The error names the variables that are missing, malformed or
-// contradictory.
+// contradictory; the Env returned with it names the engine whose
+// variables they are.
 func Detect(lookup Lookup) (Env, error) {
 	return detect(lookup, CPUs)
 }
@@ -327,12 +328,13 @@ func jobPort(id string) int {
 // slurm reads a Slurm task's variables; ok is false when they are a batch
 // script's, not a step's, and RANK or WORLD_SIZE say more.
 func (r *reader) slurm() (e Env, err error, ok bool) {
+	e = Env{Engine: Slurm} // also on error: callers see whose variables failed
 	_, _, inStep := r.first("SLURM_STEP_ID", "SLURM_STEPID")
 	if !inStep {
 		// A batch script (or salloc shell) is not a task of a step: its
 		// SLURM_NTASKS counts the tasks srun would start.
 		if r.has("RANK") || r.has("WORLD_SIZE") {
-			return e, nil, false
+			return Env{}, nil, false
 		}
 		n := 1
 		if r.has("SLURM_NTASKS") {
@@ -345,7 +347,6 @@ func (r *reader) slurm() (e Env, err error, ok bool) {
 		}
 		return Env{Engine: None, WorldSize: 1, LocalWorldSize: 1, NNodes: 1}, nil, true
 	}
-	e = Env{Engine: Slurm}
 	need := []string{"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NNODES", "SLURM_JOB_ID"}
 	var missing []string
 	for _, n := range need {

@@ -150,6 +150,9 @@ func TestDetect(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tc.err) || !errors.Is(err, ErrEnv) {
 					t.Fatalf("err = %v, want one containing %q", err, tc.err)
 				}
+				if e.Engine == "" {
+					t.Errorf("no engine named with the error %v", err)
+				}
 				if strings.Contains(err.Error(), "\n") {
 					t.Errorf("error spans lines: %q", err)
 				}
