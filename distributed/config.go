@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -32,8 +33,10 @@ const (
 	DefaultHeartbeatTimeout = 15 * time.Second
 )
 
-// Config configures Init. The zero value works under torchrun, a
-// Kubernetes PyTorchJob or `gotrain run`: it reads the environment.
+// Config configures Init. The zero value works under torchrun,
+// `gotrain run`, Slurm's srun, Open MPI's mpirun, MPICH's mpiexec or a
+// Kubeflow PyTorchJob or TrainJob: it reads the environment they set
+// (`gotrain env` shows what it finds).
 type Config struct {
 	// InitMethod is "env://" (the default), "tcp://host:port" or
 	// "file:///path". With env:// and tcp://, the store is a TCP store at
@@ -42,7 +45,9 @@ type Config struct {
 	// system every rank shares.
 	InitMethod string
 	// Rank and WorldSize of this process. If WorldSize is 0 both come from
-	// the RANK and WORLD_SIZE environment variables.
+	// the RANK and WORLD_SIZE environment variables, or with env:// from
+	// the variables of the engine that started the process (Slurm, MPI,
+	// Kubeflow), which then also give the master address and port.
 	Rank, WorldSize int
 	// Timeout bounds every operation from the moment it starts running; 0
 	// means $GOTRAIN_TIMEOUT (a Go duration) or DefaultTimeout. A context
@@ -163,6 +168,8 @@ func (c Config) resolve(ctx context.Context) (Config, storeEnv, error) {
 			c.JobID = e.JobID
 		}
 		env.masterHost, env.masterPort, env.localWorldSize = e.MasterAddr, e.MasterPort, e.LocalWorldSize
+		c.Logger.Debug("distributed: place from the engine", "engine", e.Engine, "rank", e.Rank, "world", e.WorldSize,
+			"local_world", e.LocalWorldSize, "master", net.JoinHostPort(e.MasterAddr, e.MasterPort), "from", e.MasterFrom)
 	}
 	if env.restart == "" {
 		env.restart = os.Getenv("TORCHELASTIC_RESTART_COUNT")
