@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -168,5 +169,27 @@ func TestRendezvousPMIErrors(t *testing.T) {
 	err = Rendezvous(ctx, &e, envOf("PMI_PORT="+h2.l.Addr().String(), "PMI_ID=1"))
 	if err == nil || !strings.Contains(err.Error(), "says rank 1 of 2, the environment rank 1 of 3") {
 		t.Errorf("a size that disagrees: %v", err)
+	}
+}
+
+func TestRank0Host(t *testing.T) {
+	multi := Env{Engine: MPICH, WorldSize: 4, LocalWorldSize: 2}
+	for _, tc := range []struct {
+		e    Env
+		env  []string
+		want string
+	}{
+		{Env{Engine: MPICH, WorldSize: 2, LocalWorldSize: 2}, []string{"MPIR_CVAR_CH3_INTERFACE_HOSTNAME=n1"}, "127.0.0.1"},
+		{multi, []string{"MPIR_CVAR_CH3_INTERFACE_HOSTNAME=n1"}, "n1"},
+		{multi, []string{"MPIR_CVAR_CH3_INTERFACE_HOSTNAME=n1", "GOTRAIN_LISTEN_HOST=10.0.0.5"}, "10.0.0.5"},
+	} {
+		got, err := rank0Host(tc.e, envOf(tc.env...))
+		if err != nil || got != tc.want {
+			t.Errorf("rank0Host(%+v, %v) = %q, %v; want %q", tc.e, tc.env, got, err, tc.want)
+		}
+	}
+	host, _ := os.Hostname()
+	if got, err := rank0Host(multi, envOf()); err != nil || got != host {
+		t.Errorf("rank0Host without hints = %q, %v; want the host name %q", got, err, host)
 	}
 }
