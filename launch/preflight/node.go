@@ -326,7 +326,7 @@ func dialAll(ctx context.Context, req request, dr dialRequest) dialReport {
 			wg.Go(func() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				kind, detail := dialOne(ctx, ip, port, timeout, req.Token, t.Accept)
+				kind, detail := dialOne(ctx, ip, port, timeout, req.Token, t.Accept, !slices.Contains(t.Accept, req.Node))
 				mu.Lock()
 				rep.Dialed++
 				mu.Unlock()
@@ -366,11 +366,12 @@ func resolve(ctx context.Context, addr string, timeout time.Duration) (net.IP, e
 
 // dialOne dials ip:port and reads the greeting. It returns "" when a node
 // in accept answered, else the kind of failure and the system's message.
-func dialOne(ctx context.Context, ip net.IP, port int, timeout time.Duration, token string, accept []int) (kind, detail string) {
+// elsewhere means the target is on another machine than this node.
+func dialOne(ctx context.Context, ip net.IP, port int, timeout time.Duration, token string, accept []int, elsewhere bool) (kind, detail string) {
 	kind, detail = dialKind(ctx, ip, port, timeout, token, accept)
-	if kind != "" && ip.IsLoopback() {
-		// Whatever went wrong, the cause to fix is the address: a peer's
-		// name resolves to this machine.
+	if kind != "" && elsewhere && ip.IsLoopback() {
+		// Whatever went wrong, the cause to fix is the address: another
+		// machine's name resolves to this one.
 		return kindLoopback, kind + ": " + detail
 	}
 	return kind, detail

@@ -500,17 +500,25 @@ func exitText(ee *sshcmd.ExitError) string {
 	return fmt.Sprintf("exit status %d", ee.Code)
 }
 
+// gotrainName names the gotrain host i runs, for a message.
+func (c *checker) gotrainName(i int) string {
+	if g := c.places[i].Gotrain; g != "gotrain" {
+		return "gotrain at " + g
+	}
+	return "gotrain"
+}
+
 // judge records what host i's probe shows wrong.
 func (c *checker) judge(i int, pr *probe, want distributed.Build, wantProgram string) {
 	p := c.plan
 	h := p.Hosts[i]
 	switch {
 	case pr.BuildErr != "":
-		c.failHost(i, 1, "gotrain (%s) cannot hash itself to prove its build: %s", c.places[i].Gotrain, pr.BuildErr)
+		c.failHost(i, 1, "%s cannot hash itself to prove its build: %s", c.gotrainName(i), pr.BuildErr)
 	case want.Version == "" && pr.Build.SHA256 != want.SHA256,
 		want.Version != "" && !pr.Build.SameBuild(want):
-		c.failHost(i, 1, "gotrain (%s) is a different build: %s there, %s here (sha256 %s there, %s here): install this build there, or use --copy",
-			c.places[i].Gotrain, pr.Build, want, pr.Build.SHA256, want.SHA256)
+		c.failHost(i, 1, "%s is a different build: %s there, %s here (sha256 %s there, %s here): install this build there, or use --copy",
+			c.gotrainName(i), pr.Build, want, pr.Build.SHA256, want.SHA256)
 	}
 	prog := c.places[i].Program
 	switch {
@@ -662,7 +670,7 @@ func (c *checker) judgeDials(i int, rep dialReport) {
 		case kindResolve:
 			line = fmt.Sprintf("%s: %s does not resolve on %s (%s): list it by an address, or fix its name there", where, to.Addr, from, fs[0].Detail)
 		case kindLoopback:
-			line = fmt.Sprintf("%s: %s resolves to %s on %s, a loopback address (an /etc/hosts line there?), so %s reaches itself, not %s (%s): list %s by an address the other nodes reach",
+			line = fmt.Sprintf("%s: %s resolves to %s on %s, a loopback address (an /etc/hosts line there?), so %s dials itself, not %s (%s): list %s by an address the other nodes reach",
 				where, to.Addr, g.ip, from, from, to.Name, fs[0].Detail, to.Name)
 		case kindRefused:
 			line = fmt.Sprintf("%s: %s refused (%s: nothing listens there, or a firewall rejects it): %s", where, which, fs[0].Detail, open)
