@@ -453,21 +453,21 @@ func (c *checker) place(ctx context.Context, alive []bool) bool {
 	}
 	var wg sync.WaitGroup
 	for i, h := range p.Hosts {
+		// gotrain and the program at once: each costs a session or two.
+		var gerr, perr error
+		var hw sync.WaitGroup
+		hw.Go(func() { c.places[i].Gotrain, gerr = bincache.Place(ctx, c.r, h.Name, gotrain) })
+		if program != nil {
+			hw.Go(func() { c.places[i].Program, perr = bincache.Place(ctx, c.r, h.Name, *program) })
+		}
 		wg.Go(func() {
-			path, err := bincache.Place(ctx, c.r, h.Name, gotrain)
-			if err != nil {
-				c.failErr(i, err)
-				alive[i] = false
-				return
-			}
-			c.places[i].Gotrain = path
-			if program != nil {
-				if path, err = bincache.Place(ctx, c.r, h.Name, *program); err != nil {
+			hw.Wait()
+			for _, err := range []error{gerr, perr} {
+				if err != nil {
 					c.failErr(i, err)
 					alive[i] = false
-					return
+					return // one line: the second is the same failure
 				}
-				c.places[i].Program = path
 			}
 		})
 	}
@@ -664,7 +664,11 @@ func (c *checker) judgeDials(i int, rep dialReport) {
 			}
 		}
 		which := portsText(master, p.MasterPort, ports)
-		open := openHint(master, p.MasterPort, ports, p, to.Name)
+		open := openHint(master, p.MasterPort, ports, p, to.Name[strings.LastIndex(to.Name, "@")+1:])
+		dialed := to.Addr
+		if g.ip != "" {
+			dialed = g.ip
+		}
 		var line string
 		switch g.kind {
 		case kindResolve:
@@ -675,9 +679,9 @@ func (c *checker) judgeDials(i int, rep dialReport) {
 		case kindRefused:
 			line = fmt.Sprintf("%s: %s refused (%s: nothing listens there, or a firewall rejects it): %s", where, which, fs[0].Detail, open)
 		case kindTimeout:
-			line = fmt.Sprintf("%s: %s timed out after %s (a firewall drops them, or %s is not routed from %s): %s", where, which, p.DialTimeout, to.Addr, from, open)
+			line = fmt.Sprintf("%s: %s timed out after %s (a firewall drops them, or %s is not routed from %s): %s", where, which, p.DialTimeout, dialed, from, open)
 		case kindNoRoute:
-			line = fmt.Sprintf("%s: %s: no route (%s): is %s the address of %s that %s reaches?", where, which, fs[0].Detail, to.Addr, to.Name, from)
+			line = fmt.Sprintf("%s: %s: no route (%s): is %s the address of %s that %s reaches?", where, which, fs[0].Detail, dialed, to.Name, from)
 		case kindWrongPeer:
 			line = fmt.Sprintf("%s: %s: %s, not %s's pre-flight: is %s the address of %s?", where, which, fs[0].Detail, to.Name, to.Addr, to.Name)
 		default:

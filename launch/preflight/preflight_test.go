@@ -3,6 +3,7 @@ package preflight
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
@@ -267,4 +268,57 @@ func TestPlanErrors(t *testing.T) {
 	if err := Check(context.Background(), runOnly{}, Plan{Hosts: []Host{{Name: "a", Workers: 1}}}); !errors.Is(err, ErrPlan) || !strings.Contains(err.Error(), "GOTRAIN_PORT_RANGE") {
 		t.Errorf("bad GOTRAIN_PORT_RANGE: %v", err)
 	}
+}
+
+// staticELF writes the header of a static executable: what --copy
+// carries (it is hashed and copied, never run, here).
+func staticELF(t *testing.T) string {
+	t.Helper()
+	var b bytes.Buffer
+	b.Write([]byte{0x7f, 'E', 'L', 'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	for _, v := range []any{uint16(2), uint16(62), uint32(1), uint64(0x401000), uint64(64), uint64(0), uint32(0), uint16(64), uint16(56), uint16(1), uint16(64), uint16(0), uint16(0),
+		uint32(1), uint32(5), uint64(0), uint64(0x400000), uint64(0x400000), uint64(120), uint64(120), uint64(0x1000)} {
+		binary.Write(&b, binary.LittleEndian, v)
+	}
+	path := filepath.Join(t.TempDir(), "trainer")
+	if err := os.WriteFile(path, b.Bytes(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestCheckCopy: with Copy, hosts that have neither gotrain nor the
+// program pass, and run both from their caches; a program that is not a
+// static executable is not copied, and its absence is named.
+func TestCheckCopy(t *testing.T) {
+	c := newCluster(t)
+	c.env("node0", "export GOTRAIN_LISTEN_HOST=127.0.0.1")
+	c.env("node1", "export GOTRAIN_LISTEN_HOST=127.0.0.2")
+	p := testPlan(t, "node0=127.0.0.1", "node1=127.0.0.2")
+	p.Gotrain, p.Copy = "gotrain", true
+	p.Program = staticELF(t)
+	places, err := Prepare(context.Background(), c.ssh, p)
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	for i, host := range []string{"node0", "node1"} {
+		dir := filepath.Join(c.home(host), ".cache/gotrain/bin")
+		if !strings.HasPrefix(places[i].Gotrain, dir) || filepath.Base(places[i].Gotrain) != filepath.Base(self(t)) {
+			t.Errorf("%s runs gotrain from %s; want its cache %s", host, places[i].Gotrain, dir)
+		}
+		if !strings.HasPrefix(places[i].Program, dir) || filepath.Base(places[i].Program) != "trainer" {
+			t.Errorf("%s runs the program from %s; want its cache %s", host, places[i].Program, dir)
+		}
+	}
+
+	script := filepath.Join(t.TempDir(), "train.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p.Program = "train.sh"
+	p.LocalProgram = script
+	wantLines(t, lines(t, Check(context.Background(), c.ssh, p)),
+		[]string{"host node0: program train.sh not found", "--copy carries only a static executable"},
+		[]string{"host node1: program train.sh not found", "--copy carries only a static executable"},
+	)
 }
