@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/gotrain/gotrain/internal/sshcmd"
 )
 
@@ -40,13 +42,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // fakeSSH is an ssh that runs the command on this machine, as host:
 // with $dir/home/HOST as HOME and $dir/HOST.env sourced first (the
 // host's environment), and that fails as ssh does for the hosts named
-// badauth, nokey and down.
+// badauth, nokey and down, and never answers for the host named hang.
 const fakeSSH = `#!/bin/sh
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -60,6 +62,7 @@ case "$host" in
 badauth) echo "root@badauth: Permission denied (publickey)." >&2; exit 255 ;;
 nokey) echo "Host key verification failed." >&2; exit 255 ;;
 down) echo "ssh: connect to host down port 22: Connection refused" >&2; exit 255 ;;
+hang) exec sleep 60 ;;
 esac
 HOME="$FAKE_SSH_DIR/home/$host"
 export HOME

@@ -402,6 +402,9 @@ func (c *checker) run(ctx context.Context) {
 		}
 	}
 	if !streaming {
+		if slices.IndexFunc(probes, func(p *probe) bool { return p != nil }) < 0 {
+			return // nothing to connect
+		}
 		p.Logger.Warn("preflight: the runner cannot keep a session open, so the connectivity between the nodes was not checked")
 		return
 	}
@@ -485,7 +488,7 @@ func (c *checker) failNode(i int, err error) {
 		if ee.Code == 126 {
 			what = "not executable"
 		}
-		c.failHost(i, 0, "gotrain %s (%s): install this build there, name its path, or use --copy", what, gotrain)
+		c.failHost(i, 0, "gotrain %s (%s): install this build there (or give its path), or use --copy", what, gotrain)
 	case errors.As(err, &ee):
 		c.failHost(i, 0, "%s %s failed (%s): a different gotrain build there? install this one, or use --copy", gotrain, NodeCommand, exitText(ee))
 	default:

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gotrain/gotrain/internal/sshcmd"
 )
@@ -321,4 +322,19 @@ func TestCheckCopy(t *testing.T) {
 		[]string{"host node0: program train.sh not found", "--copy carries only a static executable"},
 		[]string{"host node1: program train.sh not found", "--copy carries only a static executable"},
 	)
+}
+
+// TestCheckHostHangs: a host that never answers fails at the plan's
+// timeout, named, and the others' sessions are closed.
+func TestCheckHostHangs(t *testing.T) {
+	c := newCluster(t)
+	p := testPlan(t, "node0=127.0.0.1", "hang")
+	p.Timeout = 500 * time.Millisecond
+	start := time.Now()
+	wantLines(t, lines(t, Check(context.Background(), c.ssh, p)),
+		[]string{"host hang: no answer from preflight-node", "deadline exceeded"},
+	)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Check took %v with a 500ms timeout", d)
+	}
 }
