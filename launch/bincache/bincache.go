@@ -21,6 +21,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/gotrain/gotrain/internal/sshcmd"
 )
 
 // Dir is the cache's directory, relative to the remote user's home.
@@ -124,7 +126,7 @@ func Place(ctx context.Context, r Runner, host string, f File) (string, error) {
 	h := sha256.New()
 	out, err = r.Run(ctx, host, io.TeeReader(src, h), "sh", "-c", putScript, "gotrain-bincache", f.SHA256, f.Name)
 	if err != nil {
-		if strings.Contains(err.Error(), "corrupted") {
+		if ee := (*sshcmd.ExitError)(nil); errors.As(err, &ee) && strings.HasPrefix(ee.Stderr, "copy corrupted") {
 			return "", fmt.Errorf("%w: %s to host %s: %w", ErrCorrupt, f.Name, host, err)
 		}
 		return "", fmt.Errorf("copy %s to host %s: %w", f.Name, host, err)
