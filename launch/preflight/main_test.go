@@ -119,7 +119,7 @@ func self(t *testing.T) string {
 // freePorts finds a master port and a data-plane range of n ports that
 // nothing listens on, away from the default ports, so tests running at
 // once do not meet.
-func freePorts(t *testing.T, n int) (master, lo, hi int) {
+func freePorts(t testing.TB, n int) (master, lo, hi int) {
 	t.Helper()
 next:
 	for range 50 {

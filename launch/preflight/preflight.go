@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,7 +132,7 @@ type Placement struct {
 
 // Failure is one problem found, as one line.
 type Failure struct {
-	Host string // the host it concerns; for connectivity, the dialing one
+	Host string // the host it concerns (for connectivity, the dialing one); "" for the launching machine
 	Peer string // for connectivity, the host dialed; else ""
 	Line string // the whole line, naming the host(s) and the cause
 	Err  error  // the underlying error, when there is one (an *sshcmd.Error)
@@ -317,6 +318,11 @@ func (c *checker) failHost(i, sub int, format string, args ...any) {
 	c.fail(i, sub, Failure{Host: h, Line: "host " + h + ": " + fmt.Sprintf(format, args...)})
 }
 
+// failLocal records a problem on the launching machine, first.
+func (c *checker) failLocal(format string, args ...any) {
+	c.fail(-1, 0, Failure{Line: "preflight: " + fmt.Sprintf(format, args...)})
+}
+
 // failErr records err (which names the host) as host i's failure.
 func (c *checker) failErr(i int, err error) {
 	var se *sshcmd.Error
@@ -339,24 +345,25 @@ func (c *checker) run(ctx context.Context) {
 	}
 	want, wantErr := c.localBuild()
 	if wantErr != nil {
-		c.failHost(0, -1, "cannot hash the local gotrain to compare builds: %v", wantErr)
+		c.failLocal("cannot hash the local gotrain to compare builds: %v", wantErr)
 		return
 	}
 	var wantProgram string
+	var local *bincache.File
 	if p.LocalProgram != "" {
 		f, err := bincache.Stat(p.LocalProgram)
 		if err != nil {
-			c.failHost(0, -1, "cannot hash the local program to compare: %v", err)
+			c.failLocal("cannot hash the local program to compare: %v", err)
 			return
 		}
-		wantProgram = f.SHA256
+		wantProgram, local = f.SHA256, &f
 	}
 
 	alive := make([]bool, n)
 	for i := range alive {
 		alive[i] = true
 	}
-	if p.Copy && !c.place(ctx, alive) {
+	if p.Copy && !c.place(ctx, want, local, alive) {
 		return
 	}
 
@@ -420,38 +427,36 @@ func (c *checker) localBuild() (distributed.Build, error) {
 	return distributed.Build{SHA256: f.SHA256}, err
 }
 
-// place copies gotrain and the static program to every host; hosts it
-// fails on are no longer alive. It reports whether any host is left.
-func (c *checker) place(ctx context.Context, alive []bool) bool {
+// place copies gotrain (whose build is want) and the program (local,
+// when it is a static executable) to every host; hosts it fails on are no
+// longer alive. It reports whether any host is left.
+func (c *checker) place(ctx context.Context, want distributed.Build, local *bincache.File, alive []bool) bool {
 	p := c.plan
-	local := p.LocalGotrain
-	if local == "" {
+	var gotrain bincache.File
+	if p.LocalGotrain == "" {
+		// This executable, hashed already for its build identity.
 		exe, err := os.Executable()
 		if err != nil {
-			c.failHost(0, -1, "--copy: cannot find the local gotrain: %v", err)
+			c.failLocal("--copy: cannot find the local gotrain: %v", err)
 			return false
 		}
-		local = exe
-	}
-	gotrain, err := bincache.Stat(local)
-	if err != nil {
-		c.failHost(0, -1, "--copy: %v", err)
-		return false
+		gotrain = bincache.File{Path: exe, Name: filepath.Base(exe), SHA256: want.SHA256}
+	} else {
+		var err error
+		if gotrain, err = bincache.Stat(p.LocalGotrain); err != nil {
+			c.failLocal("--copy: %v", err)
+			return false
+		}
 	}
 	var program *bincache.File
-	if p.LocalProgram != "" {
-		static, err := bincache.Static(p.LocalProgram)
+	if local != nil {
+		static, err := bincache.Static(local.Path)
 		if err != nil {
-			c.failHost(0, -1, "--copy: %v", err)
+			c.failLocal("--copy: %v", err)
 			return false
 		}
 		if static {
-			f, err := bincache.Stat(p.LocalProgram)
-			if err != nil {
-				c.failHost(0, -1, "--copy: %v", err)
-				return false
-			}
-			program = &f
+			program = local
 		}
 	}
 	var wg sync.WaitGroup

@@ -338,3 +338,16 @@ func TestCheckHostHangs(t *testing.T) {
 		t.Errorf("Check took %v with a 500ms timeout", d)
 	}
 }
+
+// TestCheckLocalProblem: a local program that cannot be read is one line
+// about the launching machine, before any host is asked.
+func TestCheckLocalProblem(t *testing.T) {
+	c := newCluster(t)
+	p := testPlan(t, "node0=127.0.0.1")
+	p.Program, p.LocalProgram = "trainer", filepath.Join(t.TempDir(), "missing")
+	err := Check(context.Background(), c.ssh, p)
+	wantLines(t, lines(t, err), []string{"preflight: cannot hash the local program to compare", "missing"})
+	if f := err.(*Error).Failures[0]; f.Host != "" {
+		t.Errorf("failure names host %q; want none (the launching machine)", f.Host)
+	}
+}
