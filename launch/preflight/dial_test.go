@@ -3,6 +3,7 @@ package preflight
 import (
 	"context"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -149,4 +150,42 @@ func TestJudgeDials(t *testing.T) {
 		[]string{"host node1 → host alice@node0 (node0 = 10.0.0.1): data-plane ports 29600-29649,29651-29700 timed out after 1.5s", "a firewall drops them, or 10.0.0.1 is not routed from node1", "open TCP ports 29600-29700 on node0, or set GOTRAIN_PORT_RANGE"},
 		[]string{"host node1 → host alice@node0 (node0 = 10.0.0.1): rendezvous port 29500 refused", "open TCP port 29500 on node0, or choose another --master-port"},
 	)
+}
+
+// TestCgroupRoom: a container's memory limit, in cgroup v2 or v1, bounds
+// the memory available; no limit does not.
+func TestCgroupRoom(t *testing.T) {
+	files := map[string]string{
+		"/sys/fs/cgroup/job/memory.max":                         "1073741824",
+		"/sys/fs/cgroup/job/memory.current":                     "268435456",
+		"/sys/fs/cgroup/free/memory.max":                        "max",
+		"/sys/fs/cgroup/free/memory.current":                    "1",
+		"/sys/fs/cgroup/memory/docker/c1/memory.limit_in_bytes": "536870912",
+		"/sys/fs/cgroup/memory/docker/c1/memory.usage_in_bytes": "136870912",
+		"/sys/fs/cgroup/memory/big/memory.limit_in_bytes":       "9223372036854771712",
+		"/sys/fs/cgroup/memory/big/memory.usage_in_bytes":       "1",
+	}
+	read := func(p string) (string, error) {
+		if s, ok := files[p]; ok {
+			return s, nil
+		}
+		return "", os.ErrNotExist
+	}
+	for _, tc := range []struct {
+		cg   string
+		room int64
+		ok   bool
+	}{
+		{"0::/job\n", 805306368, true},
+		{"0::/free\n", 0, false},
+		{"4:memory:/docker/c1\n0::/\n", 400000000, true},
+		{"4:cpu,memory:/big\n", 0, false},
+		{"0::/missing\n", 0, false},
+		{"", 0, false},
+	} {
+		room, ok := cgroupRoom(tc.cg, read)
+		if room != tc.room || ok != tc.ok {
+			t.Errorf("cgroupRoom(%q) = %d, %v; want %d, %v", tc.cg, room, ok, tc.room, tc.ok)
+		}
+	}
 }
