@@ -20,7 +20,8 @@ import (
 )
 
 // fakeSSH runs the command here, as host: with $FAKE_SSH_DIR/HOST as
-// HOME (not created: a host's cache may not exist yet), and failing as
+// HOME (not created: a host's cache may not exist yet), printing a
+// greeting first as some hosts' shell start-up files do, and failing as
 // ssh does for the host named down.
 const fakeSSH = `#!/bin/sh
 while [ $# -gt 0 ]; do
@@ -32,6 +33,7 @@ while [ $# -gt 0 ]; do
 done
 if [ "$1" = down ]; then echo "ssh: connect to host down port 22: Connection refused" >&2; exit 255; fi
 HOME="$FAKE_SSH_DIR/$1"
+echo "Welcome to $1"
 export HOME
 exec sh -c "$2"
 `

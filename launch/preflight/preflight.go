@@ -397,11 +397,15 @@ func (c *checker) run(ctx context.Context) {
 	}
 	wg.Wait()
 	defer func() {
+		// Every node closes its ports before Check returns, so the workers
+		// find them free.
+		var wg sync.WaitGroup
 		for _, s := range sessions {
 			if s != nil {
-				s.close()
+				wg.Go(s.close)
 			}
 		}
+		wg.Wait()
 	}()
 	for i, pr := range probes {
 		if pr != nil {
@@ -753,11 +757,20 @@ func runProbe(ctx context.Context, r Runner, host, gotrain string, req request) 
 		return nil, err
 	}
 	var pr probe
-	if err := readLine(bufio.NewReader(bytes.NewReader(out)), &pr); err != nil {
-		return nil, fmt.Errorf("host %s: %s %s answered %q: %w", host, gotrain, NodeCommand, firstLine(out), err)
+	for _, line := range bytes.SplitAfter(out, []byte("\n")) {
+		if isAnswer(line) {
+			if err := json.Unmarshal(line, &pr); err != nil {
+				return nil, fmt.Errorf("host %s: %s %s answered %q: %w", host, gotrain, NodeCommand, firstLine(line), err)
+			}
+			return &pr, nil
+		}
 	}
-	return &pr, nil
+	return nil, fmt.Errorf("host %s: %s %s gave no answer (its output: %q)", host, gotrain, NodeCommand, firstLine(out))
 }
+
+// isAnswer tells the node's JSON lines from what a host's shell start-up
+// files may print on stdout before it runs.
+func isAnswer(line []byte) bool { return bytes.HasPrefix(bytes.TrimSpace(line), []byte("{")) }
 
 func firstLine(b []byte) string {
 	s, _, _ := strings.Cut(string(b), "\n")
@@ -801,7 +814,7 @@ func startSession(ctx context.Context, st Starter, host, gotrain string, req req
 		rd := bufio.NewReaderSize(stdout, 64<<10)
 		for {
 			line, err := rd.ReadBytes('\n')
-			if len(bytes.TrimSpace(line)) > 0 {
+			if isAnswer(line) {
 				s.lines <- line
 			}
 			if err != nil {

@@ -351,3 +351,19 @@ func TestCheckLocalProblem(t *testing.T) {
 		t.Errorf("failure names host %q; want none (the launching machine)", f.Host)
 	}
 }
+
+// TestCheckShellNoise: what a host's start-up files print before the
+// command runs does not confuse the check.
+func TestCheckShellNoise(t *testing.T) {
+	c := newCluster(t)
+	c.env("node0", "echo 'Welcome to node0'")
+	c.env("node1", "echo '[motd] be nice'")
+	p := testPlan(t, "node0=127.0.0.1", "node1=127.0.0.1")
+	if err := Check(context.Background(), c.ssh, p); err != nil {
+		t.Fatalf("streaming: %v", err)
+	}
+	p.Logger = slog.New(slog.DiscardHandler)
+	if err := Check(context.Background(), runOnly{c.ssh}, p); err != nil {
+		t.Fatalf("plain runner: %v", err)
+	}
+}
