@@ -492,6 +492,10 @@ func (c *checker) failNode(i int, err error) {
 	var ee *sshcmd.ExitError
 	gotrain := c.places[i].Gotrain
 	switch {
+	case errors.As(err, &ee) && c.plan.Copy && (ee.Code == 127 || ee.Code == 126):
+		// The copy is there and verified: it is the loader or a library
+		// that is missing.
+		c.failHost(i, 0, "the copy of gotrain (%s) does not start there (%s): build gotrain with CGO_ENABLED=0, so that it needs nothing from the host", gotrain, exitText(ee))
 	case errors.As(err, &ee) && (ee.Code == 127 || ee.Code == 126):
 		what := "not found"
 		if ee.Code == 126 {

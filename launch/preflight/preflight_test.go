@@ -367,3 +367,19 @@ func TestCheckShellNoise(t *testing.T) {
 		t.Fatalf("plain runner: %v", err)
 	}
 }
+
+// TestCheckCopyDoesNotStart: a copied gotrain whose loader the host
+// lacks (here, a script for an interpreter nowhere) is named with the
+// way out.
+func TestCheckCopyDoesNotStart(t *testing.T) {
+	c := newCluster(t)
+	local := filepath.Join(t.TempDir(), "gotrain")
+	if err := os.WriteFile(local, []byte("#!/nonexistent/ld-linux.so\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := testPlan(t, "node0=127.0.0.1")
+	p.Copy, p.LocalGotrain = true, local
+	wantLines(t, lines(t, Check(context.Background(), c.ssh, p)),
+		[]string{"host node0: the copy of gotrain (" + c.home("node0") + "/.cache/gotrain/bin/", "does not start there", "CGO_ENABLED=0"},
+	)
+}
