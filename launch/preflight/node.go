@@ -340,10 +340,8 @@ func listen(req *request, p *probe) *listeners {
 			if port == req.MasterPort {
 				continue
 			}
-			if ok, _ := open(port); ok {
+			if ok, _ := open(port); ok { // else another program (or node) holds it
 				p.Held = append(p.Held, port)
-			} else {
-				p.Busy = append(p.Busy, port)
 			}
 		}
 	}
