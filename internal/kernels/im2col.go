@@ -8,12 +8,29 @@ package kernels
 //
 //	col[((ci*kh+i)*kw+j)*oh*ow + y*ow + x] = x[ci, y*strideH+i-padH, x*strideW+j-padW]
 func Im2col(x []float32, c, h, w, kh, kw, strideH, strideW, padH, padW int, col []float32) {
-	oh := (h+2*padH-kh)/strideH + 1
-	ow := (w+2*padW-kw)/strideW + 1
+	Im2colDilated(x, c, h, w, kh, kw, strideH, strideW, padH, padW, 1, 1, col)
+}
+
+// ConvOut is a convolution's output size along one axis: (size + 2·pad −
+// dil·(k−1) − 1)/stride + 1, PyTorch's formula.
+func ConvOut(size, k, stride, pad, dil int) int {
+	return (size+2*pad-dil*(k-1)-1)/stride + 1
+}
+
+// Im2colDilated is Im2col with the kernel's taps dilH rows and dilW
+// columns apart (PyTorch's dilation), so oh = ConvOut(h, kh, strideH,
+// padH, dilH) and likewise ow.
+//
+// Reference loop:
+//
+//	col[((ci*kh+i)*kw+j)*oh*ow + y*ow + x] = x[ci, y*strideH+i*dilH-padH, x*strideW+j*dilW-padW]
+func Im2colDilated(x []float32, c, h, w, kh, kw, strideH, strideW, padH, padW, dilH, dilW int, col []float32) {
+	oh := ConvOut(h, kh, strideH, padH, dilH)
+	ow := ConvOut(w, kw, strideW, padW, dilW)
 	for ci := 0; ci < c; ci++ {
 		img := x[ci*h*w : (ci+1)*h*w]
 		for i := 0; i < kh; i++ {
-			y0, y1 := validRange(oh, strideH, h, i-padH)
+			y0, y1 := validRange(oh, strideH, h, i*dilH-padH)
 			for j := 0; j < kw; j++ {
 				plane := col[((ci*kh+i)*kw+j)*oh*ow : ((ci*kh+i)*kw+j+1)*oh*ow]
 				clear(plane[:y0*ow])
@@ -24,23 +41,23 @@ func Im2col(x []float32, c, h, w, kh, kw, strideH, strideW, padH, padW int, col 
 				if strideW == 1 {
 					// Valid rows are one strided block: zero the padded
 					// columns, copy the rest in one call.
-					x0, x1 := validRange(ow, 1, w, j-padW)
+					x0, x1 := validRange(ow, 1, w, j*dilW-padW)
 					if x0 > 0 || x1 < ow {
 						for y := y0; y < y1; y++ {
 							clear(plane[y*ow : y*ow+x0])
 							clear(plane[y*ow+x1 : (y+1)*ow])
 						}
 					}
-					iy0 := y0*strideH + i - padH
-					copyRows(false, plane[y0*ow+x0:], ow, img[iy0*w+x0+j-padW:], strideH*w, y1-y0, x1-x0)
+					iy0 := y0*strideH + i*dilH - padH
+					copyRows(false, plane[y0*ow+x0:], ow, img[iy0*w+x0+j*dilW-padW:], strideH*w, y1-y0, x1-x0)
 					continue
 				}
 				for y := y0; y < y1; y++ {
-					iy := y*strideH + i - padH
+					iy := y*strideH + i*dilH - padH
 					src := img[iy*w : (iy+1)*w]
 					dst := plane[y*ow : (y+1)*ow]
 					for xo := range dst {
-						ix := xo*strideW + j - padW
+						ix := xo*strideW + j*dilW - padW
 						if ix < 0 || ix >= w {
 							dst[xo] = 0
 						} else {
@@ -56,10 +73,17 @@ func Im2col(x []float32, c, h, w, kh, kw, strideH, strideW, padH, padW int, col 
 // Col2im is the adjoint of Im2col: it adds each entry of col back into the
 // image gradient dx of shape [c,h,w] (accumulating; padding is dropped).
 func Col2im(col []float32, c, h, w, kh, kw, strideH, strideW, padH, padW int, dx []float32) {
-	oh := (h+2*padH-kh)/strideH + 1
-	ow := (w+2*padW-kw)/strideW + 1
+	Col2imDilated(col, c, h, w, kh, kw, strideH, strideW, padH, padW, 1, 1, dx)
+}
+
+// Col2imDilated is the adjoint of Im2colDilated (accumulating into dx).
+func Col2imDilated(col []float32, c, h, w, kh, kw, strideH, strideW, padH, padW, dilH, dilW int, dx []float32) {
+	oh := ConvOut(h, kh, strideH, padH, dilH)
+	ow := ConvOut(w, kw, strideW, padW, dilW)
 	var masks []uint16
-	if strideW == 1 && vec.col2imRows != nil && oh > 0 && ow > 0 {
+	// The vector kernel shifts each of the kw planes by one column more
+	// than the last: adjacent taps only.
+	if strideW == 1 && dilW == 1 && vec.col2imRows != nil && oh > 0 && ow > 0 {
 		masks = col2imMasks(w, ow, kw, padW)
 		_ = col[c*kh*kw*oh*ow-1]
 		_ = dx[c*h*w-1]
@@ -67,7 +91,7 @@ func Col2im(col []float32, c, h, w, kh, kw, strideH, strideW, padH, padW int, dx
 	for ci := 0; ci < c; ci++ {
 		img := dx[ci*h*w : (ci+1)*h*w]
 		for i := 0; i < kh; i++ {
-			y0, y1 := validRange(oh, strideH, h, i-padH)
+			y0, y1 := validRange(oh, strideH, h, i*dilH-padH)
 			if y0 >= y1 {
 				continue
 			}
@@ -75,24 +99,24 @@ func Col2im(col []float32, c, h, w, kh, kw, strideH, strideW, padH, padW int, dx
 				// Reads plane rows y0..y1 of the kw planes of (ci, i) and
 				// writes image rows iy0, iy0+strideH, ...: all inside the
 				// slices checked above.
-				iy0 := y0*strideH + i - padH
+				iy0 := y0*strideH + i*dilH - padH
 				vec.col2imRows(&img[iy0*w], strideH*w, &col[((ci*kh+i)*kw)*oh*ow+y0*ow], ow, oh*ow, padW, kw, y1-y0, len(masks)/(kw+1), &masks[0])
 				continue
 			}
 			for j := 0; j < kw; j++ {
 				plane := col[((ci*kh+i)*kw+j)*oh*ow : ((ci*kh+i)*kw+j+1)*oh*ow]
 				if strideW == 1 {
-					x0, x1 := validRange(ow, 1, w, j-padW)
-					iy0 := y0*strideH + i - padH
-					copyRows(true, img[iy0*w+x0+j-padW:], strideH*w, plane[y0*ow+x0:], ow, y1-y0, x1-x0)
+					x0, x1 := validRange(ow, 1, w, j*dilW-padW)
+					iy0 := y0*strideH + i*dilH - padH
+					copyRows(true, img[iy0*w+x0+j*dilW-padW:], strideH*w, plane[y0*ow+x0:], ow, y1-y0, x1-x0)
 					continue
 				}
 				for y := y0; y < y1; y++ {
-					iy := y*strideH + i - padH
+					iy := y*strideH + i*dilH - padH
 					src := plane[y*ow : (y+1)*ow]
 					dst := img[iy*w : (iy+1)*w]
 					for xo, v := range src {
-						ix := xo*strideW + j - padW
+						ix := xo*strideW + j*dilW - padW
 						if ix >= 0 && ix < w {
 							dst[ix] += v
 						}
