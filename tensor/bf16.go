@@ -77,8 +77,8 @@ var (
 // the float32 GEMM, which gives the numerics of a VDPBF16PS kernel up to
 // summation order, at float32 speed plus the rounding passes. It is an
 // explicit opt-in, for tests and accuracy studies, because it is slower
-// than plain float32.
-func SetBF16Emulation(on bool) { bf16Emulated.Store(on) }
+// than plain float32. It returns the previous setting.
+func SetBF16Emulation(on bool) (prev bool) { return bf16Emulated.Swap(on) }
 
 // CheckPrecision reports whether p can run here: FP32 always; BF16 with a
 // native bf16 kernel, or emulated after SetBF16Emulation(true). The error
@@ -99,8 +99,9 @@ func CheckPrecision(p Precision) error {
 	return fmt.Errorf("tensor: unknown precision %d", int(p))
 }
 
-// BF16Emulated reports whether bf16 runs emulated rather than natively.
-func BF16Emulated() bool { return !kernels.NativeBF16() }
+// BF16Native reports whether bf16 runs on a native bf16 GEMM kernel
+// here; if not, it can only run emulated (see SetBF16Emulation).
+func BF16Native() bool { return kernels.NativeBF16() }
 
 // Autocast runs f with matmuls (MatMul, Linear) and convolutions (Conv2d)
 // in precision p, like torch.autocast("cpu", dtype=torch.bfloat16): their
