@@ -9,8 +9,8 @@ import "testing"
 // GEMM-rate bound divides by (see `gotrain bench gemm`, which prints it).
 func cnnStepFlops() float64 {
 	const n = 64
-	conv1 := 2.0 * 32 * 676 * 9 * n       // forward; dW is as large
-	conv2 := 2.0 * 64 * 576 * 288 * n     // forward; dW and dX are as large
+	conv1 := 2.0 * 32 * 676 * 9 * n     // forward; dW is as large
+	conv2 := 2.0 * 64 * 576 * 288 * n   // forward; dW and dX are as large
 	fc := 2.0*n*128*9216 + 2.0*n*10*128 // forward; dW and dX are as large
 	return 2*conv1 + 3*conv2 + 3*fc
 }
