@@ -1207,24 +1207,24 @@ func maxPool2x2Kernel(w *asm) {
 }
 
 // maxPool2x2KernelAVX2 emits maxPool2x2AVX2(src *float32, dst *float32,
-// arg *int32, w, oh, ow, n int): maxPool2x2Generic on the first n
-// outputs (a multiple of 8) of each of the plane's oh rows of ow. Eight
-// outputs per step: two rows of 16 inputs split into even and odd columns
-// (VSHUFPS, then VPERMPD to undo its per-lane order), and the first
-// maximum (or first NaN) chosen with blends. The caller does the columns
-// from n on.
+// arg *int32, w, oh, ow int), maxPool2x2Generic on one plane whose rows
+// have at least 8 outputs. Eight outputs per step: two rows of 16 inputs
+// split into even and odd columns (VSHUFPS, then VPERMPD to undo its
+// per-lane order), and the first maximum (or first NaN) chosen with
+// blends. A row's last step is moved back to end at ow, computing some
+// outputs twice (the same values) rather than leaving a tail.
 func maxPool2x2KernelAVX2(w *asm) {
 	const name = "maxPool2x2AVX2"
 	w.f("")
-	w.f("// func %s(src *float32, dst *float32, arg *int32, w, oh, ow, n int)", name)
-	w.f("TEXT ·%s(SB), NOSPLIT, $0-56", name)
+	w.f("// func %s(src *float32, dst *float32, arg *int32, w, oh, ow int)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-48", name)
 	w.f("\tMOVQ oh+32(FP), R13")
 	w.f("\tTESTQ R13, R13")
 	w.f("\tJZ %s_done", name)
-	w.f("\tMOVQ n+48(FP), R14")
-	w.f("\tTESTQ R14, R14")
-	w.f("\tJZ %s_done", name)
 	w.f("\tMOVQ ow+40(FP), R9")
+	w.f("\tCMPQ R9, $8")
+	w.f("\tJLT %s_done", name)
+	w.f("\tLEAQ -8(R9), R14") // the last step's first output
 	w.f("\tMOVQ w+24(FP), R8")
 	// Y13 = 1, Y14 = w, Y15 = w+1: the window offsets of v1, v2, v3.
 	w.f("\tMOVQ $1, AX")
@@ -1274,8 +1274,12 @@ func maxPool2x2KernelAVX2(w *asm) {
 	w.f("\tVMOVUPS Y4, (SI)(R10*4)")
 	w.f("\tVMOVDQU Y9, (DX)(R10*4)")
 	w.f("\tADDQ $8, R10")
+	w.f("\tCMPQ R10, R9")
+	w.f("\tJGE %s_next", name)
 	w.f("\tCMPQ R10, R14")
-	w.f("\tJLT %s_chunk", name)
+	w.f("\tCMOVQGT R14, R10")
+	w.f("\tJMP %s_chunk", name)
+	w.f("%s_next:", name)
 	w.f("\tLEAQ (DI)(R8*2), DI")
 	w.f("\tLEAQ (SI)(R9*4), SI")
 	w.f("\tLEAQ (DX)(R9*4), DX")

@@ -29,7 +29,7 @@ func MaxPool2x2(src, dst []float32, arg []int32, planes, h, w int) {
 		if f := vec.maxPool2x2; f != nil {
 			f(&s[0], &d[0], &a[0], w, oh, ow)
 		} else {
-			maxPool2x2Generic(s, d, a, w, oh, ow, 0)
+			maxPool2x2Generic(s, d, a, w, oh, ow)
 		}
 	}
 }
@@ -75,20 +75,18 @@ func checkPool(op string, nx, ny, narg, planes, h, w int) {
 	}
 }
 
-// maxPool2x2Generic is MaxPool2x2 on one plane, for the output columns
-// from x0 on (0 for all; a vector kernel does the ones before). It is
-// written without
+// maxPool2x2Generic is MaxPool2x2 on one plane. It is written without
 // data-dependent branches (the updates compile to conditional moves):
 // which element of a window is largest is a coin toss the branch predictor
 // loses.
-func maxPool2x2Generic(src, dst []float32, arg []int32, w, oh, ow, x0 int) {
+func maxPool2x2Generic(src, dst []float32, arg []int32, w, oh, ow int) {
 	for oy := 0; oy < oh; oy++ {
 		r0 := src[2*oy*w : 2*oy*w+2*ow]
 		r1 := src[(2*oy+1)*w : (2*oy+1)*w+2*ow]
 		d := dst[oy*ow : (oy+1)*ow]
 		a := arg[oy*ow : (oy+1)*ow]
 		base := int32(2 * oy * w)
-		for ox := x0; ox < ow; ox++ {
+		for ox := range d {
 			x0 := 2 * ox
 			i := base + int32(x0)
 			m := r0[x0]

@@ -174,11 +174,11 @@ func init() {
 	avx512Vec.copyRows, avx512Vec.addRows = copyRowsAVX512, addRowsAVX512
 	avx2Vec.copyRows, avx2Vec.addRows = copyRowsAVX2, addRowsAVX2
 	avx2Vec.maxPool2x2 = func(src *float32, dst *float32, arg *int32, w, oh, ow int) {
-		n := ow &^ 7
-		maxPool2x2AVX2(src, dst, arg, w, oh, ow, n)
-		if n < ow {
-			maxPool2x2Generic(unsafe.Slice(src, (2*oh-1)*w+2*ow), unsafe.Slice(dst, oh*ow), unsafe.Slice(arg, oh*ow), w, oh, ow, n)
+		if ow >= 8 {
+			maxPool2x2AVX2(src, dst, arg, w, oh, ow)
+			return
 		}
+		maxPool2x2Generic(unsafe.Slice(src, (2*oh-1)*w+2*ow), unsafe.Slice(dst, oh*ow), unsafe.Slice(arg, oh*ow), w, oh, ow)
 	}
 	avx512Vec.col2imRows = col2imRowsAVX512
 	avx512Vec.maxPool2x2, avx512Vec.maxPool2x2Backward = maxPool2x2AVX512, maxPool2x2BackwardAVX512
@@ -276,7 +276,7 @@ func addRowsAVX2(dst *float32, dstStride int, src *float32, srcStride int, rows,
 func maxPool2x2AVX512(src *float32, dst *float32, arg *int32, w, oh, ow int)
 
 //go:noescape
-func maxPool2x2AVX2(src *float32, dst *float32, arg *int32, w, oh, ow, n int)
+func maxPool2x2AVX2(src *float32, dst *float32, arg *int32, w, oh, ow int)
 
 //go:noescape
 func maxPool2x2BackwardAVX512(gx *float32, grad *float32, arg *int32, w, oh, ow int)

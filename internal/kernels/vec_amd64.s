@@ -2003,15 +2003,15 @@ maxPool2x2AVX512_chunk:
 maxPool2x2AVX512_done:
 	RET
 
-// func maxPool2x2AVX2(src *float32, dst *float32, arg *int32, w, oh, ow, n int)
-TEXT ·maxPool2x2AVX2(SB), NOSPLIT, $0-56
+// func maxPool2x2AVX2(src *float32, dst *float32, arg *int32, w, oh, ow int)
+TEXT ·maxPool2x2AVX2(SB), NOSPLIT, $0-48
 	MOVQ oh+32(FP), R13
 	TESTQ R13, R13
 	JZ maxPool2x2AVX2_done
-	MOVQ n+48(FP), R14
-	TESTQ R14, R14
-	JZ maxPool2x2AVX2_done
 	MOVQ ow+40(FP), R9
+	CMPQ R9, $8
+	JLT maxPool2x2AVX2_done
+	LEAQ -8(R9), R14
 	MOVQ w+24(FP), R8
 	MOVQ $1, AX
 	VMOVQ AX, X13
@@ -2067,8 +2067,12 @@ maxPool2x2AVX2_chunk:
 	VMOVUPS Y4, (SI)(R10*4)
 	VMOVDQU Y9, (DX)(R10*4)
 	ADDQ $8, R10
+	CMPQ R10, R9
+	JGE maxPool2x2AVX2_next
 	CMPQ R10, R14
-	JLT maxPool2x2AVX2_chunk
+	CMOVQGT R14, R10
+	JMP maxPool2x2AVX2_chunk
+maxPool2x2AVX2_next:
 	LEAQ (DI)(R8*2), DI
 	LEAQ (SI)(R9*4), SI
 	LEAQ (DX)(R9*4), DX
