@@ -117,3 +117,48 @@ func BenchmarkIm2col(b *testing.B) {
 		}
 	})
 }
+
+// TestIm2colRows checks that the row-block kernels give the block's
+// columns of the whole column matrix, and that Col2imRows over blocks
+// adds up to Col2im of the whole (up to summation order).
+func TestIm2colRows(t *testing.T) {
+	defer func(v *vecImpl) { vec = v }(vec)
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, impl := range vecImpls() {
+		vec = impl
+		for _, sh := range convShapes {
+			s := ConvShape{C: sh[0], H: sh[1], W: sh[2], KH: sh[3], KW: sh[4], StrideH: sh[5], StrideW: sh[6], PadH: sh[7], PadW: sh[8], DilH: sh[9], DilW: sh[10]}
+			oh, ow, ckk := s.OH(), s.OW(), s.C*s.KH*s.KW
+			x := randSlice(r, s.C*s.H*s.W)
+			full := make([]float32, ckk*oh*ow)
+			im2colRef(x, s.C, s.H, s.W, s.KH, s.KW, s.StrideH, s.StrideW, s.PadH, s.PadW, s.DilH, s.DilW, full)
+			gcol := randSlice(r, ckk*oh*ow)
+			want := make([]float32, len(x))
+			col2imRef(gcol, s.C, s.H, s.W, s.KH, s.KW, s.StrideH, s.StrideW, s.PadH, s.PadW, s.DilH, s.DilW, want)
+			for _, rows := range []int{1, 2, 3, oh} {
+				got := make([]float32, len(x))
+				for r0 := 0; r0 < oh; r0 += rows {
+					r1 := min(r0+rows, oh)
+					n := (r1 - r0) * ow
+					blk := randSlice(r, ckk*n) // garbage Im2colRows must overwrite
+					col := make([]float32, ckk*n)
+					for q := 0; q < ckk; q++ {
+						copy(col[q*n:(q+1)*n], gcol[q*oh*ow+r0*ow:q*oh*ow+r1*ow]) // the block's gradient
+					}
+					Im2colRows(x, s, r0, r1, blk)
+					for q := range blk {
+						if blk[q] != full[(q/n)*oh*ow+r0*ow+q%n] {
+							t.Fatalf("%s %v rows [%d,%d): Im2colRows[%d] = %v, want %v", impl.name, sh, r0, r1, q, blk[q], full[(q/n)*oh*ow+r0*ow+q%n])
+						}
+					}
+					Col2imRows(col, s, r0, r1, got)
+				}
+				for i := range got {
+					if d := got[i] - want[i]; d > 1e-5 || d < -1e-5 {
+						t.Fatalf("%s %v blocks of %d rows: Col2imRows dx[%d] = %v, want %v", impl.name, sh, rows, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
