@@ -173,3 +173,54 @@ func TestConv2dWithBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestConv2dRowBlocks runs convolutions with a tiny L2 budget, so that the
+// products go over blocks of one to a few output rows, against the same
+// ops in one block: the output bit for bit (every output's sum is the
+// same), the gradients up to summation order.
+func TestConv2dRowBlocks(t *testing.T) {
+	rng := NewRNG(64)
+	cases := append([]struct {
+		name string
+		x, w []int
+		o    ConvOptions
+		bias bool
+	}{
+		{"CNN conv2", []int{3, 8, 12, 12}, []int{16, 8, 3, 3}, ConvOptions{}, true},
+		{"stride 2 pad 1", []int{2, 3, 11, 9}, []int{4, 3, 3, 3}, ConvOptions{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}, true},
+	}, convOptCases...)
+	for _, c := range cases {
+		for _, ep := range [][]PostOp{nil, {PostReLU}, {PostReLU, PostMaxPool2x2}} {
+			x0, w0 := randT(rng, -1, 1, c.x...), randT(rng, -1, 1, c.w...)
+			b0 := randT(rng, -1, 1, c.w[0])
+			run := func(l2 int) (y []float32, g [3][]float32) {
+				defer func(f func() int) { convL2Bytes = f }(convL2Bytes)
+				convL2Bytes = func() int { return l2 }
+				x, w, b := x0.Detach().SetRequiresGrad(true), w0.Detach().SetRequiresGrad(true), b0.Detach().SetRequiresGrad(true)
+				out := Conv2dWith(x, w, b, c.o, ep...)
+				if err := Sum(Mul(out, out), false).Backward(); err != nil {
+					t.Fatal(err)
+				}
+				return out.Data(), [3][]float32{x.Grad().Data(), w.Grad().Data(), b.Grad().Data()}
+			}
+			if len(ep) == 2 && (c.x[2] < 8 || c.x[3] < 8) {
+				continue
+			}
+			y1, g1 := run(1 << 30) // one block
+			y2, g2 := run(64)      // one output row per block
+			y3, g3 := run(8 * 4 * c.w[1] * c.w[2] * c.w[3] * 20)
+			if fmt.Sprint(y1) != fmt.Sprint(y2) || fmt.Sprint(y1) != fmt.Sprint(y3) {
+				t.Fatalf("%s %v: blocked output differs", c.name, ep)
+			}
+			for k := range g1 {
+				for i := range g1[k] {
+					for _, g := range [][3][]float32{g2, g3} {
+						if d := math.Abs(float64(g1[k][i] - g[k][i])); d > 1e-4*(1+math.Abs(float64(g1[k][i]))) {
+							t.Fatalf("%s %v: gradient %d[%d] %v in one block, %v in blocks", c.name, ep, k, i, g1[k][i], g[k][i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
