@@ -129,10 +129,16 @@ func Col2imRows(col []float32, s ConvShape, r0, r1 int, dx []float32) {
 	strideH, strideW, padH, padW, dilH, dilW := s.StrideH, s.StrideW, s.PadH, s.PadW, s.DilH, s.DilW
 	ps := (r1 - r0) * ow
 	var masks []uint16
-	// The vector kernel shifts each of the kw planes by one column more
+	var masks8 []int32
+	// The vector kernels shift each of the kw planes by one column more
 	// than the last: adjacent taps only.
-	if strideW == 1 && dilW == 1 && vec.col2imRows != nil && ps > 0 && c > 0 {
-		masks = col2imMasks(w, ow, kw, padW)
+	if strideW == 1 && dilW == 1 && ps > 0 && c > 0 {
+		switch {
+		case vec.col2imRows != nil:
+			masks = col2imMasks(w, ow, kw, padW)
+		case vec.col2imRows8 != nil && w >= 8:
+			masks8 = col2imMasks8(w, ow, kw, padW)
+		}
 		_ = col[c*kh*kw*ps-1]
 		_ = dx[c*h*w-1]
 	}
@@ -150,6 +156,26 @@ func Col2imRows(col []float32, s ConvShape, r0, r1 int, dx []float32) {
 				// slices checked above.
 				iy0 := y0*strideH + i*dilH - padH
 				vec.col2imRows(&img[iy0*w], strideH*w, &col[((ci*kh+i)*kw)*ps+(y0-r0)*ow], ow, ps, padW, kw, y1-y0, len(masks)/(kw+1), &masks[0])
+				continue
+			}
+			if masks8 != nil {
+				// As above for the whole 8-column chunks; the rest of each
+				// row here, adding the planes in the same order.
+				iy0 := y0*strideH + i*dilH - padH
+				src := col[((ci*kh+i)*kw)*ps:]
+				vec.col2imRows8(&img[iy0*w], strideH*w, &src[(y0-r0)*ow], ow, ps, padW, kw, y1-y0, w/8, &masks8[0])
+				for y := y0; y < y1; y++ {
+					row := img[(y*strideH+i*dilH-padH)*w:][:w]
+					for t := w &^ 7; t < w; t++ {
+						acc := row[t]
+						for j := 0; j < kw; j++ {
+							if x := t - j + padW; x >= 0 && x < ow {
+								acc += src[j*ps+(y-r0)*ow+x]
+							}
+						}
+						row[t] = acc
+					}
+				}
 				continue
 			}
 			for j := 0; j < kw; j++ {
@@ -174,6 +200,25 @@ func Col2imRows(col []float32, s ConvShape, r0, r1 int, dx []float32) {
 			}
 		}
 	}
+}
+
+// col2imMasks8 returns, for each whole 8-column chunk of an image row of
+// width w, for each kernel column j, 8 int32 lanes: −1 where the source
+// column t−j+padW lies in [0,ow), else 0.
+func col2imMasks8(w, ow, kw, padW int) []int32 {
+	masks := make([]int32, 0, (w/8)*kw*8)
+	for t0 := 0; t0+8 <= w; t0 += 8 {
+		for j := 0; j < kw; j++ {
+			for l := 0; l < 8; l++ {
+				var m int32
+				if x := t0 + l - j + padW; x >= 0 && x < ow {
+					m = -1
+				}
+				masks = append(masks, m)
+			}
+		}
+	}
+	return masks
 }
 
 // validRange returns the outputs [o0,o1) of n whose input o·stride+off

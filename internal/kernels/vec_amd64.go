@@ -173,6 +173,7 @@ var (
 func init() {
 	avx512Vec.copyRows, avx512Vec.addRows = copyRowsAVX512, addRowsAVX512
 	avx2Vec.copyRows, avx2Vec.addRows = copyRowsAVX2, addRowsAVX2
+	avx2Vec.col2imRows8 = col2imRows8AVX2
 	avx2Vec.maxPool2x2 = func(src *float32, dst *float32, arg *int32, w, oh, ow int) {
 		if ow >= 8 {
 			maxPool2x2AVX2(src, dst, arg, w, oh, ow)
@@ -265,6 +266,9 @@ func copyRowsAVX512(dst *float32, dstStride int, src *float32, srcStride int, ro
 
 //go:noescape
 func addRowsAVX512(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)
+
+//go:noescape
+func col2imRows8AVX2(dst *float32, dstStride int, src *float32, srcStride, planeStride, padW, kw, rows, chunks int, masks *int32)
 
 //go:noescape
 func copyRowsAVX2(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)

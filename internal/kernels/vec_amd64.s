@@ -1685,6 +1685,54 @@ col2imRowsAVX512_plane:
 col2imRowsAVX512_done:
 	RET
 
+// func col2imRows8AVX2(dst *float32, dstStride int, src *float32, srcStride, planeStride, padW, kw, rows, chunks int, masks *int32)
+TEXT ·col2imRows8AVX2(SB), NOSPLIT, $0-80
+	MOVQ rows+56(FP), DX
+	TESTQ DX, DX
+	JZ col2imRows8AVX2_done
+	MOVQ chunks+64(FP), CX
+	TESTQ CX, CX
+	JZ col2imRows8AVX2_done
+	MOVQ dst+0(FP), DI
+	MOVQ dstStride+8(FP), R14
+	SHLQ $2, R14
+	MOVQ src+16(FP), SI
+	MOVQ srcStride+24(FP), R15
+	SHLQ $2, R15
+	MOVQ planeStride+32(FP), R13
+	SHLQ $2, R13
+	SUBQ $4, R13
+	MOVQ padW+40(FP), AX
+	SHLQ $2, AX
+col2imRows8AVX2_row:
+	MOVQ masks+72(FP), BX
+	MOVQ chunks+64(FP), CX
+	XORQ R8, R8
+col2imRows8AVX2_chunk:
+	VMOVUPS (DI)(R8*1), Y0
+	LEAQ (SI)(R8*1), R12
+	ADDQ AX, R12
+	MOVQ kw+48(FP), R9
+col2imRows8AVX2_plane:
+	VMOVDQU (BX), Y2
+	ADDQ $32, BX
+	VMASKMOVPS (R12), Y2, Y1
+	VADDPS Y1, Y0, Y0
+	ADDQ R13, R12
+	DECQ R9
+	JNZ col2imRows8AVX2_plane
+	VMOVUPS Y0, (DI)(R8*1)
+	ADDQ $32, R8
+	DECQ CX
+	JNZ col2imRows8AVX2_chunk
+	ADDQ R14, DI
+	ADDQ R15, SI
+	DECQ DX
+	JNZ col2imRows8AVX2_row
+	VZEROUPPER
+col2imRows8AVX2_done:
+	RET
+
 // func copyRowsAVX512(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)
 TEXT ·copyRowsAVX512(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), DI
