@@ -43,3 +43,12 @@ func BenchmarkMLPStepBF16Emulated(b *testing.B) {
 	defer autocast.Store(int32(prev))
 	BenchmarkMLPStep(b)
 }
+
+// BenchmarkCNNStepFusedUnblocked is BenchmarkCNNStepFused with each
+// image's columns built whole (one block of output rows, as before row
+// blocking), to measure what blocking for L2 gains on this CPU.
+func BenchmarkCNNStepFusedUnblocked(b *testing.B) {
+	defer func(f func() int) { convL2Bytes = f }(convL2Bytes)
+	convL2Bytes = func() int { return 1 << 40 }
+	BenchmarkCNNStepFused(b)
+}

@@ -103,8 +103,9 @@ const convMinFlops = 1 << 20
 // Conv2d is PyTorch's 2-d convolution (cross-correlation): x is [N, C, H, W],
 // w is [O, C, KH, KW], b is [O] or nil; the result is [N, O, OH, OW] with
 // OH = (H + 2·padding[0] − KH)/stride[0] + 1 and likewise OW. Each image is
-// unrolled with im2col and multiplied by the weight matrix [O, C·KH·KW];
-// images are spread over goroutines when the batch is large enough.
+// unrolled with im2col, a block of output rows at a time, and multiplied by
+// the weight matrix [O, C·KH·KW]; images are spread over goroutines when
+// the batch is large enough.
 //
 // post lists operations applied to the output in the same op (see
 // PostOp): none, PostReLU, or PostReLU then PostMaxPool2x2. The result,
@@ -312,11 +313,11 @@ func conv2dForward(g convGeom, xd, wd []float32, b *Tensor, ep convEpilogue, out
 	}
 	perImage := 2 * g.o * ckk * p
 	parallelFor(g.n, convMinFlops/max(perImage, 1)+1, func(_, lo, hi int) {
-		// One image's columns at a time, in a buffer that stays in L2 for
-		// the GEMM. Backward builds them again rather than keeping the
-		// whole batch's: the batch's columns (42 MB for the CNN's second
-		// conv) would go to memory and back, which measured slower than a
-		// second im2col from the cached image.
+		// One block of an image's columns at a time (see blockRows), in a
+		// buffer that stays in L2 for the GEMM. Backward builds them again
+		// rather than keeping the whole batch's: the batch's columns (42
+		// MB for the CNN's second conv) would go to memory and back, which
+		// measured slower than a second im2col from the cached image.
 		var scratch, ybuf []float32
 		rb := g.blockRows()
 		if !g.direct() {
