@@ -42,7 +42,7 @@ func Linear(x, w, b *Tensor) *Tensor {
 	if b != nil {
 		inputs = append(inputs, b)
 	}
-	return record(out, "linear", func(g []float32) {
+	y := record(out, "linear", func(g []float32) {
 		defer cast.release()
 		if cast == nil { // the operands as they are now, as without autocast
 			xd, wd = x.data, w.data
@@ -63,4 +63,8 @@ func Linear(x, w, b *Tensor) *Tensor {
 			kernels.Sgemm(true, false, outF, in, rows, 1, g, outF, xd, in, 1, w.accGrad(), in)
 		}
 	}, inputs...)
+	if y.node == nil { // no backward will release them
+		cast.release()
+	}
+	return y
 }

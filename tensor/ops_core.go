@@ -69,7 +69,7 @@ func MatMul(a, b *Tensor, transA, transB bool) *Tensor {
 	cast := newBF16Cast() // rounded operands under bf16 autocast
 	ad, bd := cast.of(a.data), cast.of(b.data)
 	kernels.Sgemm(transA, transB, m, n, k, 1, ad, a.shape[1], bd, b.shape[1], 0, out.data, n)
-	return record(out, "matmul", func(g []float32) {
+	y := record(out, "matmul", func(g []float32) {
 		defer cast.release()
 		if cast == nil {
 			ad, bd = a.data, b.data
@@ -92,4 +92,8 @@ func MatMul(a, b *Tensor, transA, transB bool) *Tensor {
 			}
 		}
 	}, a, b)
+	if y.node == nil { // no backward will release them
+		cast.release()
+	}
+	return y
 }
