@@ -45,6 +45,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"bench", "allreduce", "--algo", "bogus"}, "--algo"},
 		{[]string{"bench", "gemm", "--threads", "0"}, "--threads"},
 		{[]string{"bench", "gemm", "--min-time", "0s"}, "--min-time"},
+		{[]string{"bench", "gemm", "--precision", "fp16"}, "--precision"},
 		{[]string{"bench", "train", "--nproc", "1"}, "--nproc"},
 		{[]string{"bench", "train", "--rounds", "0"}, "--rounds"},
 		{[]string{"bench", "train", "--", "--nproc-per-node", "3"}, "--nproc-per-node"},
