@@ -14,6 +14,22 @@ type convGeom struct {
 	dh, dw         int // dilation
 	groups         int // channel groups: c/groups inputs feed o/groups outputs each
 	oh, ow         int // output
+	// sgemm runs the products: kernels.SgemmSerial when the images are
+	// already spread over every thread (see withGemm), else kernels.Sgemm.
+	sgemm func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
+}
+
+// withGemm returns g with the SGEMM for products inside a parallelFor over
+// the images with minItems each: serial when that loop fills the threads
+// (a second level of goroutines would only contend for the same cores),
+// else split over them. Either gives the same bits.
+func (g convGeom) withGemm(minItems int) convGeom {
+	g.sgemm = kernels.Sgemm
+	if t := kernels.NumThreads(); t > 1 && g.n/max(minItems, 1) >= t { // parallelFor's test
+
+		g.sgemm = kernels.SgemmSerial
+	}
+	return g
 }
 
 // ckk is the length of a weight row: one group's input channels times the
@@ -312,7 +328,9 @@ func conv2dForward(g convGeom, xd, wd []float32, b *Tensor, ep convEpilogue, out
 		defer putBuf(ones)
 	}
 	perImage := 2 * g.o * ckk * p
-	parallelFor(g.n, convMinFlops/max(perImage, 1)+1, func(_, lo, hi int) {
+	minItems := convMinFlops/max(perImage, 1) + 1
+	g = g.withGemm(minItems)
+	parallelFor(g.n, minItems, func(_, lo, hi int) {
 		// One block of an image's columns at a time (see blockRows), in a
 		// buffer that stays in L2 for the GEMM. Backward builds them again
 		// rather than keeping the whole batch's: the batch's columns (42
@@ -337,7 +355,7 @@ func conv2dForward(g convGeom, xd, wd []float32, b *Tensor, ep convEpilogue, out
 				for r0 := 0; r0 < g.oh; r0 += rb {
 					r1 := min(r0+rb, g.oh)
 					n := (r1 - r0) * g.ow
-					kernels.Sgemm(false, false, og, n, ckk, 1, wd[grp*og*ckk:], ckk, g.im2col(xd, i, grp, r0, r1, scratch), n, 0, yi[grp*og*p+r0*g.ow:], p)
+					g.sgemm(false, false, og, n, ckk, 1, wd[grp*og*ckk:], ckk, g.im2col(xd, i, grp, r0, r1, scratch), n, 0, yi[grp*og*p+r0*g.ow:], p)
 				}
 			}
 			if b != nil {
@@ -433,7 +451,9 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, xd, wd []float32, cast *bf16Cas
 	workers := min(kernels.NumThreads(), g.n)
 	partialW := make([][]float32, workers)
 	partialB := make([][]float32, workers)
-	used := parallelFor(g.n, convMinFlops/max(perImage, 1)+1, func(worker, lo, hi int) {
+	minItems := convMinFlops/max(perImage, 1) + 1
+	g = g.withGemm(minItems)
+	used := parallelFor(g.n, minItems, func(worker, lo, hi int) {
 		// One buffer holds image i's columns for dW, then its column
 		// gradient for dX: half the L2 footprint of two.
 		var scratch, gbuf []float32
@@ -519,9 +539,9 @@ func (g convGeom) addWeightGrad(dw, gi, col []float32, grp, r0, r1 int, transpos
 	}
 	gg := gi[grp*og*p+r0*g.ow:]
 	if transposed { // dWᵀ[ckk, O] += col_i[ckk, n] · g_iᵀ
-		kernels.Sgemm(false, true, ckk, og, n, 1, col, ld, gg, p, 1, dw[grp*og:], g.o)
+		g.sgemm(false, true, ckk, og, n, 1, col, ld, gg, p, 1, dw[grp*og:], g.o)
 	} else { // dW[O, ckk] += g_i[O, n] · col_iᵀ
-		kernels.Sgemm(false, true, og, ckk, n, 1, gg, p, col, ld, 1, dw[grp*og*ckk:], ckk)
+		g.sgemm(false, true, og, ckk, n, 1, gg, p, col, ld, 1, dw[grp*og*ckk:], ckk)
 	}
 }
 
@@ -539,12 +559,12 @@ func (g convGeom) addInputGrad(dxi, w, gi, scratch []float32, grp, r0, r1 int, f
 		if fresh {
 			beta = 0
 		}
-		kernels.Sgemm(true, false, ckk, p, og, 1, wg, ckk, gg, p, beta, dxi, p)
+		g.sgemm(true, false, ckk, p, og, 1, wg, ckk, gg, p, beta, dxi, p)
 		return
 	}
 	n := (r1 - r0) * g.ow
 	dcol := scratch[:ckk*n]
-	kernels.Sgemm(true, false, ckk, n, og, 1, wg, ckk, gg, p, 0, dcol, n)
+	g.sgemm(true, false, ckk, n, og, 1, wg, ckk, gg, p, 0, dcol, n)
 	kernels.Col2imRows(dcol, g.shape(), r0, r1, dxi)
 }
 
