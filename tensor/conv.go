@@ -26,7 +26,6 @@ type convGeom struct {
 func (g convGeom) withGemm(minItems int) convGeom {
 	g.sgemm = kernels.Sgemm
 	if t := kernels.NumThreads(); t > 1 && g.n/max(minItems, 1) >= t { // parallelFor's test
-
 		g.sgemm = kernels.SgemmSerial
 	}
 	return g
