@@ -8,28 +8,34 @@ import (
 )
 
 // Conv2dLayer is a 2-d convolution over [N, C, H, W] inputs, PyTorch's
-// nn.Conv2d (no dilation or groups). State dict entries: "weight"
-// [Out, In, Kernel, Kernel] and "bias" [Out]. As for LinearLayer, change
-// the exported tensors' values, never the pointers.
+// nn.Conv2d. State dict entries: "weight" [Out, In/Groups, Kernel,
+// Kernel] and "bias" [Out]. As for LinearLayer, change the exported
+// tensors' values, never the pointers.
 type Conv2dLayer struct {
 	Base
 	In, Out, Kernel int
-	Stride, Padding [2]int         // (vertical, horizontal)
-	Weight          *tensor.Tensor // [Out, In, Kernel, Kernel]
+	Stride, Padding [2]int // (vertical, horizontal)
+	Dilation        [2]int // (vertical, horizontal); 1 is a plain kernel
+	Groups          int
+	Weight          *tensor.Tensor // [Out, In/Groups, Kernel, Kernel]
 	Bias            *tensor.Tensor // [Out]; nil when built with NoBias
 }
 
 // Conv2d returns a convolution from in to out channels with a square
 // kernel, initialised like PyTorch (kaiming-uniform a=√5 and bias
-// U(±1/√fan_in), fan_in = in·kernel²). Options: Stride (default 1),
-// Padding (default 0), NoBias.
+// U(±1/√fan_in), fan_in = in/groups·kernel²). Options: Stride (default
+// 1), Padding (default 0), Dilation (default 1), Groups (default 1),
+// NoBias.
 func Conv2d(in, out, kernel int, opts ...Option) *Conv2dLayer {
 	if in < 1 || out < 1 || kernel < 1 {
 		panic(fmt.Sprintf("nn: Conv2d(%d, %d, kernel %d): sizes must be positive", in, out, kernel))
 	}
-	o := config{stride: [2]int{1, 1}}.apply("Conv2d", opts, "Stride", "Padding", "NoBias")
-	c := &Conv2dLayer{In: in, Out: out, Kernel: kernel, Stride: o.stride, Padding: o.padding}
-	c.Weight = c.RegisterParameter("weight", tensor.Zeros(out, in, kernel, kernel))
+	o := config{stride: [2]int{1, 1}, dilation: [2]int{1, 1}, groups: 1}.apply("Conv2d", opts, "Stride", "Padding", "Dilation", "Groups", "NoBias")
+	if in%o.groups != 0 || out%o.groups != 0 {
+		panic(fmt.Sprintf("nn: Conv2d(%d, %d, kernel %d): channels not divisible by %d groups", in, out, kernel, o.groups))
+	}
+	c := &Conv2dLayer{In: in, Out: out, Kernel: kernel, Stride: o.stride, Padding: o.padding, Dilation: o.dilation, Groups: o.groups}
+	c.Weight = c.RegisterParameter("weight", tensor.Zeros(out, in/o.groups, kernel, kernel))
 	if !o.noBias {
 		c.Bias = c.RegisterParameter("bias", tensor.Zeros(out))
 	}
@@ -51,6 +57,12 @@ func (c *Conv2dLayer) String() string {
 	if c.Padding != [2]int{} {
 		s += ", padding=" + pyPair(c.Padding)
 	}
+	if c.Dilation != [2]int{1, 1} {
+		s += ", dilation=" + pyPair(c.Dilation)
+	}
+	if c.Groups != 1 {
+		s += fmt.Sprintf(", groups=%d", c.Groups)
+	}
 	if c.Bias == nil {
 		s += ", bias=False"
 	}
@@ -58,7 +70,8 @@ func (c *Conv2dLayer) String() string {
 }
 
 // Forward convolves x of shape [N, In, H, W] (or unbatched [In, H, W]) into
-// [N, Out, H', W'] with H' = (H + 2·pad − kernel)/stride + 1. It panics,
+// [N, Out, H', W'] with H' = (H + 2·pad − dilation·(kernel−1) − 1)/stride
+// + 1. It panics,
 // naming the layer and the input shape, if x has the wrong rank or channel
 // count or is smaller than the kernel.
 func (c *Conv2dLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
@@ -71,7 +84,12 @@ func (c *Conv2dLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 		panic(fmt.Sprintf("nn: %s: input %v is not [N, C, H, W]", c.label(), shape))
 	}
 	c.check(shape)
-	return tensor.Conv2d(x, c.Weight, c.Bias, c.Stride, c.Padding)
+	return tensor.Conv2dWith(x, c.Weight, c.Bias, c.options())
+}
+
+// options are the layer's geometry for tensor.Conv2dWith.
+func (c *Conv2dLayer) options() tensor.ConvOptions {
+	return tensor.ConvOptions{Stride: c.Stride, Padding: c.Padding, Dilation: c.Dilation, Groups: c.Groups}
 }
 
 // check panics, naming the layer, if a 4-d input shape does not fit it.
@@ -80,11 +98,20 @@ func (c *Conv2dLayer) check(shape []int) {
 		panic(fmt.Sprintf("nn: %s: input %v does not match in_channels %d", c.label(), shape, c.In))
 	}
 	checkWindow(c.label, shape, c.Kernel, c.Padding)
+	if c.Dilation == [2]int{1, 1} {
+		return
+	}
+	// The dilated kernel's extent must fit.
+	eh, ew := c.Dilation[0]*(c.Kernel-1)+1, c.Dilation[1]*(c.Kernel-1)+1
+	if h, w := shape[2]+2*c.Padding[0], shape[3]+2*c.Padding[1]; h < eh || w < ew {
+		panic(fmt.Sprintf("nn: %s: input %v (padded %dx%d) is smaller than the dilated kernel %dx%d", c.label(), shape, h, w, eh, ew))
+	}
 }
 
 // outSize returns the output height and width for a 4-d input shape.
 func (c *Conv2dLayer) outSize(shape []int) (oh, ow int) {
-	return (shape[2]+2*c.Padding[0]-c.Kernel)/c.Stride[0] + 1, (shape[3]+2*c.Padding[1]-c.Kernel)/c.Stride[1] + 1
+	k := c.Kernel
+	return (shape[2]+2*c.Padding[0]-c.Dilation[0]*(k-1)-1)/c.Stride[0] + 1, (shape[3]+2*c.Padding[1]-c.Dilation[1]*(k-1)-1)/c.Stride[1] + 1
 }
 
 // label names the layer in panic messages.

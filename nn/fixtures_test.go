@@ -40,7 +40,9 @@ var fixtureCases = map[string]fixtureCase{
 	"seq_cross_entropy_sum": {build: smallSeq, loss: func(y *tensor.Tensor, t []int) *tensor.Tensor {
 		return CrossEntropyWith(y, t, ReduceSum)
 	}},
-	"seq_nll_mean": {build: func() Module { return Sequential(Linear(6, 4), LogSoftmax(1)) }, loss: NLL},
+	"seq_nll_mean":           {build: func() Module { return Sequential(Linear(6, 4), LogSoftmax(1)) }, loss: NLL},
+	"conv_dilation2_groups2": {build: func() Module { return Conv2d(4, 6, 3, Padding(2), Dilation(2), Groups(2)) }},
+	"conv_depthwise_s2":      {build: func() Module { return Conv2d(3, 3, 3, Stride(2), Padding(1), Groups(3), NoBias()) }},
 }
 
 // TestLayersMatchPyTorch loads each fixture's weights with LoadStateDict,

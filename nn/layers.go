@@ -247,9 +247,9 @@ func (s *SequentialLayer) fused(i int, x *tensor.Tensor) (*tensor.Tensor, int) {
 		if p, ok := s.layers[i+2].(*Pool2dLayer); ok && p.Max && p.Kernel == 2 &&
 			p.Stride == [2]int{2, 2} && p.Padding == [2]int{} {
 			if oh, ow := c.outSize(x.Shape()); oh >= 2 && ow >= 2 {
-				return tensor.Conv2d(x, c.Weight, c.Bias, c.Stride, c.Padding, tensor.PostReLU, tensor.PostMaxPool2x2), 3
+				return tensor.Conv2dWith(x, c.Weight, c.Bias, c.options(), tensor.PostReLU, tensor.PostMaxPool2x2), 3
 			}
 		}
 	}
-	return tensor.Conv2d(x, c.Weight, c.Bias, c.Stride, c.Padding, tensor.PostReLU), 2
+	return tensor.Conv2dWith(x, c.Weight, c.Bias, c.options(), tensor.PostReLU), 2
 }

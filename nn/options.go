@@ -7,7 +7,7 @@ import (
 )
 
 // Option configures a layer constructor: Stride and Padding for Conv2d and
-// the pools, NoBias for Linear and Conv2d, Momentum and Eps for BatchNorm.
+// the pools, Dilation and Groups for Conv2d, NoBias for Linear and Conv2d, Momentum and Eps for BatchNorm.
 // Giving a layer an option it does not take panics, since it is a mistake
 // in the program.
 type Option func(*config)
@@ -15,6 +15,8 @@ type Option func(*config)
 // config holds every layer option; each constructor reads its own fields.
 type config struct {
 	stride, padding [2]int
+	dilation        [2]int
+	groups          int
 	strideSet       bool
 	noBias          bool
 	momentum, eps   float64
@@ -47,6 +49,30 @@ func PaddingHW(h, w int) Option {
 		panic(fmt.Sprintf("nn: padding must not be negative, got (%d, %d)", h, w))
 	}
 	return func(c *config) { c.padding = [2]int{h, w}; c.Mark("Padding") }
+}
+
+// Dilation spaces a convolution kernel's taps d pixels apart in both
+// spatial dimensions (PyTorch's dilation; default 1).
+func Dilation(d int) Option {
+	return DilationHW(d, d)
+}
+
+// DilationHW sets different vertical and horizontal dilation.
+func DilationHW(h, w int) Option {
+	if h < 1 || w < 1 {
+		panic(fmt.Sprintf("nn: dilation must be positive, got (%d, %d)", h, w))
+	}
+	return func(c *config) { c.dilation = [2]int{h, w}; c.Mark("Dilation") }
+}
+
+// Groups splits a convolution's channels into g groups that do not see
+// each other (PyTorch's groups; default 1; g = in channels is depthwise).
+// Both channel counts must be multiples of g.
+func Groups(g int) Option {
+	if g < 1 {
+		panic(fmt.Sprintf("nn: groups must be positive, got %d", g))
+	}
+	return func(c *config) { c.groups = g; c.Mark("Groups") }
 }
 
 // NoBias builds a Linear or Conv2d layer without a bias (PyTorch's

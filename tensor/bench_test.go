@@ -91,6 +91,7 @@ func BenchmarkCNNStep(b *testing.B) {
 		h = Dropout(h, 0.5, true, drop)
 		return Linear(h, f2w, f2b)
 	})
+	reportCNNFlops(b)
 }
 
 // BenchmarkCNNStepFused is BenchmarkCNNStep with the fused
@@ -107,6 +108,7 @@ func BenchmarkCNNStepFused(b *testing.B) {
 		h = Dropout(h, 0.5, true, drop)
 		return Linear(h, f2w, f2b)
 	})
+	reportCNNFlops(b)
 }
 
 func BenchmarkMaxPool2x2(b *testing.B) {

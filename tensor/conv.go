@@ -11,10 +11,31 @@ type convGeom struct {
 	n, c, h, w     int // input
 	o, kh, kw      int // weight
 	sh, sw, ph, pw int // stride, padding
+	dh, dw         int // dilation
+	groups         int // channel groups: c/groups inputs feed o/groups outputs each
 	oh, ow         int // output
+	// sgemm runs the products: kernels.SgemmSerial when the images are
+	// already spread over every thread (see withGemm), else kernels.Sgemm.
+	sgemm func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
 }
 
-func (g convGeom) ckk() int    { return g.c * g.kh * g.kw }
+// withGemm returns g with the SGEMM for products inside a parallelFor over
+// the images with minItems each: serial when that loop fills the threads
+// (a second level of goroutines would only contend for the same cores),
+// else split over them. Either gives the same bits.
+func (g convGeom) withGemm(minItems int) convGeom {
+	g.sgemm = kernels.Sgemm
+	if t := kernels.NumThreads(); t > 1 && g.n/max(minItems, 1) >= t { // parallelFor's test
+		g.sgemm = kernels.SgemmSerial
+	}
+	return g
+}
+
+// ckk is the length of a weight row: one group's input channels times the
+// kernel, and the row count of a group's column matrix.
+func (g convGeom) ckk() int    { return g.cg() * g.kh * g.kw }
+func (g convGeom) cg() int     { return g.c / g.groups }
+func (g convGeom) og() int     { return g.o / g.groups }
 func (g convGeom) plane() int  { return g.oh * g.ow }
 func (g convGeom) inSize() int { return g.c * g.h * g.w }
 
@@ -24,15 +45,70 @@ func (g convGeom) direct() bool {
 	return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0
 }
 
-// im2col returns image i's column matrix [ckk, plane], built in buf unless
-// the image can be used as it is.
-func (g convGeom) im2col(x []float32, i int, buf []float32) []float32 {
-	img := x[i*g.inSize() : (i+1)*g.inSize()]
+// blockRows is the number of output rows per block of the column matrix:
+// the products go over blocks of output rows so that a block takes at most
+// half of L2, leaving room for the image, the weights and the output.
+// Whole-image columns that do not fit (648 KiB for the CNN's second conv,
+// against a Zen 3 core's 512 KiB) would go to L3 and back twice per
+// product: built, then read; or written, then folded back. Blocks are of
+// even size; a direct convolution (its columns are the image) or columns
+// that fit are one block.
+func (g convGeom) blockRows() int {
+	if g.direct() {
+		return g.oh
+	}
+	maxRows := max(1, convL2Bytes()/8/max(g.ckk()*g.ow, 1))
+	blocks := (g.oh + maxRows - 1) / maxRows
+	return (g.oh + blocks - 1) / max(blocks, 1)
+}
+
+// convL2Bytes is the L2 size blockRows plans for (a variable for tests).
+var convL2Bytes = kernels.L2CacheBytes
+
+// shape is one channel group's geometry for the im2col kernels.
+func (g convGeom) shape() kernels.ConvShape {
+	return kernels.ConvShape{C: g.cg(), H: g.h, W: g.w, KH: g.kh, KW: g.kw,
+		StrideH: g.sh, StrideW: g.sw, PadH: g.ph, PadW: g.pw, DilH: g.dh, DilW: g.dw}
+}
+
+// group returns image i's planes of channel group grp in x.
+func (g convGeom) group(x []float32, i, grp int) []float32 {
+	gs := g.cg() * g.h * g.w
+	return x[i*g.inSize()+grp*gs : i*g.inSize()+(grp+1)*gs]
+}
+
+// im2col returns the column matrix [ckk, (r1−r0)·ow] of output rows
+// r0..r1−1 of image i's channel group grp, built in buf unless the image
+// can be used as it is (then the block is the whole image).
+func (g convGeom) im2col(x []float32, i, grp, r0, r1 int, buf []float32) []float32 {
+	img := g.group(x, i, grp)
 	if g.direct() {
 		return img
 	}
-	kernels.Im2col(img, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, buf)
-	return buf
+	col := buf[:g.ckk()*(r1-r0)*g.ow]
+	kernels.Im2colRows(img, g.shape(), r0, r1, col)
+	return col
+}
+
+// ConvOptions are Conv2dWith's geometry options, PyTorch's conv2d
+// arguments. A zero Stride or Dilation component, or zero Groups, means 1.
+type ConvOptions struct {
+	Stride, Padding [2]int // (vertical, horizontal)
+	// Dilation spaces the kernel's taps: 2 reads every other pixel.
+	Dilation [2]int
+	// Groups splits the channels: input channels g·C/Groups.. feed output
+	// channels g·O/Groups.. only; the weight is [O, C/Groups, KH, KW].
+	Groups int
+}
+
+// orOne replaces zero components by 1.
+func orOne(v [2]int) [2]int {
+	for i := range v {
+		if v[i] == 0 {
+			v[i] = 1
+		}
+	}
+	return v
 }
 
 // convMinFlops is the per-goroutine work below which Conv2d stays on one
@@ -42,8 +118,9 @@ const convMinFlops = 1 << 20
 // Conv2d is PyTorch's 2-d convolution (cross-correlation): x is [N, C, H, W],
 // w is [O, C, KH, KW], b is [O] or nil; the result is [N, O, OH, OW] with
 // OH = (H + 2·padding[0] − KH)/stride[0] + 1 and likewise OW. Each image is
-// unrolled with im2col and multiplied by the weight matrix [O, C·KH·KW];
-// images are spread over goroutines when the batch is large enough.
+// unrolled with im2col, a block of output rows at a time, and multiplied by
+// the weight matrix [O, C·KH·KW]; images are spread over goroutines when
+// the batch is large enough.
 //
 // post lists operations applied to the output in the same op (see
 // PostOp): none, PostReLU, or PostReLU then PostMaxPool2x2. The result,
@@ -54,7 +131,23 @@ func Conv2d(x, w, b *Tensor, stride, padding [2]int, post ...PostOp) *Tensor {
 	if !ok {
 		panic(fmt.Sprintf("tensor: Conv2d: post-ops %v not supported (want none, [ReLU] or [ReLU MaxPool2x2])", post))
 	}
-	return conv2d(x, w, b, stride, padding, ep)
+	return conv2d(x, w, b, ConvOptions{Stride: stride, Padding: padding, Dilation: [2]int{1, 1}, Groups: 1}, ep)
+}
+
+// Conv2dWith is Conv2d with dilation and groups (see ConvOptions): x is
+// [N, C, H, W], w is [O, C/Groups, KH, KW] and b is [O] or nil; the result
+// is [N, O, OH, OW] with OH = (H + 2·padding − dilation·(KH−1) − 1)/stride
+// + 1 and likewise OW. Each image's channel groups are unrolled with
+// im2col and multiplied by their rows of the weight. Post-ops as for
+// Conv2d.
+func Conv2dWith(x, w, b *Tensor, o ConvOptions, post ...PostOp) *Tensor {
+	ep, ok := epilogueOf(post)
+	if !ok {
+		panic(fmt.Sprintf("tensor: Conv2d: post-ops %v not supported (want none, [ReLU] or [ReLU MaxPool2x2])", post))
+	}
+	o.Stride, o.Dilation = orOne(o.Stride), orOne(o.Dilation)
+	o.Groups = max(o.Groups, 1)
+	return conv2d(x, w, b, o, ep)
 }
 
 // PostOp is an operation Conv2d applies to each image's output while it
@@ -115,8 +208,8 @@ var (
 	convNodeNames = [...]string{"conv2d", "conv2d_relu", "conv2d_relu_max_pool2d"}
 )
 
-func conv2d(x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) *Tensor {
-	g := newConvGeom(convOpNames[ep], x, w, b, stride, padding, ep)
+func conv2d(x, w, b *Tensor, opt ConvOptions, ep convEpilogue) *Tensor {
+	g := newConvGeom(convOpNames[ep], x, w, b, opt, ep)
 	p := g.plane()
 	// Every element is written below (the GEMM with beta 0 does not read
 	// its output): a recycled buffer needs no clearing.
@@ -137,9 +230,14 @@ func conv2d(x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) *Tensor {
 		// buffer back when done (or at once if nothing is recorded).
 		arg = getIdx(len(out.data))
 	}
-	conv2dForward(g, x, w, b, ep, out.data, mask, arg)
+	// Under bf16 autocast the products take rounded operands (see
+	// Autocast); the cast keeps them for backward.
+	cast := newBF16Cast()
+	xd, wd := cast.of(x.data), cast.of(w.data)
+	conv2dForward(g, xd, wd, b, ep, out.data, mask, arg)
 	if !track {
 		putIdx(arg)
+		cast.release()
 		return out
 	}
 	inputs := []*Tensor{x, w}
@@ -148,7 +246,11 @@ func conv2d(x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) *Tensor {
 	}
 	return record(out, convNodeNames[ep], func(grad []float32) {
 		gradOf, bufLen := g.outputGrad(ep, grad, out.data, mask, arg)
-		conv2dBackward(g, x, w, b, gradOf, bufLen)
+		if cast == nil { // the operands as they are now, as without autocast
+			xd, wd = x.data, w.data
+		}
+		conv2dBackward(g, x, w, b, xd, wd, cast, gradOf, bufLen)
+		cast.release()
 		putIdx(arg)
 		putBytes(mask)
 		arg, mask = nil, nil
@@ -157,26 +259,38 @@ func conv2d(x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) *Tensor {
 
 // newConvGeom checks the operands of the op named op and returns its
 // geometry; mistakes panic.
-func newConvGeom(op string, x, w, b *Tensor, stride, padding [2]int, ep convEpilogue) convGeom {
-	if x.Dim() != 4 || w.Dim() != 4 || x.shape[1] != w.shape[1] {
-		panic(fmt.Sprintf("tensor: %s: input %v ([N, C, H, W]) does not match weight %v ([O, C, KH, KW])", op, x.shape, w.shape))
+func newConvGeom(op string, x, w, b *Tensor, opt ConvOptions, ep convEpilogue) convGeom {
+	stride, padding, dil, groups := opt.Stride, opt.Padding, opt.Dilation, opt.Groups
+	if groups < 1 {
+		panic(fmt.Sprintf("tensor: %s: groups %d must be positive", op, groups))
+	}
+	if x.Dim() != 4 || w.Dim() != 4 || x.shape[1] != w.shape[1]*groups {
+		if groups == 1 {
+			panic(fmt.Sprintf("tensor: %s: input %v ([N, C, H, W]) does not match weight %v ([O, C, KH, KW])", op, x.shape, w.shape))
+		}
+		panic(fmt.Sprintf("tensor: %s: input %v ([N, C, H, W]) does not match weight %v ([O, C/groups, KH, KW]) with %d groups", op, x.shape, w.shape, groups))
+	}
+	if w.shape[0]%groups != 0 {
+		panic(fmt.Sprintf("tensor: %s: %d output channels not divisible by %d groups", op, w.shape[0], groups))
 	}
 	if b != nil && (b.Dim() != 1 || b.shape[0] != w.shape[0]) {
 		panic(fmt.Sprintf("tensor: %s: bias %v does not match weight %v", op, b.shape, w.shape))
 	}
-	if stride[0] < 1 || stride[1] < 1 || padding[0] < 0 || padding[1] < 0 {
-		panic(fmt.Sprintf("tensor: %s: invalid stride %v or padding %v", op, stride, padding))
+	if stride[0] < 1 || stride[1] < 1 || padding[0] < 0 || padding[1] < 0 || dil[0] < 1 || dil[1] < 1 {
+		panic(fmt.Sprintf("tensor: %s: invalid stride %v, padding %v or dilation %v", op, stride, padding, dil))
 	}
 	g := convGeom{
 		n: x.shape[0], c: x.shape[1], h: x.shape[2], w: x.shape[3],
 		o: w.shape[0], kh: w.shape[2], kw: w.shape[3],
 		sh: stride[0], sw: stride[1], ph: padding[0], pw: padding[1],
+		dh: dil[0], dw: dil[1], groups: groups,
 	}
-	if g.h+2*g.ph < g.kh || g.w+2*g.pw < g.kw {
-		panic(fmt.Sprintf("tensor: %s: kernel %dx%d larger than padded input %v (padding %v)", op, g.kh, g.kw, x.shape, padding))
+	// The dilated kernel's extent.
+	if ekh, ekw := g.dh*(g.kh-1)+1, g.dw*(g.kw-1)+1; g.h+2*g.ph < ekh || g.w+2*g.pw < ekw {
+		panic(fmt.Sprintf("tensor: %s: kernel %dx%d (dilation %v) larger than padded input %v (padding %v)", op, g.kh, g.kw, dil, x.shape, padding))
 	}
-	g.oh = (g.h+2*g.ph-g.kh)/g.sh + 1
-	g.ow = (g.w+2*g.pw-g.kw)/g.sw + 1
+	g.oh = kernels.ConvOut(g.h, g.kh, g.sh, g.ph, g.dh)
+	g.ow = kernels.ConvOut(g.w, g.kw, g.sw, g.pw, g.dw)
 	if ep == epReLUPool && (g.oh/2 == 0 || g.ow/2 == 0) {
 		panic(fmt.Sprintf("tensor: %s: output %dx%d smaller than the 2x2 pooling window", op, g.oh, g.ow))
 	}
@@ -200,11 +314,12 @@ func (g convGeom) outShape(ep convEpilogue) []int {
 	return []int{g.n, g.o, g.oh, g.ow}
 }
 
-// conv2dForward computes the result into out, image by image: the
-// product with the weights, the bias, then the epilogue. It fills the
-// ReLU's mask if mask is not nil and the pooling's argmax arg.
-func conv2dForward(g convGeom, x, w, b *Tensor, ep convEpilogue, out []float32, mask []byte, arg []int32) {
-	ckk, p := g.ckk(), g.plane()
+// conv2dForward computes the result of input xd and weight wd into out,
+// image by image: the product with the weights, the bias, then the
+// epilogue. It fills the ReLU's mask if mask is not nil and the pooling's
+// argmax arg.
+func conv2dForward(g convGeom, xd, wd []float32, b *Tensor, ep convEpilogue, out []float32, mask []byte, arg []int32) {
+	ckk, p, og := g.ckk(), g.plane(), g.og()
 	outLen, mlen := g.outLen(ep), kernels.ReluMaskLen(g.o*p)
 	var ones []float32
 	if b != nil {
@@ -212,15 +327,18 @@ func conv2dForward(g convGeom, x, w, b *Tensor, ep convEpilogue, out []float32, 
 		defer putBuf(ones)
 	}
 	perImage := 2 * g.o * ckk * p
-	parallelFor(g.n, convMinFlops/max(perImage, 1)+1, func(_, lo, hi int) {
-		// One image's columns at a time, in a buffer that stays in L2 for
-		// the GEMM. Backward builds them again rather than keeping the
-		// whole batch's: the batch's columns (42 MB for the CNN's second
-		// conv) would go to memory and back, which measured slower than a
-		// second im2col from the cached image.
+	minItems := convMinFlops/max(perImage, 1) + 1
+	g = g.withGemm(minItems)
+	parallelFor(g.n, minItems, func(_, lo, hi int) {
+		// One block of an image's columns at a time (see blockRows), in a
+		// buffer that stays in L2 for the GEMM. Backward builds them again
+		// rather than keeping the whole batch's: the batch's columns (42
+		// MB for the CNN's second conv) would go to memory and back, which
+		// measured slower than a second im2col from the cached image.
 		var scratch, ybuf []float32
+		rb := g.blockRows()
 		if !g.direct() {
-			scratch = getBuf(ckk * p)
+			scratch = getBuf(ckk * rb * g.ow)
 		}
 		if ep == epReLUPool {
 			ybuf = getBuf(g.o * p)
@@ -230,7 +348,15 @@ func conv2dForward(g convGeom, x, w, b *Tensor, ep convEpilogue, out []float32, 
 			if ep != epReLUPool {
 				yi = out[i*g.o*p : (i+1)*g.o*p]
 			}
-			kernels.Sgemm(false, false, g.o, p, ckk, 1, w.data, ckk, g.im2col(x.data, i, scratch), p, 0, yi, p)
+			// Splitting the columns into blocks leaves every output's sum,
+			// and so the result, as it was.
+			for grp := range g.groups {
+				for r0 := 0; r0 < g.oh; r0 += rb {
+					r1 := min(r0+rb, g.oh)
+					n := (r1 - r0) * g.ow
+					g.sgemm(false, false, og, n, ckk, 1, wd[grp*og*ckk:], ckk, g.im2col(xd, i, grp, r0, r1, scratch), n, 0, yi[grp*og*p+r0*g.ow:], p)
+				}
+			}
 			if b != nil {
 				// The bias is added after the product, while yi is still
 				// in cache, with the vector Axpy against a row of ones
@@ -291,10 +417,12 @@ func (g convGeom) outputGrad(ep convEpilogue, grad, out []float32, mask []byte, 
 	return func(i int, _ []float32) []float32 { return grad[i*g.o*p : (i+1)*g.o*p] }, 0
 }
 
-// conv2dBackward accumulates Conv2d's input, weight and bias gradients.
-// gradOf returns image i's output gradient, built in a buffer of bufLen
-// elements if bufLen > 0.
-func conv2dBackward(g convGeom, x, w, b *Tensor, gradOf func(i int, buf []float32) []float32, bufLen int) {
+// conv2dBackward accumulates Conv2d's input, weight and bias gradients,
+// the products taking the forward's operands xd and wd. gradOf returns
+// image i's output gradient, built in a buffer of bufLen elements if
+// bufLen > 0; a non-nil cast rounds it for the products (not for the bias
+// gradient, a sum).
+func conv2dBackward(g convGeom, x, w, b *Tensor, xd, wd []float32, cast *bf16Cast, gradOf func(i int, buf []float32) []float32, bufLen int) {
 	ckk, p := g.ckk(), g.plane()
 	needX, needW, needB := x.needsGrad(), w.needsGrad(), b.needsGrad()
 	var gx, gw, gb []float32
@@ -315,22 +443,29 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, gradOf func(i int, buf []float3
 	// transposed. dW[O, ckk] = Σ g_i·col_iᵀ transposes col_i [ckk, p];
 	// dWᵀ[ckk, O] = Σ col_i·g_iᵀ transposes g_i [O, p]: take the smaller
 	// (dWᵀ for the CNN's 32→64 conv, dW for its 1→32 one).
-	transposed := g.o < ckk
+	transposed := g.og() < ckk
 	// Workers sum dW (or dWᵀ) and db privately, except that worker 0 adds
 	// an untransposed dW and db straight into the gradients, and merge at
 	// the end, so no two goroutines write one buffer.
 	workers := min(kernels.NumThreads(), g.n)
 	partialW := make([][]float32, workers)
 	partialB := make([][]float32, workers)
-	used := parallelFor(g.n, convMinFlops/max(perImage, 1)+1, func(worker, lo, hi int) {
+	minItems := convMinFlops/max(perImage, 1) + 1
+	g = g.withGemm(minItems)
+	used := parallelFor(g.n, minItems, func(worker, lo, hi int) {
 		// One buffer holds image i's columns for dW, then its column
 		// gradient for dX: half the L2 footprint of two.
 		var scratch, gbuf []float32
+		rb := g.blockRows()
 		if (needW || needX) && !g.direct() {
-			scratch = getBuf(ckk * p)
+			scratch = getBuf(ckk * rb * g.ow)
 		}
 		if bufLen > 0 {
 			gbuf = getBuf(bufLen)
+		}
+		var rbuf []float32 // the rounded output gradient under autocast
+		if cast != nil {
+			rbuf = getBuf(g.o * p)
 		}
 		dw := gw
 		if needW && (transposed || worker > 0) {
@@ -348,15 +483,33 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, gradOf func(i int, buf []float3
 			if needB {
 				addBiasGrad(db, gi, p)
 			}
-			if needW {
-				g.addWeightGrad(dw, gi, g.im2col(x.data, i, scratch), transposed)
-			}
-			if needX {
-				g.addInputGrad(gx[i*g.inSize():(i+1)*g.inSize()], w.data, gi, scratch, freshX)
+			gi = cast.into(rbuf, gi)
+			for grp := range g.groups {
+				var dxi []float32
+				if needX {
+					dxi = g.group(gx, i, grp)
+					if freshX && !g.direct() {
+						clear(dxi)
+					}
+				}
+				// Per block of output rows: its columns for dW, then the
+				// same buffer takes its column gradient for dX.
+				for r0 := 0; r0 < g.oh; r0 += rb {
+					r1 := min(r0+rb, g.oh)
+					if needW {
+						g.addWeightGrad(dw, gi, g.im2col(xd, i, grp, r0, r1, scratch), grp, r0, r1, transposed)
+					}
+					if needX {
+						g.addInputGrad(dxi, wd, gi, scratch, grp, r0, r1, freshX)
+					}
+				}
 			}
 		}
 		if scratch != nil {
 			putBuf(scratch)
+		}
+		if rbuf != nil {
+			putBuf(rbuf)
 		}
 		if gbuf != nil {
 			putBuf(gbuf)
@@ -373,36 +526,45 @@ func addBiasGrad(db, gi []float32, p int) {
 	}
 }
 
-// addWeightGrad adds one image's weight gradient into dw: gi [O, p] times
-// the image's columns col [ckk, p] transposed, into dW [O, ckk] or, when
-// transposed, dWᵀ [ckk, O].
-func (g convGeom) addWeightGrad(dw, gi, col []float32, transposed bool) {
-	ckk, p := g.ckk(), g.plane()
-	if transposed { // dWᵀ[ckk, O] += col_i[ckk, p] · g_iᵀ
-		kernels.Sgemm(false, true, ckk, g.o, p, 1, col, p, gi, p, 1, dw, g.o)
-	} else { // dW[O, ckk] += g_i[O, p] · col_iᵀ
-		kernels.Sgemm(false, true, g.o, ckk, p, 1, gi, p, col, p, 1, dw, ckk)
+// addWeightGrad adds the weight gradient of output rows r0..r1−1 of one
+// image's channel group grp into dw: the group's rows of gi [O, p], those
+// columns, times the block's columns col [ckk, n] transposed, into dW [O,
+// ckk] or, when transposed, dWᵀ [ckk, O].
+func (g convGeom) addWeightGrad(dw, gi, col []float32, grp, r0, r1 int, transposed bool) {
+	ckk, p, og := g.ckk(), g.plane(), g.og()
+	n, ld := (r1-r0)*g.ow, (r1-r0)*g.ow
+	if g.direct() {
+		ld = p // the image itself
+	}
+	gg := gi[grp*og*p+r0*g.ow:]
+	if transposed { // dWᵀ[ckk, O] += col_i[ckk, n] · g_iᵀ
+		g.sgemm(false, true, ckk, og, n, 1, col, ld, gg, p, 1, dw[grp*og:], g.o)
+	} else { // dW[O, ckk] += g_i[O, n] · col_iᵀ
+		g.sgemm(false, true, og, ckk, n, 1, gg, p, col, ld, 1, dw[grp*og*ckk:], ckk)
 	}
 }
 
-// addInputGrad adds one image's input gradient into dxi, clearing it first
-// if fresh: the column gradient Wᵀ · gi, built in scratch [ckk, p] and
-// folded back into the image unless the convolution is direct.
-func (g convGeom) addInputGrad(dxi, w, gi, scratch []float32, fresh bool) {
-	ckk, p := g.ckk(), g.plane()
+// addInputGrad adds the input gradient of output rows r0..r1−1 of one
+// image's channel group grp into that group's planes dxi: the column
+// gradient Wᵀ · gi over the group's rows and the block's columns, built in
+// scratch [ckk, n] and folded back into the image. A direct convolution's
+// block is the whole image, written straight into dxi (overwriting it if
+// fresh); otherwise the caller has cleared a fresh dxi.
+func (g convGeom) addInputGrad(dxi, w, gi, scratch []float32, grp, r0, r1 int, fresh bool) {
+	ckk, p, og := g.ckk(), g.plane(), g.og()
+	wg, gg := w[grp*og*ckk:(grp+1)*og*ckk], gi[grp*og*p+r0*g.ow:]
 	if g.direct() {
 		beta := float32(1)
 		if fresh {
 			beta = 0
 		}
-		kernels.Sgemm(true, false, ckk, p, g.o, 1, w, ckk, gi, p, beta, dxi, p)
+		g.sgemm(true, false, ckk, p, og, 1, wg, ckk, gg, p, beta, dxi, p)
 		return
 	}
-	if fresh {
-		clear(dxi)
-	}
-	kernels.Sgemm(true, false, ckk, p, g.o, 1, w, ckk, gi, p, 0, scratch, p)
-	kernels.Col2im(scratch, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, dxi)
+	n := (r1 - r0) * g.ow
+	dcol := scratch[:ckk*n]
+	g.sgemm(true, false, ckk, n, og, 1, wg, ckk, gg, p, 0, dcol, n)
+	kernels.Col2imRows(dcol, g.shape(), r0, r1, dxi)
 }
 
 // mergePartials adds the private weight and bias gradients of the first

@@ -12,6 +12,8 @@ type fixture struct {
 	Params struct {
 		Stride    [2]int  `json:"stride"`
 		Padding   [2]int  `json:"padding"`
+		Dilation  [2]int  `json:"dilation"`
+		Groups    int     `json:"groups"`
 		Kernel    [2]int  `json:"kernel"`
 		Training  bool    `json:"training"`
 		Momentum  float32 `json:"momentum"`
@@ -71,6 +73,9 @@ func TestAgainstPyTorch(t *testing.T) {
 		{"conv2d_s2_p1", func(_ *testing.T, f *fixture, in map[string]*Tensor) *Tensor {
 			return Conv2d(in["x"], in["w"], in["b"], f.Params.Stride, f.Params.Padding)
 		}},
+		{"conv2d_dilation2_p2", convWith},
+		{"conv2d_groups2_s2_d3x2", convWith},
+		{"conv2d_depthwise_p1", convWith},
 		{"max_pool2d_k3_s2_p1", pool(MaxPool2d)},
 		{"max_pool2d_k2", pool(MaxPool2d)},
 		{"avg_pool2d_k3_s2_p1", pool(AvgPool2d)},
@@ -135,4 +140,11 @@ func batchNorm(t *testing.T, f *fixture, in map[string]*Tensor) *Tensor {
 	closeTo(t, "running mean", rm, *f.RunningMeanAfter, 1e-5)
 	closeTo(t, "running var", rv, *f.RunningVarAfter, 1e-5)
 	return out
+}
+
+// convWith runs a Conv2dWith case with the fixture's dilation and groups.
+func convWith(_ *testing.T, f *fixture, in map[string]*Tensor) *Tensor {
+	return Conv2dWith(in["x"], in["w"], in["b"], ConvOptions{
+		Stride: f.Params.Stride, Padding: f.Params.Padding, Dilation: f.Params.Dilation, Groups: f.Params.Groups,
+	})
 }

@@ -34,25 +34,37 @@ func Linear(x, w, b *Tensor) *Tensor {
 		}
 		beta = 1
 	}
-	kernels.Sgemm(false, true, rows, outF, in, 1, x.data, in, w.data, in, beta, out.data, outF)
+	// Under bf16 autocast the GEMMs take rounded operands (see Autocast).
+	cast := newBF16Cast()
+	xd, wd := cast.of(x.data), cast.of(w.data)
+	kernels.Sgemm(false, true, rows, outF, in, 1, xd, in, wd, in, beta, out.data, outF)
 	var inputs = []*Tensor{x, w}
 	if b != nil {
 		inputs = append(inputs, b)
 	}
-	return record(out, "linear", func(g []float32) {
+	y := record(out, "linear", func(g []float32) {
+		defer cast.release()
+		if cast == nil { // the operands as they are now, as without autocast
+			xd, wd = x.data, w.data
+		}
+		if b.needsGrad() {
+			kernels.SumRows(b.accGrad(), g, rows)
+		}
+		g = cast.of(g)
 		if x.needsGrad() {
 			gx, fresh := x.gradDst()
 			beta := float32(1)
 			if fresh { // beta 0 overwrites gx without reading it
 				beta = 0
 			}
-			kernels.Sgemm(false, false, rows, in, outF, 1, g, outF, w.data, in, beta, gx, in)
+			kernels.Sgemm(false, false, rows, in, outF, 1, g, outF, wd, in, beta, gx, in)
 		}
 		if w.needsGrad() {
-			kernels.Sgemm(true, false, outF, in, rows, 1, g, outF, x.data, in, 1, w.accGrad(), in)
-		}
-		if b.needsGrad() {
-			kernels.SumRows(b.accGrad(), g, rows)
+			kernels.Sgemm(true, false, outF, in, rows, 1, g, outF, xd, in, 1, w.accGrad(), in)
 		}
 	}, inputs...)
+	if y.node == nil { // no backward will release them
+		cast.release()
+	}
+	return y
 }

@@ -66,23 +66,34 @@ func MatMul(a, b *Tensor, transA, transB bool) *Tensor {
 		panic(fmt.Sprintf("tensor: MatMul shape mismatch %v (trans=%v) · %v (trans=%v)", a.shape, transA, b.shape, transB))
 	}
 	out := Zeros(m, n)
-	kernels.Sgemm(transA, transB, m, n, k, 1, a.data, a.shape[1], b.data, b.shape[1], 0, out.data, n)
-	return record(out, "matmul", func(g []float32) {
+	cast := newBF16Cast() // rounded operands under bf16 autocast
+	ad, bd := cast.of(a.data), cast.of(b.data)
+	kernels.Sgemm(transA, transB, m, n, k, 1, ad, a.shape[1], bd, b.shape[1], 0, out.data, n)
+	y := record(out, "matmul", func(g []float32) {
+		defer cast.release()
+		if cast == nil {
+			ad, bd = a.data, b.data
+		}
+		g = cast.of(g)
 		if a.needsGrad() {
 			ga := a.accGrad()
 			if !transA { // dA[m,k] += g[m,n]·op(B)ᵀ
-				kernels.Sgemm(false, !transB, m, k, n, 1, g, n, b.data, b.shape[1], 1, ga, k)
+				kernels.Sgemm(false, !transB, m, k, n, 1, g, n, bd, b.shape[1], 1, ga, k)
 			} else { // A is [k,m]: dA += op(B)·gᵀ
-				kernels.Sgemm(transB, true, k, m, n, 1, b.data, b.shape[1], g, n, 1, ga, m)
+				kernels.Sgemm(transB, true, k, m, n, 1, bd, b.shape[1], g, n, 1, ga, m)
 			}
 		}
 		if b.needsGrad() {
 			gb := b.accGrad()
 			if !transB { // dB[k,n] += op(A)ᵀ·g
-				kernels.Sgemm(!transA, false, k, n, m, 1, a.data, a.shape[1], g, n, 1, gb, n)
+				kernels.Sgemm(!transA, false, k, n, m, 1, ad, a.shape[1], g, n, 1, gb, n)
 			} else { // B is [n,k]: dB += gᵀ·op(A)
-				kernels.Sgemm(true, transA, n, k, m, 1, g, n, a.data, a.shape[1], 1, gb, k)
+				kernels.Sgemm(true, transA, n, k, m, 1, g, n, ad, a.shape[1], 1, gb, k)
 			}
 		}
 	}, a, b)
+	if y.node == nil { // no backward will release them
+		cast.release()
+	}
+	return y
 }

@@ -32,8 +32,29 @@ var gemmCases = []gemmCase{
 	{32, 676, 9, false, false},       // CNN conv1 forward
 }
 
+// cnnStepGemms are the GEMMs of one training step of the MNIST Net at
+// batch 64 as tensor runs them (per image for the convolutions: count 64),
+// for the GEMM-rate bound of the step.
+var cnnStepGemms = []struct {
+	gemmCase
+	count int
+}{
+	{gemmCase{32, 676, 9, false, false}, 64},   // conv1 forward W·col
+	{gemmCase{32, 9, 676, false, true}, 64},    // conv1 dW = g·colᵀ
+	{gemmCase{64, 576, 288, false, false}, 64}, // conv2 forward
+	{gemmCase{288, 64, 576, false, true}, 64},  // conv2 dWᵀ = col·gᵀ
+	{gemmCase{288, 576, 64, true, false}, 64},  // conv2 dcol = Wᵀ·g
+	{gemmCase{64, 128, 9216, false, true}, 1},  // fc1 forward
+	{gemmCase{64, 9216, 128, false, false}, 1}, // fc1 dX
+	{gemmCase{128, 9216, 64, true, false}, 1},  // fc1 dW
+	{gemmCase{64, 10, 128, false, true}, 1},    // fc2 forward
+	{gemmCase{64, 128, 10, false, false}, 1},   // fc2 dX
+	{gemmCase{10, 128, 64, true, false}, 1},    // fc2 dW
+}
+
 func init() {
 	var threads int
+	var precision string
 	var minTime time.Duration
 	cmd := &cobra.Command{
 		Use:   "gemm",
@@ -41,7 +62,17 @@ func init() {
 		Long: `Measure kernels.Sgemm at 512³, 1024³ and the GEMM shapes of the MNIST MLP
 and CNN, printing one line per case. Each case runs for --min-time split into
 repeated batches; the best batch is reported, which is the robust figure on a
-shared, noisy machine.`,
+shared, noisy machine.
+
+The last line is the GEMM-rate bound of a CNN training step (the MNIST Net,
+batch 64): its GEMM work, and the samples/s it would train at if every one of
+its GEMMs ran at the rate measured for that shape and nothing else took time:
+
+  step=cnn gflop_per_step= gemm_seconds_per_step= bound_samples_per_s=
+
+--precision bf16 multiplies bf16 operands on a bf16 kernel (refused where
+there is none); bf16-emulated rounds both operands to bf16 before each float32
+SGEMM, so it measures the cost of emulation, not a bf16 kernel.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("threads") {
@@ -52,6 +83,9 @@ shared, noisy machine.`,
 			if minTime <= 0 {
 				return badFlag("min-time", minTime, "must be a positive duration like 300ms")
 			}
+			if err := checkPrecision(precision); err != nil {
+				return err
+			}
 			prev := kernels.SetNumThreads(threads)
 			defer kernels.SetNumThreads(prev)
 			ctx := cmd.Context()
@@ -60,9 +94,19 @@ shared, noisy machine.`,
 				if err := ctx.Err(); err != nil {
 					return fmt.Errorf("bench gemm: %w", err)
 				}
-				gf := benchGemmCase(c, minTime)
-				fmt.Fprintf(out, "m=%d n=%d k=%d trans=%s gflops=%.1f\n", c.m, c.n, c.k, transName(c.transA, c.transB), gf)
+				gf := benchGemmCase(c, minTime, precision != "fp32")
+				fmt.Fprintf(out, "m=%d n=%d k=%d trans=%s precision=%s gflops=%.1f\n", c.m, c.n, c.k, transName(c.transA, c.transB), precision, gf)
 			}
+			var flops, secs float64
+			for _, c := range cnnStepGemms {
+				if err := ctx.Err(); err != nil {
+					return fmt.Errorf("bench gemm: %w", err)
+				}
+				f := float64(c.count) * c.flops()
+				flops += f
+				secs += f / (benchGemmCase(c.gemmCase, minTime, precision != "fp32") * 1e9)
+			}
+			fmt.Fprintf(out, "step=cnn precision=%s gflop_per_step=%.3f gemm_seconds_per_step=%.5f bound_samples_per_s=%.0f\n", precision, flops/1e9, secs, 64/secs)
 			return nil
 		},
 	}
@@ -70,11 +114,17 @@ shared, noisy machine.`,
 	// environment value, which must wait for main's log handler.
 	cmd.Flags().IntVar(&threads, "threads", 0, "goroutines per SGEMM call (default: "+kernels.EnvNumThreads+" or GOMAXPROCS)")
 	cmd.Flags().DurationVar(&minTime, "min-time", 300*time.Millisecond, "time spent on each case")
+	cmd.Flags().StringVar(&precision, "precision", "fp32", "operands in fp32, bf16 (needs a bf16 kernel) or bf16-emulated (rounded, then fp32 SGEMM)")
 	benchCmd.AddCommand(cmd)
 }
 
-// benchGemmCase returns the best GFLOP/s over batches of about 5 ms.
-func benchGemmCase(c gemmCase, minTime time.Duration) float64 {
+// flops is the case's multiply-add work, 2·m·n·k.
+func (c gemmCase) flops() float64 { return 2 * float64(c.m) * float64(c.n) * float64(c.k) }
+
+// benchGemmCase returns the best GFLOP/s over batches of about 5 ms. With
+// round, each product first rounds both operands to bf16, as the
+// emulated bf16 autocast does.
+func benchGemmCase(c gemmCase, minTime time.Duration, round bool) float64 {
 	r := rand.New(rand.NewPCG(1, 2))
 	fill := func(n int) []float32 {
 		x := make([]float32, n)
@@ -91,11 +141,19 @@ func benchGemmCase(c gemmCase, minTime time.Duration) float64 {
 	if c.transB {
 		ldb = c.k
 	}
+	ra, rb := a, b
+	if round {
+		ra, rb = make([]float32, len(a)), make([]float32, len(b))
+	}
 	run := func() {
-		kernels.Sgemm(c.transA, c.transB, c.m, c.n, c.k, 1, a, lda, b, ldb, 0, out, c.n)
+		if round {
+			kernels.RoundBF16(ra, a)
+			kernels.RoundBF16(rb, b)
+		}
+		kernels.Sgemm(c.transA, c.transB, c.m, c.n, c.k, 1, ra, lda, rb, ldb, 0, out, c.n)
 	}
 	run() // warm caches and packing buffers
-	flops := 2 * float64(c.m) * float64(c.n) * float64(c.k)
+	flops := c.flops()
 	perBatch := max(1, int(5e-3*100e9/flops)) // ~5 ms at 100 GFLOP/s
 	best := 0.0
 	for start := time.Now(); time.Since(start) < minTime; {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/tensor"
 )
 
 // TestBadFlags: every refused flag value, argument and command exits 2
@@ -43,6 +45,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"bench", "allreduce", "--algo", "bogus"}, "--algo"},
 		{[]string{"bench", "gemm", "--threads", "0"}, "--threads"},
 		{[]string{"bench", "gemm", "--min-time", "0s"}, "--min-time"},
+		{[]string{"bench", "gemm", "--precision", "fp16"}, "--precision"},
 		{[]string{"bench", "train", "--nproc", "1"}, "--nproc"},
 		{[]string{"bench", "train", "--rounds", "0"}, "--rounds"},
 		{[]string{"bench", "train", "--", "--nproc-per-node", "3"}, "--nproc-per-node"},
@@ -95,6 +98,8 @@ func TestBadFlags(t *testing.T) {
 		{train("--max-steps", "0"), "--max-steps"},
 		{train("--lr-scaling", "sqrt"), "--lr-scaling"},
 		{train("--comm-hook", "gzip"), "--comm-hook"},
+		{train("--precision", "fp16"), "--precision"},
+		{train("--precision", "BF16"), "--precision"},
 		{train("--progress=maybe"), "--progress"},
 		{train("--no-such-flag"), "--no-such-flag"},
 		{train("--epochs"), "--epochs"},
@@ -105,6 +110,13 @@ func TestBadFlags(t *testing.T) {
 		{train("--nproc-per-node", "2", "--local-ranks-filter", "2"), "--local-ranks-filter"},
 		{run("--standalone=maybe"), "--standalone"},
 		{[]string{"store", "--addr", ":99999"}, "--addr"},
+	}
+	if !tensor.BF16Native() {
+		// Refused, naming the CPU feature bf16 needs, not silently emulated.
+		cases = append(cases, struct {
+			args []string
+			want string
+		}{train("--precision", "bf16"), "AVX512_BF16"})
 	}
 	// The same refusals with two workers: still one line, from the
 	// launching process.

@@ -14,10 +14,12 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/gotrain/gotrain/internal/kernels"
 	"github.com/gotrain/gotrain/internal/logging"
 	"github.com/gotrain/gotrain/jobs/mnistjob"
 	"github.com/gotrain/gotrain/launch"
 	"github.com/gotrain/gotrain/progress"
+	"github.com/gotrain/gotrain/tensor"
 )
 
 // trainWorkerEnv marks a process started by `gotrain train` as one of its
@@ -144,6 +146,7 @@ func (fl *trainMNISTFlags) register(f *pflag.FlagSet) {
 	f.BoolVar(&cfg.Progress, "progress", true, "show a progress bar per epoch (plain lines when stderr is not a terminal)")
 	f.StringVar(&cfg.LRScaling, "lr-scaling", "", "adapt --lr to the global batch of N ranks: linear (×N) or none; default linear for sgd, none for adadelta, adam and adamw")
 	f.StringVar(&cfg.CommHook, "comm-hook", "allreduce", "how DDP reduces gradients: allreduce (float32), fp16 or bf16 (compressed)")
+	f.StringVar(&cfg.Precision, "precision", "fp32", "matmuls and convolutions in fp32, bf16 (mixed precision on a bf16 GEMM kernel: needs AVX512_BF16 or AMX_BF16) or bf16-emulated (the same numerics in software, slower than fp32)")
 	addLogEvery(f, &fl.logEvery)
 }
 
@@ -269,6 +272,9 @@ func (fl *trainMNISTFlags) checkTraining(f *pflag.FlagSet) error {
 	if err := checkOneOf("comm-hook", cfg.CommHook, "allreduce", "fp16", "bf16"); err != nil {
 		return err
 	}
+	if err := checkPrecision(cfg.Precision); err != nil {
+		return err
+	}
 	if f.Changed("max-steps") {
 		if err := checkAtLeast("max-steps", cfg.MaxSteps, 1); err != nil {
 			return badFlag("max-steps", cfg.MaxSteps, "must be at least 1 (leave it out for no limit)")
@@ -316,4 +322,24 @@ func checkTrainMNISTArgs(args []string) error {
 	}
 	_, err := fl.check(f)
 	return err
+}
+
+// checkPrecision refuses a --precision value the job cannot run here:
+// bf16 needs a native bf16 kernel (it is refused, not silently emulated,
+// since emulation is slower than fp32; bf16-emulated asks for it).
+func checkPrecision(p string) error {
+	if err := checkOneOf("precision", p, "fp32", "bf16", "bf16-emulated"); err != nil {
+		return err
+	}
+	if p != "bf16" {
+		return nil
+	}
+	if err := tensor.CheckPrecision(tensor.BF16); err != nil {
+		why := "this CPU lacks AVX512_BF16 and AMX_BF16, which bf16 needs (--precision bf16-emulated runs the same numerics in software, slower than fp32)"
+		if f := kernels.BF16Features(); len(f) > 0 {
+			why = "this CPU has " + strings.Join(f, " and ") + " but this gotrain has no bf16 kernel for it (--precision bf16-emulated runs the same numerics in software, slower than fp32)"
+		}
+		return badFlag("precision", p, why)
+	}
+	return nil
 }

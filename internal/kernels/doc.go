@@ -17,6 +17,14 @@
 // NumThreads goroutines (GOTRAIN_NUM_THREADS, else GOMAXPROCS); small ones
 // stay on the caller's goroutine.
 //
+// Im2colRows and Col2imRows unroll (and fold back) a block of a
+// convolution's output rows, with stride, padding and dilation, so that a
+// convolution sizes its column blocks to L2 (L2CacheBytes). RoundBF16
+// rounds float32 values to bfloat16 (ties to even): a float32 SGEMM over
+// rounded operands gives a bf16 kernel's products exactly, its sums up to
+// order. There is no bf16 GEMM kernel yet (NativeBF16 is false;
+// BF16Features names the CPU's AVX512_BF16 and AMX_BF16).
+//
 // Each kernel's doc comment says what it computes (for the optimizer
 // loops, it is the reference loop itself). The portable implementations
 // (in *_generic.go, or beside the exported function) are also the

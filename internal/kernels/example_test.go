@@ -39,3 +39,29 @@ func ExampleSetNumThreads() {
 	fmt.Println(kernels.NumThreads())
 	// Output: 1
 }
+
+// Rounding to bfloat16 keeps 8 significant bits, ties to even: what a bf16
+// GEMM multiplies.
+func ExampleRoundBF16() {
+	x := []float32{1, 3.14159265, 1.00390625, 1.01171875}
+	kernels.RoundBF16(x, x)
+	fmt.Println(x)
+	// Output:
+	// [1 3.140625 1 1.015625]
+}
+
+// Im2colRows builds the columns of some output rows only: here rows 1..2
+// of a 1-channel 3×3 image under a 2×2 kernel (output 2×2).
+func ExampleIm2colRows() {
+	img := []float32{
+		1, 2, 3,
+		4, 5, 6,
+		7, 8, 9,
+	}
+	s := kernels.ConvShape{C: 1, H: 3, W: 3, KH: 2, KW: 2, StrideH: 1, StrideW: 1, DilH: 1, DilW: 1}
+	col := make([]float32, 4*2) // 4 taps × the 2 outputs of row 1
+	kernels.Im2colRows(img, s, 1, 2, col)
+	fmt.Println(s.OH(), s.OW(), col)
+	// Output:
+	// 2 2 [4 5 5 6 7 8 8 9]
+}

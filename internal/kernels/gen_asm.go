@@ -309,9 +309,13 @@ func vecOps(w *asm) {
 	sumKernel(w, true)
 	sumKernel(w, false)
 	col2imRowsKernel(w)
+	col2imRowsKernelAVX2(w)
 	rowsKernel(w, "copyRowsAVX512", false)
 	rowsKernel(w, "addRowsAVX512", true)
+	rowsKernelAVX2(w, "copyRowsAVX2", false)
+	rowsKernelAVX2(w, "addRowsAVX2", true)
 	maxPool2x2Kernel(w)
+	maxPool2x2KernelAVX2(w)
 	maxPool2x2BackwardKernel(w, true)
 	maxPool2x2BackwardKernel(w, false)
 	reluMaskKernels(w)
@@ -366,6 +370,61 @@ func rowsKernel(w *asm, name string, add bool) {
 		w.f("\tVADDPS Z1, Z0, Z0")
 	}
 	w.f("\tVMOVUPS Z0, K1, (R11)")
+	w.f("%s_next:", name)
+	w.f("\tADDQ R13, SI")
+	w.f("\tADDQ R12, DI")
+	w.f("\tDECQ DX")
+	w.f("\tJNZ %s_row", name)
+	w.f("\tVZEROUPPER")
+	w.f("%s_done:", name)
+	w.f("\tRET")
+}
+
+// rowsKernelAVX2 is rowsKernel for AVX2: 8-float vectors, then the
+// column tail one float at a time (AVX2's masked store is slow on some
+// CPUs, and im2col's rows leave at most 7).
+func rowsKernelAVX2(w *asm, name string, add bool) {
+	w.f("")
+	w.f("// func %s(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+	w.f("\tMOVQ dst+0(FP), DI")
+	w.f("\tMOVQ dstStride+8(FP), R12")
+	w.f("\tSHLQ $2, R12")
+	w.f("\tMOVQ src+16(FP), SI")
+	w.f("\tMOVQ srcStride+24(FP), R13")
+	w.f("\tSHLQ $2, R13")
+	w.f("\tMOVQ rows+32(FP), DX")
+	w.f("\tMOVQ cols+40(FP), BX")
+	w.f("\tTESTQ DX, DX")
+	w.f("\tJZ %s_done", name)
+	w.f("%s_row:", name)
+	w.f("\tMOVQ SI, R10")
+	w.f("\tMOVQ DI, R11")
+	w.f("\tMOVQ BX, R8")
+	w.f("%s_col:", name)
+	w.f("\tCMPQ R8, $8")
+	w.f("\tJL %s_tail", name)
+	w.f("\tVMOVUPS (R10), Y0")
+	if add {
+		w.f("\tVADDPS (R11), Y0, Y0")
+	}
+	w.f("\tVMOVUPS Y0, (R11)")
+	w.f("\tADDQ $32, R10")
+	w.f("\tADDQ $32, R11")
+	w.f("\tSUBQ $8, R8")
+	w.f("\tJMP %s_col", name)
+	w.f("%s_tail:", name)
+	w.f("\tTESTQ R8, R8")
+	w.f("\tJZ %s_next", name)
+	w.f("\tVMOVSS (R10), X0")
+	if add {
+		w.f("\tVADDSS (R11), X0, X0")
+	}
+	w.f("\tVMOVSS X0, (R11)")
+	w.f("\tADDQ $4, R10")
+	w.f("\tADDQ $4, R11")
+	w.f("\tDECQ R8")
+	w.f("\tJMP %s_tail", name)
 	w.f("%s_next:", name)
 	w.f("\tADDQ R13, SI")
 	w.f("\tADDQ R12, DI")
@@ -907,6 +966,66 @@ func col2imRowsKernel(w *asm) {
 	w.f("\tRET")
 }
 
+// col2imRowsKernelAVX2 emits col2imRows8AVX2(dst *float32, dstStride int,
+// src *float32, srcStride, planeStride, padW, kw, rows, chunks int, masks
+// *int32): col2imRowsAVX512 for the first chunks·8 columns of each image
+// row, 8 at a time, with the source masks as vectors of 8 int32 (kw per
+// chunk) for VMASKMOVPS loads. The caller adds the row's last w%8 columns.
+func col2imRowsKernelAVX2(w *asm) {
+	const name = "col2imRows8AVX2"
+	w.f("")
+	w.f("// func %s(dst *float32, dstStride int, src *float32, srcStride, planeStride, padW, kw, rows, chunks int, masks *int32)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-80", name)
+	w.f("\tMOVQ rows+56(FP), DX")
+	w.f("\tTESTQ DX, DX")
+	w.f("\tJZ %s_done", name)
+	w.f("\tMOVQ chunks+64(FP), CX")
+	w.f("\tTESTQ CX, CX")
+	w.f("\tJZ %s_done", name)
+	w.f("\tMOVQ dst+0(FP), DI")
+	w.f("\tMOVQ dstStride+8(FP), R14")
+	w.f("\tSHLQ $2, R14")
+	w.f("\tMOVQ src+16(FP), SI")
+	w.f("\tMOVQ srcStride+24(FP), R15")
+	w.f("\tSHLQ $2, R15")
+	// R13 = step from plane j at shift −j to plane j+1 at shift −(j+1).
+	w.f("\tMOVQ planeStride+32(FP), R13")
+	w.f("\tSHLQ $2, R13")
+	w.f("\tSUBQ $4, R13")
+	w.f("\tMOVQ padW+40(FP), AX")
+	w.f("\tSHLQ $2, AX")
+	w.f("%s_row:", name)
+	w.f("\tMOVQ masks+72(FP), BX")
+	w.f("\tMOVQ chunks+64(FP), CX")
+	w.f("\tXORQ R8, R8")
+	w.f("%s_chunk:", name)
+	w.f("\tVMOVUPS (DI)(R8*1), Y0")
+	w.f("\tLEAQ (SI)(R8*1), R12")
+	w.f("\tADDQ AX, R12")
+	w.f("\tMOVQ kw+48(FP), R9")
+	w.f("%s_plane:", name)
+	// A masked-out lane is neither read (it may lie outside the row or
+	// the slice) nor added: it loads as 0.
+	w.f("\tVMOVDQU (BX), Y2")
+	w.f("\tADDQ $32, BX")
+	w.f("\tVMASKMOVPS (R12), Y2, Y1")
+	w.f("\tVADDPS Y1, Y0, Y0")
+	w.f("\tADDQ R13, R12")
+	w.f("\tDECQ R9")
+	w.f("\tJNZ %s_plane", name)
+	w.f("\tVMOVUPS Y0, (DI)(R8*1)")
+	w.f("\tADDQ $32, R8")
+	w.f("\tDECQ CX")
+	w.f("\tJNZ %s_chunk", name)
+	w.f("\tADDQ R14, DI")
+	w.f("\tADDQ R15, SI")
+	w.f("\tDECQ DX")
+	w.f("\tJNZ %s_row", name)
+	w.f("\tVZEROUPPER")
+	w.f("%s_done:", name)
+	w.f("\tRET")
+}
+
 // dotKernel emits sgemmDot{rows}x{cols}AVX512(k int, a *float32, lda int,
 // b *float32, ldb int, c *float32, ldc int, alpha, beta float32):
 //
@@ -1136,6 +1255,92 @@ func maxPool2x2Kernel(w *asm) {
 	w.f("\tADDQ $16, R10")
 	w.f("\tCMPQ R10, R9")
 	w.f("\tJLT %s_chunk", name)
+	w.f("\tLEAQ (DI)(R8*2), DI")
+	w.f("\tLEAQ (SI)(R9*4), SI")
+	w.f("\tLEAQ (DX)(R9*4), DX")
+	w.f("\tMOVQ w+24(FP), AX")
+	w.f("\tLEAQ (BX)(AX*2), BX")
+	w.f("\tDECQ R13")
+	w.f("\tJNZ %s_row", name)
+	w.f("\tVZEROUPPER")
+	w.f("%s_done:", name)
+	w.f("\tRET")
+}
+
+// maxPool2x2KernelAVX2 emits maxPool2x2AVX2(src *float32, dst *float32,
+// arg *int32, w, oh, ow int), maxPool2x2Generic on one plane whose rows
+// have at least 8 outputs. Eight outputs per step: two rows of 16 inputs
+// split into even and odd columns (VSHUFPS, then VPERMPD to undo its
+// per-lane order), and the first maximum (or first NaN) chosen with
+// blends. A row's last step is moved back to end at ow, computing some
+// outputs twice (the same values) rather than leaving a tail.
+func maxPool2x2KernelAVX2(w *asm) {
+	const name = "maxPool2x2AVX2"
+	w.f("")
+	w.f("// func %s(src *float32, dst *float32, arg *int32, w, oh, ow int)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+	w.f("\tMOVQ oh+32(FP), R13")
+	w.f("\tTESTQ R13, R13")
+	w.f("\tJZ %s_done", name)
+	w.f("\tMOVQ ow+40(FP), R9")
+	w.f("\tCMPQ R9, $8")
+	w.f("\tJLT %s_done", name)
+	w.f("\tLEAQ -8(R9), R14") // the last step's first output
+	w.f("\tMOVQ w+24(FP), R8")
+	// Y13 = 1, Y14 = w, Y15 = w+1: the window offsets of v1, v2, v3.
+	w.f("\tMOVQ $1, AX")
+	w.f("\tVMOVQ AX, X13")
+	w.f("\tVPBROADCASTD X13, Y13")
+	w.f("\tVMOVQ R8, X14")
+	w.f("\tVPBROADCASTD X14, Y14")
+	w.f("\tVPADDD Y13, Y14, Y15")
+	w.f("\tVMOVDQU poolIdx<>+0(SB), Y12") // 0, 2, ..., 14
+	w.f("\tSHLQ $2, R8")
+	w.f("\tXORQ BX, BX")
+	w.f("\tMOVQ src+0(FP), DI")
+	w.f("\tMOVQ dst+8(FP), SI")
+	w.f("\tMOVQ arg+16(FP), DX")
+	w.f("%s_row:", name)
+	w.f("\tXORQ R10, R10")
+	w.f("%s_chunk:", name)
+	w.f("\tLEAQ (DI)(R10*8), R11")
+	w.f("\tVMOVUPS (R11), Y0")
+	w.f("\tVMOVUPS 32(R11), Y1")
+	w.f("\tVMOVUPS (R11)(R8*1), Y2")
+	w.f("\tVMOVUPS 32(R11)(R8*1), Y3")
+	// Y4..Y7 = v0..v3: top-left, top-right, bottom-left, bottom-right.
+	w.f("\tVSHUFPS $0x88, Y1, Y0, Y4")
+	w.f("\tVSHUFPS $0xdd, Y1, Y0, Y5")
+	w.f("\tVSHUFPS $0x88, Y3, Y2, Y6")
+	w.f("\tVSHUFPS $0xdd, Y3, Y2, Y7")
+	for _, r := range []string{"Y4", "Y5", "Y6", "Y7"} {
+		w.f("\tVPERMPD $0xd8, %s, %s", r, r)
+	}
+	// Y8 = the plane indices of the windows' top-left elements.
+	w.f("\tLEAQ (BX)(R10*2), AX")
+	w.f("\tVMOVQ AX, X8")
+	w.f("\tVPBROADCASTD X8, Y8")
+	w.f("\tVPADDD Y12, Y8, Y8")
+	w.f("\tVMOVDQA Y8, Y9")
+	for _, v := range []struct{ reg, off string }{{"Y5", "Y13"}, {"Y6", "Y14"}, {"Y7", "Y15"}} {
+		// Take v where not(v ≤ m) (NLE_UQ: true for a NaN v) and m is
+		// ordered, as the AVX-512 kernel does with mask registers.
+		w.f("\tVCMPPS $0x16, Y4, %s, Y10", v.reg)
+		w.f("\tVCMPPS $7, Y4, Y4, Y11")
+		w.f("\tVANDPS Y11, Y10, Y10")
+		w.f("\tVBLENDVPS Y10, %s, Y4, Y4", v.reg)
+		w.f("\tVPADDD %s, Y8, Y11", v.off)
+		w.f("\tVBLENDVPS Y10, Y11, Y9, Y9")
+	}
+	w.f("\tVMOVUPS Y4, (SI)(R10*4)")
+	w.f("\tVMOVDQU Y9, (DX)(R10*4)")
+	w.f("\tADDQ $8, R10")
+	w.f("\tCMPQ R10, R9")
+	w.f("\tJGE %s_next", name)
+	w.f("\tCMPQ R10, R14")
+	w.f("\tCMOVQGT R14, R10")
+	w.f("\tJMP %s_chunk", name)
+	w.f("%s_next:", name)
 	w.f("\tLEAQ (DI)(R8*2), DI")
 	w.f("\tLEAQ (SI)(R9*4), SI")
 	w.f("\tLEAQ (DX)(R9*4), DX")

@@ -81,8 +81,8 @@ func checkPool(op string, nx, ny, narg, planes, h, w int) {
 // loses.
 func maxPool2x2Generic(src, dst []float32, arg []int32, w, oh, ow int) {
 	for oy := 0; oy < oh; oy++ {
-		r0 := src[2*oy*w : 2*oy*w+w]
-		r1 := src[(2*oy+1)*w : (2*oy+1)*w+w]
+		r0 := src[2*oy*w : 2*oy*w+2*ow]
+		r1 := src[(2*oy+1)*w : (2*oy+1)*w+2*ow]
 		d := dst[oy*ow : (oy+1)*ow]
 		a := arg[oy*ow : (oy+1)*ow]
 		base := int32(2 * oy * w)

@@ -23,6 +23,9 @@ type vecImpl struct {
 	// col2imRows, if set, is Col2im's stride-1 loop over one kernel row
 	// (see col2imRowsAVX512 in gen_asm.go).
 	col2imRows func(dst *float32, dstStride int, src *float32, srcStride, planeStride, padW, kw, rows, chunks int, masks *uint16)
+	// col2imRows8, if set, is col2imRows for the whole 8-column chunks of
+	// each row only, with vector masks (see col2imRows8AVX2 in gen_asm.go).
+	col2imRows8 func(dst *float32, dstStride int, src *float32, srcStride, planeStride, padW, kw, rows, chunks int, masks *int32)
 	// maxPool2x2 and maxPool2x2Backward, if set, are MaxPool2x2's and
 	// MaxPool2x2Backward's loops over one plane (arguments checked).
 	maxPool2x2         func(src, dst *float32, arg *int32, w, oh, ow int)

@@ -6,6 +6,8 @@ package kernels
 // AVX-512 versions handle any n with a masked tail; the AVX2 versions only
 // whole 8-float (4-double) vectors, and their wrappers finish in Go.
 
+import "unsafe"
+
 //go:noescape
 func addF32AVX512(dst, src *float32, n int)
 
@@ -170,6 +172,15 @@ var (
 
 func init() {
 	avx512Vec.copyRows, avx512Vec.addRows = copyRowsAVX512, addRowsAVX512
+	avx2Vec.copyRows, avx2Vec.addRows = copyRowsAVX2, addRowsAVX2
+	avx2Vec.col2imRows8 = col2imRows8AVX2
+	avx2Vec.maxPool2x2 = func(src *float32, dst *float32, arg *int32, w, oh, ow int) {
+		if ow >= 8 {
+			maxPool2x2AVX2(src, dst, arg, w, oh, ow)
+			return
+		}
+		maxPool2x2Generic(unsafe.Slice(src, (2*oh-1)*w+2*ow), unsafe.Slice(dst, oh*ow), unsafe.Slice(arg, oh*ow), w, oh, ow)
+	}
 	avx512Vec.col2imRows = col2imRowsAVX512
 	avx512Vec.maxPool2x2, avx512Vec.maxPool2x2Backward = maxPool2x2AVX512, maxPool2x2BackwardAVX512
 	avx512Vec.maxPool2x2BackwardSet = maxPool2x2BackwardSetAVX512
@@ -257,7 +268,19 @@ func copyRowsAVX512(dst *float32, dstStride int, src *float32, srcStride int, ro
 func addRowsAVX512(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)
 
 //go:noescape
+func col2imRows8AVX2(dst *float32, dstStride int, src *float32, srcStride, planeStride, padW, kw, rows, chunks int, masks *int32)
+
+//go:noescape
+func copyRowsAVX2(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)
+
+//go:noescape
+func addRowsAVX2(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)
+
+//go:noescape
 func maxPool2x2AVX512(src *float32, dst *float32, arg *int32, w, oh, ow int)
+
+//go:noescape
+func maxPool2x2AVX2(src *float32, dst *float32, arg *int32, w, oh, ow int)
 
 //go:noescape
 func maxPool2x2BackwardAVX512(gx *float32, grad *float32, arg *int32, w, oh, ow int)

@@ -1685,6 +1685,54 @@ col2imRowsAVX512_plane:
 col2imRowsAVX512_done:
 	RET
 
+// func col2imRows8AVX2(dst *float32, dstStride int, src *float32, srcStride, planeStride, padW, kw, rows, chunks int, masks *int32)
+TEXT ·col2imRows8AVX2(SB), NOSPLIT, $0-80
+	MOVQ rows+56(FP), DX
+	TESTQ DX, DX
+	JZ col2imRows8AVX2_done
+	MOVQ chunks+64(FP), CX
+	TESTQ CX, CX
+	JZ col2imRows8AVX2_done
+	MOVQ dst+0(FP), DI
+	MOVQ dstStride+8(FP), R14
+	SHLQ $2, R14
+	MOVQ src+16(FP), SI
+	MOVQ srcStride+24(FP), R15
+	SHLQ $2, R15
+	MOVQ planeStride+32(FP), R13
+	SHLQ $2, R13
+	SUBQ $4, R13
+	MOVQ padW+40(FP), AX
+	SHLQ $2, AX
+col2imRows8AVX2_row:
+	MOVQ masks+72(FP), BX
+	MOVQ chunks+64(FP), CX
+	XORQ R8, R8
+col2imRows8AVX2_chunk:
+	VMOVUPS (DI)(R8*1), Y0
+	LEAQ (SI)(R8*1), R12
+	ADDQ AX, R12
+	MOVQ kw+48(FP), R9
+col2imRows8AVX2_plane:
+	VMOVDQU (BX), Y2
+	ADDQ $32, BX
+	VMASKMOVPS (R12), Y2, Y1
+	VADDPS Y1, Y0, Y0
+	ADDQ R13, R12
+	DECQ R9
+	JNZ col2imRows8AVX2_plane
+	VMOVUPS Y0, (DI)(R8*1)
+	ADDQ $32, R8
+	DECQ CX
+	JNZ col2imRows8AVX2_chunk
+	ADDQ R14, DI
+	ADDQ R15, SI
+	DECQ DX
+	JNZ col2imRows8AVX2_row
+	VZEROUPPER
+col2imRows8AVX2_done:
+	RET
+
 // func copyRowsAVX512(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)
 TEXT ·copyRowsAVX512(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), DI
@@ -1776,6 +1824,94 @@ addRowsAVX512_next:
 	JNZ addRowsAVX512_row
 	VZEROUPPER
 addRowsAVX512_done:
+	RET
+
+// func copyRowsAVX2(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)
+TEXT ·copyRowsAVX2(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ dstStride+8(FP), R12
+	SHLQ $2, R12
+	MOVQ src+16(FP), SI
+	MOVQ srcStride+24(FP), R13
+	SHLQ $2, R13
+	MOVQ rows+32(FP), DX
+	MOVQ cols+40(FP), BX
+	TESTQ DX, DX
+	JZ copyRowsAVX2_done
+copyRowsAVX2_row:
+	MOVQ SI, R10
+	MOVQ DI, R11
+	MOVQ BX, R8
+copyRowsAVX2_col:
+	CMPQ R8, $8
+	JL copyRowsAVX2_tail
+	VMOVUPS (R10), Y0
+	VMOVUPS Y0, (R11)
+	ADDQ $32, R10
+	ADDQ $32, R11
+	SUBQ $8, R8
+	JMP copyRowsAVX2_col
+copyRowsAVX2_tail:
+	TESTQ R8, R8
+	JZ copyRowsAVX2_next
+	VMOVSS (R10), X0
+	VMOVSS X0, (R11)
+	ADDQ $4, R10
+	ADDQ $4, R11
+	DECQ R8
+	JMP copyRowsAVX2_tail
+copyRowsAVX2_next:
+	ADDQ R13, SI
+	ADDQ R12, DI
+	DECQ DX
+	JNZ copyRowsAVX2_row
+	VZEROUPPER
+copyRowsAVX2_done:
+	RET
+
+// func addRowsAVX2(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)
+TEXT ·addRowsAVX2(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ dstStride+8(FP), R12
+	SHLQ $2, R12
+	MOVQ src+16(FP), SI
+	MOVQ srcStride+24(FP), R13
+	SHLQ $2, R13
+	MOVQ rows+32(FP), DX
+	MOVQ cols+40(FP), BX
+	TESTQ DX, DX
+	JZ addRowsAVX2_done
+addRowsAVX2_row:
+	MOVQ SI, R10
+	MOVQ DI, R11
+	MOVQ BX, R8
+addRowsAVX2_col:
+	CMPQ R8, $8
+	JL addRowsAVX2_tail
+	VMOVUPS (R10), Y0
+	VADDPS (R11), Y0, Y0
+	VMOVUPS Y0, (R11)
+	ADDQ $32, R10
+	ADDQ $32, R11
+	SUBQ $8, R8
+	JMP addRowsAVX2_col
+addRowsAVX2_tail:
+	TESTQ R8, R8
+	JZ addRowsAVX2_next
+	VMOVSS (R10), X0
+	VADDSS (R11), X0, X0
+	VMOVSS X0, (R11)
+	ADDQ $4, R10
+	ADDQ $4, R11
+	DECQ R8
+	JMP addRowsAVX2_tail
+addRowsAVX2_next:
+	ADDQ R13, SI
+	ADDQ R12, DI
+	DECQ DX
+	JNZ addRowsAVX2_row
+	VZEROUPPER
+addRowsAVX2_done:
 	RET
 
 DATA poolIdx<>+0(SB)/4, $0
@@ -1913,6 +2049,87 @@ maxPool2x2AVX512_chunk:
 	JNZ maxPool2x2AVX512_row
 	VZEROUPPER
 maxPool2x2AVX512_done:
+	RET
+
+// func maxPool2x2AVX2(src *float32, dst *float32, arg *int32, w, oh, ow int)
+TEXT ·maxPool2x2AVX2(SB), NOSPLIT, $0-48
+	MOVQ oh+32(FP), R13
+	TESTQ R13, R13
+	JZ maxPool2x2AVX2_done
+	MOVQ ow+40(FP), R9
+	CMPQ R9, $8
+	JLT maxPool2x2AVX2_done
+	LEAQ -8(R9), R14
+	MOVQ w+24(FP), R8
+	MOVQ $1, AX
+	VMOVQ AX, X13
+	VPBROADCASTD X13, Y13
+	VMOVQ R8, X14
+	VPBROADCASTD X14, Y14
+	VPADDD Y13, Y14, Y15
+	VMOVDQU poolIdx<>+0(SB), Y12
+	SHLQ $2, R8
+	XORQ BX, BX
+	MOVQ src+0(FP), DI
+	MOVQ dst+8(FP), SI
+	MOVQ arg+16(FP), DX
+maxPool2x2AVX2_row:
+	XORQ R10, R10
+maxPool2x2AVX2_chunk:
+	LEAQ (DI)(R10*8), R11
+	VMOVUPS (R11), Y0
+	VMOVUPS 32(R11), Y1
+	VMOVUPS (R11)(R8*1), Y2
+	VMOVUPS 32(R11)(R8*1), Y3
+	VSHUFPS $0x88, Y1, Y0, Y4
+	VSHUFPS $0xdd, Y1, Y0, Y5
+	VSHUFPS $0x88, Y3, Y2, Y6
+	VSHUFPS $0xdd, Y3, Y2, Y7
+	VPERMPD $0xd8, Y4, Y4
+	VPERMPD $0xd8, Y5, Y5
+	VPERMPD $0xd8, Y6, Y6
+	VPERMPD $0xd8, Y7, Y7
+	LEAQ (BX)(R10*2), AX
+	VMOVQ AX, X8
+	VPBROADCASTD X8, Y8
+	VPADDD Y12, Y8, Y8
+	VMOVDQA Y8, Y9
+	VCMPPS $0x16, Y4, Y5, Y10
+	VCMPPS $7, Y4, Y4, Y11
+	VANDPS Y11, Y10, Y10
+	VBLENDVPS Y10, Y5, Y4, Y4
+	VPADDD Y13, Y8, Y11
+	VBLENDVPS Y10, Y11, Y9, Y9
+	VCMPPS $0x16, Y4, Y6, Y10
+	VCMPPS $7, Y4, Y4, Y11
+	VANDPS Y11, Y10, Y10
+	VBLENDVPS Y10, Y6, Y4, Y4
+	VPADDD Y14, Y8, Y11
+	VBLENDVPS Y10, Y11, Y9, Y9
+	VCMPPS $0x16, Y4, Y7, Y10
+	VCMPPS $7, Y4, Y4, Y11
+	VANDPS Y11, Y10, Y10
+	VBLENDVPS Y10, Y7, Y4, Y4
+	VPADDD Y15, Y8, Y11
+	VBLENDVPS Y10, Y11, Y9, Y9
+	VMOVUPS Y4, (SI)(R10*4)
+	VMOVDQU Y9, (DX)(R10*4)
+	ADDQ $8, R10
+	CMPQ R10, R9
+	JGE maxPool2x2AVX2_next
+	CMPQ R10, R14
+	CMOVQGT R14, R10
+	JMP maxPool2x2AVX2_chunk
+maxPool2x2AVX2_next:
+	LEAQ (DI)(R8*2), DI
+	LEAQ (SI)(R9*4), SI
+	LEAQ (DX)(R9*4), DX
+	MOVQ w+24(FP), AX
+	LEAQ (BX)(AX*2), BX
+	DECQ R13
+	JNZ maxPool2x2AVX2_row
+	VZEROUPPER
+maxPool2x2AVX2_done:
 	RET
 
 // func maxPool2x2BackwardAVX512(gx *float32, grad *float32, arg *int32, w, oh, ow int)

@@ -12,6 +12,7 @@ import (
 	"github.com/gotrain/gotrain/ddp"
 	"github.com/gotrain/gotrain/internal/clusterenv"
 	"github.com/gotrain/gotrain/progress"
+	"github.com/gotrain/gotrain/tensor"
 )
 
 // Config is one training run. The zero value of each field means the
@@ -40,6 +41,11 @@ type Config struct {
 	// for SGD and none for the adaptive Adadelta, Adam and AdamW.
 	LRScaling string
 	CommHook  string // DDP gradient reduction: "allreduce" (default), "fp16" or "bf16"
+	// Precision of matmuls and convolutions, training and evaluation:
+	// "fp32" (default), "bf16" (tensor.Autocast with a native bf16
+	// kernel; refused on CPUs without one) or "bf16-emulated" (the same
+	// numerics in software, slower than fp32: for accuracy studies).
+	Precision string
 	Seed      uint64 // initialisation and shuffling
 
 	DataDir   string // IDX files; "" uses the copy shipped in the binary
@@ -162,6 +168,10 @@ func (cfg *Config) validate() error {
 		err = fmt.Errorf("Optimizer %q: want sgd, adadelta, adam or adamw", cfg.Optimizer)
 	case commHooks[cfg.CommHook] == nil:
 		err = fmt.Errorf("CommHook %q: want allreduce, fp16 or bf16", cfg.CommHook)
+	case cfg.Precision != "" && cfg.Precision != "fp32" && cfg.Precision != "bf16" && cfg.Precision != "bf16-emulated":
+		err = fmt.Errorf("Precision %q: want fp32, bf16 or bf16-emulated", cfg.Precision)
+	case cfg.Precision == "bf16" && tensor.CheckPrecision(tensor.BF16) != nil:
+		err = fmt.Errorf("Precision bf16: %w", tensor.CheckPrecision(tensor.BF16))
 	case cfg.LRScaling != "" && cfg.LRScaling != "linear" && cfg.LRScaling != "none":
 		err = fmt.Errorf("LRScaling %q: want linear or none", cfg.LRScaling)
 	case cfg.Epochs < 0:

@@ -82,6 +82,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	j := &job{cfg: cfg, log: cfg.Logger, world: 1}
 	defer j.close()
+	if cfg.Precision == "bf16-emulated" {
+		defer tensor.SetBF16Emulation(tensor.SetBF16Emulation(true))
+		j.log.Info("bf16 emulated: matmul and convolution operands rounded to bf16 in software, multiplied in float32 (bf16 numerics at below-fp32 speed)")
+	}
 	if err := j.joinGroup(ctx); err != nil {
 		return Result{}, err
 	}
@@ -240,13 +244,28 @@ func (j *job) evaluate() float64 {
 	loader := data.NewLoader(j.testSet, 200, data.NewSequentialSampler(j.testSet.Len()))
 	correct := 0
 	tensor.NoGrad(func() {
-		for b := range loader.Batches() {
-			for i, p := range tensor.ArgMax(j.model.Forward(b.X), 1) {
-				if p == b.Y[i] {
-					correct++
+		j.inPrecision(func() {
+			for b := range loader.Batches() {
+				for i, p := range tensor.ArgMax(j.model.Forward(b.X), 1) {
+					if p == b.Y[i] {
+						correct++
+					}
 				}
 			}
-		}
+		})
 	})
 	return float64(correct) / float64(j.testSet.Len())
+}
+
+// inPrecision runs f with the matmuls and convolutions in the job's
+// precision (Config.Precision, checked by validate).
+func (j *job) inPrecision(f func()) {
+	if j.cfg.Precision != "bf16" && j.cfg.Precision != "bf16-emulated" {
+		f()
+		return
+	}
+	if err := tensor.Autocast(tensor.BF16, f); err != nil {
+		// validate and Run made BF16 available; losing it is a bug.
+		panic(fmt.Sprintf("mnistjob: %v", err))
+	}
 }

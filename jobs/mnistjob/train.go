@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gotrain/gotrain/nn"
+	"github.com/gotrain/gotrain/tensor"
 )
 
 // train trains from the resumed epoch on, until cfg.Epochs or MaxSteps, and
@@ -47,7 +48,8 @@ func (j *job) trainEpoch(ctx context.Context, epoch int, m *meter) (stopped bool
 			return false, err
 		}
 		j.opt.ZeroGrad()
-		loss := nn.CrossEntropy(j.forward(batch.X), batch.Y)
+		var loss *tensor.Tensor
+		j.inPrecision(func() { loss = nn.CrossEntropy(j.forward(batch.X), batch.Y) })
 		m.forwarded()
 		// A failed allreduce (a dead peer) surfaces here, never as a hang.
 		if err := loss.Backward(); err != nil {

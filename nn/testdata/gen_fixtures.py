@@ -101,6 +101,9 @@ def main():
                             loss=lambda y, t: F.cross_entropy(y, t, reduction="sum"), target=target))
     cases.append(layer_case("seq_nll_mean", nn.Sequential(nn.Linear(6, 4), nn.LogSoftmax(1)), rnd(5, 6),
                             loss=F.nll_loss, target=target))
+    # Appended last so that the cases above keep their values.
+    cases.append(layer_case("conv_dilation2_groups2", nn.Conv2d(4, 6, 3, padding=2, dilation=2, groups=2), rnd(2, 4, 7, 6)))
+    cases.append(layer_case("conv_depthwise_s2", nn.Conv2d(3, 3, 3, stride=2, padding=1, groups=3, bias=False), rnd(1, 3, 7, 7)))
 
     mlp = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
     cnn = nn.Sequential(nn.Conv2d(1, 32, 3, 1), nn.ReLU(), nn.Conv2d(32, 64, 3, 1), nn.ReLU(), nn.MaxPool2d(2),
@@ -109,7 +112,8 @@ def main():
                           nn.Linear(4 * 14 * 14, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 10))
     state_dicts = {"mlp": keys(mlp), "mnist_net": keys(cnn), "bn_net": keys(bnnet), "custom": keys(Custom())}
 
-    reprs = {"mlp": str(mlp), "mnist_net": str(cnn), "bn_net": str(bnnet)}
+    reprs = {"mlp": str(mlp), "mnist_net": str(cnn), "bn_net": str(bnnet),
+             "conv_dilation_groups": str(nn.Conv2d(4, 6, 3, padding=2, dilation=(2, 1), groups=2, bias=False))}
 
     out = {"torch_version": torch.__version__, "cases": cases, "state_dicts": state_dicts, "reprs": reprs}
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures.json")

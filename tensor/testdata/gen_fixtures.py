@@ -94,6 +94,20 @@ def main():
             lambda x: F.cross_entropy(x, target, reduction=reduction),
             {"reduction": reduction, "target": target.tolist()})
 
+    # Drawn last so that the cases above keep their values.
+    run("conv2d_dilation2_p2",
+        {"x": torch.randn(2, 3, 9, 8), "w": torch.randn(4, 3, 3, 3), "b": torch.randn(4)},
+        lambda x, w, b: F.conv2d(x, w, b, stride=1, padding=2, dilation=2),
+        {"stride": [1, 1], "padding": [2, 2], "dilation": [2, 2], "groups": 1})
+    run("conv2d_groups2_s2_d3x2",
+        {"x": torch.randn(2, 4, 11, 9), "w": torch.randn(6, 2, 3, 2), "b": torch.randn(6)},
+        lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=(1, 0), dilation=(3, 2), groups=2),
+        {"stride": [2, 1], "padding": [1, 0], "dilation": [3, 2], "groups": 2})
+    run("conv2d_depthwise_p1",
+        {"x": torch.randn(2, 3, 6, 7), "w": torch.randn(6, 1, 3, 3), "b": torch.randn(6)},
+        lambda x, w, b: F.conv2d(x, w, b, stride=1, padding=1, groups=3),
+        {"stride": [1, 1], "padding": [1, 1], "dilation": [1, 1], "groups": 3})
+
 
 if __name__ == "__main__":
     main()
