@@ -27,6 +27,9 @@ type Job struct {
 	// Program and Args are the worker command, as launch.Config has them.
 	Program string   `json:"program"`
 	Args    []string `json:"args,omitempty"`
+	// Dir is the launcher's working directory: the workers run there if
+	// the host has it, else where the agent runs (the ssh login's home).
+	Dir string `json:"dir,omitempty"`
 	// Env is added to the agent's environment for the workers (the
 	// launcher forwards its GOTRAIN_* settings this way).
 	Env []string `json:"env,omitempty"`

@@ -274,8 +274,9 @@ func (l *launcher) job(i int) agent.Job {
 	if p, ok := c.ProgramOn[h.Name]; ok {
 		prog = p
 	}
+	dir, _ := os.Getwd()
 	return agent.Job{
-		Host: h.Name, Program: prog, Args: c.Args, Env: c.Env, Token: l.token,
+		Host: h.Name, Dir: dir, Program: prog, Args: c.Args, Env: c.Env, Token: l.token,
 		NodeRank: i, NNodes: len(c.Hosts), NProcPerNode: l.nproc,
 		MasterAddr: c.Hosts[0].Addr(), MasterPort: c.MasterPort,
 		RunID: l.runID, MaxRestarts: c.MaxRestarts,
