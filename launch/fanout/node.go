@@ -83,13 +83,13 @@ func startNode(c sshcmd.Client, index int, host string, argv []string, job agent
 		br := bufio.NewReaderSize(stdout, 64<<10)
 		var rerr error
 		for {
-			line, err := br.ReadBytes('\n')
+			line, err := readLine(br)
 			if len(bytes.TrimSpace(line)) > 0 {
 				var m agent.Message
 				if jerr := json.Unmarshal(line, &m); jerr != nil {
 					// Not the protocol: something printed on the agent's
 					// stdout (a shell's motd, a wrong binary).
-					msgs <- nodeMsg{node: index, Message: agent.Message{Type: agent.Output, Stream: 2, Data: []byte("host " + host + ": " + string(bytes.TrimRight(line, "\n")) + "\n")}}
+					msgs <- nodeMsg{node: index, Message: agent.Message{Type: agent.Output, Stream: 2, Data: []byte("host " + host + ": " + string(line) + "\n")}}
 				} else {
 					msgs <- nodeMsg{node: index, Message: m}
 				}
@@ -98,6 +98,10 @@ func startNode(c sshcmd.Client, index int, host string, argv []string, job agent
 				rerr = err
 				break
 			}
+		}
+		if rerr != io.EOF {
+			// Unread output would hold the agent up: end it.
+			_ = syscall.Kill(-n.pgid, syscall.SIGKILL)
 		}
 		n.werr = cmd.Wait()
 		close(n.done)
@@ -190,4 +194,22 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// readLine reads one line without its newline; a line longer than
+// agent.MaxLine is an error (a bounded allocation, whatever the other
+// end sends).
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		part, err := br.ReadSlice('\n')
+		if len(line)+len(part) > agent.MaxLine {
+			return nil, fmt.Errorf("a line longer than %d bytes", agent.MaxLine)
+		}
+		line = append(line, part...)
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		return bytes.TrimSuffix(line, []byte("\n")), err
+	}
 }
