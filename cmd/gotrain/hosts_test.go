@@ -113,8 +113,15 @@ func TestRunHostsBadFlags(t *testing.T) {
 }
 
 // TestRunHostsLauncherKilled: a SIGKILLed launcher leaves no worker on
-// any host within 5 s.
+// any host within 5 s; SIGINT stops them all before the launcher exits
+// with 130.
 func TestRunHostsLauncherKilled(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) { killLauncher(t, sig) })
+	}
+}
+
+func killLauncher(t *testing.T, sig syscall.Signal) {
 	useFakeSSH(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -141,13 +148,20 @@ func TestRunHostsLauncherKilled(t *testing.T) {
 			}
 		}
 	}
-	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Process.Signal(sig)
 	cmd.Wait()
-	deadline := time.Now().Add(5 * time.Second)
+	if code := cmd.ProcessState.ExitCode(); sig == syscall.SIGINT && code != 130 {
+		t.Errorf("exit %d after SIGINT, want 130:\n%s", code, out.String())
+	}
+	limit := 5 * time.Second
+	if sig == syscall.SIGINT {
+		limit = 100 * time.Millisecond // stopped before the launcher exited
+	}
+	deadline := time.Now().Add(limit)
 	for _, pid := range pids {
 		for syscall.Kill(pid, 0) == nil {
 			if time.Now().After(deadline) {
-				t.Fatalf("worker %d still running 5 s after the launcher was killed", pid)
+				t.Fatalf("worker %d still running %v after the launcher got %v:\n%s", pid, limit, sig, out.String())
 			}
 			time.Sleep(20 * time.Millisecond)
 		}

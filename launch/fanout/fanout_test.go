@@ -97,6 +97,9 @@ func TestMain(m *testing.M) {
 		// its rank.
 		"allreduce": func() int {
 			ctx := context.Background()
+			if os.Getenv("FAIL_ONCE") != "" && os.Getenv("RANK") == "3" && os.Getenv("GOTRAIN_RESTART_COUNT") == "0" {
+				return 9 // before joining: the others wait in the rendezvous until stopped
+			}
 			g, err := distributed.Init(ctx, distributed.Config{InitMethod: "env://", Timeout: 20 * time.Second})
 			if err != nil {
 				fmt.Fprintln(os.Stderr, err)
@@ -229,6 +232,20 @@ func TestRunTwoHostsTwoWorkers(t *testing.T) {
 
 func TestRunAllReduceThroughAgentStore(t *testing.T) {
 	cfg, out, errOut := config(t, "allreduce")
+	code, err := fanout.Run(context.Background(), cfg)
+	if err != nil || code != 0 {
+		t.Fatalf("Run = %d, %v; stderr:\n%s", code, err, errOut)
+	}
+	if n := strings.Count(out.String(), "sum=6\n"); n != 4 {
+		t.Fatalf("%d ranks printed sum=6, want 4:\n%s", n, out)
+	}
+}
+
+// TestRunRestartKeepsTheStore: the restarted ranks meet again in node 0's
+// agent's store, which outlived the first attempt.
+func TestRunRestartKeepsTheStore(t *testing.T) {
+	cfg, out, errOut := config(t, "allreduce", "FAIL_ONCE=1")
+	cfg.MaxRestarts = 1
 	code, err := fanout.Run(context.Background(), cfg)
 	if err != nil || code != 0 {
 		t.Fatalf("Run = %d, %v; stderr:\n%s", code, err, errOut)
