@@ -216,18 +216,22 @@ func runOnHosts(ctx context.Context, f *pflag.FlagSet, o runFlags, h hostFlags, 
 		return err
 	}
 	o.timeout.export()
-	return launchOnHosts(ctx, cfg, h, o.output, every, true)
+	return launchOnHosts(ctx, cfg, h, o.output, every, true, nil)
 }
 
 // launchOnHosts checks every host (pre-flight, and --copy), then runs the
 // job there with the console showing every rank; checkProgram is false
-// when the program is gotrain itself.
-func launchOnHosts(ctx context.Context, cfg fanout.Config, h hostFlags, output outputFlags, every time.Duration, checkProgram bool, env ...string) error {
+// when the program is gotrain itself; sum, if not nil, sees the workers'
+// stdout lines first; env is added to the workers'.
+func launchOnHosts(ctx context.Context, cfg fanout.Config, h hostFlags, output outputFlags, every time.Duration, checkProgram bool, sum *summaryCatcher, env ...string) error {
 	format := output.format()
 	cfg.LogFormat = format
 	cons := console.New(console.Options{Out: os.Stderr, LogEvery: every, Ranks: cfg.NProcPerNode * len(cfg.Hosts)})
 	defer cons.Close()
 	cfg.Stdout = cons.LineWriter(os.Stdout)
+	if sum != nil {
+		sum.w, cfg.Stdout = cfg.Stdout, sum
+	}
 	cfg.Stderr = &syncWriter{w: cons.Writer()}
 	cfg.Events = cons.Event
 	log := logging.New(cfg.Stderr, format)
@@ -366,5 +370,42 @@ func trainMNISTOnHosts(ctx context.Context, f *pflag.FlagSet, fl trainMNISTFlags
 		Redirects: probe.Redirects, Tee: probe.Tee, LocalRanksFilter: probe.LocalRanksFilter,
 	}
 	fl.timeout.export()
-	return launchOnHosts(ctx, cfg, h, fl.output, every, false, trainWorkerEnv+"=1")
+	// Rank 0 prints the summary on its host; it is printed here last and
+	// unprefixed, as with local workers.
+	sum := &summaryCatcher{}
+	err = launchOnHosts(ctx, cfg, h, fl.output, every, false, sum, trainWorkerEnv+"=1")
+	if err == nil && sum.line != "" {
+		fmt.Println(sum.line)
+	}
+	return err
+}
+
+// summaryCatcher passes on the workers' stdout lines but keeps rank 0's
+// summary line (model=... world=...) back, for the end.
+type summaryCatcher struct {
+	w    io.Writer
+	line string
+}
+
+// summaryPrefix starts rank 0's summary line as the launcher prints it.
+const summaryPrefix = "[rank0]: model="
+
+func (s *summaryCatcher) Write(p []byte) (int, error) {
+	rest := string(p)
+	var out strings.Builder
+	for rest != "" {
+		line, tail, _ := strings.Cut(rest, "\n")
+		if strings.HasPrefix(line, summaryPrefix) {
+			s.line = strings.TrimPrefix(line, "[rank0]: ")
+		} else {
+			out.WriteString(line + "\n")
+		}
+		rest = tail
+	}
+	if out.Len() > 0 {
+		if _, err := io.WriteString(s.w, out.String()); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
 }

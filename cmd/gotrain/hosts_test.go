@@ -176,6 +176,10 @@ func TestTrainMNISTHosts(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, all)
 	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "model=mlp world=2 ") {
+		t.Errorf("last line %q, want the summary, unprefixed", last)
+	}
 	kv := summary(t, stdout)
 	if kv["world"] != "2" {
 		t.Errorf("summary %v, want world=2:\n%s", kv, all)
