@@ -185,3 +185,22 @@ func TestTrainMNISTHosts(t *testing.T) {
 		t.Errorf("summary %v, want world=2:\n%s", kv, all)
 	}
 }
+
+// TestRunHostsCopy: with --copy the agents run from the hosts' cache.
+func TestRunHostsCopy(t *testing.T) {
+	useFakeSSH(t)
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	port := strconv.Itoa(testnet.FreePort(t))
+	all, stdout, code := runGotrain(t, 60*time.Second, "run", "--copy", "--hosts", "127.0.0.1,127.0.0.2", "--master-port", port,
+		"sh", "-c", `readlink /proc/$PPID/exe`)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, all)
+	}
+	cache := filepath.Join(home, ".cache", "gotrain", "bin") + "/"
+	for _, r := range []string{"[rank0]: ", "[rank1]: "} {
+		if !strings.Contains(stdout, r+cache) {
+			t.Errorf("%sagent not run from %s:\n%s", r, cache, all)
+		}
+	}
+}
