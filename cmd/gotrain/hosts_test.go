@@ -204,3 +204,17 @@ func TestRunHostsCopy(t *testing.T) {
 		}
 	}
 }
+
+// TestRunHostsPreflightFails: a problem found on the hosts is one line per
+// host, before any worker starts.
+func TestRunHostsPreflightFails(t *testing.T) {
+	useFakeSSH(t)
+	all, _, code := runGotrain(t, 30*time.Second, "run", "--hosts", "127.0.0.1,127.0.0.2", "--master-port", strconv.Itoa(testnet.FreePort(t)),
+		"/nonexistent/prog")
+	want := "gotrain: pre-flight check failed; no worker started\n" +
+		"gotrain: host 127.0.0.1: program /nonexistent/prog not found: copy it there\n" +
+		"gotrain: host 127.0.0.2: program /nonexistent/prog not found: copy it there\n"
+	if code != 1 || all != want {
+		t.Errorf("exit %d, output:\n%s\nwant exit 1 and:\n%s", code, all, want)
+	}
+}

@@ -333,6 +333,7 @@ func (l *launcher) start(ctx context.Context) error {
 			}
 		case m := <-l.msgs:
 			n := l.nodes[m.node]
+			n.seen = time.Now()
 			switch {
 			case m.err != nil:
 				return fmt.Errorf("%w: %w", ErrNodeLost, n.failure(m.err))
