@@ -232,9 +232,6 @@ func (a *agent) serve(ctx context.Context, br *bufio.Reader) error {
 		case r := <-results:
 			cancel(nil)
 			cancel = nil
-			if a.job.LogDir {
-				a.sendLogs(r.restart)
-			}
 			m := Message{Type: Exit, Restart: r.restart, Code: r.code, Failure: r.failure, Interrupted: r.stopped}
 			if r.err != nil && !errors.Is(r.err, launch.ErrInterrupted) {
 				m.Error = r.err.Error()
@@ -299,6 +296,18 @@ func (a *agent) attempt(ctx context.Context, restart int) result {
 			return r
 		}
 		cfg.LogDir = dir
+		ls := &logStreamer{a: a, dir: dir, restart: restart, sent: map[string]int64{}}
+		stop, stopped := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(stopped)
+			ls.run(stop)
+		}()
+		defer func() {
+			close(stop)
+			<-stopped
+			ls.pass()
+			_ = os.RemoveAll(dir)
+		}()
 	}
 	r.code, r.err = launch.Run(ctx, cfg)
 	r.stopped = errors.Is(r.err, launch.ErrInterrupted)
@@ -306,7 +315,7 @@ func (a *agent) attempt(ctx context.Context, restart int) result {
 }
 
 // logDir is the agent's private directory for the workers' log files,
-// emptied after each attempt once its files are sent.
+// removed after each attempt once its files are sent.
 func (a *agent) logDir() (string, error) {
 	dir := filepath.Join(os.TempDir(), "gotrain-agent-"+strconv.Itoa(os.Getpid()))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -315,37 +324,63 @@ func (a *agent) logDir() (string, error) {
 	return dir, nil
 }
 
-// sendLogs sends every file under the log directory, with paths without
-// launch's per-run top directory, and removes them.
-func (a *agent) sendLogs(restart int) {
-	dir, err := a.logDir()
-	if err != nil {
-		a.log.Error("agent: worker logs lost", "err", err)
-		return
+// logInterval is how often the workers' new log lines are sent while
+// they run.
+const logInterval = 500 * time.Millisecond
+
+// logStreamer sends what the workers add to their log files: while they
+// run, and once more when the attempt has ended.
+type logStreamer struct {
+	a       *agent
+	dir     string
+	restart int
+	sent    map[string]int64 // bytes of each file sent so far
+}
+
+// run sends new lines every logInterval until stop is closed.
+func (s *logStreamer) run(stop <-chan struct{}) {
+	tick := time.NewTicker(logInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			s.pass()
+		}
 	}
-	defer os.RemoveAll(dir)
-	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+}
+
+// pass sends what every file under the log directory has beyond what was
+// sent, with paths without launch's per-run top directory.
+func (s *logStreamer) pass() {
+	_ = filepath.WalkDir(s.dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return nil
 		}
-		rel, _ := filepath.Rel(dir, path)
+		rel, _ := filepath.Rel(s.dir, path)
 		// launch's first level is its per-Run directory <run id>_<random>.
 		if i := indexSep(rel); i >= 0 {
 			rel = rel[i+1:]
 		}
 		f, err := os.Open(path)
 		if err != nil {
-			a.log.Error("agent: worker log lost", "file", path, "err", err)
+			s.a.log.Error("agent: worker log lost", "file", path, "err", err)
 			return nil
 		}
 		defer f.Close()
+		off, seen := s.sent[path]
+		if _, err := f.Seek(off, io.SeekStart); err != nil {
+			return nil
+		}
 		buf := make([]byte, fileChunk)
-		sent := false
 		for {
 			n, err := io.ReadFull(f, buf)
-			if n > 0 || !sent {
-				a.w.send(Message{Type: File, Restart: restart, Path: filepath.ToSlash(rel), Data: buf[:n]})
-				sent = true
+			if n > 0 || !seen {
+				// An empty first message creates the file on the launcher.
+				s.a.w.send(Message{Type: File, Restart: s.restart, Path: filepath.ToSlash(rel), Data: buf[:n]})
+				seen = true
+				s.sent[path] += int64(n)
 			}
 			if err != nil {
 				return nil

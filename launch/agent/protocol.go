@@ -54,7 +54,8 @@ type Job struct {
 	// DefaultHeartbeatTimeout).
 	HeartbeatTimeout time.Duration `json:"heartbeat_timeout,omitempty"`
 	// LogDir makes the agent keep the workers' log files (in a private
-	// temporary directory) and send them after each attempt.
+	// temporary directory) and send what they gain while the workers run,
+	// every half second and at the end of the attempt.
 	LogDir bool `json:"log_dir,omitempty"`
 	// Redirects, Tee and LocalRanksFilter are launch.Config's.
 	Redirects        launch.Streams `json:"redirects"`

@@ -78,6 +78,13 @@ func TestMain(m *testing.M) {
 			}
 			return 0
 		},
+		// chatty: a line, then a minute's wait.
+		"chatty": func() int {
+			recordPID()
+			fmt.Println("started", os.Getenv("RANK"))
+			time.Sleep(time.Minute)
+			return 0
+		},
 		// events: each rank sends one progress event.
 		"events": func() int {
 			f := os.NewFile(3, "events")
@@ -455,4 +462,36 @@ func TestRunEvents(t *testing.T) {
 			t.Errorf("rank %d: event %q, want %q", r, got[r], want)
 		}
 	}
+}
+
+// TestRunStreamsLogs: the log files fill on the launching machine while
+// the workers run.
+func TestRunStreamsLogs(t *testing.T) {
+	dir, gone := pidDir(t)
+	cfg, _, errOut := config(t, "chatty", "PID_DIR="+dir)
+	cfg.LogDir = t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	streamed := make(chan bool, 1)
+	go func() {
+		defer cancel()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			logs, _ := filepath.Glob(filepath.Join(cfg.LogDir, "*", "127.0.0.2", "attempt_0", "0", "stdout.log"))
+			if len(logs) == 1 {
+				if b, _ := os.ReadFile(logs[0]); string(b) == "started 2\n" {
+					streamed <- true
+					return
+				}
+			}
+		}
+		streamed <- false
+	}()
+	code, err := fanout.Run(ctx, cfg)
+	if !errors.Is(err, launch.ErrInterrupted) || code != 128+int(syscall.SIGTERM) {
+		t.Fatalf("Run = %d, %v, want it interrupted; stderr:\n%s", code, err, errOut)
+	}
+	if !<-streamed {
+		t.Fatalf("rank 2's stdout.log did not reach the log directory while it ran; stderr:\n%s", errOut)
+	}
+	gone(time.Second)
 }
