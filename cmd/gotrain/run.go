@@ -61,11 +61,14 @@ worker starts.
 
 PROGRAM is any executable; flags after it are its own. For several nodes run
 gotrain run on each with the same --nnodes, --nproc-per-node, --master-addr,
---master-port and GOTRAIN_TOKEN, and its own --node-rank.`,
+--master-port and GOTRAIN_TOKEN, and its own --node-rank; or, from any
+machine, --hosts node0:2,node1:2 (or --hostfile) starts them all over ssh,
+checks every host first, and stops or restarts all of them together.`,
 	Example: `  gotrain run --nproc-per-node 4 ./mytrainer --epochs 5
   gotrain run --standalone --nproc-per-node 2 -- sh -c 'echo $RANK of $WORLD_SIZE'
   GOTRAIN_TOKEN=$(openssl rand -hex 32) gotrain run --nnodes 2 --node-rank 0 \
-      --nproc-per-node 2 --master-addr 10.0.0.1 ./mytrainer`,
+      --nproc-per-node 2 --master-addr 10.0.0.1 ./mytrainer
+  gotrain run --hosts node0:2,node1:2 --copy ./mytrainer`,
 	Args: func(cmd *cobra.Command, args []string) error {
 		if len(args) == 0 {
 			return usagef("run: missing PROGRAM to launch (usage: gotrain run [flags] PROGRAM [ARGS...])")
@@ -170,6 +173,9 @@ func runConfig(f *pflag.FlagSet, o runFlags, args []string) (launch.Config, erro
 }
 
 func runRun(cmd *cobra.Command, args []string) error {
+	if runHostOpts.applies(cmd.Flags()) {
+		return runOnHosts(cmd.Context(), cmd.Flags(), runOpts, runHostOpts, args)
+	}
 	cfg, err := runConfig(cmd.Flags(), runOpts, args)
 	if err != nil {
 		return err

@@ -51,6 +51,7 @@ type trainMNISTFlags struct {
 	launch   launch.Config
 	output   outputFlags
 	timeout  timeoutFlag
+	hosts    hostFlags
 }
 
 // newTrainMNISTCmd is `gotrain train mnist`.
@@ -66,6 +67,12 @@ them with DistributedDataParallel. The last line printed is a summary:
 model= world= epochs= steps= samples_per_s= test_acc= peak_rss_mib=`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if fl.hosts.applies(cmd.Flags()) {
+				if os.Getenv(trainWorkerEnv) == "" {
+					return trainMNISTOnHosts(cmd.Context(), cmd.Flags(), fl)
+				}
+				return trainMNIST(cmd.Context(), fl, 1) // one worker; the launcher checked the flags
+			}
 			n, err := fl.check(cmd.Flags())
 			if err != nil {
 				return err
@@ -148,6 +155,7 @@ func (fl *trainMNISTFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&cfg.CommHook, "comm-hook", "allreduce", "how DDP reduces gradients: allreduce (float32), fp16 or bf16 (compressed)")
 	f.StringVar(&cfg.Precision, "precision", "fp32", "matmuls and convolutions in fp32, bf16 (mixed precision on a bf16 GEMM kernel: needs AVX512_BF16 or AMX_BF16) or bf16-emulated (the same numerics in software, slower than fp32)")
 	addLogEvery(f, &fl.logEvery)
+	fl.hosts.registerTrain(f)
 }
 
 // launchTrainWorkers re-runs this command as cfg.NProcPerNode workers

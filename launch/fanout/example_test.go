@@ -1,0 +1,37 @@
+package fanout_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/gotrain/gotrain/internal/sshcmd"
+	"github.com/gotrain/gotrain/launch/fanout"
+	"github.com/gotrain/gotrain/launch/hosts"
+)
+
+// Two hosts of two workers each, reached with the user's ssh; gotrain and
+// the program are at the same paths on every host.
+func ExampleRun() {
+	hs, err := hosts.Parse("node0:2,node1:2")
+	if err != nil {
+		panic(err)
+	}
+	code, err := fanout.Run(context.Background(), fanout.Config{
+		Hosts:       hs,
+		SSH:         sshcmd.Client{Options: []string{"ConnectTimeout=5"}},
+		Program:     "/opt/train/mytrainer",
+		Args:        []string{"--epochs", "5"},
+		MaxRestarts: 1,
+		Env:         fanout.ForwardEnv(os.Environ()),
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+func ExampleForwardEnv() {
+	fmt.Println(fanout.ForwardEnv([]string{"HOME=/home/me", "GOTRAIN_SOCKET_IFNAME=eth1", "GOTRAIN_TOKEN=t", "GLOO_SOCKET_IFNAME=eth1"}))
+	// Output: [GOTRAIN_SOCKET_IFNAME=eth1 GLOO_SOCKET_IFNAME=eth1]
+}
