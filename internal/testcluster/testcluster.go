@@ -53,6 +53,9 @@ type Options struct {
 	Env []string
 	// ShmSize is the size of each host's own /dev/shm; "" means 256m.
 	ShmSize string
+	// NoSSH builds the hosts without sshd, for tests that start their
+	// processes with Host.Command only; sshd and ssh are then not needed.
+	NoSSH bool
 }
 
 // Cluster is a set of hosts on one bridge.
@@ -110,17 +113,22 @@ func need(t testing.TB, why string) {
 	t.Skipf("testcluster: %s", why)
 }
 
-// Available returns why a cluster cannot be built here, or "".
-func Available() string {
+// Available returns why a cluster (with sshd on its hosts if ssh) cannot
+// be built here, or "".
+func Available(ssh bool) string {
 	if os.Geteuid() != 0 {
 		return "network namespaces need root"
 	}
-	for _, p := range []string{"ip", "tc", "nft", "unshare", "nsenter", "ssh", "ssh-keygen"} {
+	progs := []string{"ip", "tc", "nft", "unshare", "nsenter"}
+	if ssh {
+		progs = append(progs, "ssh", "ssh-keygen")
+	}
+	for _, p := range progs {
 		if _, err := exec.LookPath(p); err != nil {
 			return "no " + p + " command"
 		}
 	}
-	if _, err := os.Stat(sshdPath); err != nil {
+	if _, err := os.Stat(sshdPath); ssh && err != nil {
 		return "no " + sshdPath + " (Debian package openssh-server)"
 	}
 	return ""
@@ -135,7 +143,7 @@ const sshdPath = "/usr/sbin/sshd"
 // GOTRAIN_REQUIRE_ENGINES=1.
 func New(t testing.TB, o Options) *Cluster {
 	t.Helper()
-	if why := Available(); why != "" {
+	if why := Available(!o.NoSSH); why != "" {
 		need(t, why)
 	}
 	if o.Hosts == 0 {
@@ -183,7 +191,9 @@ func New(t testing.TB, o Options) *Cluster {
 		mustRun(t, "ip", "-n", h.NetNS, "link", "set", h.Dev, "up")
 		mustRun(t, "ip", "-n", h.NetNS, "link", "set", "lo", "up")
 	}
-	c.keys(t)
+	if !o.NoSSH {
+		c.keys(t)
+	}
 	var etcHosts strings.Builder
 	etcHosts.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
 	for _, h := range c.Hosts {
@@ -200,13 +210,13 @@ func New(t testing.TB, o Options) *Cluster {
 		if err := os.WriteFile(h.EtcHosts, []byte(etcHosts.String()), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		c.startSSHD(t, i, o)
+		c.startHost(t, i, o)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, h := range c.Hosts {
-		if err := h.waitListening(ctx); err != nil {
-			t.Fatalf("testcluster: %s: sshd does not listen: %v\n%s", h.Name, err, h.sshdLog.String())
+		if err := h.waitReady(ctx, !o.NoSSH); err != nil {
+			t.Fatalf("testcluster: %s: %v\n%s", h.Name, err, h.sshdLog.String())
 		}
 	}
 	return c
@@ -322,14 +332,20 @@ func (c *Cluster) sshdConfig(h *Host, o Options) string {
 	return b.String()
 }
 
-// startSSHD starts host i's sshd in its network namespace and in new
-// mount and UTS namespaces that its sessions inherit.
-func (c *Cluster) startSSHD(t testing.TB, i int, o Options) {
+// startHost starts host i's first process in its network namespace and
+// in new mount and UTS namespaces: sshd, whose sessions inherit them, or
+// with NoSSH a process that only holds them for Command.
+func (c *Cluster) startHost(t testing.TB, i int, o Options) {
 	t.Helper()
 	h := c.Hosts[i]
 	cfg := filepath.Join(c.Dir, "sshd_config_"+h.Name)
 	if err := os.WriteFile(cfg, []byte(c.sshdConfig(h, o)), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	final := fmt.Sprintf("exec %s -D -e -f %s\n", sshdPath, cfg)
+	if o.NoSSH {
+		// sleep sits in the namespaces until teardown kills it.
+		final = "exec sleep 2147483647\n"
 	}
 	// The mounts are private to this namespace: nothing leaks to the
 	// machine, and they vanish with the namespace's last process.
@@ -342,7 +358,7 @@ func (c *Cluster) startSSHD(t testing.TB, i int, o Options) {
 	for _, p := range o.Hide {
 		fmt.Fprintf(&script, "if [ -d %[1]s ]; then mount -t tmpfs -o size=1m tmpfs %[1]s; fi\n", shellQuote([]string{p}))
 	}
-	fmt.Fprintf(&script, "hostname %s\nexec %s -D -e -f %s\n", h.Name, sshdPath, cfg)
+	fmt.Fprintf(&script, "hostname %s\necho %s\n%s", h.Name, readyLine, final)
 	cmd := exec.Command("ip", "netns", "exec", h.NetNS, "unshare", "--mount", "--uts", "--propagation", "private",
 		"sh", "-c", script.String())
 	h.sshdLog = &lockedBuffer{}
@@ -355,13 +371,28 @@ func (c *Cluster) startSSHD(t testing.TB, i int, o Options) {
 	go func() { cmd.Wait(); close(h.exited) }()
 }
 
-// waitListening waits until h's sshd accepts connections.
-func (h *Host) waitListening(ctx context.Context) error {
+// readyLine is what a host's setup prints when its mounts are in place.
+const readyLine = "testcluster: host ready"
+
+// waitReady waits until h's namespaces are set up and, if ssh, its sshd
+// accepts connections.
+func (h *Host) waitReady(ctx context.Context, ssh bool) error {
 	for {
 		select {
 		case <-h.exited:
-			return errors.New("sshd exited")
+			return errors.New("setup or sshd exited")
 		default:
+		}
+		if !ssh {
+			if strings.Contains(h.sshdLog.String(), readyLine) {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("setup: %w", ctx.Err())
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
 		}
 		d := net.Dialer{Timeout: time.Second}
 		conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(h.Addr, "22"))
@@ -371,13 +402,13 @@ func (h *Host) waitListening(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+			return fmt.Errorf("sshd does not listen: %w (last: %v)", ctx.Err(), err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
 
-// SSHDLog is what h's sshd has written: connections, refusals.
+// SSHDLog is what h's setup and sshd have written: connections, refusals.
 func (h *Host) SSHDLog() string { return h.sshdLog.String() }
 
 // Command returns the command that runs name with args on h directly,
@@ -525,7 +556,8 @@ type Proc struct {
 }
 
 // Procs lists the processes in h's network namespace other than its
-// sshd listener: ssh sessions, their commands, and what Command started.
+// sshd listener (or namespace holder): ssh sessions, their commands, and
+// what Command started.
 func (h *Host) Procs() ([]Proc, error) {
 	pids, err := netnsPIDs(h.NetNS)
 	if err != nil {

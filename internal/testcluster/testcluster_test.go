@@ -271,7 +271,7 @@ func TestCleanup(t *testing.T) {
 		names = []string{c.Bridge, c.Hosts[0].NetNS, c.Hosts[1].NetNS}
 		pids = []int{pid, c.Hosts[0].sshd.Process.Pid, c.Hosts[1].sshd.Process.Pid}
 	})
-	if os.Geteuid() != 0 || Available() != "" {
+	if os.Geteuid() != 0 || Available(true) != "" {
 		return // skipped above
 	}
 	exe, err := os.Executable()
@@ -327,4 +327,20 @@ func alive(pid int) bool {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return true
+}
+
+// TestNoSSH: hosts without sshd still have their own namespaces, and
+// reach each other.
+func TestNoSSH(t *testing.T) {
+	c := New(t, Options{NoSSH: true})
+	for i, h := range c.Hosts {
+		peer := c.Hosts[1-i]
+		out, err := h.Command(context.Background(), "sh", "-c", "hostname; getent hosts "+peer.Name).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v: %s", h.Name, err, out)
+		}
+		if want := h.Name + "\n" + peer.Addr + " "; !strings.HasPrefix(string(out), want) {
+			t.Errorf("%s: %q, want it to start with %q", h.Name, out, want)
+		}
+	}
 }
