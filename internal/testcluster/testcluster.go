@@ -321,7 +321,9 @@ func shellQuote(argv []string) string {
 // sshdConfig is one host's sshd_config.
 func (c *Cluster) sshdConfig(h *Host, o Options) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "ListenAddress %s\nPort 22\nHostKey %s\n", h.Addr, filepath.Join(c.Dir, "hostkey_"+h.Name))
+	// Loopback too, as a machine's sshd listens on every address: a host
+	// whose /etc/hosts maps its own name to 127.0.1.1 reaches itself.
+	fmt.Fprintf(&b, "ListenAddress %s\nListenAddress 127.0.0.1\nListenAddress 127.0.1.1\nPort 22\nHostKey %s\n", h.Addr, filepath.Join(c.Dir, "hostkey_"+h.Name))
 	b.WriteString("PermitRootLogin prohibit-password\nPubkeyAuthentication yes\nPasswordAuthentication no\n" +
 		"KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\nUseDNS no\n" +
 		"PrintMotd no\nPrintLastLog no\nMaxStartups 200\nMaxSessions 100\nLogLevel INFO\n")
