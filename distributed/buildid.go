@@ -146,3 +146,33 @@ func checkBuild(ctx context.Context, cfg Config, st store.Store, rank int, where
 	return fmt.Errorf("%w: %s: build mismatch: %s, but %s; run one build on every node, or set GOTRAIN_ALLOW_MIXED_BUILDS=1 to allow it (sha256 of rank %d: %s, of rank 0: %s)",
 		ErrConfig, where, mine.describe(rank), theirs.describe(0), rank, mine.SHA256, theirs.SHA256)
 }
+
+// Build is a program's build identity as every rank publishes it at
+// rendezvous: gotrain's version, the protocol version and the sha256 of
+// the running executable, with the platform and host that name it.
+// Launchers compare it before starting workers (pre-flight), so the
+// mismatch that rendezvous would refuse is found first.
+type Build struct {
+	Version  string `json:"version"`
+	Protocol int    `json:"protocol"`
+	SHA256   string `json:"sha256"`
+	OS       string `json:"os"`
+	Arch     string `json:"arch"`
+	Host     string `json:"host"`
+}
+
+// LocalBuild returns this process's build identity, the one its ranks
+// would publish at rendezvous.
+func LocalBuild() (Build, error) {
+	b, err := localBuild()
+	return Build(b), err
+}
+
+// SameBuild reports whether a and b are the same build, as rendezvous
+// decides it (hash, version and protocol; not platform or host).
+func (a Build) SameBuild(b Build) bool { return buildID(a).sameBuild(buildID(b)) }
+
+// String names the build: short hash, version, protocol and platform.
+func (a Build) String() string {
+	return fmt.Sprintf("%s (gotrain %s, protocol %d, %s/%s)", shortHash(a.SHA256), a.Version, a.Protocol, a.OS, a.Arch)
+}

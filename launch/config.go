@@ -65,6 +65,21 @@ type Config struct {
 	// MaxRestarts is how many times the whole group of workers is restarted
 	// after a worker fails (0: the first failure ends the job).
 	MaxRestarts int
+	// RestartCount is the restart count of the first attempt (0 for a new
+	// job): a launcher above Run that restarts several nodes together
+	// (gotrain's agent) runs each attempt with its count, which the
+	// workers see in GOTRAIN_RESTART_COUNT. Run restarts while the count
+	// is below MaxRestarts, unless NoRestart.
+	RestartCount int
+	// NoRestart makes Run return after one attempt, whatever MaxRestarts
+	// says (it then only tells the workers TORCHELASTIC_MAX_RESTARTS): the
+	// caller decides about restarts.
+	NoRestart bool
+	// AgentStore means the caller serves the rendezvous store at
+	// MasterAddr:MasterPort for the whole job, so rank 0 connects to it
+	// instead of serving it: the workers get GOTRAIN_AGENT_STORE=1 and
+	// TORCHELASTIC_USE_AGENT_STORE=True.
+	AgentStore bool
 	// MonitorInterval is how often the launcher polls, while it stops
 	// workers, whether their process groups are empty yet (0 means 100 ms).
 	// Worker exits themselves are noticed at once through wait(2), not by
@@ -97,6 +112,11 @@ type Config struct {
 	// stderr lines. nil logs it as one Error record on Logger;
 	// WriteFailure(w) writes it as a block of lines for a person.
 	OnFailure func(Failure)
+	// OnWorkerFailure, if set, is called at once when the first worker of
+	// an attempt fails, before the others are stopped and whether or not
+	// a restart follows, with the stderr lines read so far: a launcher of
+	// several nodes compares these to find which node failed first.
+	OnWorkerFailure func(Failure)
 
 	// Env is the environment the workers inherit, before the launcher adds
 	// its variables; nil means os.Environ(). GOTRAIN_TOKEN, OMP_NUM_THREADS
@@ -168,6 +188,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: master-port %d out of range [1, 65535]", ErrConfig, c.MasterPort)
 	case c.MaxRestarts < 0:
 		return fmt.Errorf("%w: max-restarts must be at least 0, got %d", ErrConfig, c.MaxRestarts)
+	case c.RestartCount < 0:
+		return fmt.Errorf("%w: restart count must be at least 0, got %d", ErrConfig, c.RestartCount)
 	case c.MonitorInterval < 0:
 		return fmt.Errorf("%w: monitor-interval must be positive, got %v", ErrConfig, c.MonitorInterval)
 	case c.StopTimeout < 0:

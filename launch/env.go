@@ -32,9 +32,12 @@ const (
 	EnvTorchRestart    = "TORCHELASTIC_RESTART_COUNT"
 	EnvTorchMaxRestart = "TORCHELASTIC_MAX_RESTARTS"
 	EnvTorchRunID      = "TORCHELASTIC_RUN_ID"
-	// EnvTorchAgentStore is "False": the launcher serves no store, so rank 0
-	// must (a PyTorch worker reads this to decide).
+	// EnvTorchAgentStore is "False" unless Config.AgentStore: the launcher
+	// serves no store, so rank 0 must (a PyTorch worker reads this to
+	// decide).
 	EnvTorchAgentStore = "TORCHELASTIC_USE_AGENT_STORE"
+	// EnvAgentStore is "1" with Config.AgentStore, for gotrain's workers.
+	EnvAgentStore = "GOTRAIN_AGENT_STORE"
 )
 
 // jobEnv holds what is the same for every worker of one node's job.
@@ -108,8 +111,12 @@ func (je *jobEnv) workerEnv(localRank, restart int) []string {
 		EnvTorchMaxRestart + "=" + itoa(c.MaxRestarts),
 		EnvRunID + "=" + c.RunID,
 		EnvTorchRunID + "=" + c.RunID,
-		EnvTorchAgentStore + "=False",
 		EnvToken + "=" + je.token,
+	}
+	if c.AgentStore {
+		env = append(env, EnvTorchAgentStore+"=True", EnvAgentStore+"=1")
+	} else {
+		env = append(env, EnvTorchAgentStore+"=False")
 	}
 	if je.numThreads != "" {
 		env = append(env, EnvNumThreads+"="+je.numThreads)

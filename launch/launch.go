@@ -170,7 +170,7 @@ type outcome struct {
 
 func (j *job) run(ctx context.Context) (int, error) {
 	c := j.cfg
-	for restart := 0; ; restart++ {
+	for restart := c.RestartCount; ; restart++ {
 		if ctx.Err() != nil {
 			return j.interrupted(ctx, stopSignal(ctx))
 		}
@@ -188,7 +188,7 @@ func (j *job) run(ctx context.Context) (int, error) {
 		case out.failed == nil:
 			j.log.Info("launch: all workers finished", "restart_count", restart)
 			return 0, nil
-		case restart < c.MaxRestarts:
+		case restart < c.MaxRestarts && !c.NoRestart:
 			j.log.Warn("launch: restarting workers",
 				"failed_rank", out.failed.rank, "exit_code", out.failed.code, "cause", describeExit(out.failed.code),
 				"restart_count", restart+1, "max_restarts", c.MaxRestarts)
@@ -260,6 +260,9 @@ func (j *job) attempt(ctx context.Context, restart int) (outcome, error) {
 			running--
 			if ev.code != 0 {
 				out.failed = w
+				if j.cfg.OnWorkerFailure != nil {
+					j.cfg.OnWorkerFailure(j.failure(w, restart))
+				}
 				// Reported once the job ends or restarts, with the others stopped.
 				j.stop(workers, exits, syscall.SIGTERM)
 			}

@@ -170,6 +170,9 @@ func runConfig(f *pflag.FlagSet, o runFlags, args []string) (launch.Config, erro
 }
 
 func runRun(cmd *cobra.Command, args []string) error {
+	if runHostOpts.applies(cmd.Flags()) {
+		return runOnHosts(cmd.Context(), cmd.Flags(), runOpts, runHostOpts, args)
+	}
 	cfg, err := runConfig(cmd.Flags(), runOpts, args)
 	if err != nil {
 		return err

@@ -49,6 +49,7 @@ type trainMNISTFlags struct {
 	launch   launch.Config
 	output   outputFlags
 	timeout  timeoutFlag
+	hosts    hostFlags
 }
 
 // newTrainMNISTCmd is `gotrain train mnist`.
@@ -64,6 +65,12 @@ them with DistributedDataParallel. The last line printed is a summary:
 model= world= epochs= steps= samples_per_s= test_acc= peak_rss_mib=`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if fl.hosts.applies(cmd.Flags()) {
+				if os.Getenv(trainWorkerEnv) == "" {
+					return trainMNISTOnHosts(cmd.Context(), cmd.Flags(), fl)
+				}
+				return trainMNIST(cmd.Context(), fl, 1) // one worker; the launcher checked the flags
+			}
 			n, err := fl.check(cmd.Flags())
 			if err != nil {
 				return err
@@ -145,6 +152,7 @@ func (fl *trainMNISTFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&cfg.LRScaling, "lr-scaling", "", "adapt --lr to the global batch of N ranks: linear (×N) or none; default linear for sgd, none for adadelta, adam and adamw")
 	f.StringVar(&cfg.CommHook, "comm-hook", "allreduce", "how DDP reduces gradients: allreduce (float32), fp16 or bf16 (compressed)")
 	addLogEvery(f, &fl.logEvery)
+	fl.hosts.registerTrain(f)
 }
 
 // launchTrainWorkers re-runs this command as cfg.NProcPerNode workers

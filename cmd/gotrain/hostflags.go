@@ -1,0 +1,370 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/gotrain/gotrain/internal/console"
+	"github.com/gotrain/gotrain/internal/logging"
+	"github.com/gotrain/gotrain/internal/sshcmd"
+	"github.com/gotrain/gotrain/launch"
+	"github.com/gotrain/gotrain/launch/fanout"
+	"github.com/gotrain/gotrain/launch/hosts"
+	"github.com/gotrain/gotrain/launch/preflight"
+)
+
+// hostFlags are the flags that launch a job on several machines over ssh,
+// shared by `run` and `train mnist`.
+type hostFlags struct {
+	hosts         string
+	hostfile      string
+	sshOptions    []string
+	copy          bool
+	exitWait      time.Duration
+	remoteGotrain string
+	masterPort    int // train mnist's; run has its own --master-port
+}
+
+// runHostOpts are `gotrain run`'s.
+var runHostOpts hostFlags
+
+func init() { runHostOpts.register(runCmd.Flags()) }
+
+// register defines the flags on f.
+func (h *hostFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&h.hosts, "hosts", "", "run on these machines over ssh: HOST[:SLOTS],... (node 0 first; slots = workers per host unless --nproc-per-node)")
+	f.StringVar(&h.hostfile, "hostfile", "", `run on the machines listed in this file, one "HOST slots=N" a line (# comments), as --hosts`)
+	f.StringArrayVar(&h.sshOptions, "ssh-option", nil, "with --hosts: an ssh setting KEY=VALUE passed as ssh -o (repeatable)")
+	f.BoolVar(&h.copy, "copy", false, "with --hosts: copy this gotrain (and PROGRAM when it is a static executable) to each host's ~/.cache/gotrain/bin/<sha256>/ and run it from there")
+	f.DurationVar(&h.exitWait, "exit-wait", fanout.DefaultExitWait, "with --hosts: how long nodes that finished wait for the others before the job fails")
+	f.StringVar(&h.remoteGotrain, "remote-gotrain", "", "with --hosts: the path of gotrain on the hosts (default: the path of this gotrain)")
+}
+
+// registerTrain defines the flags on `train mnist`'s f, with the
+// rendezvous port that `run` has already.
+func (h *hostFlags) registerTrain(f *pflag.FlagSet) {
+	h.register(f)
+	f.IntVar(&h.masterPort, "master-port", launch.DefaultMasterPort, "with --hosts: the rendezvous store's port on node 0")
+}
+
+// given reports whether the job runs on several machines.
+func (h hostFlags) given() bool { return h.hosts != "" || h.hostfile != "" }
+
+// applies reports whether the command line is about several machines:
+// a host list, or a flag that needs one (which check then refuses).
+func (h hostFlags) applies(f *pflag.FlagSet) bool {
+	if h.given() {
+		return true
+	}
+	for _, name := range hostOnly {
+		if f.Changed(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// hostOnly are the flags that mean something only with --hosts.
+var hostOnly = []string{"ssh-option", "copy", "exit-wait", "remote-gotrain"}
+
+// notWithHosts are the flags the host list replaces.
+var notWithHosts = map[string]string{
+	"nnodes":      "the host list gives the nodes",
+	"node-rank":   "each host's place in the list is its node rank",
+	"master-addr": "node 0, the first host, is the master",
+	"standalone":  "--standalone runs a single node",
+}
+
+// check refuses, as one-line usage errors, flags that do not go together
+// and bad values, and returns the hosts (nil without --hosts).
+func (h hostFlags) check(f *pflag.FlagSet) ([]hosts.Host, error) {
+	if !h.given() {
+		for _, name := range hostOnly {
+			if f.Changed(name) {
+				return nil, flagNeeds(name, "needs --hosts or --hostfile")
+			}
+		}
+		return nil, nil
+	}
+	if h.hosts != "" && h.hostfile != "" {
+		return nil, flagNeeds("hosts", "give --hosts or --hostfile, not both")
+	}
+	for _, name := range []string{"nnodes", "node-rank", "master-addr", "standalone"} {
+		if fl := f.Lookup(name); fl != nil && fl.Changed {
+			return nil, flagNeeds(name, "not with --hosts or --hostfile: "+notWithHosts[name])
+		}
+	}
+	if h.exitWait <= 0 {
+		return nil, badFlag("exit-wait", h.exitWait.String(), "must be a positive duration")
+	}
+	for _, o := range h.sshOptions {
+		if k, _, ok := strings.Cut(o, "="); !ok || k == "" || strings.ContainsAny(o, "\n") {
+			return nil, badFlag("ssh-option", o, "must be KEY=VALUE, as ssh -o takes it (e.g. Port=2222)")
+		}
+	}
+	var hs []hosts.Host
+	var err error
+	if h.hosts != "" {
+		if hs, err = hosts.Parse(h.hosts); err != nil {
+			return nil, badFlag("hosts", h.hosts, strings.TrimPrefix(strings.TrimPrefix(err.Error(), hosts.ErrSyntax.Error()), ": "))
+		}
+	} else if hs, err = hosts.ReadFile(h.hostfile); err != nil {
+		return nil, badFlag("hostfile", h.hostfile, strings.TrimPrefix(strings.TrimPrefix(err.Error(), hosts.ErrSyntax.Error()), ": "))
+	}
+	if err := launch.CheckMasterAddr(hs[0].Addr(), len(hs), os.Getenv(launch.EnvAllowLoopback) == "1"); err != nil {
+		return nil, badFlag("hosts", hs[0].String(), "node 0's address "+err.Error())
+	}
+	return hs, nil
+}
+
+// nproc is the workers per host: --nproc-per-node if given (a number:
+// "auto" would count this machine's CPUs, not the hosts'), else 0 for
+// each host's slots, which must then agree.
+func (h hostFlags) nproc(f *pflag.FlagSet, value string, hs []hosts.Host) (int, error) {
+	if !f.Changed("nproc-per-node") {
+		for _, x := range hs[1:] {
+			if max(x.Slots, 1) != max(hs[0].Slots, 1) {
+				return 0, badFlag("hosts", x.String(), fmt.Sprintf("has %d slots but %s has %d: every host runs the same number of workers (give the same slots, or --nproc-per-node)", max(x.Slots, 1), hs[0].Name, max(hs[0].Slots, 1)))
+			}
+		}
+		return max(hs[0].Slots, 1), nil
+	}
+	if value == "auto" || value == "cpu" || value == "gpu" {
+		return 0, badFlag("nproc-per-node", value, "counts this machine's CPUs, not the hosts'; with --hosts give a number, or slots per host")
+	}
+	n, err := parseNProcPerNode(value)
+	if err != nil {
+		return 0, badFlag("nproc-per-node", value, err.Error())
+	}
+	return n, nil
+}
+
+// fanoutConfig is the job on hs of the flags of `gotrain run`, checked.
+func (h hostFlags) fanoutConfig(f *pflag.FlagSet, o runFlags, hs []hosts.Host, args []string) (fanout.Config, error) {
+	cfg := fanout.Config{
+		Hosts:       hs,
+		SSH:         sshcmd.Client{Options: h.sshOptions},
+		Gotrain:     h.remoteGotrain,
+		Program:     args[0],
+		Args:        args[1:],
+		MasterPort:  o.masterPort,
+		MaxRestarts: o.maxRestarts,
+		ExitWait:    h.exitWait,
+		RunID:       o.runID,
+		LogDir:      o.logDir,
+	}
+	var err error
+	if cfg.NProcPerNode, err = h.nproc(f, o.nprocPerNode, hs); err != nil {
+		return cfg, err
+	}
+	switch {
+	case o.masterPort <= 0 || o.masterPort > 65535:
+		return cfg, badFlag("master-port", o.masterPort, "must be in [1, 65535]")
+	case o.maxRestarts < 0:
+		return cfg, badFlag("max-restarts", o.maxRestarts, "must be at least 0")
+	case o.timeout.check(f) != nil:
+		return cfg, o.timeout.check(f)
+	}
+	if cfg.MonitorInterval, err = parseInterval(o.monitorInterval); err != nil {
+		return cfg, badFlag("monitor-interval", o.monitorInterval, err.Error())
+	}
+	if cfg.StopTimeout, err = parseInterval(o.stopTimeout); err != nil {
+		return cfg, badFlag("stop-timeout", o.stopTimeout, err.Error())
+	}
+	if o.logDir != "" {
+		if err := checkWritableDir("log-dir", o.logDir); err != nil {
+			return cfg, err
+		}
+	}
+	probe := launch.Config{NProcPerNode: cfg.NProcPerNode, LogDir: o.logDir}
+	if err := o.output.apply(f, &probe); err != nil {
+		return cfg, err
+	}
+	cfg.Redirects, cfg.Tee, cfg.LocalRanksFilter = probe.Redirects, probe.Tee, probe.LocalRanksFilter
+	if strings.Contains(cfg.Program, "/") && !filepath.IsAbs(cfg.Program) {
+		// The hosts run it from the same directory, as mpirun does.
+		if abs, err := filepath.Abs(cfg.Program); err == nil {
+			cfg.Program = abs
+		}
+	}
+	return cfg, nil
+}
+
+// runOnHosts is `gotrain run --hosts`.
+func runOnHosts(ctx context.Context, f *pflag.FlagSet, o runFlags, h hostFlags, args []string) error {
+	hs, err := h.check(f)
+	if err != nil {
+		return err
+	}
+	cfg, err := h.fanoutConfig(f, o, hs, args)
+	if err != nil {
+		return err
+	}
+	every, err := logEvery(o.logEvery)
+	if err != nil {
+		return err
+	}
+	o.timeout.export()
+	return launchOnHosts(ctx, cfg, h, o.output, every, true)
+}
+
+// launchOnHosts checks every host (pre-flight, and --copy), then runs the
+// job there with the console showing every rank; checkProgram is false
+// when the program is gotrain itself.
+func launchOnHosts(ctx context.Context, cfg fanout.Config, h hostFlags, output outputFlags, every time.Duration, checkProgram bool, env ...string) error {
+	format := output.format()
+	cfg.LogFormat = format
+	cons := console.New(console.Options{Out: os.Stderr, LogEvery: every, Ranks: cfg.NProcPerNode * len(cfg.Hosts)})
+	defer cons.Close()
+	cfg.Stdout = cons.LineWriter(os.Stdout)
+	cfg.Stderr = &syncWriter{w: cons.Writer()}
+	cfg.Events = cons.Event
+	log := logging.New(cfg.Stderr, format)
+	slog.SetDefault(log)
+	cfg.Logger = log
+	if format == logging.Text {
+		cfg.OnFailure = launch.WriteFailure(cfg.Stderr)
+	}
+	cfg.Env = append(append(fanout.ForwardEnv(os.Environ()), logging.EnvFormat+"="+format), env...)
+
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case s := <-sigs:
+			cancel(&launch.SignalError{Signal: s.(syscall.Signal)})
+		case <-ctx.Done():
+		}
+	}()
+
+	if err := preflightHosts(ctx, &cfg, h, checkProgram); err != nil {
+		return err
+	}
+	code, err := fanout.Run(ctx, cfg)
+	if err != nil && !errors.Is(err, launch.ErrInterrupted) {
+		return err
+	}
+	if code != 0 {
+		return exitCodeError(code)
+	}
+	return nil
+}
+
+// preflightHosts checks every host at once before any worker starts
+// (package preflight) and, with --copy, places gotrain and the program in
+// their caches, pointing cfg at the copies. GOTRAIN_NO_PREFLIGHT=1 skips
+// the check (not --copy), for hosts that are known good.
+func preflightHosts(ctx context.Context, cfg *fanout.Config, h hostFlags, checkProgram bool) error {
+	if os.Getenv("GOTRAIN_NO_PREFLIGHT") == "1" && !h.copy {
+		return nil
+	}
+	gotrain := cfg.Gotrain
+	if gotrain == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("finding this gotrain binary: %w", err)
+		}
+		gotrain = self
+	}
+	plan := preflight.Plan{Gotrain: gotrain, Copy: h.copy, MasterPort: cfg.MasterPort, Logger: cfg.Logger}
+	if checkProgram {
+		plan.Program = cfg.Program
+	}
+	for _, x := range cfg.Hosts {
+		plan.Hosts = append(plan.Hosts, preflight.Host{Name: x.Name, Workers: cfg.NProcPerNode})
+	}
+	places, err := preflight.Prepare(ctx, cfg.SSH, plan)
+	if err != nil {
+		var pe *preflight.Error
+		if errors.As(err, &pe) {
+			// One line per problem, each naming its host.
+			lines := "gotrain: pre-flight check failed; no worker started\n"
+			for _, f := range pe.Failures {
+				lines += "gotrain: " + f.Line + "\n"
+			}
+			_, _ = io.WriteString(cfg.Stderr, lines)
+			return exitCodeError(exitFailure)
+		}
+		return err
+	}
+	cfg.GotrainOn, cfg.ProgramOn = map[string]string{}, map[string]string{}
+	for i, p := range places {
+		cfg.GotrainOn[cfg.Hosts[i].Name] = p.Gotrain
+		switch {
+		case !checkProgram:
+			cfg.ProgramOn[cfg.Hosts[i].Name] = p.Gotrain // the workers are gotrain
+		case p.Program != "":
+			cfg.ProgramOn[cfg.Hosts[i].Name] = p.Program
+		}
+	}
+	return nil
+}
+
+// trainMNISTOnHosts is `gotrain train mnist --hosts`: the job's workers,
+// this gotrain re-run on every host, print rank 0's summary last.
+func trainMNISTOnHosts(ctx context.Context, f *pflag.FlagSet, fl trainMNISTFlags) error {
+	h := fl.hosts
+	hs, err := h.check(f)
+	if err != nil {
+		return err
+	}
+	n, err := h.nproc(f, fl.nproc, hs)
+	if err != nil {
+		return err
+	}
+	for _, check := range []func() error{
+		fl.output.checkFormat,
+		func() error { return fl.timeout.check(f) },
+		func() error { return checkAtLeast("max-restarts", fl.launch.MaxRestarts, 0) },
+		func() error { return fl.checkTraining(f) },
+		func() error { return fl.checkFiles(f) },
+	} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	if h.masterPort <= 0 || h.masterPort > 65535 {
+		return badFlag("master-port", h.masterPort, "must be in [1, 65535]")
+	}
+	if fl.launch.LogDir != "" {
+		if err := checkWritableDir("log-dir", fl.launch.LogDir); err != nil {
+			return err
+		}
+	}
+	probe := launch.Config{NProcPerNode: n, LogDir: fl.launch.LogDir}
+	if err := fl.output.apply(f, &probe); err != nil {
+		return err
+	}
+	every, err := logEvery(fl.logEvery)
+	if err != nil {
+		return err
+	}
+	program := h.remoteGotrain
+	if program == "" {
+		if program, err = os.Executable(); err != nil {
+			return fmt.Errorf("finding the gotrain binary to start workers: %w", err)
+		}
+	}
+	cfg := fanout.Config{
+		Hosts: hs, SSH: sshcmd.Client{Options: h.sshOptions}, Gotrain: h.remoteGotrain,
+		Program: program, Args: os.Args[1:], NProcPerNode: n, MasterPort: h.masterPort,
+		MaxRestarts: fl.launch.MaxRestarts, ExitWait: h.exitWait, LogDir: fl.launch.LogDir,
+		Redirects: probe.Redirects, Tee: probe.Tee, LocalRanksFilter: probe.LocalRanksFilter,
+	}
+	fl.timeout.export()
+	return launchOnHosts(ctx, cfg, h, fl.output, every, false, trainWorkerEnv+"=1")
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/testlog"
+	"github.com/gotrain/gotrain/internal/testnet"
+)
+
+// useFakeSSH makes ssh run the remote command on this machine, as this
+// test binary running gotrain, and lets the "hosts" 127.0.0.1 and
+// 127.0.0.2 (both this machine) form a job.
+func useFakeSSH(t *testing.T) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ssh")
+	script := `#!/bin/sh
+while [ "$#" -gt 0 ]; do case "$1" in --) shift; break;; -o) shift 2;; *) shift;; esac; done
+host=$1; shift
+case "$host" in down*) echo "ssh: connect to host $host port 22: Connection refused" >&2; exit 255;; esac
+GOTRAIN_TEST_WORKER=gotrain exec sh -c "$1"
+`
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GOTRAIN_SSH", path)
+	t.Setenv("GOTRAIN_ALLOW_LOOPBACK", "1")
+}
+
+func TestRunHostsTwoByTwo(t *testing.T) {
+	useFakeSSH(t)
+	port := strconv.Itoa(testnet.FreePort(t))
+	all, stdout, code := runGotrain(t, 30*time.Second, "run", "--hosts", "127.0.0.1:2,127.0.0.2:2", "--master-port", port,
+		"sh", "-c", `echo "$RANK/$WORLD_SIZE node $GROUP_RANK"`)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, all)
+	}
+	for _, want := range []string{"[rank0]: 0/4 node 0", "[rank1]: 1/4 node 0", "[rank2]: 2/4 node 1", "[rank3]: 3/4 node 1"} {
+		if !strings.Contains(stdout, want+"\n") {
+			t.Errorf("stdout lacks %q:\n%s", want, all)
+		}
+	}
+}
+
+func TestRunHostsFailureExitCode(t *testing.T) {
+	useFakeSSH(t)
+	port := strconv.Itoa(testnet.FreePort(t))
+	start := time.Now()
+	all, _, code := runGotrain(t, 30*time.Second, "run", "--hosts", "127.0.0.1:2,127.0.0.2:2", "--master-port", port,
+		"--stop-timeout", "1s", "sh", "-c", `if [ "$RANK" = 3 ]; then sleep 0.3; echo "disk on fire" >&2; exit 7; fi; exec sleep 30`)
+	if code != 7 {
+		t.Fatalf("exit %d, want 7:\n%s", code, all)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("took %v", d)
+	}
+	for _, want := range []string{"root cause: rank 3 (local rank 1) on 127.0.0.2", "exit status 7", "disk on fire"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("output lacks %q:\n%s", want, all)
+		}
+	}
+}
+
+func TestRunHostsUnreachable(t *testing.T) {
+	useFakeSSH(t)
+	all, _, code := runGotrain(t, 30*time.Second, "run", "--hosts", "127.0.0.1,down.example", "true")
+	if code != 1 || !strings.Contains(all, "down.example") || !strings.Contains(all, "unreachable") {
+		t.Fatalf("exit %d, want 1 and a line naming down.example unreachable:\n%s", code, all)
+	}
+}
+
+func TestRunHostsBadFlags(t *testing.T) {
+	useFakeSSH(t)
+	hf := filepath.Join(t.TempDir(), "hostfile")
+	os.WriteFile(hf, []byte("a slots=2\nb slots=x\n"), 0o644)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--hosts", "a,b", "--hostfile", hf}, "--hosts: give --hosts or --hostfile, not both"},
+		{[]string{"--hosts", "a,b", "--nnodes", "2"}, "--nnodes: not with --hosts"},
+		{[]string{"--hosts", "a,b", "--node-rank", "1"}, "--node-rank: not with --hosts"},
+		{[]string{"--hosts", "a,b", "--master-addr", "a"}, "--master-addr: not with --hosts"},
+		{[]string{"--hosts", "a,,b"}, "--hosts a,,b: "},
+		{[]string{"--hosts", "a:0"}, "--hosts a:0: "},
+		{[]string{"--hosts", "a,a"}, "listed twice"},
+		{[]string{"--hostfile", hf}, "--hostfile " + hf + ": "},
+		{[]string{"--hosts", "a,b", "--exit-wait", "0s"}, "--exit-wait 0s: must be a positive duration"},
+		{[]string{"--copy"}, "--copy: needs --hosts or --hostfile"},
+		{[]string{"--exit-wait", "5s"}, "--exit-wait: needs --hosts or --hostfile"},
+		{[]string{"--hosts", "a,b", "--ssh-option", "Port"}, "--ssh-option Port: must be KEY=VALUE"},
+		{[]string{"--hosts", "a:1,b:2"}, "--hosts b:2: has 2 slots but a has 1"},
+		{[]string{"--hosts", "a,b", "--nproc-per-node", "auto"}, "--nproc-per-node auto: counts this machine's CPUs"},
+	} {
+		args := append(append([]string{"run"}, tc.args...), "true")
+		all, _, code := runGotrain(t, 10*time.Second, args...)
+		lines := strings.Split(strings.TrimSpace(all), "\n")
+		if code != 2 || len(lines) != 1 || !strings.Contains(all, tc.want) {
+			t.Errorf("gotrain %v: exit %d, output:\n%s\nwant exit 2 and one line with %q", args, code, all, tc.want)
+		}
+	}
+	t.Setenv("GOTRAIN_ALLOW_LOOPBACK", "")
+	all, _, code := runGotrain(t, 10*time.Second, "run", "--hosts", "127.0.0.1,b", "true")
+	if code != 2 || !strings.Contains(all, "loopback") {
+		t.Errorf("loopback node 0: exit %d:\n%s", code, all)
+	}
+}
+
+// TestRunHostsLauncherKilled: a SIGKILLed launcher leaves no worker on
+// any host within 5 s.
+func TestRunHostsLauncherKilled(t *testing.T) {
+	useFakeSSH(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := gotrainCmd(ctx, t, "run", "--hosts", "127.0.0.1:2,127.0.0.2:2", "--master-port", strconv.Itoa(testnet.FreePort(t)),
+		"sh", "-c", `echo $$ > "`+dir+`/$RANK"; exec sleep 60`)
+	var out testlog.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for deadline := time.Now().Add(20 * time.Second); len(pids) < 4; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("workers did not start:\n%s", out.String())
+		}
+		pids = pids[:0]
+		for r := range 4 {
+			b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(r)))
+			if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && perr == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range pids {
+		for syscall.Kill(pid, 0) == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("worker %d still running 5 s after the launcher was killed", pid)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func TestTrainMNISTHosts(t *testing.T) {
+	useFakeSSH(t)
+	port := strconv.Itoa(testnet.FreePort(t))
+	all, stdout, code := runGotrain(t, 60*time.Second, "train", "mnist", "--hosts", "127.0.0.1,127.0.0.2", "--master-port", port,
+		"--max-steps", "3", "--progress=false")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, all)
+	}
+	kv := summary(t, stdout)
+	if kv["world"] != "2" {
+		t.Errorf("summary %v, want world=2:\n%s", kv, all)
+	}
+}

@@ -1,0 +1,206 @@
+// Package bincache places an executable on other machines for `gotrain
+// run --copy`: it streams the file over the user's ssh into a
+// content-addressed cache, ~/.cache/gotrain/bin/<sha256>/<name>, verifies
+// the hash there and returns the path to run. A copy already in the cache
+// and still intact costs one short session and no transfer; a corrupted or
+// truncated one is replaced. Nothing else is installed, and nothing but
+// POSIX sh, mkdir, mktemp, cat, mv and sha256sum (or shasum) is needed on
+// the host, so it works where gotrain is not installed yet.
+package bincache
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// Dir is the cache's directory, relative to the remote user's home.
+const Dir = ".cache/gotrain/bin"
+
+// Runner runs argv on host with stdin as its input and returns its
+// standard output (internal/sshcmd.Client is one). An error names the
+// host.
+type Runner interface {
+	Run(ctx context.Context, host string, stdin io.Reader, argv ...string) ([]byte, error)
+}
+
+// ErrCorrupt is wrapped by the error of a copy whose hash on the host is
+// not the local file's.
+var ErrCorrupt = errors.New("bincache: copy corrupted in transfer")
+
+// File is a local file to place on hosts: its path, name in the cache and
+// hash.
+type File struct {
+	Path   string // local path
+	Name   string // base name, kept in the cache so the program sees its own name
+	SHA256 string // hex
+}
+
+// Stat hashes the local file at path for Place.
+func Stat(path string) (File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return File{}, fmt.Errorf("bincache: %w", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return File{}, fmt.Errorf("bincache: %w", err)
+	} else if !st.Mode().IsRegular() {
+		return File{}, fmt.Errorf("bincache: %s is not a regular file", path)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return File{}, fmt.Errorf("bincache: hash %s: %w", path, err)
+	}
+	return File{Path: path, Name: filepath.Base(path), SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// Ensure places the file at localPath in host's cache, unless an intact
+// copy is already there, and returns the absolute path of the copy on
+// host.
+func Ensure(ctx context.Context, r Runner, host, localPath string) (string, error) {
+	f, err := Stat(localPath)
+	if err != nil {
+		return "", err
+	}
+	return Place(ctx, r, host, f)
+}
+
+// EnsureAll is Ensure on every host at once, hashing the file once. It
+// returns each host's path, in the order of hosts; its error has one line
+// per host that failed.
+func EnsureAll(ctx context.Context, r Runner, hosts []string, localPath string) ([]string, error) {
+	f, err := Stat(localPath)
+	if err != nil {
+		return nil, err
+	}
+	paths := make([]string, len(hosts))
+	errs := make([]error, len(hosts))
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		wg.Go(func() { paths[i], errs[i] = Place(ctx, r, h, f) })
+	}
+	wg.Wait()
+	return paths, errors.Join(errs...)
+}
+
+// Place puts f in host's cache unless an intact copy is there, and
+// returns the copy's absolute path on host. The copy is written to a
+// temporary file beside its final name, verified and renamed, so a
+// concurrent run, an interrupted transfer or a corrupted stream never
+// leaves a file at the final name whose hash is not its directory's.
+func Place(ctx context.Context, r Runner, host string, f File) (string, error) {
+	if !validName(f.Name) || len(f.SHA256) != 64 {
+		panic(fmt.Sprintf("bincache: Place: bad file %+v (use Stat)", f))
+	}
+	out, err := r.Run(ctx, host, nil, "sh", "-c", lookScript, "gotrain-bincache", f.SHA256, f.Name)
+	if err != nil {
+		return "", fmt.Errorf("copy %s to host %s: %w", f.Name, host, err)
+	}
+	state, path, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+	switch state {
+	case "present":
+		return path, nil
+	case "absent":
+	default:
+		return "", fmt.Errorf("copy %s to host %s: unexpected answer %q from the cache check", f.Name, host, out)
+	}
+	src, err := os.Open(f.Path)
+	if err != nil {
+		return "", fmt.Errorf("bincache: %w", err)
+	}
+	defer src.Close()
+	// The hash is checked locally as the bytes go out too: a file changed
+	// since Stat would otherwise be verified against the wrong hash.
+	h := sha256.New()
+	out, err = r.Run(ctx, host, io.TeeReader(src, h), "sh", "-c", putScript, "gotrain-bincache", f.SHA256, f.Name)
+	if err != nil {
+		if strings.Contains(err.Error(), "corrupted") {
+			return "", fmt.Errorf("%w: %s to host %s: %w", ErrCorrupt, f.Name, host, err)
+		}
+		return "", fmt.Errorf("copy %s to host %s: %w", f.Name, host, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != f.SHA256 {
+		return "", fmt.Errorf("copy %s to host %s: %s changed while it was being copied (sha256 %s, was %s)", f.Name, host, f.Path, got, f.SHA256)
+	}
+	path = string(bytes.TrimSpace(out))
+	if !strings.HasPrefix(path, "/") {
+		return "", fmt.Errorf("copy %s to host %s: unexpected answer %q from the copy", f.Name, host, out)
+	}
+	return path, nil
+}
+
+// validName is a file name that is safe as one path element.
+func validName(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\x00\n")
+}
+
+// hashFn, in both scripts, defines h FILE: the file's sha256 in hex, with
+// whichever tool the host has.
+const hashFn = `if command -v sha256sum >/dev/null 2>&1; then hs=sha256sum
+elif command -v shasum >/dev/null 2>&1; then hs="shasum -a 256"
+else echo "neither sha256sum nor shasum is installed" >&2; exit 1; fi
+h() { $hs < "$1" | cut -c1-64; }
+`
+
+// lookScript prints "present PATH" when the cache holds an executable
+// copy with the expected hash, else "absent PATH". $1 is the hash, $2 the
+// name.
+const lookScript = hashFn + `f="$HOME/` + Dir + `/$1/$2"
+if [ -f "$f" ] && [ -x "$f" ] && [ "$(h "$f")" = "$1" ]; then echo "present $f"; else echo "absent $f"; fi
+`
+
+// putScript writes stdin to a temporary file in the cache, checks its
+// hash, makes it executable and renames it to its final name, printing
+// that; a wrong hash removes it and fails.
+const putScript = hashFn + `set -e
+umask 077
+d="$HOME/` + Dir + `/$1"
+mkdir -p "$d"
+t=$(mktemp "$d/.$2.XXXXXX")
+trap 'rm -f "$t"' EXIT
+cat > "$t"
+got=$(h "$t")
+if [ "$got" != "$1" ]; then echo "copy corrupted: sha256 $got on arrival, want $1" >&2; exit 1; fi
+chmod 700 "$t"
+mv -f "$t" "$d/$2"
+trap - EXIT
+echo "$d/$2"
+`
+
+// Static reports whether the file at path is a statically linked ELF
+// executable (no PT_INTERP program header, so no dynamic loader or shared
+// library must exist on the host), which is what --copy carries: a
+// dynamically linked program or a script needs the rest of its system,
+// which a copy would not bring.
+func Static(path string) (bool, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		var fe *elf.FormatError
+		if errors.As(err, &fe) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return false, nil // not ELF: a script or another format
+		}
+		return false, fmt.Errorf("bincache: %w", err)
+	}
+	defer f.Close()
+	// A static PIE is ET_DYN with an entry point; a shared library has
+	// none.
+	if f.Type != elf.ET_EXEC && (f.Type != elf.ET_DYN || f.Entry == 0) {
+		return false, nil
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return false, nil
+		}
+	}
+	return true, nil
+}

@@ -1,0 +1,361 @@
+package fanout_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gotrain/gotrain/distributed"
+	"github.com/gotrain/gotrain/internal/sshcmd"
+	"github.com/gotrain/gotrain/internal/testnet"
+	"github.com/gotrain/gotrain/internal/testproc"
+	"github.com/gotrain/gotrain/launch"
+	"github.com/gotrain/gotrain/launch/agent"
+	"github.com/gotrain/gotrain/launch/fanout"
+	"github.com/gotrain/gotrain/launch/hosts"
+)
+
+// The test binary is the agent (run through the fake ssh) and the
+// workers, chosen by GOTRAIN_TEST_WORKER.
+func TestMain(m *testing.M) {
+	testproc.Dispatch(testproc.Workers{
+		"agent": func() int {
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+			defer stop()
+			if err := agent.Run(ctx, os.Stdin, os.Stdout, nil); err != nil {
+				fmt.Fprintln(os.Stderr, "agent:", err)
+				return 1
+			}
+			return 0
+		},
+		"hello": func() int {
+			fmt.Printf("hello rank=%s world=%s group=%s local=%s restart=%s agentstore=%s token=%t\n",
+				os.Getenv("RANK"), os.Getenv("WORLD_SIZE"), os.Getenv("GROUP_RANK"), os.Getenv("LOCAL_RANK"),
+				os.Getenv("GOTRAIN_RESTART_COUNT"), os.Getenv("GOTRAIN_AGENT_STORE"), len(os.Getenv("GOTRAIN_TOKEN")) == 64)
+			fmt.Fprintln(os.Stderr, "to stderr from", os.Getenv("RANK"))
+			return 0
+		},
+		// fail: rank $FAIL_RANK fails with code 3 on restart 0 (every
+		// restart without $FAIL_ONCE); the others wait to be stopped,
+		// or exit 0 on a later restart.
+		"fail": func() int {
+			recordPID()
+			rank := os.Getenv("RANK")
+			if os.Getenv("FAIL_ONCE") != "" && os.Getenv("GOTRAIN_RESTART_COUNT") != "0" {
+				fmt.Println("resumed at restart", os.Getenv("GOTRAIN_RESTART_COUNT"))
+				return 0
+			}
+			if rank == os.Getenv("FAIL_RANK") {
+				time.Sleep(300 * time.Millisecond)
+				fmt.Fprintln(os.Stderr, "boom on rank", rank)
+				return 3
+			}
+			time.Sleep(time.Minute)
+			return 0
+		},
+		// slow: node 1's workers run for a minute, node 0's finish at once.
+		"slow": func() int {
+			recordPID()
+			if os.Getenv("GROUP_RANK") == "1" {
+				time.Sleep(time.Minute)
+			}
+			return 0
+		},
+		"sleep": func() int {
+			recordPID()
+			time.Sleep(time.Minute)
+			return 0
+		},
+		// allreduce: every rank joins through the agent's store and sums
+		// its rank.
+		"allreduce": func() int {
+			ctx := context.Background()
+			g, err := distributed.Init(ctx, distributed.Config{InitMethod: "env://", Timeout: 20 * time.Second})
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			defer g.Destroy()
+			buf := []float32{float32(g.Rank())}
+			if err := g.AllReduce(ctx, buf, distributed.Sum); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			fmt.Printf("sum=%g\n", buf[0])
+			return 0
+		},
+	})
+	os.Exit(m.Run())
+}
+
+// recordPID leaves the worker's pid in $PID_DIR, for the tests to check
+// that it is gone.
+func recordPID() {
+	if dir := os.Getenv("PID_DIR"); dir != "" {
+		_ = os.WriteFile(filepath.Join(dir, strconv.Itoa(os.Getpid())), nil, 0o644)
+	}
+}
+
+// fakeSSH writes an ssh stand-in that runs the remote command here, as
+// the agent worker; a host named down* is unreachable.
+func fakeSSH(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ssh")
+	script := `#!/bin/sh
+while [ "$#" -gt 0 ]; do case "$1" in --) shift; break;; -o) shift 2;; *) shift;; esac; done
+host=$1; shift
+case "$host" in down*) echo "ssh: connect to host $host port 22: Connection refused" >&2; exit 255;; esac
+GOTRAIN_TEST_WORKER=agent exec sh -c "$1"
+`
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// syncBuf is a buffer safe to read while the launcher writes it.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// config is a job of worker on two local "hosts" of two slots each.
+func config(t *testing.T, worker string, env ...string) (fanout.Config, *syncBuf, *syncBuf) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err := hosts.Parse("127.0.0.1:2,127.0.0.2:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut syncBuf
+	return fanout.Config{
+		Hosts:            hs,
+		SSH:              fakeSSHClient(t),
+		Gotrain:          self,
+		Program:          self,
+		MasterPort:       testnet.FreePort(t),
+		StopTimeout:      2 * time.Second,
+		Env:              append([]string{testproc.Env(worker), launch.EnvAllowLoopback + "=1"}, env...),
+		Stdout:           &out,
+		Stderr:           &errOut,
+		HeartbeatTimeout: 3 * time.Second,
+	}, &out, &errOut
+}
+
+func fakeSSHClient(t *testing.T) sshcmd.Client { return sshcmd.Client{Program: fakeSSH(t)} }
+
+// pidDir returns a directory for recordPID and a check that every pid
+// recorded there is gone within limit.
+func pidDir(t *testing.T) (string, func(limit time.Duration)) {
+	dir := t.TempDir()
+	return dir, func(limit time.Duration) {
+		t.Helper()
+		entries, _ := os.ReadDir(dir)
+		if len(entries) == 0 {
+			t.Fatal("no worker recorded its pid")
+		}
+		deadline := time.Now().Add(limit)
+		for _, e := range entries {
+			pid, _ := strconv.Atoi(e.Name())
+			for syscall.Kill(pid, 0) == nil {
+				if time.Now().After(deadline) {
+					t.Fatalf("worker pid %d still running after %v", pid, limit)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+}
+
+func TestRunTwoHostsTwoWorkers(t *testing.T) {
+	cfg, out, errOut := config(t, "hello")
+	code, err := fanout.Run(context.Background(), cfg)
+	if err != nil || code != 0 {
+		t.Fatalf("Run = %d, %v; stderr:\n%s", code, err, errOut)
+	}
+	for r := range 4 {
+		want := fmt.Sprintf("[rank%d]: hello rank=%d world=4 group=%d local=%d restart=0 agentstore=1 token=true\n", r, r, r/2, r%2)
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+		if want := fmt.Sprintf("[rank%d]: to stderr from %d\n", r, r); !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+}
+
+func TestRunAllReduceThroughAgentStore(t *testing.T) {
+	cfg, out, errOut := config(t, "allreduce")
+	code, err := fanout.Run(context.Background(), cfg)
+	if err != nil || code != 0 {
+		t.Fatalf("Run = %d, %v; stderr:\n%s", code, err, errOut)
+	}
+	if n := strings.Count(out.String(), "sum=6\n"); n != 4 {
+		t.Fatalf("%d ranks printed sum=6, want 4:\n%s", n, out)
+	}
+}
+
+func TestRunFailureStopsEveryNode(t *testing.T) {
+	dir, gone := pidDir(t)
+	cfg, _, errOut := config(t, "fail", "FAIL_RANK=3", "PID_DIR="+dir)
+	var failures []launch.Failure
+	cfg.OnFailure = func(f launch.Failure) { failures = append(failures, f) }
+	start := time.Now()
+	code, err := fanout.Run(context.Background(), cfg)
+	if err != nil || code != 3 {
+		t.Fatalf("Run = %d, %v, want 3, nil; stderr:\n%s", code, err, errOut)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the job took %v to stop", d)
+	}
+	if len(failures) != 1 {
+		t.Fatalf("%d failure reports, want 1", len(failures))
+	}
+	f := failures[0]
+	if f.Rank != 3 || f.Host != "127.0.0.2" || f.ExitCode != 3 || !slicesContain(f.Stderr, "boom on rank 3") {
+		t.Errorf("root cause %+v, want rank 3 on 127.0.0.2, exit 3, stderr boom", f)
+	}
+	gone(time.Second)
+}
+
+func slicesContain(lines []string, s string) bool {
+	for _, l := range lines {
+		if strings.Contains(l, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestRunRestartsEveryNode(t *testing.T) {
+	cfg, out, errOut := config(t, "fail", "FAIL_RANK=2", "FAIL_ONCE=1")
+	cfg.MaxRestarts = 1
+	code, err := fanout.Run(context.Background(), cfg)
+	if err != nil || code != 0 {
+		t.Fatalf("Run = %d, %v; stderr:\n%s", code, err, errOut)
+	}
+	for r := range 4 {
+		if want := fmt.Sprintf("[rank%d]: resumed at restart 1\n", r); !strings.Contains(out.String(), want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(errOut.String(), "restarting every node") {
+		t.Errorf("no restart logged:\n%s", errOut)
+	}
+}
+
+func TestRunExitWait(t *testing.T) {
+	dir, gone := pidDir(t)
+	cfg, _, errOut := config(t, "slow", "PID_DIR="+dir)
+	cfg.ExitWait = 500 * time.Millisecond
+	start := time.Now()
+	code, err := fanout.Run(context.Background(), cfg)
+	if err != nil || code != 1 {
+		t.Fatalf("Run = %d, %v, want 1, nil; stderr:\n%s", code, err, errOut)
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Errorf("the job took %v to end", d)
+	}
+	if !strings.Contains(errOut.String(), "node 1 (127.0.0.2) still ran after --exit-wait 500ms") {
+		t.Errorf("stderr does not name the node still running:\n%s", errOut)
+	}
+	gone(time.Second)
+}
+
+func TestRunUnreachableHost(t *testing.T) {
+	cfg, out, errOut := config(t, "hello")
+	cfg.Hosts[1].Name = "down.example"
+	code, err := fanout.Run(context.Background(), cfg)
+	if code != 1 || !errors.Is(err, fanout.ErrNodeLost) {
+		t.Fatalf("Run = %d, %v, want 1 and ErrNodeLost", code, err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "host down.example: ssh: unreachable (Connection refused)") {
+		t.Errorf("error %q does not name the host and cause", msg)
+	}
+	if strings.Contains(out.String(), "hello") {
+		t.Errorf("workers ran although a host was unreachable:\n%s\n%s", out, errOut)
+	}
+}
+
+func TestRunInterruptStopsEveryNode(t *testing.T) {
+	dir, gone := pidDir(t)
+	cfg, _, errOut := config(t, "sleep", "PID_DIR="+dir)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	go func() {
+		for {
+			if e, _ := os.ReadDir(dir); len(e) == 4 {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel(&launch.SignalError{Signal: syscall.SIGINT})
+	}()
+	code, err := fanout.Run(ctx, cfg)
+	if code != 128+int(syscall.SIGINT) || !errors.Is(err, launch.ErrInterrupted) {
+		t.Fatalf("Run = %d, %v, want 130 and ErrInterrupted; stderr:\n%s", code, err, errOut)
+	}
+	gone(time.Second)
+}
+
+func TestRunCollectsLogs(t *testing.T) {
+	cfg, _, errOut := config(t, "hello")
+	cfg.LogDir = t.TempDir()
+	code, err := fanout.Run(context.Background(), cfg)
+	if err != nil || code != 0 {
+		t.Fatalf("Run = %d, %v; stderr:\n%s", code, err, errOut)
+	}
+	runs, _ := filepath.Glob(filepath.Join(cfg.LogDir, "*", "127.0.0.2", "attempt_0", "1", "stdout.log"))
+	if len(runs) != 1 {
+		t.Fatalf("no log of host 127.0.0.2's local rank 1; stderr:\n%s", errOut)
+	}
+	b, _ := os.ReadFile(runs[0])
+	if want := "hello rank=3 world=4"; !strings.HasPrefix(string(b), want) {
+		t.Errorf("%s = %q, want it to start with %q", runs[0], b, want)
+	}
+	errLog, _ := os.ReadFile(filepath.Join(filepath.Dir(runs[0]), "stderr.log"))
+	if string(errLog) != "to stderr from 3\n" {
+		t.Errorf("stderr.log = %q", errLog)
+	}
+}
+
+func TestRunRefusesUnequalSlots(t *testing.T) {
+	cfg, _, _ := config(t, "hello")
+	cfg.Hosts[1].Slots = 3
+	if _, err := fanout.Run(context.Background(), cfg); !errors.Is(err, launch.ErrConfig) || !strings.Contains(err.Error(), "different slots") {
+		t.Fatalf("err = %v, want a config error about slots", err)
+	}
+}
+
+func TestForwardEnv(t *testing.T) {
+	got := fanout.ForwardEnv([]string{"HOME=/h", "GOTRAIN_SOCKET_IFNAME=eth", "GOTRAIN_SSH=x", "GOTRAIN_TOKEN=t",
+		"GLOO_SOCKET_IFNAME=eth1", "GOTRAIN_PORT_RANGE=1-2"})
+	want := []string{"GOTRAIN_SOCKET_IFNAME=eth", "GLOO_SOCKET_IFNAME=eth1", "GOTRAIN_PORT_RANGE=1-2"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("ForwardEnv = %v, want %v", got, want)
+	}
+}

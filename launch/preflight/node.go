@@ -1,0 +1,433 @@
+package preflight
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gotrain/gotrain/distributed"
+	"github.com/gotrain/gotrain/internal/shm"
+)
+
+// NodeCommand is the hidden gotrain subcommand that runs Node on a host.
+const NodeCommand = "preflight-node"
+
+// maxLine bounds one line of the conversation (a dial report of a large
+// cluster is the longest).
+const maxLine = 16 << 20
+
+// Node is the host's side of Check, run by `gotrain preflight-node` over
+// ssh: it reads the launcher's request from in, checks this host (its
+// gotrain build, the program, free /dev/shm and memory), listens on the
+// rendezvous port (node 0) and the data-plane port range, answers on out,
+// then dials the nodes the launcher names and answers again, and keeps
+// listening until in reaches its end. It returns when in ends or ctx is
+// done, having closed every port.
+func Node(ctx context.Context, in io.Reader, out io.Writer) error {
+	rd := bufio.NewReaderSize(in, 64<<10)
+	var req request
+	if err := readLine(rd, &req); err != nil {
+		return fmt.Errorf("preflight-node: read the request: %w", err)
+	}
+	if req.Workers < 0 || req.WorldSize < req.Workers || req.PortMin < 0 || req.PortMax < req.PortMin || req.PortMax > 65535 || req.MasterPort < 0 || req.MasterPort > 65535 {
+		return fmt.Errorf("preflight-node: bad request %+v", req)
+	}
+	p := probeSelf(req)
+	ls := listen(&req, &p)
+	defer ls.close()
+	if err := writeLine(out, p); err != nil {
+		return err
+	}
+
+	// Dial when told to; stop at the end of input whenever it comes.
+	lines := make(chan []byte)
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			line, err := rd.ReadBytes('\n')
+			if len(bytes.TrimSpace(line)) > 0 {
+				select {
+				case lines <- line:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if err != nil {
+				readErr <- err
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-readErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("preflight-node: read: %w", err)
+		case line := <-lines:
+			var dr dialRequest
+			if err := json.Unmarshal(line, &dr); err != nil {
+				return fmt.Errorf("preflight-node: malformed dial request: %w", err)
+			}
+			if err := writeLine(out, dialAll(ctx, req, dr)); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// readLine reads one JSON line into v.
+func readLine(rd *bufio.Reader, v any) error {
+	line, err := rd.ReadBytes('\n')
+	if len(bytes.TrimSpace(line)) == 0 {
+		if err == nil || errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	if len(line) > maxLine {
+		return fmt.Errorf("line of %d bytes", len(line))
+	}
+	return json.Unmarshal(line, v)
+}
+
+// writeLine writes v as one JSON line.
+func writeLine(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("preflight: marshal: " + err.Error()) // plain structs
+	}
+	if _, err := w.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("preflight-node: write: %w", err)
+	}
+	return nil
+}
+
+// probeSelf answers everything but the ports.
+func probeSelf(req request) probe {
+	var p probe
+	b, err := distributed.LocalBuild()
+	p.Build = b
+	if err != nil {
+		p.BuildErr = err.Error()
+	}
+	if req.Program != "" {
+		p.ProgramPath, p.ProgramSHA256, p.ProgramMissing, err = findProgram(req.Program)
+		if err != nil {
+			p.ProgramErr = err.Error()
+		}
+	}
+	if req.Shm && shm.Enabled() {
+		p.ShmNeed = shm.Need(req.Workers, req.WorldSize)
+		if p.ShmNeed > 0 {
+			if p.ShmFree, err = shm.Free(); err != nil {
+				p.ShmErr = err.Error()
+			}
+		}
+	}
+	if p.MemAvailable, err = memAvailable(); err != nil {
+		p.MemErr = err.Error()
+	}
+	p.Machine = machineID()
+	return p
+}
+
+// findProgram finds prog as the workers' exec would, and hashes it.
+func findProgram(prog string) (path, sum string, missing bool, err error) {
+	path = prog
+	if !strings.Contains(prog, "/") {
+		if path, err = exec.LookPath(prog); err != nil {
+			return prog, "", true, nil
+		}
+	}
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return path, "", true, nil
+	case err != nil:
+		return path, "", false, err
+	case !st.Mode().IsRegular():
+		return path, "", false, fmt.Errorf("%s is not a regular file", path)
+	case st.Mode().Perm()&0o111 == 0:
+		return path, "", false, fmt.Errorf("%s is not executable (chmod +x it)", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return path, "", false, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return path, "", false, fmt.Errorf("hash %s: %w", path, err)
+	}
+	return path, hex.EncodeToString(h.Sum(nil)), false, nil
+}
+
+// memAvailable is MemAvailable from /proc/meminfo, in bytes: what the
+// kernel estimates new processes can use without swapping.
+func memAvailable() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "MemAvailable:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				if n, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+					return n << 10, nil
+				}
+			}
+			break
+		}
+	}
+	return 0, errors.New("no MemAvailable line in /proc/meminfo")
+}
+
+// machineID names the machine's port space and addresses: the boot (so
+// two machines differ) and the network namespace (so two namespaces of one
+// machine differ). Nodes with the same one share ports. Tests set it to
+// stand for several machines.
+var machineID = func() string {
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	id := strings.TrimSpace(string(boot))
+	if st, err := os.Stat("/proc/self/ns/net"); err == nil {
+		if s, ok := st.Sys().(*syscall.Stat_t); ok {
+			id += "/net:" + strconv.FormatUint(s.Ino, 10)
+		}
+	}
+	if id == "" {
+		id, _ = os.Hostname()
+	}
+	return id
+}
+
+// closeAfterListen, when set by a test, names ports to close right after
+// listening (while still reporting them held): a port nothing listens on,
+// as a firewall's REJECT looks to a dialer.
+var closeAfterListen func(port int) bool
+
+// listeners are a node's open ports.
+type listeners struct {
+	ls []net.Listener
+	wg sync.WaitGroup
+}
+
+// listen opens the master port (when req names one) and every free port
+// of the data-plane range, on GOTRAIN_LISTEN_HOST (where the workers will
+// listen) or all interfaces, and records them in p. Each accepted
+// connection is answered with this node's greeting and closed.
+func listen(req *request, p *probe) *listeners {
+	host := os.Getenv("GOTRAIN_LISTEN_HOST")
+	greeting := []byte(greetingFor(req.Token, req.Node))
+	s := &listeners{}
+	open := func(port int) (bool, error) {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			return false, err
+		}
+		if closeAfterListen != nil && closeAfterListen(port) {
+			l.Close()
+			return true, nil
+		}
+		s.ls = append(s.ls, l)
+		s.wg.Go(func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+				c.Write(greeting)
+				c.Close()
+			}
+		})
+		return true, nil
+	}
+	if req.MasterPort > 0 {
+		if _, err := open(req.MasterPort); err != nil {
+			p.MasterErr = errText(err)
+		}
+	}
+	if req.PortMin > 0 {
+		for port := req.PortMin; port <= req.PortMax; port++ {
+			if port == req.MasterPort {
+				continue
+			}
+			if ok, _ := open(port); ok {
+				p.Held = append(p.Held, port)
+			} else {
+				p.Busy = append(p.Busy, port)
+			}
+		}
+	}
+	return s
+}
+
+// close stops listening and waits for the accept loops.
+func (s *listeners) close() {
+	for _, l := range s.ls {
+		l.Close()
+	}
+	s.wg.Wait()
+}
+
+// greetingFor is what node's listeners say to whoever dials them.
+func greetingFor(token string, node int) string {
+	return "gotrain-preflight " + token + " " + strconv.Itoa(node) + "\n"
+}
+
+// dialConcurrency bounds a node's dials in flight.
+const dialConcurrency = 256
+
+// dialAll dials every port of every target at once (up to
+// dialConcurrency) and reports the failures.
+func dialAll(ctx context.Context, req request, dr dialRequest) dialReport {
+	timeout := time.Duration(dr.TimeoutMS) * time.Millisecond
+	if timeout <= 0 {
+		timeout = DefaultDialTimeout
+	}
+	var (
+		mu  sync.Mutex // guards rep
+		rep dialReport
+		wg  sync.WaitGroup
+	)
+	sem := make(chan struct{}, dialConcurrency)
+	fail := func(f dialFailure) {
+		mu.Lock()
+		rep.Failures = append(rep.Failures, f)
+		mu.Unlock()
+	}
+	for _, t := range dr.Targets {
+		ip, err := resolve(ctx, t.Addr, timeout)
+		if err != nil {
+			fail(dialFailure{Node: t.Node, Kind: kindResolve, Detail: errText(err)})
+			continue
+		}
+		for _, port := range t.Ports {
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				kind, detail := dialOne(ctx, ip, port, timeout, req.Token, t.Accept)
+				mu.Lock()
+				rep.Dialed++
+				mu.Unlock()
+				if kind != "" {
+					fail(dialFailure{Node: t.Node, Port: port, Kind: kind, IP: ip.String(), Detail: detail})
+				}
+			})
+		}
+	}
+	wg.Wait()
+	slices.SortFunc(rep.Failures, func(a, b dialFailure) int {
+		if a.Node != b.Node {
+			return a.Node - b.Node
+		}
+		return a.Port - b.Port
+	})
+	return rep
+}
+
+// resolve is addr's address as this node dials it: the first the resolver
+// gives, as net.Dial would try first.
+func resolve(ctx context.Context, addr string, timeout time.Duration) (net.IP, error) {
+	if ip := net.ParseIP(addr); ip != nil {
+		return ip, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupIP(ctx, "ip", addr)
+	if err != nil {
+		return nil, err
+	}
+	if len(ips) == 0 {
+		return nil, fmt.Errorf("no address for %s", addr)
+	}
+	return ips[0], nil
+}
+
+// dialOne dials ip:port and reads the greeting. It returns "" when a node
+// in accept answered, else the kind of failure and the system's message.
+func dialOne(ctx context.Context, ip net.IP, port int, timeout time.Duration, token string, accept []int) (kind, detail string) {
+	kind, detail = dialKind(ctx, ip, port, timeout, token, accept)
+	if kind != "" && ip.IsLoopback() {
+		// Whatever went wrong, the cause to fix is the address: a peer's
+		// name resolves to this machine.
+		return kindLoopback, kind + ": " + detail
+	}
+	return kind, detail
+}
+
+func dialKind(ctx context.Context, ip net.IP, port int, timeout time.Duration, token string, accept []int) (kind, detail string) {
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(ip.String(), strconv.Itoa(port)))
+	if err != nil {
+		return classify(err), errText(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(timeout))
+	line, err := bufio.NewReader(io.LimitReader(c, 256)).ReadString('\n')
+	if err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+			return kindRefused, "connection closed without a greeting (" + errText(err) + ")"
+		}
+		return kindWrongPeer, "no greeting: " + errText(err)
+	}
+	f := strings.Fields(line)
+	if len(f) != 3 || f[0] != "gotrain-preflight" {
+		return kindWrongPeer, "another program answers there"
+	}
+	if f[1] != token {
+		return kindWrongPeer, "another gotrain pre-flight answers there"
+	}
+	n, err := strconv.Atoi(f[2])
+	if err != nil || !slices.Contains(accept, n) {
+		return kindWrongPeer, "node " + f[2] + " answers there"
+	}
+	return "", ""
+}
+
+// classify names the cause of a failed dial.
+func classify(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET):
+		return kindRefused
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return kindNoRoute
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout(), errors.Is(err, syscall.ETIMEDOUT):
+		return kindTimeout
+	}
+	return kindOtherError
+}
+
+// errText is err's message without Go's "dial tcp a->b:" framing.
+func errText(err error) string {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		var se *os.SyscallError
+		if errors.As(oe.Err, &se) {
+			return se.Err.Error()
+		}
+		return oe.Err.Error()
+	}
+	return err.Error()
+}

@@ -1,0 +1,873 @@
+// Package preflight checks, before any worker of a multi-node job starts,
+// that every host can run it: ssh reaches it, it has this build of gotrain
+// and the same program, enough free /dev/shm and memory, and every node
+// can dial the rendezvous port and the data-plane ports of every other.
+// Each problem is one line naming the host (for connectivity, the pair of
+// hosts and the ports) and its cause, with what to do where that helps.
+//
+// Every host is checked at once, in one ssh session each: the session
+// runs `gotrain preflight-node` (Node), which checks its host, opens the
+// ports, reports, dials the other nodes when told to, reports again and
+// closes its ports when the launcher closes the session.
+package preflight
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gotrain/gotrain/distributed"
+	"github.com/gotrain/gotrain/internal/sshcmd"
+	"github.com/gotrain/gotrain/launch/bincache"
+)
+
+// Runner runs argv on host with stdin as its input and returns its
+// standard output; a failure of ssh itself is an *sshcmd.Error, a remote
+// command that fails an *sshcmd.ExitError (internal/sshcmd.Client is a
+// Runner).
+type Runner interface {
+	Run(ctx context.Context, host string, stdin io.Reader, argv ...string) ([]byte, error)
+}
+
+// Starter is a Runner that can also start a command and talk to it while
+// it runs, as sshcmd.Client does. Check needs one for the connectivity
+// matrix, whose ports must stay open while the other nodes dial them;
+// with a plain Runner it checks everything else and logs that it could
+// not check connectivity.
+type Starter interface {
+	Runner
+	Command(ctx context.Context, host string, argv ...string) *exec.Cmd
+}
+
+// Defaults of Plan's zero fields.
+const (
+	// DefaultMasterPort is the rendezvous port, as torchrun's.
+	DefaultMasterPort = 29500
+	// DefaultDialTimeout bounds each dial of the connectivity check: a
+	// working link answers in a few milliseconds, so a dial that takes
+	// longer is a firewall dropping it or an address not routed.
+	DefaultDialTimeout = 1500 * time.Millisecond
+	// DefaultTimeout bounds the whole check.
+	DefaultTimeout = 30 * time.Second
+	// DefaultWorkerMemory is the memory each worker is expected to need:
+	// the resident size of the MNIST MLP demo's worker.
+	DefaultWorkerMemory = 160 << 20
+)
+
+// Host is one machine of the job.
+type Host struct {
+	// Name is how ssh reaches it (user@host, an alias of ~/.ssh/config).
+	Name string
+	// Addr is how the other nodes dial it; "" means Name without its
+	// user@.
+	Addr string
+	// Workers is how many workers run there (at least 1).
+	Workers int
+}
+
+// Plan is what the launcher knows of the job, which Check verifies.
+type Plan struct {
+	// Hosts are the machines, node 0 first.
+	Hosts []Host
+	// Gotrain is the gotrain the hosts run, as a command for their shell
+	// (a name found in PATH, or a path); "" means "gotrain".
+	Gotrain string
+	// LocalGotrain is the local gotrain whose build every host must run;
+	// "" means this process's executable (the launcher is gotrain).
+	LocalGotrain string
+	// Program is the workers' program as the hosts run it (a path, or a
+	// name found in their PATH); "" means none to check (the job is
+	// gotrain itself, as `gotrain train`).
+	Program string
+	// LocalProgram is the local file the hosts' Program must equal
+	// (sha256); "" means Program when it is a path to a local file, else
+	// the hosts' program is only checked to exist.
+	LocalProgram string
+	// Copy places gotrain, and the program when it is a static
+	// executable, in each host's cache (package bincache) before checking:
+	// then a missing or different gotrain or program there is no error.
+	Copy bool
+	// MasterPort is the rendezvous port on node 0; 0 means
+	// DefaultMasterPort.
+	MasterPort int
+	// PortMin and PortMax are the data-plane port range (inclusive); both
+	// 0 mean $GOTRAIN_PORT_RANGE, else distributed's default range.
+	PortMin, PortMax int
+	// NoShm means the workers do not use /dev/shm (GOTRAIN_SHM=0), so its
+	// free space is not checked.
+	NoShm bool
+	// WorkerMemory is the memory each worker needs, in bytes; 0 means
+	// DefaultWorkerMemory.
+	WorkerMemory int64
+	// DialTimeout bounds each dial; 0 means DefaultDialTimeout.
+	DialTimeout time.Duration
+	// Timeout bounds the whole check; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// Logger receives what Check could not check; nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Placement is where a host runs gotrain and the program from: the
+// Plan's commands, or their copies in the host's cache.
+type Placement struct {
+	Gotrain string
+	Program string // "" when the Plan has none
+}
+
+// Failure is one problem found, as one line.
+type Failure struct {
+	Host string // the host it concerns; for connectivity, the dialing one
+	Peer string // for connectivity, the host dialed; else ""
+	Line string // the whole line, naming the host(s) and the cause
+	Err  error  // the underlying error, when there is one (an *sshcmd.Error)
+}
+
+// Error is a failed check: every problem found, in the order of the
+// hosts.
+type Error struct {
+	Failures []Failure
+}
+
+// Error is one line per failure.
+func (e *Error) Error() string {
+	lines := make([]string, len(e.Failures))
+	for i, f := range e.Failures {
+		lines[i] = f.Line
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Unwrap is the failures' underlying errors, so errors.As finds an
+// *sshcmd.Error.
+func (e *Error) Unwrap() []error {
+	var errs []error
+	for _, f := range e.Failures {
+		if f.Err != nil {
+			errs = append(errs, f.Err)
+		}
+	}
+	return errs
+}
+
+// ErrPlan is wrapped by the error of a Plan that cannot describe a job.
+var ErrPlan = errors.New("preflight: bad plan")
+
+// Check verifies plan on every host at once and returns nil, or an
+// *Error with one line per problem (or an error wrapping ErrPlan). It
+// opens no port a worker needs after it returns.
+func Check(ctx context.Context, r Runner, plan Plan) error {
+	_, err := Prepare(ctx, r, plan)
+	return err
+}
+
+// Prepare is Check, also returning where each host (in plan's order)
+// runs gotrain and the program from: with plan.Copy, the copies it placed
+// in the hosts' caches.
+func Prepare(ctx context.Context, r Runner, plan Plan) ([]Placement, error) {
+	p, err := plan.resolve()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.Timeout)
+	defer cancel()
+	c := &checker{plan: p, r: r, token: randomToken()}
+	c.run(ctx)
+	if len(c.failures) > 0 {
+		slices.SortStableFunc(c.failures, func(a, b keyed) int {
+			if a.order != b.order {
+				return a.order - b.order
+			}
+			return a.sub - b.sub
+		})
+		e := &Error{}
+		for _, f := range c.failures {
+			e.Failures = append(e.Failures, f.Failure)
+		}
+		return c.places, e
+	}
+	return c.places, nil
+}
+
+// resolve fills in the defaults and checks the plan.
+func (p Plan) resolve() (Plan, error) {
+	if len(p.Hosts) == 0 {
+		return p, fmt.Errorf("%w: no host", ErrPlan)
+	}
+	p.Hosts = slices.Clone(p.Hosts)
+	seen := map[string]bool{}
+	for i := range p.Hosts {
+		h := &p.Hosts[i]
+		if h.Name == "" {
+			return p, fmt.Errorf("%w: host %d has no name", ErrPlan, i)
+		}
+		if seen[h.Name] {
+			return p, fmt.Errorf("%w: host %s is listed twice", ErrPlan, h.Name)
+		}
+		seen[h.Name] = true
+		if h.Workers < 1 {
+			return p, fmt.Errorf("%w: host %s: %d workers (want at least 1)", ErrPlan, h.Name, h.Workers)
+		}
+		if h.Addr == "" {
+			h.Addr = h.Name[strings.LastIndex(h.Name, "@")+1:]
+		}
+	}
+	if p.Gotrain == "" {
+		p.Gotrain = "gotrain"
+	}
+	if p.LocalProgram == "" && strings.Contains(p.Program, "/") {
+		if st, err := os.Stat(p.Program); err == nil && st.Mode().IsRegular() {
+			p.LocalProgram = p.Program
+		}
+	}
+	if p.MasterPort == 0 {
+		p.MasterPort = DefaultMasterPort
+	}
+	if p.PortMin == 0 && p.PortMax == 0 {
+		p.PortMin, p.PortMax = distributed.DefaultPortMin, distributed.DefaultPortMax
+		if s := os.Getenv("GOTRAIN_PORT_RANGE"); s != "" {
+			lo, hi, ok := strings.Cut(s, "-")
+			a, err1 := strconv.Atoi(lo)
+			b, err2 := strconv.Atoi(hi)
+			if !ok || err1 != nil || err2 != nil {
+				return p, fmt.Errorf("%w: GOTRAIN_PORT_RANGE=%q, want MIN-MAX", ErrPlan, s)
+			}
+			p.PortMin, p.PortMax = a, b
+		}
+	}
+	if p.PortMin < 1 || p.PortMax < p.PortMin || p.PortMax > 65535 {
+		return p, fmt.Errorf("%w: data-plane port range %d-%d", ErrPlan, p.PortMin, p.PortMax)
+	}
+	if p.MasterPort < 1 || p.MasterPort > 65535 {
+		return p, fmt.Errorf("%w: master port %d", ErrPlan, p.MasterPort)
+	}
+	if p.WorkerMemory == 0 {
+		p.WorkerMemory = DefaultWorkerMemory
+	}
+	if p.DialTimeout <= 0 {
+		p.DialTimeout = DefaultDialTimeout
+	}
+	if p.Timeout <= 0 {
+		p.Timeout = DefaultTimeout
+	}
+	if p.Logger == nil {
+		p.Logger = slog.Default()
+	}
+	return p, nil
+}
+
+// worldSize is the number of workers of the job.
+func (p Plan) worldSize() int {
+	n := 0
+	for _, h := range p.Hosts {
+		n += h.Workers
+	}
+	return n
+}
+
+func randomToken() string {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// keyed is a failure with its place in the report: the host's index, then
+// an order within it.
+type keyed struct {
+	Failure
+	order, sub int
+}
+
+// checker is one run of Check.
+type checker struct {
+	plan  Plan
+	r     Runner
+	token string
+
+	mu       sync.Mutex // guards failures
+	failures []keyed
+
+	places []Placement
+}
+
+// fail records a failure of host i; sub orders it among host i's.
+func (c *checker) fail(i, sub int, f Failure) {
+	c.mu.Lock()
+	c.failures = append(c.failures, keyed{Failure: f, order: i, sub: sub})
+	c.mu.Unlock()
+}
+
+// failHost records a one-line failure of host i.
+func (c *checker) failHost(i, sub int, format string, args ...any) {
+	h := c.plan.Hosts[i].Name
+	c.fail(i, sub, Failure{Host: h, Line: "host " + h + ": " + fmt.Sprintf(format, args...)})
+}
+
+// failErr records err (which names the host) as host i's failure.
+func (c *checker) failErr(i int, err error) {
+	var se *sshcmd.Error
+	if errors.As(err, &se) {
+		c.fail(i, 0, Failure{Host: c.plan.Hosts[i].Name, Line: se.Error(), Err: se})
+		return
+	}
+	c.fail(i, 0, Failure{Host: c.plan.Hosts[i].Name, Line: oneLine(err.Error()), Err: err})
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// run checks every host, recording failures.
+func (c *checker) run(ctx context.Context) {
+	p := c.plan
+	n := len(p.Hosts)
+	c.places = make([]Placement, n)
+	for i := range c.places {
+		c.places[i] = Placement{Gotrain: p.Gotrain, Program: p.Program}
+	}
+	want, wantErr := c.localBuild()
+	if wantErr != nil {
+		c.failHost(0, -1, "cannot hash the local gotrain to compare builds: %v", wantErr)
+		return
+	}
+	var wantProgram string
+	if p.LocalProgram != "" {
+		f, err := bincache.Stat(p.LocalProgram)
+		if err != nil {
+			c.failHost(0, -1, "cannot hash the local program to compare: %v", err)
+			return
+		}
+		wantProgram = f.SHA256
+	}
+
+	alive := make([]bool, n)
+	for i := range alive {
+		alive[i] = true
+	}
+	if p.Copy && !c.place(ctx, alive) {
+		return
+	}
+
+	sessions := make([]*session, n)
+	probes := make([]*probe, n)
+	var wg sync.WaitGroup
+	st, streaming := c.r.(Starter)
+	for i, h := range p.Hosts {
+		if !alive[i] {
+			continue
+		}
+		req := request{
+			Token: c.token, Node: i, Workers: h.Workers, WorldSize: p.worldSize(),
+			WorkerMemory: p.WorkerMemory, Shm: !p.NoShm, Program: c.places[i].Program,
+			PortMin: p.PortMin, PortMax: p.PortMax,
+		}
+		if i == 0 {
+			req.MasterPort = p.MasterPort
+		}
+		wg.Go(func() {
+			var err error
+			if streaming {
+				sessions[i], probes[i], err = startSession(ctx, st, h.Name, c.places[i].Gotrain, req)
+			} else {
+				probes[i], err = runProbe(ctx, c.r, h.Name, c.places[i].Gotrain, req)
+			}
+			if err != nil {
+				c.failNode(i, err)
+			}
+		})
+	}
+	wg.Wait()
+	defer func() {
+		for _, s := range sessions {
+			if s != nil {
+				s.close()
+			}
+		}
+	}()
+	for i, pr := range probes {
+		if pr != nil {
+			c.judge(i, pr, want, wantProgram)
+		}
+	}
+	if !streaming {
+		p.Logger.Warn("preflight: the runner cannot keep a session open, so the connectivity between the nodes was not checked")
+		return
+	}
+	c.connectivity(ctx, sessions, probes)
+}
+
+// localBuild is the build every host must run.
+func (c *checker) localBuild() (distributed.Build, error) {
+	if c.plan.LocalGotrain == "" {
+		return distributed.LocalBuild()
+	}
+	f, err := bincache.Stat(c.plan.LocalGotrain)
+	return distributed.Build{SHA256: f.SHA256}, err
+}
+
+// place copies gotrain and the static program to every host; hosts it
+// fails on are no longer alive. It reports whether any host is left.
+func (c *checker) place(ctx context.Context, alive []bool) bool {
+	p := c.plan
+	local := p.LocalGotrain
+	if local == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			c.failHost(0, -1, "--copy: cannot find the local gotrain: %v", err)
+			return false
+		}
+		local = exe
+	}
+	gotrain, err := bincache.Stat(local)
+	if err != nil {
+		c.failHost(0, -1, "--copy: %v", err)
+		return false
+	}
+	var program *bincache.File
+	if p.LocalProgram != "" {
+		static, err := bincache.Static(p.LocalProgram)
+		if err != nil {
+			c.failHost(0, -1, "--copy: %v", err)
+			return false
+		}
+		if static {
+			f, err := bincache.Stat(p.LocalProgram)
+			if err != nil {
+				c.failHost(0, -1, "--copy: %v", err)
+				return false
+			}
+			program = &f
+		}
+	}
+	var wg sync.WaitGroup
+	for i, h := range p.Hosts {
+		wg.Go(func() {
+			path, err := bincache.Place(ctx, c.r, h.Name, gotrain)
+			if err != nil {
+				c.failErr(i, err)
+				alive[i] = false
+				return
+			}
+			c.places[i].Gotrain = path
+			if program != nil {
+				if path, err = bincache.Place(ctx, c.r, h.Name, *program); err != nil {
+					c.failErr(i, err)
+					alive[i] = false
+					return
+				}
+				c.places[i].Program = path
+			}
+		})
+	}
+	wg.Wait()
+	return slices.Contains(alive, true)
+}
+
+// failNode records why host i's session gave no probe.
+func (c *checker) failNode(i int, err error) {
+	var ee *sshcmd.ExitError
+	gotrain := c.places[i].Gotrain
+	switch {
+	case errors.As(err, &ee) && (ee.Code == 127 || ee.Code == 126):
+		what := "not found"
+		if ee.Code == 126 {
+			what = "not executable"
+		}
+		c.failHost(i, 0, "gotrain %s (%s): install this build there, name its path, or use --copy", what, gotrain)
+	case errors.As(err, &ee):
+		c.failHost(i, 0, "%s %s failed (%s): a different gotrain build there? install this one, or use --copy", gotrain, NodeCommand, exitText(ee))
+	default:
+		c.failErr(i, err)
+	}
+}
+
+func exitText(ee *sshcmd.ExitError) string {
+	if ee.Stderr != "" {
+		return fmt.Sprintf("exit status %d: %s", ee.Code, ee.Stderr)
+	}
+	return fmt.Sprintf("exit status %d", ee.Code)
+}
+
+// judge records what host i's probe shows wrong.
+func (c *checker) judge(i int, pr *probe, want distributed.Build, wantProgram string) {
+	p := c.plan
+	h := p.Hosts[i]
+	switch {
+	case pr.BuildErr != "":
+		c.failHost(i, 1, "gotrain (%s) cannot hash itself to prove its build: %s", c.places[i].Gotrain, pr.BuildErr)
+	case want.Version == "" && pr.Build.SHA256 != want.SHA256,
+		want.Version != "" && !pr.Build.SameBuild(want):
+		c.failHost(i, 1, "gotrain (%s) is a different build: %s there, %s here (sha256 %s there, %s here): install this build there, or use --copy",
+			c.places[i].Gotrain, pr.Build, want, pr.Build.SHA256, want.SHA256)
+	}
+	prog := c.places[i].Program
+	switch {
+	case prog == "":
+	case pr.ProgramMissing:
+		hint := "copy it there"
+		if p.Copy {
+			hint = "copy it there (--copy carries only a static executable)"
+		} else if p.LocalProgram != "" {
+			hint = "copy it there, or use --copy if it is a static executable"
+		}
+		c.failHost(i, 2, "program %s not found: %s", prog, hint)
+	case pr.ProgramErr != "":
+		c.failHost(i, 2, "program %s: %s", prog, pr.ProgramErr)
+	case wantProgram != "" && pr.ProgramSHA256 != wantProgram:
+		c.failHost(i, 2, "program %s is a different build: sha256 %s there, %s here: deploy the same file, or use --copy if it is a static executable",
+			pr.ProgramPath, pr.ProgramSHA256, wantProgram)
+	}
+	if pr.ShmErr == "" && pr.ShmNeed > pr.ShmFree {
+		c.failHost(i, 3, "/dev/shm has %s free but %d workers need %s: give it more (docker run --shm-size=%s), run fewer workers there, or set GOTRAIN_SHM=0 to use TCP only",
+			sizeString(pr.ShmFree), h.Workers, sizeString(pr.ShmNeed), dockerSize(pr.ShmNeed))
+	}
+	if need := int64(h.Workers)*p.WorkerMemory + pr.ShmNeed; pr.MemErr == "" && pr.MemAvailable < need {
+		c.failHost(i, 4, "not enough memory: %d workers need about %s, %s is available: run fewer workers there (%s:N)",
+			h.Workers, sizeString(need), sizeString(pr.MemAvailable), h.Name)
+	}
+	if pr.MasterErr != "" {
+		c.failHost(i, 5, "cannot listen on the rendezvous port %d: %s: another program holds it; stop it or choose another --master-port", p.MasterPort, pr.MasterErr)
+	}
+}
+
+// sizeString shows n bytes in MiB, or GiB from 1 GiB on.
+func sizeString(n int64) string {
+	if n >= 1<<30 {
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	}
+	return fmt.Sprintf("%d MiB", (n+1<<20-1)>>20)
+}
+
+// dockerSize is a --shm-size that holds n bytes with a quarter to spare.
+func dockerSize(n int64) string {
+	n += n / 4
+	if n < 1<<30 {
+		return fmt.Sprintf("%dm", (n+256<<20-1)/(256<<20)*256)
+	}
+	return fmt.Sprintf("%dg", (n+1<<30-1)>>30)
+}
+
+// connectivity has every node dial every other node's ports, and checks
+// that every machine has a data-plane port free for each of its workers.
+func (c *checker) connectivity(ctx context.Context, sessions []*session, probes []*probe) {
+	p := c.plan
+	n := len(p.Hosts)
+	// Nodes on one machine share its ports: each may answer for the others.
+	machine := map[string][]int{}
+	for j, pr := range probes {
+		if pr != nil {
+			machine[pr.Machine] = append(machine[pr.Machine], j)
+		}
+	}
+	held := map[string][]int{}
+	for m, nodes := range machine {
+		var ports []int
+		workers := 0
+		for _, j := range nodes {
+			ports = append(ports, probes[j].Held...)
+			workers += p.Hosts[j].Workers
+		}
+		slices.Sort(ports)
+		held[m] = slices.Compact(ports)
+		if len(held[m]) < workers {
+			j := nodes[0]
+			c.failHost(j, 6, "%d of the data-plane ports %d-%d are free there but %d workers need one each: free them, or set GOTRAIN_PORT_RANGE to a larger or other range",
+				len(held[m]), p.PortMin, p.PortMax, workers)
+		}
+	}
+	var wg sync.WaitGroup
+	for i, s := range sessions {
+		if s == nil {
+			continue
+		}
+		dr := dialRequest{TimeoutMS: int(p.DialTimeout / time.Millisecond)}
+		for j := range n {
+			if j == i || probes[j] == nil {
+				continue
+			}
+			t := target{Node: j, Addr: p.Hosts[j].Addr, Accept: machine[probes[j].Machine]}
+			if j == 0 && probes[0].MasterErr == "" {
+				t.Ports = append(t.Ports, p.MasterPort)
+			}
+			t.Ports = append(t.Ports, held[probes[j].Machine]...)
+			dr.Targets = append(dr.Targets, t)
+		}
+		if len(dr.Targets) == 0 {
+			continue
+		}
+		wg.Go(func() {
+			var rep dialReport
+			if err := s.exchange(ctx, dr, &rep); err != nil {
+				c.failNode(i, err)
+				return
+			}
+			c.judgeDials(i, rep)
+		})
+	}
+	wg.Wait()
+}
+
+// judgeDials records node i's failed dials: one line per peer and kind
+// of failure, its ports as ranges.
+func (c *checker) judgeDials(i int, rep dialReport) {
+	p := c.plan
+	type group struct {
+		to   int
+		kind string
+		ip   string
+	}
+	byGroup := map[group][]dialFailure{}
+	var order []group
+	for _, f := range rep.Failures {
+		g := group{f.Node, f.Kind, f.IP}
+		if _, ok := byGroup[g]; !ok {
+			order = append(order, g)
+		}
+		byGroup[g] = append(byGroup[g], f)
+	}
+	from := p.Hosts[i].Name
+	for k, g := range order {
+		fs := byGroup[g]
+		to := p.Hosts[g.to]
+		where := fmt.Sprintf("host %s → host %s (%s", from, to.Name, to.Addr)
+		if g.ip != "" && g.ip != to.Addr {
+			where += " = " + g.ip
+		}
+		where += ")"
+		var master bool
+		var ports []int
+		for _, f := range fs {
+			if g.to == 0 && f.Port == p.MasterPort {
+				master = true
+			} else if f.Port != 0 {
+				ports = append(ports, f.Port)
+			}
+		}
+		which := portsText(master, p.MasterPort, ports)
+		open := openHint(master, p.MasterPort, ports, p, to.Name)
+		var line string
+		switch g.kind {
+		case kindResolve:
+			line = fmt.Sprintf("%s: %s does not resolve on %s (%s): list it by an address, or fix its name there", where, to.Addr, from, fs[0].Detail)
+		case kindLoopback:
+			line = fmt.Sprintf("%s: %s resolves to %s on %s, a loopback address (an /etc/hosts line there?), so %s reaches itself, not %s (%s): list %s by an address the other nodes reach",
+				where, to.Addr, g.ip, from, from, to.Name, fs[0].Detail, to.Name)
+		case kindRefused:
+			line = fmt.Sprintf("%s: %s refused (%s: nothing listens there, or a firewall rejects it): %s", where, which, fs[0].Detail, open)
+		case kindTimeout:
+			line = fmt.Sprintf("%s: %s timed out after %s (a firewall drops them, or %s is not routed from %s): %s", where, which, p.DialTimeout, to.Addr, from, open)
+		case kindNoRoute:
+			line = fmt.Sprintf("%s: %s: no route (%s): is %s the address of %s that %s reaches?", where, which, fs[0].Detail, to.Addr, to.Name, from)
+		case kindWrongPeer:
+			line = fmt.Sprintf("%s: %s: %s, not %s's pre-flight: is %s the address of %s?", where, which, fs[0].Detail, to.Name, to.Addr, to.Name)
+		default:
+			line = fmt.Sprintf("%s: %s: %s", where, which, fs[0].Detail)
+		}
+		c.fail(i, 10+k, Failure{Host: from, Peer: to.Name, Line: line})
+	}
+}
+
+// portsText names the ports of a failure: the rendezvous port and the
+// data-plane ports as ranges.
+func portsText(master bool, masterPort int, ports []int) string {
+	var parts []string
+	if master {
+		parts = append(parts, fmt.Sprintf("rendezvous port %d", masterPort))
+	}
+	if len(ports) == 1 {
+		parts = append(parts, "data-plane port "+ranges(ports))
+	} else if len(ports) > 1 {
+		parts = append(parts, "data-plane ports "+ranges(ports))
+	}
+	return strings.Join(parts, " and ")
+}
+
+// openHint says which ports to open on host, or what else to do.
+func openHint(master bool, masterPort int, ports []int, p Plan, host string) string {
+	var hints []string
+	if master {
+		hints = append(hints, fmt.Sprintf("open TCP port %d on %s, or choose another --master-port", masterPort, host))
+	}
+	if len(ports) > 0 {
+		hints = append(hints, fmt.Sprintf("open TCP ports %d-%d on %s, or set GOTRAIN_PORT_RANGE to a range that is open", p.PortMin, p.PortMax, host))
+	}
+	return strings.Join(hints, "; ")
+}
+
+// ranges writes sorted ports as "a-b,c".
+func ranges(ports []int) string {
+	var parts []string
+	for k := 0; k < len(ports); {
+		e := k
+		for e+1 < len(ports) && ports[e+1] == ports[e]+1 {
+			e++
+		}
+		if e == k {
+			parts = append(parts, strconv.Itoa(ports[k]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", ports[k], ports[e]))
+		}
+		k = e + 1
+	}
+	return strings.Join(parts, ",")
+}
+
+// runProbe runs a node with a plain Runner: the request, then the end of
+// input, so it probes, reports and exits.
+func runProbe(ctx context.Context, r Runner, host, gotrain string, req request) (*probe, error) {
+	b, _ := json.Marshal(req)
+	out, err := r.Run(ctx, host, bytes.NewReader(append(b, '\n')), gotrain, NodeCommand)
+	if err != nil {
+		return nil, err
+	}
+	var pr probe
+	if err := readLine(bufio.NewReader(bytes.NewReader(out)), &pr); err != nil {
+		return nil, fmt.Errorf("host %s: %s %s answered %q: %w", host, gotrain, NodeCommand, firstLine(out), err)
+	}
+	return &pr, nil
+}
+
+func firstLine(b []byte) string {
+	s, _, _ := strings.Cut(string(b), "\n")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+// session is one host's running `gotrain preflight-node`.
+type session struct {
+	host   string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan []byte   // its stdout, a line at a time; closed at its end
+	done   chan struct{} // closed when it has exited and waitErr is set
+	stderr lockedBuffer
+
+	waitErr error
+}
+
+// startSession starts the node on host, sends req and waits for its
+// probe.
+func startSession(ctx context.Context, st Starter, host, gotrain string, req request) (*session, *probe, error) {
+	cmd := st.Command(ctx, host, gotrain, NodeCommand)
+	s := &session{host: host, cmd: cmd, lines: make(chan []byte, 4), done: make(chan struct{})}
+	cmd.Stderr = &s.stderr
+	cmd.WaitDelay = 2 * time.Second
+	var err error
+	if s.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, nil, fmt.Errorf("host %s: %w", host, err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("host %s: %w", host, err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("host %s: start %s: %w", host, cmd.Path, err)
+	}
+	go func() {
+		rd := bufio.NewReaderSize(stdout, 64<<10)
+		for {
+			line, err := rd.ReadBytes('\n')
+			if len(bytes.TrimSpace(line)) > 0 {
+				s.lines <- line
+			}
+			if err != nil {
+				break
+			}
+		}
+		close(s.lines)
+		s.waitErr = cmd.Wait()
+		close(s.done)
+	}()
+	var pr probe
+	if err := s.exchange(ctx, req, &pr); err != nil {
+		s.close()
+		return nil, nil, err
+	}
+	return s, &pr, nil
+}
+
+// exchange sends v and reads the answer into into.
+func (s *session) exchange(ctx context.Context, v, into any) error {
+	b, _ := json.Marshal(v)
+	if _, err := s.stdin.Write(append(b, '\n')); err != nil {
+		// It has gone: its exit status says why.
+		return s.ended(ctx)
+	}
+	select {
+	case line, ok := <-s.lines:
+		if !ok {
+			return s.ended(ctx)
+		}
+		if err := json.Unmarshal(line, into); err != nil {
+			return fmt.Errorf("host %s: %s answered %q: %w", s.host, NodeCommand, firstLine(line), err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("host %s: no answer from %s: %w", s.host, NodeCommand, ctx.Err())
+	}
+}
+
+// ended is the error of a session that stopped answering.
+func (s *session) ended(ctx context.Context) error {
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		return fmt.Errorf("host %s: no answer from %s: %w", s.host, NodeCommand, ctx.Err())
+	}
+	if s.waitErr == nil {
+		return fmt.Errorf("host %s: %s ended without answering", s.host, NodeCommand)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("host %s: %w", s.host, ctx.Err())
+	}
+	return sshcmd.Classify(s.host, s.waitErr, s.stderr.String())
+}
+
+// close ends the session (its end of input tells the node to close its
+// ports and exit) and waits for it, killing it after a grace period.
+func (s *session) close() {
+	s.stdin.Close()
+	go func() {
+		for range s.lines { // drain, so the reader reaches Wait
+		}
+	}()
+	select {
+	case <-s.done:
+	case <-time.After(3 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for the command's stderr copier
+// and a reader.
+type lockedBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
