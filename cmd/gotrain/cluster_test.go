@@ -75,8 +75,8 @@ func startGotrain(t *testing.T, ctx context.Context, env []string, args ...strin
 	return cmd.Process, out, code
 }
 
-// workers lists the processes on h other than sshd's and the agent: the
-// job's workers (or anything they left).
+// workers lists the processes on h other than sshd's, the agent and the
+// launcher's reaper: the job's workers (or anything they left).
 func workers(t *testing.T, h *testcluster.Host) []testcluster.Proc {
 	t.Helper()
 	ps, err := h.Procs()
@@ -85,7 +85,7 @@ func workers(t *testing.T, h *testcluster.Host) []testcluster.Proc {
 	}
 	var ws []testcluster.Proc
 	for _, p := range ps {
-		if !strings.HasPrefix(p.Cmdline, "sshd:") && !strings.HasSuffix(p.Cmdline, " agent") {
+		if !strings.HasPrefix(p.Cmdline, "sshd:") && !strings.HasSuffix(p.Cmdline, " agent") && p.Cmdline != "gotrain-reaper" {
 			ws = append(ws, p)
 		}
 	}
@@ -161,21 +161,33 @@ func TestClusterTrainMNIST(t *testing.T) {
 	if kv := summary(t, stdout); kv["world"] != "4" || kv["steps"] != "8" {
 		t.Errorf("summary %v: want world=4 steps=8", kv)
 	}
+	// The nodes add their ranks' gradients in another order than four
+	// local workers do, so the last bits may differ: each tensor is
+	// compared relative to its largest value.
 	want, got := params(t, local), params(t, remote)
 	if len(got) != len(want) {
 		t.Fatalf("%d tensors on the cluster, %d locally", len(got), len(want))
 	}
+	worst := 0.0
 	for name, w := range want {
 		g := got[name]
 		if len(g) != len(w) {
 			t.Fatalf("%s: %d values on the cluster, %d locally", name, len(g), len(w))
 		}
+		scale, diff, at := 0.0, 0.0, 0
 		for i := range w {
-			if d := math.Abs(float64(g[i] - w[i])); d > 1e-6*math.Max(math.Abs(float64(w[i])), 1e-3) {
-				t.Fatalf("%s[%d] = %g on the cluster, %g locally", name, i, g[i], w[i])
+			scale = math.Max(scale, math.Abs(float64(w[i])))
+			if d := math.Abs(float64(g[i] - w[i])); d > diff {
+				diff, at = d, i
 			}
 		}
+		if diff > 1e-6*scale {
+			t.Errorf("%s[%d] = %g on the cluster, %g locally: %.2g relative to the tensor's largest value %g",
+				name, at, g[at], w[at], diff/scale, scale)
+		}
+		worst = math.Max(worst, diff/scale)
 	}
+	t.Logf("largest difference from 4 local workers: %.2g relative", worst)
 }
 
 // TestClusterCopy: on hosts that have neither gotrain nor the program
