@@ -654,3 +654,36 @@ func TestEscapedChildDoesNotHoldUpRun(t *testing.T) {
 		t.Errorf("worker output lost: %q", j.stdout.String())
 	}
 }
+
+// TestOneAttemptForAnOuterLauncher: RestartCount, NoRestart, AgentStore
+// and OnWorkerFailure, which a launcher of several nodes runs each
+// attempt with.
+func TestOneAttemptForAnOuterLauncher(t *testing.T) {
+	j := newJob(t, 2, "restart", map[int]string{1: "noisy:4"})
+	j.cfg.MaxRestarts, j.cfg.RestartCount, j.cfg.NoRestart, j.cfg.AgentStore = 3, 2, true, true
+	var early, final []launch.Failure
+	j.cfg.OnWorkerFailure = func(f launch.Failure) { early = append(early, f) }
+	j.cfg.OnFailure = func(f launch.Failure) { final = append(final, f) }
+	code, _, err := j.run(t, context.Background())
+	if code != 4 || err != nil {
+		t.Fatalf("Run = %d, %v; want 4, nil (no restart)", code, err)
+	}
+	if len(early) != 1 || early[0].Rank != 1 || early[0].ExitCode != 4 {
+		t.Errorf("OnWorkerFailure got %+v, want rank 1 exit 4 once", early)
+	}
+	if len(final) != 1 || final[0].Restarts != 2 || final[0].MaxRestarts != 3 || len(final[0].Stderr) == 0 {
+		t.Errorf("OnFailure got %+v, want one report of restart 2 of 3 with stderr", final)
+	}
+	if !strings.Contains(j.stdout.String(), "[rank0]: restart=2") {
+		t.Errorf("rank 0 did not run with restart count 2:\n%s", j.stdout.String())
+	}
+
+	j = newJob(t, 1, "env", nil)
+	j.cfg.AgentStore = true
+	if code, _, err := j.run(t, context.Background()); code != 0 || err != nil {
+		t.Fatalf("Run = %d, %v", code, err)
+	}
+	if !strings.Contains(j.stdout.String(), "TORCHELASTIC_USE_AGENT_STORE=True") {
+		t.Errorf("AgentStore not told to the worker:\n%s", j.stdout.String())
+	}
+}

@@ -58,7 +58,7 @@ func Run(ctx context.Context, in io.Reader, out io.Writer, env []string) error {
 		env = os.Environ()
 	}
 	a := &agent{job: job, w: &writer{enc: json.NewEncoder(out)}, env: append(append([]string(nil), env...), job.Env...)}
-	a.log = logging.New(a.stream(2), job.LogFormat).With("host", job.Host, "node_rank", job.NodeRank)
+	a.log = logging.New(a.stream(2), job.LogFormat).With("host", job.Host)
 	if job.Dir != "" {
 		if err := os.Chdir(job.Dir); err != nil {
 			a.log.Warn("agent: the launcher's directory is not here; the workers run in the agent's", "err", err)

@@ -321,8 +321,16 @@ func (l *launcher) start(ctx context.Context) error {
 	ready := 0
 	deadline := time.NewTimer(readyWait)
 	defer deadline.Stop()
+	// The agents that are up must hear from the launcher while the others
+	// connect, or they would count it as lost.
+	beat := time.NewTicker(agent.HeartbeatInterval)
+	defer beat.Stop()
 	for ready < len(l.nodes) {
 		select {
+		case <-beat.C:
+			for _, n := range l.nodes {
+				n.send(agent.Message{Type: agent.Heartbeat})
+			}
 		case m := <-l.msgs:
 			n := l.nodes[m.node]
 			switch {
@@ -603,6 +611,9 @@ func exitErr(host string, werr error, stderr *tailBuffer) error {
 		return fmt.Errorf("host %s: the agent exited", host)
 	}
 	var ee *exec.ExitError
+	if errors.As(werr, &ee) && ee.ExitCode() < 0 {
+		return fmt.Errorf("host %s: the agent's connection ended: ssh %v", host, ee.ProcessState)
+	}
 	if errors.As(werr, &ee) && ee.ExitCode() == 127 {
 		return fmt.Errorf("host %s: gotrain not found there (%s); install it at the same path or use --copy", host, strings.TrimSpace(stderr.last()))
 	}

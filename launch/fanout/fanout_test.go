@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +31,12 @@ import (
 func TestMain(m *testing.M) {
 	testproc.Dispatch(testproc.Workers{
 		"agent": func() int {
+			if h := os.Getenv("SILENT_HOST"); h != "" && h == os.Getenv("FAKE_SSH_HOST") {
+				// A hung agent: ready, then nothing.
+				fmt.Println(`{"type":"ready"}`)
+				time.Sleep(time.Minute)
+				return 0
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 			defer stop()
 			if err := agent.Run(ctx, os.Stdin, os.Stdout, nil); err != nil {
@@ -71,8 +78,18 @@ func TestMain(m *testing.M) {
 			}
 			return 0
 		},
+		// events: each rank sends one progress event.
+		"events": func() int {
+			f := os.NewFile(3, "events")
+			fmt.Fprintf(f, `{"kind":"step","rank":%s}`+"\n", os.Getenv("RANK"))
+			return 0
+		},
 		"sleep": func() int {
 			recordPID()
+			if os.Getenv("GROUP_RANK") == "1" {
+				// Node 1's agent, for a test to kill.
+				_ = os.WriteFile(filepath.Join(os.Getenv("PID_DIR"), "agent"), []byte(strconv.Itoa(os.Getppid())), 0o644)
+			}
 			time.Sleep(time.Minute)
 			return 0
 		},
@@ -115,7 +132,7 @@ func fakeSSH(t *testing.T) string {
 while [ "$#" -gt 0 ]; do case "$1" in --) shift; break;; -o) shift 2;; *) shift;; esac; done
 host=$1; shift
 case "$host" in down*) echo "ssh: connect to host $host port 22: Connection refused" >&2; exit 255;; esac
-GOTRAIN_TEST_WORKER=agent exec sh -c "$1"
+FAKE_SSH_HOST=$host GOTRAIN_TEST_WORKER=agent exec sh -c "$1"
 `
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
@@ -176,6 +193,7 @@ func pidDir(t *testing.T) (string, func(limit time.Duration)) {
 	return dir, func(limit time.Duration) {
 		t.Helper()
 		entries, _ := os.ReadDir(dir)
+		entries = slices.DeleteFunc(entries, func(e os.DirEntry) bool { return e.Name() == "agent" })
 		if len(entries) == 0 {
 			t.Fatal("no worker recorded its pid")
 		}
@@ -308,7 +326,7 @@ func TestRunInterruptStopsEveryNode(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	go func() {
 		for {
-			if e, _ := os.ReadDir(dir); len(e) == 4 {
+			if e, _ := os.ReadDir(dir); len(e) == 5 {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -357,5 +375,67 @@ func TestForwardEnv(t *testing.T) {
 	want := []string{"GOTRAIN_SOCKET_IFNAME=eth", "GLOO_SOCKET_IFNAME=eth1", "GOTRAIN_PORT_RANGE=1-2"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("ForwardEnv = %v, want %v", got, want)
+	}
+}
+
+func TestRunAgentKilled(t *testing.T) {
+	dir, gone := pidDir(t)
+	cfg, _, errOut := config(t, "sleep", "PID_DIR="+dir)
+	go func() {
+		for {
+			if b, err := os.ReadFile(filepath.Join(dir, "agent")); err == nil {
+				if pid, err := strconv.Atoi(string(b)); err == nil {
+					syscall.Kill(pid, syscall.SIGKILL)
+					return
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	start := time.Now()
+	code, err := fanout.Run(context.Background(), cfg)
+	if err != nil || code != 1 {
+		t.Fatalf("Run = %d, %v, want 1, nil; stderr:\n%s", code, err, errOut)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %v", d)
+	}
+	if !strings.Contains(errOut.String(), "lost the agent") || !strings.Contains(errOut.String(), "host=127.0.0.2") {
+		t.Errorf("stderr does not name the lost host:\n%s", errOut)
+	}
+	gone(5 * time.Second)
+}
+
+func TestRunSilentAgent(t *testing.T) {
+	t.Setenv("SILENT_HOST", "127.0.0.2")
+	dir, gone := pidDir(t)
+	cfg, _, errOut := config(t, "sleep", "PID_DIR="+dir)
+	cfg.HeartbeatTimeout = time.Second
+	code, err := fanout.Run(context.Background(), cfg)
+	if err != nil || code != 1 {
+		t.Fatalf("Run = %d, %v, want 1, nil; stderr:\n%s", code, err, errOut)
+	}
+	if !strings.Contains(errOut.String(), "host 127.0.0.2: the agent sent nothing for 1s") {
+		t.Errorf("stderr does not name the silent host:\n%s", errOut)
+	}
+	gone(time.Second)
+}
+
+func TestRunEvents(t *testing.T) {
+	cfg, _, errOut := config(t, "events")
+	var mu sync.Mutex
+	got := map[int]string{}
+	cfg.Events = func(rank int, line []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		got[rank] = string(line)
+	}
+	if code, err := fanout.Run(context.Background(), cfg); err != nil || code != 0 {
+		t.Fatalf("Run = %d, %v; stderr:\n%s", code, err, errOut)
+	}
+	for r := range 4 {
+		if want := fmt.Sprintf(`{"kind":"step","rank":%d}`, r); got[r] != want {
+			t.Errorf("rank %d: event %q, want %q", r, got[r], want)
+		}
 	}
 }

@@ -22,7 +22,7 @@ type gang struct {
 	rootEarly *launch.Failure
 	rootFinal *launch.Failure
 	rootErr   string // why the root node failed when no worker did (agent lost, could not start)
-	lost      bool   // a node's agent is gone: no restart can bring it back
+	lost      bool   // a node's agent is gone or cannot run the workers: no restart helps
 	exitWait  bool   // --exit-wait ran out
 	waiting   []string
 	stopping  bool
@@ -69,6 +69,9 @@ func (g *gang) exited(node, code int, f *launch.Failure, interrupted bool, errTe
 	}
 	g.running[node] = false
 	g.codes[node] = code
+	if errText != "" {
+		g.lost = true // the same job would fail the same way again
+	}
 	if node == g.root {
 		g.rootFinal = f
 		if errText != "" && g.rootErr == "" {
