@@ -9,7 +9,6 @@
 package bincache
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"debug/elf"
@@ -21,6 +20,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/gotrain/gotrain/internal/sshcmd"
 )
 
 // Dir is the cache's directory, relative to the remote user's home.
@@ -106,7 +107,7 @@ func Place(ctx context.Context, r Runner, host string, f File) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("copy %s to host %s: %w", f.Name, host, err)
 	}
-	state, path, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+	state, path, _ := strings.Cut(lastLine(out), " ")
 	switch state {
 	case "present":
 		return path, nil
@@ -124,7 +125,7 @@ func Place(ctx context.Context, r Runner, host string, f File) (string, error) {
 	h := sha256.New()
 	out, err = r.Run(ctx, host, io.TeeReader(src, h), "sh", "-c", putScript, "gotrain-bincache", f.SHA256, f.Name)
 	if err != nil {
-		if strings.Contains(err.Error(), "corrupted") {
+		if ee := (*sshcmd.ExitError)(nil); errors.As(err, &ee) && strings.HasPrefix(ee.Stderr, "copy corrupted") {
 			return "", fmt.Errorf("%w: %s to host %s: %w", ErrCorrupt, f.Name, host, err)
 		}
 		return "", fmt.Errorf("copy %s to host %s: %w", f.Name, host, err)
@@ -132,11 +133,18 @@ func Place(ctx context.Context, r Runner, host string, f File) (string, error) {
 	if got := hex.EncodeToString(h.Sum(nil)); got != f.SHA256 {
 		return "", fmt.Errorf("copy %s to host %s: %s changed while it was being copied (sha256 %s, was %s)", f.Name, host, f.Path, got, f.SHA256)
 	}
-	path = string(bytes.TrimSpace(out))
+	path = lastLine(out)
 	if !strings.HasPrefix(path, "/") {
 		return "", fmt.Errorf("copy %s to host %s: unexpected answer %q from the copy", f.Name, host, out)
 	}
 	return path, nil
+}
+
+// lastLine is the last line of out: the script's answer, after anything
+// the host's shell start-up files printed.
+func lastLine(out []byte) string {
+	s := strings.TrimSpace(string(out))
+	return s[strings.LastIndex(s, "\n")+1:]
 }
 
 // validName is a file name that is safe as one path element.

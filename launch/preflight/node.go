@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -181,25 +182,92 @@ func findProgram(prog string) (path, sum string, missing bool, err error) {
 	return path, hex.EncodeToString(h.Sum(nil)), false, nil
 }
 
-// memAvailable is MemAvailable from /proc/meminfo, in bytes: what the
-// kernel estimates new processes can use without swapping.
+// memAvailable is what new processes can use without swapping, in
+// bytes: /proc/meminfo's MemAvailable, or less when this process's memory
+// cgroup (a container's limit) leaves less room.
 func memAvailable() (int64, error) {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0, err
 	}
+	avail := int64(-1)
 	for _, l := range strings.Split(string(b), "\n") {
 		if rest, ok := strings.CutPrefix(l, "MemAvailable:"); ok {
 			f := strings.Fields(rest)
 			if len(f) == 2 && f[1] == "kB" {
 				if n, err := strconv.ParseInt(f[0], 10, 64); err == nil {
-					return n << 10, nil
+					avail = n << 10
 				}
 			}
 			break
 		}
 	}
-	return 0, errors.New("no MemAvailable line in /proc/meminfo")
+	if avail < 0 {
+		return 0, errors.New("no MemAvailable line in /proc/meminfo")
+	}
+	if cg, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		if room, ok := cgroupRoom(string(cg), readTrim); ok && room < avail {
+			avail = room
+		}
+	}
+	return avail, nil
+}
+
+func readTrim(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	return strings.TrimSpace(string(b)), err
+}
+
+// cgroupRoom is the memory left under the limit of the memory cgroup
+// that /proc/self/cgroup's content cg names (v2's memory.max, else v1's
+// memory.limit_in_bytes), read through read; false when there is no
+// limit or it cannot be read.
+func cgroupRoom(cg string, read func(path string) (string, error)) (int64, bool) {
+	var v1, v2 string
+	for _, l := range strings.Split(cg, "\n") {
+		f := strings.SplitN(l, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		if f[0] == "0" && f[1] == "" {
+			v2 = f[2]
+		}
+		for _, c := range strings.Split(f[1], ",") {
+			if c == "memory" {
+				v1 = f[2]
+			}
+		}
+	}
+	room := func(limitPath, usagePath string) (int64, bool) {
+		ls, err := read(limitPath)
+		if err != nil {
+			return 0, false
+		}
+		limit, err := strconv.ParseInt(ls, 10, 64)
+		if err != nil || limit >= 1<<60 { // "max", or v1's "unlimited" page-rounded int64
+			return 0, false
+		}
+		us, err := read(usagePath)
+		if err != nil {
+			return 0, false
+		}
+		usage, err := strconv.ParseInt(us, 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		return max(0, limit-usage), true
+	}
+	if v1 != "" {
+		d := filepath.Join("/sys/fs/cgroup/memory", v1)
+		if r, ok := room(filepath.Join(d, "memory.limit_in_bytes"), filepath.Join(d, "memory.usage_in_bytes")); ok {
+			return r, true
+		}
+	}
+	if v2 != "" {
+		d := filepath.Join("/sys/fs/cgroup", v2)
+		return room(filepath.Join(d, "memory.max"), filepath.Join(d, "memory.current"))
+	}
+	return 0, false
 }
 
 // machineID names the machine's port space and addresses: the boot (so
@@ -272,10 +340,8 @@ func listen(req *request, p *probe) *listeners {
 			if port == req.MasterPort {
 				continue
 			}
-			if ok, _ := open(port); ok {
+			if ok, _ := open(port); ok { // else another program (or node) holds it
 				p.Held = append(p.Held, port)
-			} else {
-				p.Busy = append(p.Busy, port)
 			}
 		}
 	}
@@ -326,7 +392,7 @@ func dialAll(ctx context.Context, req request, dr dialRequest) dialReport {
 			wg.Go(func() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				kind, detail := dialOne(ctx, ip, port, timeout, req.Token, t.Accept)
+				kind, detail := dialOne(ctx, ip, port, timeout, req.Token, t.Accept, !slices.Contains(t.Accept, req.Node))
 				mu.Lock()
 				rep.Dialed++
 				mu.Unlock()
@@ -366,11 +432,12 @@ func resolve(ctx context.Context, addr string, timeout time.Duration) (net.IP, e
 
 // dialOne dials ip:port and reads the greeting. It returns "" when a node
 // in accept answered, else the kind of failure and the system's message.
-func dialOne(ctx context.Context, ip net.IP, port int, timeout time.Duration, token string, accept []int) (kind, detail string) {
+// elsewhere means the target is on another machine than this node.
+func dialOne(ctx context.Context, ip net.IP, port int, timeout time.Duration, token string, accept []int, elsewhere bool) (kind, detail string) {
 	kind, detail = dialKind(ctx, ip, port, timeout, token, accept)
-	if kind != "" && ip.IsLoopback() {
-		// Whatever went wrong, the cause to fix is the address: a peer's
-		// name resolves to this machine.
+	if kind != "" && elsewhere && ip.IsLoopback() {
+		// Whatever went wrong, the cause to fix is the address: another
+		// machine's name resolves to this one.
 		return kindLoopback, kind + ": " + detail
 	}
 	return kind, detail

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,7 +132,7 @@ type Placement struct {
 
 // Failure is one problem found, as one line.
 type Failure struct {
-	Host string // the host it concerns; for connectivity, the dialing one
+	Host string // the host it concerns (for connectivity, the dialing one); "" for the launching machine
 	Peer string // for connectivity, the host dialed; else ""
 	Line string // the whole line, naming the host(s) and the cause
 	Err  error  // the underlying error, when there is one (an *sshcmd.Error)
@@ -317,6 +318,11 @@ func (c *checker) failHost(i, sub int, format string, args ...any) {
 	c.fail(i, sub, Failure{Host: h, Line: "host " + h + ": " + fmt.Sprintf(format, args...)})
 }
 
+// failLocal records a problem on the launching machine, first.
+func (c *checker) failLocal(format string, args ...any) {
+	c.fail(-1, 0, Failure{Line: "preflight: " + fmt.Sprintf(format, args...)})
+}
+
 // failErr records err (which names the host) as host i's failure.
 func (c *checker) failErr(i int, err error) {
 	var se *sshcmd.Error
@@ -339,24 +345,25 @@ func (c *checker) run(ctx context.Context) {
 	}
 	want, wantErr := c.localBuild()
 	if wantErr != nil {
-		c.failHost(0, -1, "cannot hash the local gotrain to compare builds: %v", wantErr)
+		c.failLocal("cannot hash the local gotrain to compare builds: %v", wantErr)
 		return
 	}
 	var wantProgram string
+	var local *bincache.File
 	if p.LocalProgram != "" {
 		f, err := bincache.Stat(p.LocalProgram)
 		if err != nil {
-			c.failHost(0, -1, "cannot hash the local program to compare: %v", err)
+			c.failLocal("cannot hash the local program to compare: %v", err)
 			return
 		}
-		wantProgram = f.SHA256
+		wantProgram, local = f.SHA256, &f
 	}
 
 	alive := make([]bool, n)
 	for i := range alive {
 		alive[i] = true
 	}
-	if p.Copy && !c.place(ctx, alive) {
+	if p.Copy && !c.place(ctx, want, local, alive) {
 		return
 	}
 
@@ -390,11 +397,15 @@ func (c *checker) run(ctx context.Context) {
 	}
 	wg.Wait()
 	defer func() {
+		// Every node closes its ports before Check returns, so the workers
+		// find them free.
+		var wg sync.WaitGroup
 		for _, s := range sessions {
 			if s != nil {
-				s.close()
+				wg.Go(s.close)
 			}
 		}
+		wg.Wait()
 	}()
 	for i, pr := range probes {
 		if pr != nil {
@@ -402,6 +413,9 @@ func (c *checker) run(ctx context.Context) {
 		}
 	}
 	if !streaming {
+		if slices.IndexFunc(probes, func(p *probe) bool { return p != nil }) < 0 {
+			return // nothing to connect
+		}
 		p.Logger.Warn("preflight: the runner cannot keep a session open, so the connectivity between the nodes was not checked")
 		return
 	}
@@ -417,57 +431,55 @@ func (c *checker) localBuild() (distributed.Build, error) {
 	return distributed.Build{SHA256: f.SHA256}, err
 }
 
-// place copies gotrain and the static program to every host; hosts it
-// fails on are no longer alive. It reports whether any host is left.
-func (c *checker) place(ctx context.Context, alive []bool) bool {
+// place copies gotrain (whose build is want) and the program (local,
+// when it is a static executable) to every host; hosts it fails on are no
+// longer alive. It reports whether any host is left.
+func (c *checker) place(ctx context.Context, want distributed.Build, local *bincache.File, alive []bool) bool {
 	p := c.plan
-	local := p.LocalGotrain
-	if local == "" {
+	var gotrain bincache.File
+	if p.LocalGotrain == "" {
+		// This executable, hashed already for its build identity.
 		exe, err := os.Executable()
 		if err != nil {
-			c.failHost(0, -1, "--copy: cannot find the local gotrain: %v", err)
+			c.failLocal("--copy: cannot find the local gotrain: %v", err)
 			return false
 		}
-		local = exe
-	}
-	gotrain, err := bincache.Stat(local)
-	if err != nil {
-		c.failHost(0, -1, "--copy: %v", err)
-		return false
+		gotrain = bincache.File{Path: exe, Name: filepath.Base(exe), SHA256: want.SHA256}
+	} else {
+		var err error
+		if gotrain, err = bincache.Stat(p.LocalGotrain); err != nil {
+			c.failLocal("--copy: %v", err)
+			return false
+		}
 	}
 	var program *bincache.File
-	if p.LocalProgram != "" {
-		static, err := bincache.Static(p.LocalProgram)
+	if local != nil {
+		static, err := bincache.Static(local.Path)
 		if err != nil {
-			c.failHost(0, -1, "--copy: %v", err)
+			c.failLocal("--copy: %v", err)
 			return false
 		}
 		if static {
-			f, err := bincache.Stat(p.LocalProgram)
-			if err != nil {
-				c.failHost(0, -1, "--copy: %v", err)
-				return false
-			}
-			program = &f
+			program = local
 		}
 	}
 	var wg sync.WaitGroup
 	for i, h := range p.Hosts {
+		// gotrain and the program at once: each costs a session or two.
+		var gerr, perr error
+		var hw sync.WaitGroup
+		hw.Go(func() { c.places[i].Gotrain, gerr = bincache.Place(ctx, c.r, h.Name, gotrain) })
+		if program != nil {
+			hw.Go(func() { c.places[i].Program, perr = bincache.Place(ctx, c.r, h.Name, *program) })
+		}
 		wg.Go(func() {
-			path, err := bincache.Place(ctx, c.r, h.Name, gotrain)
-			if err != nil {
-				c.failErr(i, err)
-				alive[i] = false
-				return
-			}
-			c.places[i].Gotrain = path
-			if program != nil {
-				if path, err = bincache.Place(ctx, c.r, h.Name, *program); err != nil {
+			hw.Wait()
+			for _, err := range []error{gerr, perr} {
+				if err != nil {
 					c.failErr(i, err)
 					alive[i] = false
-					return
+					return // one line: the second is the same failure
 				}
-				c.places[i].Program = path
 			}
 		})
 	}
@@ -480,12 +492,16 @@ func (c *checker) failNode(i int, err error) {
 	var ee *sshcmd.ExitError
 	gotrain := c.places[i].Gotrain
 	switch {
+	case errors.As(err, &ee) && c.plan.Copy && (ee.Code == 127 || ee.Code == 126):
+		// The copy is there and verified: it is the loader or a library
+		// that is missing.
+		c.failHost(i, 0, "the copy of gotrain (%s) does not start there (%s): build gotrain with CGO_ENABLED=0, so that it needs nothing from the host", gotrain, exitText(ee))
 	case errors.As(err, &ee) && (ee.Code == 127 || ee.Code == 126):
 		what := "not found"
 		if ee.Code == 126 {
 			what = "not executable"
 		}
-		c.failHost(i, 0, "gotrain %s (%s): install this build there, name its path, or use --copy", what, gotrain)
+		c.failHost(i, 0, "gotrain %s (%s): install this build there (or give its path), or use --copy", what, gotrain)
 	case errors.As(err, &ee):
 		c.failHost(i, 0, "%s %s failed (%s): a different gotrain build there? install this one, or use --copy", gotrain, NodeCommand, exitText(ee))
 	default:
@@ -500,17 +516,25 @@ func exitText(ee *sshcmd.ExitError) string {
 	return fmt.Sprintf("exit status %d", ee.Code)
 }
 
+// gotrainName names the gotrain host i runs, for a message.
+func (c *checker) gotrainName(i int) string {
+	if g := c.places[i].Gotrain; g != "gotrain" {
+		return "gotrain at " + g
+	}
+	return "gotrain"
+}
+
 // judge records what host i's probe shows wrong.
 func (c *checker) judge(i int, pr *probe, want distributed.Build, wantProgram string) {
 	p := c.plan
 	h := p.Hosts[i]
 	switch {
 	case pr.BuildErr != "":
-		c.failHost(i, 1, "gotrain (%s) cannot hash itself to prove its build: %s", c.places[i].Gotrain, pr.BuildErr)
+		c.failHost(i, 1, "%s cannot hash itself to prove its build: %s", c.gotrainName(i), pr.BuildErr)
 	case want.Version == "" && pr.Build.SHA256 != want.SHA256,
 		want.Version != "" && !pr.Build.SameBuild(want):
-		c.failHost(i, 1, "gotrain (%s) is a different build: %s there, %s here (sha256 %s there, %s here): install this build there, or use --copy",
-			c.places[i].Gotrain, pr.Build, want, pr.Build.SHA256, want.SHA256)
+		c.failHost(i, 1, "%s is a different build: %s there, %s here (sha256 %s there, %s here): install this build there, or use --copy",
+			c.gotrainName(i), pr.Build, want, pr.Build.SHA256, want.SHA256)
 	}
 	prog := c.places[i].Program
 	switch {
@@ -656,20 +680,24 @@ func (c *checker) judgeDials(i int, rep dialReport) {
 			}
 		}
 		which := portsText(master, p.MasterPort, ports)
-		open := openHint(master, p.MasterPort, ports, p, to.Name)
+		open := openHint(master, p.MasterPort, ports, p, to.Name[strings.LastIndex(to.Name, "@")+1:])
+		dialed := to.Addr
+		if g.ip != "" {
+			dialed = g.ip
+		}
 		var line string
 		switch g.kind {
 		case kindResolve:
 			line = fmt.Sprintf("%s: %s does not resolve on %s (%s): list it by an address, or fix its name there", where, to.Addr, from, fs[0].Detail)
 		case kindLoopback:
-			line = fmt.Sprintf("%s: %s resolves to %s on %s, a loopback address (an /etc/hosts line there?), so %s reaches itself, not %s (%s): list %s by an address the other nodes reach",
+			line = fmt.Sprintf("%s: %s resolves to %s on %s, a loopback address (an /etc/hosts line there?), so %s dials itself, not %s (%s): list %s by an address the other nodes reach",
 				where, to.Addr, g.ip, from, from, to.Name, fs[0].Detail, to.Name)
 		case kindRefused:
 			line = fmt.Sprintf("%s: %s refused (%s: nothing listens there, or a firewall rejects it): %s", where, which, fs[0].Detail, open)
 		case kindTimeout:
-			line = fmt.Sprintf("%s: %s timed out after %s (a firewall drops them, or %s is not routed from %s): %s", where, which, p.DialTimeout, to.Addr, from, open)
+			line = fmt.Sprintf("%s: %s timed out after %s (a firewall drops them, or %s is not routed from %s): %s", where, which, p.DialTimeout, dialed, from, open)
 		case kindNoRoute:
-			line = fmt.Sprintf("%s: %s: no route (%s): is %s the address of %s that %s reaches?", where, which, fs[0].Detail, to.Addr, to.Name, from)
+			line = fmt.Sprintf("%s: %s: no route (%s): is %s the address of %s that %s reaches?", where, which, fs[0].Detail, dialed, to.Name, from)
 		case kindWrongPeer:
 			line = fmt.Sprintf("%s: %s: %s, not %s's pre-flight: is %s the address of %s?", where, which, fs[0].Detail, to.Name, to.Addr, to.Name)
 		default:
@@ -733,11 +761,20 @@ func runProbe(ctx context.Context, r Runner, host, gotrain string, req request) 
 		return nil, err
 	}
 	var pr probe
-	if err := readLine(bufio.NewReader(bytes.NewReader(out)), &pr); err != nil {
-		return nil, fmt.Errorf("host %s: %s %s answered %q: %w", host, gotrain, NodeCommand, firstLine(out), err)
+	for _, line := range bytes.SplitAfter(out, []byte("\n")) {
+		if isAnswer(line) {
+			if err := json.Unmarshal(line, &pr); err != nil {
+				return nil, fmt.Errorf("host %s: %s %s answered %q: %w", host, gotrain, NodeCommand, firstLine(line), err)
+			}
+			return &pr, nil
+		}
 	}
-	return &pr, nil
+	return nil, fmt.Errorf("host %s: %s %s gave no answer (its output: %q)", host, gotrain, NodeCommand, firstLine(out))
 }
+
+// isAnswer tells the node's JSON lines from what a host's shell start-up
+// files may print on stdout before it runs.
+func isAnswer(line []byte) bool { return bytes.HasPrefix(bytes.TrimSpace(line), []byte("{")) }
 
 func firstLine(b []byte) string {
 	s, _, _ := strings.Cut(string(b), "\n")
@@ -781,7 +818,7 @@ func startSession(ctx context.Context, st Starter, host, gotrain string, req req
 		rd := bufio.NewReaderSize(stdout, 64<<10)
 		for {
 			line, err := rd.ReadBytes('\n')
-			if len(bytes.TrimSpace(line)) > 0 {
+			if isAnswer(line) {
 				s.lines <- line
 			}
 			if err != nil {

@@ -41,7 +41,6 @@ type probe struct {
 
 	Machine   string `json:"machine"`              // nodes with the same value share ports and addresses
 	Held      []int  `json:"held"`                 // data-plane ports it listens on
-	Busy      []int  `json:"busy,omitempty"`       // data-plane ports something else holds
 	MasterErr string `json:"master_err,omitempty"` // why it could not listen on the master port
 }
 

@@ -1,0 +1,51 @@
+package bincache_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/gotrain/gotrain/internal/sshcmd"
+	"github.com/gotrain/gotrain/launch/bincache"
+)
+
+// home runs commands on this machine through sh, as ssh runs them on a
+// host, with HOME set to the "host's" home directory.
+type home string
+
+func (h home) Run(ctx context.Context, host string, stdin io.Reader, argv ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, "sh", "-c", sshcmd.Quote(argv...))
+	cmd.Env = append(os.Environ(), "HOME="+string(h))
+	var stderr bytes.Buffer
+	cmd.Stdin, cmd.Stderr = stdin, &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, sshcmd.Classify(host, err, stderr.String())
+	}
+	return out, nil
+}
+
+func ExampleEnsure() {
+	dir, _ := os.MkdirTemp("", "bincache-example")
+	defer os.RemoveAll(dir)
+	prog := filepath.Join(dir, "trainer")
+	os.WriteFile(prog, []byte("#!/bin/sh\necho training\n"), 0o755)
+
+	// A launcher passes sshcmd.Client{}; here the host is this machine.
+	path, err := bincache.Ensure(context.Background(), home(dir), "node1", prog)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(strings.TrimPrefix(path, dir))
+	out, _ := exec.Command(path).Output()
+	fmt.Print(string(out))
+	// Output:
+	// /.cache/gotrain/bin/7d1121afa96fef83a2970a5546dc359d7df13f3919a3663339a753901ac05a1e/trainer
+	// training
+}

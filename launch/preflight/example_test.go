@@ -1,0 +1,43 @@
+package preflight_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+
+	"github.com/gotrain/gotrain/internal/sshcmd"
+	"github.com/gotrain/gotrain/launch/preflight"
+)
+
+// local runs commands on this machine through sh, as ssh runs them on a
+// host, and reports failures as sshcmd does.
+type local struct{}
+
+func (local) Run(ctx context.Context, host string, stdin io.Reader, argv ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, "sh", "-c", sshcmd.Quote(argv...))
+	var stderr bytes.Buffer
+	cmd.Stdin, cmd.Stderr = stdin, &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, sshcmd.Classify(host, err, stderr.String())
+	}
+	return out, nil
+}
+
+func ExampleCheck() {
+	// A launcher passes sshcmd.Client{Options: ...}; here the "hosts" are
+	// this machine, which has no gotrain-v0 in its PATH.
+	err := preflight.Check(context.Background(), local{}, preflight.Plan{
+		Hosts: []preflight.Host{
+			{Name: "node0", Addr: "10.0.0.1", Workers: 2},
+			{Name: "node1", Addr: "10.0.0.2", Workers: 2},
+		},
+		Gotrain: "gotrain-v0",
+	})
+	fmt.Println(err)
+	// Output:
+	// host node0: gotrain not found (gotrain-v0): install this build there (or give its path), or use --copy
+	// host node1: gotrain not found (gotrain-v0): install this build there (or give its path), or use --copy
+}

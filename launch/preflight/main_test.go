@@ -1,0 +1,204 @@
+package preflight
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/gotrain/gotrain/internal/sshcmd"
+)
+
+// The test binary is also the hosts' gotrain: run as
+// "<test binary> preflight-node" it is Node, as `gotrain preflight-node`
+// is. Two variables, set per host by the fake ssh, stand for what one
+// machine cannot show: PREFLIGHT_TEST_MACHINE makes the node claim to be
+// on its own machine, PREFLIGHT_TEST_CLOSE names ports it closes right
+// after listening (nothing listens there, as behind a rejecting firewall).
+func TestMain(m *testing.M) {
+	if len(os.Args) == 2 && os.Args[1] == NodeCommand {
+		if id := os.Getenv("PREFLIGHT_TEST_MACHINE"); id != "" {
+			machineID = func() string { return id }
+		}
+		if s := os.Getenv("PREFLIGHT_TEST_CLOSE"); s != "" {
+			closed := map[int]bool{}
+			for _, f := range strings.Split(s, ",") {
+				p, _ := strconv.Atoi(f)
+				closed[p] = true
+			}
+			closeAfterListen = func(port int) bool { return closed[port] }
+		}
+		if err := Node(context.Background(), os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "gotrain:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// fakeSSH is an ssh that runs the command on this machine, as host:
+// with $dir/home/HOST as HOME and $dir/HOST.env sourced first (the
+// host's environment), and that fails as ssh does for the hosts named
+// badauth, nokey and down, and never answers for the host named hang.
+const fakeSSH = `#!/bin/sh
+while [ $# -gt 0 ]; do
+  case "$1" in
+  --) shift; break ;;
+  -o) shift 2 ;;
+  *) shift ;;
+  esac
+done
+host=$1
+case "$host" in
+badauth) echo "root@badauth: Permission denied (publickey)." >&2; exit 255 ;;
+nokey) echo "Host key verification failed." >&2; exit 255 ;;
+down) echo "ssh: connect to host down port 22: Connection refused" >&2; exit 255 ;;
+hang) exec sleep 60 ;;
+esac
+HOME="$FAKE_SSH_DIR/home/$host"
+export HOME
+mkdir -p "$HOME"
+cd "$HOME"
+if [ -f "$FAKE_SSH_DIR/$host.env" ]; then . "$FAKE_SSH_DIR/$host.env"; fi
+exec sh -c "$2"
+`
+
+// cluster is a set of fake hosts on this machine.
+type cluster struct {
+	t   *testing.T
+	dir string
+	ssh sshcmd.Client
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "ssh")
+	if err := os.WriteFile(prog, []byte(fakeSSH), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FAKE_SSH_DIR", dir)
+	return &cluster{t: t, dir: dir, ssh: sshcmd.Client{Program: prog}}
+}
+
+// env sets host's environment variables (lines of sh).
+func (c *cluster) env(host string, lines ...string) {
+	c.t.Helper()
+	f, err := os.OpenFile(filepath.Join(c.dir, host+".env"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer f.Close()
+	for _, l := range lines {
+		fmt.Fprintln(f, l)
+	}
+}
+
+// home is host's home directory.
+func (c *cluster) home(host string) string { return filepath.Join(c.dir, "home", host) }
+
+// self is the test binary, the hosts' gotrain.
+func self(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}
+
+// freePorts finds a master port and a data-plane range of n ports that
+// nothing listens on, away from the default ports, so tests running at
+// once do not meet.
+func freePorts(t testing.TB, n int) (master, lo, hi int) {
+	t.Helper()
+next:
+	for range 50 {
+		base := 20000 + rand.IntN(8000)
+		for p := base; p <= base+n; p++ {
+			l, err := net.Listen("tcp", ":"+strconv.Itoa(p))
+			if err != nil {
+				continue next
+			}
+			l.Close()
+		}
+		return base, base + 1, base + n
+	}
+	t.Fatal("no free port range")
+	return
+}
+
+// plan is a Plan for hosts (NAME or NAME=ADDR) with two workers each,
+// run from the test binary, on free ports.
+func testPlan(t *testing.T, hosts ...string) Plan {
+	t.Helper()
+	master, lo, hi := freePorts(t, 6)
+	p := Plan{Gotrain: self(t), MasterPort: master, PortMin: lo, PortMax: hi, WorkerMemory: 1 << 20}
+	for _, h := range hosts {
+		name, addr, _ := strings.Cut(h, "=")
+		p.Hosts = append(p.Hosts, Host{Name: name, Addr: addr, Workers: 2})
+	}
+	return p
+}
+
+// lines is err's failure lines, failing the test if err is not an *Error.
+func lines(t *testing.T, err error) []string {
+	t.Helper()
+	e, ok := err.(*Error)
+	if !ok {
+		t.Fatalf("err = %v (%T); want *preflight.Error", err, err)
+	}
+	var out []string
+	for _, f := range e.Failures {
+		if strings.Contains(f.Line, "\n") {
+			t.Errorf("failure spans lines: %q", f.Line)
+		}
+		out = append(out, f.Line)
+	}
+	return out
+}
+
+// wantLines checks that got has exactly one line containing each of the
+// want sets (every string of a set in one line), and no other line.
+func wantLines(t *testing.T, got []string, want ...[]string) {
+	t.Helper()
+	if testing.Verbose() {
+		for _, l := range got {
+			t.Log(l)
+		}
+	}
+	used := make([]bool, len(got))
+	for _, w := range want {
+		found := false
+		for i, l := range got {
+			if !used[i] && containsAll(l, w) {
+				used[i], found = true, true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("no line with all of %q in:\n%s", w, strings.Join(got, "\n"))
+		}
+	}
+	if i := slices.Index(used, false); i >= 0 {
+		t.Errorf("unexpected line %q in:\n%s", got[i], strings.Join(got, "\n"))
+	}
+}
+
+func containsAll(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
