@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -179,17 +178,18 @@ func TestProcessSocketIfname(t *testing.T) {
 	n := newNetnsPair(t)
 	// A second veth pair inside rank 0's namespace: created there, it
 	// takes a lower interface index than the veth moved in.
-	extra := n.dev[0] + "x"
+	h0 := n.Hosts[0]
+	extra := "extra0"
 	for _, args := range [][]string{
 		{"link", "add", extra, "type", "veth", "peer", "name", extra + "p"},
 		{"addr", "add", "10.231.78.1/24", "dev", extra},
 		{"link", "set", extra, "up"},
 	} {
-		if out, err := exec.Command("ip", append([]string{"-n", n.ns[0]}, args...)...).CombinedOutput(); err != nil {
+		if out, err := exec.Command("ip", append([]string{"-n", h0.NetNS}, args...)...).CombinedOutput(); err != nil {
 			t.Fatalf("ip %v: %v: %s", args, err, out)
 		}
 	}
-	rules := [2]string{"=" + n.dev[0], "10.231.77.0/24"}
+	rules := [2]string{"=" + h0.Dev, n.Subnet}
 	var ps [2]*nsProc
 	for r := range 2 {
 		ps[r] = startInNetns(t, n, "joinBarrier", r, "GOTRAIN_LISTEN_HOST=", "GOTRAIN_SOCKET_IFNAME="+rules[r], "GOTRAIN_SHM=0", "GOTRAIN_CONNECT_TIMEOUT=20s")
@@ -199,7 +199,7 @@ func TestProcessSocketIfname(t *testing.T) {
 			t.Fatalf("rank %d did not join:\n%s", r, p.output())
 		}
 		out := p.output()
-		want := "address=" + n.addrs[r] + " "
+		want := "address=" + n.Hosts[r].Addr + " "
 		ok := false
 		for l := range strings.Lines(out) {
 			if strings.Contains(l, "advertising address") {
@@ -208,7 +208,7 @@ func TestProcessSocketIfname(t *testing.T) {
 			}
 		}
 		if !ok {
-			t.Errorf("rank %d did not log advertising %s by GOTRAIN_SOCKET_IFNAME:\n%s", r, n.addrs[r], out)
+			t.Errorf("rank %d did not log advertising %s by GOTRAIN_SOCKET_IFNAME:\n%s", r, n.Hosts[r].Addr, out)
 		}
 	}
 }
@@ -216,23 +216,13 @@ func TestProcessSocketIfname(t *testing.T) {
 // TestProcessHostnameLoopback: node 0's /etc/hosts maps its own name to
 // 127.0.1.1, as Debian's does, and MASTER_ADDR is that name; node 1's
 // maps it to node 0's address. Rank 0's route to the master leaves from
-// loopback, so it advertises its veth's address instead, and the group
-// forms. (ip netns exec mounts /etc/netns/NS/hosts over /etc/hosts.)
+// loopback, so it advertises its interface's address instead, and the
+// group forms.
 func TestProcessHostnameLoopback(t *testing.T) {
 	n := newNetnsPair(t)
-	name := n.ns[0] + "-node0"
-	if _, err := os.Stat("/etc/netns"); err != nil {
-		t.Cleanup(func() { os.Remove("/etc/netns") }) // only if empty: another user's namespaces stay
-	}
-	for r, addr := range []string{"127.0.1.1", n.addrs[0]} {
-		dir := "/etc/netns/" + n.ns[r]
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(dir) })
-		if err := os.WriteFile(dir+"/hosts", []byte("127.0.0.1 localhost\n"+addr+" "+name+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	name := n.Hosts[0].Name
+	for r, addr := range []string{"127.0.1.1", n.Hosts[0].Addr} {
+		n.Hosts[r].SetHosts(t, "127.0.0.1 localhost\n"+addr+" "+name+"\n")
 	}
 	var ps [2]*nsProc
 	for r := range 2 {
@@ -247,12 +237,12 @@ func TestProcessHostnameLoopback(t *testing.T) {
 		ok := false
 		for l := range strings.Lines(out) {
 			if strings.Contains(l, "advertising address") {
-				ok = strings.Contains(l, "address="+n.addrs[r]+" ")
+				ok = strings.Contains(l, "address="+n.Hosts[r].Addr+" ")
 				t.Logf("rank %d: %s", r, strings.TrimSpace(l))
 			}
 		}
 		if !ok {
-			t.Errorf("rank %d did not advertise %s:\n%s", r, n.addrs[r], out)
+			t.Errorf("rank %d did not advertise %s:\n%s", r, n.Hosts[r].Addr, out)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package distributed
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,99 +12,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testcluster"
 	"github.com/gotrain/gotrain/internal/testproc"
 )
 
-// netnsPair is two network namespaces joined by a veth pair, as two hosts
-// on one link: namespace i has address addrs[i].
-type netnsPair struct {
-	ns, dev [2]string
-	addrs   [2]string
-}
-
-// newNetnsPair creates the namespaces, or skips the test when this
-// process may not (not root, no ip), unless GOTRAIN_REQUIRE_ENGINES=1. It
-// deletes them when the test ends.
-func newNetnsPair(t *testing.T) *netnsPair {
+// newNetnsPair makes two hosts (network namespaces on a bridge, no
+// sshd) for ranks to run on, or skips the test when this process may not
+// (not root, no ip), unless GOTRAIN_REQUIRE_ENGINES=1. They are removed
+// when the test ends.
+func newNetnsPair(t *testing.T) *testcluster.Cluster {
 	t.Helper()
-	need := func(why string) {
-		if os.Getenv("GOTRAIN_REQUIRE_ENGINES") == "1" {
-			t.Fatalf("network namespaces required: %s", why)
-		}
-		t.Skipf("no network namespaces: %s", why)
-	}
-	if os.Geteuid() != 0 {
-		need("not root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		need("no ip command")
-	}
-	tag := fmt.Sprintf("gtlv%d", os.Getpid()%100000)
-	n := &netnsPair{
-		ns:    [2]string{tag + "a", tag + "b"},
-		dev:   [2]string{tag + "va", tag + "vb"},
-		addrs: [2]string{"10.231.77.1", "10.231.77.2"},
-	}
-	ip := func(args ...string) error {
-		out, err := exec.Command("ip", args...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-		return nil
-	}
-	t.Cleanup(func() {
-		for _, ns := range n.ns {
-			ip("netns", "del", ns) // takes its veth end, and so the pair, along
-		}
-	})
-	steps := [][]string{
-		{"netns", "add", n.ns[0]}, {"netns", "add", n.ns[1]},
-		{"link", "add", n.dev[0], "type", "veth", "peer", "name", n.dev[1]},
-	}
-	for i := range 2 {
-		steps = append(steps,
-			[]string{"link", "set", n.dev[i], "netns", n.ns[i]},
-			[]string{"-n", n.ns[i], "addr", "add", n.addrs[i] + "/24", "dev", n.dev[i]},
-			[]string{"-n", n.ns[i], "link", "set", n.dev[i], "up"},
-			[]string{"-n", n.ns[i], "link", "set", "lo", "up"})
-	}
-	for _, s := range steps {
-		if err := ip(s...); err != nil {
-			need(err.Error())
-		}
-	}
-	return n
-}
-
-// cut takes namespace i's end of the link down: packets stop both ways,
-// and no connection is reset, as when a cable is pulled.
-func (n *netnsPair) cut(t *testing.T, i int) {
-	t.Helper()
-	if out, err := exec.Command("ip", "-n", n.ns[i], "link", "set", n.dev[i], "down").CombinedOutput(); err != nil {
-		t.Fatalf("ip link set down: %v: %s", err, out)
-	}
-}
-
-// drop makes namespace i's firewall drop every packet in and out, as a
-// firewall rule or a silent network would: nothing is refused or reset.
-// It skips (or fails with GOTRAIN_REQUIRE_ENGINES=1) without nft.
-func (n *netnsPair) drop(t *testing.T, i int) {
-	t.Helper()
-	if _, err := exec.LookPath("nft"); err != nil {
-		if os.Getenv("GOTRAIN_REQUIRE_ENGINES") == "1" {
-			t.Fatal("nft required for the firewall partition")
-		}
-		t.Skip("no nft command")
-	}
-	rules := "table inet gotrain_test {\n" +
-		"  chain in { type filter hook input priority 0; policy drop; }\n" +
-		"  chain out { type filter hook output priority 0; policy drop; }\n" +
-		"}\n"
-	cmd := exec.Command("ip", "netns", "exec", n.ns[i], "nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(rules)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("nft: %v: %s", err, out)
-	}
+	return testcluster.New(t, testcluster.Options{Hosts: 2, NoSSH: true})
 }
 
 // nsProc is a rank running in a namespace, and its output lines.
@@ -141,18 +60,19 @@ func (p *nsProc) output() string {
 	return b.String()
 }
 
-// startInNetns runs worker as rank r of world 2 in namespace n.ns[r], rank
-// 0 serving the store at its namespace's address.
-func startInNetns(t *testing.T, n *netnsPair, worker string, r int, env ...string) *nsProc {
+// startInNetns runs worker as rank r of world 2 on host r of n, rank 0
+// serving the store at its host's address.
+func startInNetns(t *testing.T, n *testcluster.Cluster, worker string, r int, env ...string) *nsProc {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", n.ns[r], exe, "-test.run=^$")
+	h := n.Hosts[r]
+	cmd := h.Command(context.Background(), exe, "-test.run=^$")
 	cmd.Env = append(testproc.Environ(worker), "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=1",
-		fmt.Sprintf("RANK=%d", r), "LOCAL_RANK=0", "MASTER_ADDR="+n.addrs[0], "MASTER_PORT=29517",
-		"GOTRAIN_LISTEN_HOST="+n.addrs[r], "GOTRAIN_TOKEN=proc-test", "GOTRAIN_RUN_ID="+t.Name())
+		fmt.Sprintf("RANK=%d", r), "LOCAL_RANK=0", "MASTER_ADDR="+n.Hosts[0].Addr, "MASTER_PORT=29517",
+		"GOTRAIN_LISTEN_HOST="+h.Addr, "GOTRAIN_TOKEN=proc-test", "GOTRAIN_RUN_ID="+t.Name())
 	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -177,7 +97,7 @@ func startInNetns(t *testing.T, n *netnsPair, worker string, r int, env ...strin
 		cmd.Process.Signal(syscall.SIGKILL)
 		<-p.done
 		if t.Failed() {
-			t.Logf("rank in %s:\n%s", cmd.Args[3], p.output())
+			t.Logf("rank on %s:\n%s", h.Name, p.output())
 		}
 	})
 	return p
@@ -191,10 +111,10 @@ func startInNetns(t *testing.T, n *netnsPair, worker string, r int, env ...strin
 func TestProcessPartition(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		split func(n *netnsPair, t *testing.T, i int)
+		split func(h *testcluster.Host, t testing.TB)
 	}{
-		{"link down", (*netnsPair).cut},
-		{"nft drop", (*netnsPair).drop},
+		{"link down", (*testcluster.Host).LinkDown},
+		{"nft drop", (*testcluster.Host).DropAll},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNetnsPair(t)
@@ -208,7 +128,7 @@ func TestProcessPartition(t *testing.T) {
 				}
 			}
 			cut := time.Now()
-			tc.split(n, t, 1)
+			tc.split(n.Hosts[1], t)
 			for r, p := range ps {
 				l, ok := p.waitLine("failed:", 70*time.Second)
 				if !ok {

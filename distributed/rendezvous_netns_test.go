@@ -2,62 +2,26 @@ package distributed
 
 import (
 	"bytes"
-	"fmt"
+	"context"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testcluster"
 	"github.com/gotrain/gotrain/internal/testnet"
 	"github.com/gotrain/gotrain/internal/testproc"
 )
-
-// netns makes a network namespace joined to this one by a veth pair and
-// returns its name, this side's address and the namespace's; it is
-// deleted when the test ends. It skips the test unless it runs as root
-// with ip(8), or fails it if GOTRAIN_REQUIRE_ENGINES=1.
-func netns(t *testing.T) (name, hostIP, nsIP string) {
-	t.Helper()
-	_, err := exec.LookPath("ip")
-	if os.Geteuid() != 0 || err != nil {
-		if os.Getenv("GOTRAIN_REQUIRE_ENGINES") == "1" {
-			t.Fatal("network namespaces need root and ip(8)")
-		}
-		t.Skip("network namespaces need root and ip(8)")
-	}
-	id := os.Getpid() % 250
-	name = fmt.Sprintf("gotrain-rdzv-%d", os.Getpid())
-	hostIf, nsIf := fmt.Sprintf("gtrh%d", os.Getpid()), fmt.Sprintf("gtrn%d", os.Getpid())
-	hostIP, nsIP = fmt.Sprintf("10.231.%d.1", id), fmt.Sprintf("10.231.%d.2", id)
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	run("netns", "add", name)
-	t.Cleanup(func() {
-		exec.Command("ip", "link", "del", hostIf).Run() // gone with the namespace if it was moved
-		exec.Command("ip", "netns", "del", name).Run()
-	})
-	run("link", "add", hostIf, "type", "veth", "peer", "name", nsIf)
-	run("link", "set", nsIf, "netns", name)
-	run("addr", "add", hostIP+"/30", "dev", hostIf)
-	run("link", "set", hostIf, "up")
-	run("netns", "exec", name, "ip", "addr", "add", nsIP+"/30", "dev", nsIf)
-	run("netns", "exec", name, "ip", "link", "set", nsIf, "up")
-	run("netns", "exec", name, "ip", "link", "set", "lo", "up")
-	return name, hostIP, nsIP
-}
 
 // TestRendezvousUnreachablePeer: rank 2 runs on another "host" (a network
 // namespace) and cannot reach rank 1, which advertises an address only
 // its own host can dial. Rank 2 reports it after its reachability bound,
 // and every rank fails within 2 s of that, naming the peer.
 func TestRendezvousUnreachablePeer(t *testing.T) {
-	ns, hostIP, _ := netns(t)
+	// One host; this process is on the bridge at c.LocalAddr.
+	c := testcluster.New(t, testcluster.Options{Hosts: 1, NoSSH: true})
+	hostIP := c.LocalAddr
 	port := strconv.Itoa(testnet.FreePort(t))
 	env := []string{"GOTRAIN_TOKEN=proc-test", "GOTRAIN_RUN_ID=" + t.Name(), "GOTRAIN_CONNECT_TIMEOUT=30s",
 		"WORLD_SIZE=3", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=" + hostIP, "MASTER_PORT=" + port, "GOTRAIN_SHM=0"}
@@ -72,7 +36,7 @@ func TestRendezvousUnreachablePeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	remote := exec.Command("ip", "netns", "exec", ns, exe, "-test.run=^$")
+	remote := c.Hosts[0].Command(context.Background(), exe, "-test.run=^$")
 	remote.Env = append(append(testproc.Environ("join"), env...), "RANK=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=1")
 	var out bytes.Buffer
 	remote.Stdout, remote.Stderr = &out, &out

@@ -1,0 +1,505 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/internal/testcluster"
+	"github.com/gotrain/gotrain/internal/testlog"
+	"github.com/gotrain/gotrain/internal/testproc"
+)
+
+// The tests below run `gotrain run --hosts` and `gotrain train mnist
+// --hosts` against a cluster of network namespaces, each host a real
+// sshd (internal/testcluster), from this process's namespace (the
+// launching machine, not one of the hosts) unless they say otherwise.
+// gotrain is this test binary: ssh sessions on the hosts have
+// GOTRAIN_TEST_WORKER=gotrain (sshd's SetEnv), so the agent and the
+// workers it starts run as gotrain too, at the same absolute path as
+// here unless the test hides it.
+
+// newCluster builds n hosts for gotrain.
+func newCluster(t *testing.T, n int, o testcluster.Options) *testcluster.Cluster {
+	t.Helper()
+	o.Hosts = n
+	o.Env = append(o.Env, testproc.Env("gotrain"), "GOTRAIN_NUM_THREADS=1")
+	return testcluster.New(t, o)
+}
+
+// hostList is the --hosts value for c's hosts by address, slots each.
+func hostList(c *testcluster.Cluster, slots int) string {
+	var hs []string
+	for _, h := range c.Hosts {
+		hs = append(hs, fmt.Sprintf("%s:%d", h.Addr, slots))
+	}
+	return strings.Join(hs, ",")
+}
+
+// mnistOnHosts is `gotrain train mnist --hosts …` on c with slots
+// workers per host, then more flags.
+func mnistOnHosts(c *testcluster.Cluster, slots int, flags ...string) []string {
+	args := append([]string{"train", "mnist", "--hosts", hostList(c, slots)}, c.SSHFlags()...)
+	return append(append(args, "--progress=false"), flags...)
+}
+
+// startGotrain starts `gotrain args...` here with env added, its output
+// (both streams) in the returned buffer; it is killed when the test ends.
+func startGotrain(t *testing.T, ctx context.Context, env []string, args ...string) (*os.Process, *testlog.Buffer, <-chan int) {
+	t.Helper()
+	cmd := gotrainCmd(ctx, t, args...)
+	cmd.Env = append(cmd.Env, env...)
+	out := &testlog.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	code := make(chan int, 1)
+	go func() { cmd.Wait(); code <- cmd.ProcessState.ExitCode() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("gotrain %s:\n%s", strings.Join(args, " "), out.String())
+		}
+	})
+	return cmd.Process, out, code
+}
+
+// workers lists the processes on h other than sshd's, the agent and the
+// launcher's reaper: the job's workers (or anything they left).
+func workers(t *testing.T, h *testcluster.Host) []testcluster.Proc {
+	t.Helper()
+	ps, err := h.Procs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ws []testcluster.Proc
+	for _, p := range ps {
+		if !strings.HasPrefix(p.Cmdline, "sshd:") && !strings.HasSuffix(p.Cmdline, " agent") && p.Cmdline != "gotrain-reaper" {
+			ws = append(ws, p)
+		}
+	}
+	return ws
+}
+
+// leftovers lists every process other than sshd's on h, and its /dev/shm
+// files.
+func leftovers(t *testing.T, h *testcluster.Host) (procs []testcluster.Proc, shm []string) {
+	t.Helper()
+	ps, err := h.Procs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if !strings.HasPrefix(p.Cmdline, "sshd:") {
+			procs = append(procs, p)
+		}
+	}
+	shm, err = h.Shm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return procs, shm
+}
+
+// waitFor polls cond every 50 ms for up to limit, returning how long it
+// took, or false.
+func waitFor(limit time.Duration, cond func() bool) (time.Duration, bool) {
+	start := time.Now()
+	for {
+		if cond() {
+			return time.Since(start), true
+		}
+		if time.Since(start) > limit {
+			return time.Since(start), false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// params reads a safetensors model as name → values.
+func params(t *testing.T, path string) map[string][]float32 {
+	t.Helper()
+	entries, _, err := checkpoint.ReadTensorsFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string][]float32{}
+	for _, e := range entries {
+		m[e.Name] = e.Tensor.Data()
+	}
+	return m
+}
+
+// TestClusterTrainMNIST: 2 hosts × 2 workers train MNIST to the
+// parameters of 4 local workers with the same seed, within 1e-6 relative;
+// rank 0's summary reports the world of 4.
+func TestClusterTrainMNIST(t *testing.T) {
+	c := newCluster(t, 2, testcluster.Options{})
+	dir := t.TempDir()
+	job := []string{"--max-steps", "8", "--seed", "7"}
+	local := filepath.Join(dir, "local.safetensors")
+	all, _, code := runGotrain(t, 60*time.Second, append([]string{"train", "mnist", "--progress=false", "--nproc-per-node", "4", "--save", local}, job...)...)
+	if code != 0 {
+		t.Fatalf("4 local workers: exit code %d:\n%s", code, all)
+	}
+	remote := filepath.Join(dir, "cluster.safetensors")
+	all, stdout, code := runGotrain(t, 60*time.Second, append(mnistOnHosts(c, 2, "--save", remote), job...)...)
+	if code != 0 {
+		t.Fatalf("2 hosts × 2 workers: exit code %d:\n%s", code, all)
+	}
+	if kv := summary(t, stdout); kv["world"] != "4" || kv["steps"] != "8" {
+		t.Errorf("summary %v: want world=4 steps=8", kv)
+	}
+	// The nodes add their ranks' gradients in another order than four
+	// local workers do, so the last bits may differ: each tensor is
+	// compared relative to its largest value.
+	want, got := params(t, local), params(t, remote)
+	if len(got) != len(want) {
+		t.Fatalf("%d tensors on the cluster, %d locally", len(got), len(want))
+	}
+	worst := 0.0
+	for name, w := range want {
+		g := got[name]
+		if len(g) != len(w) {
+			t.Fatalf("%s: %d values on the cluster, %d locally", name, len(g), len(w))
+		}
+		scale, diff, at := 0.0, 0.0, 0
+		for i := range w {
+			scale = math.Max(scale, math.Abs(float64(w[i])))
+			if d := math.Abs(float64(g[i] - w[i])); d > diff {
+				diff, at = d, i
+			}
+		}
+		if diff > 1e-6*scale {
+			t.Errorf("%s[%d] = %g on the cluster, %g locally: %.2g relative to the tensor's largest value %g",
+				name, at, g[at], w[at], diff/scale, scale)
+		}
+		worst = math.Max(worst, diff/scale)
+	}
+	t.Logf("largest difference from 4 local workers: %.2g relative", worst)
+}
+
+// TestClusterCopy: on hosts that have neither gotrain nor the program
+// (this test binary's directory is hidden there), the job fails in
+// pre-flight naming a host without --copy, and runs with it from
+// ~/.cache/gotrain/bin/<sha256>/ on each host.
+func TestClusterCopy(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, 2, testcluster.Options{Hide: []string{filepath.Dir(exe)}})
+	all, _, code := runGotrain(t, 60*time.Second, mnistOnHosts(c, 1, "--max-steps", "2")...)
+	missing := 0
+	for l := range strings.Lines(all) {
+		for _, h := range c.Hosts {
+			if strings.Contains(l, h.Addr) && strings.Contains(l, "gotrain not found") {
+				missing++
+				t.Logf("without --copy: %s", strings.TrimSpace(l))
+			}
+		}
+	}
+	if code == 0 || missing < len(c.Hosts) {
+		t.Errorf("without --copy: exit code %d, want a failure naming each host as missing gotrain:\n%s", code, all)
+	}
+	if strings.Contains(all, "[rank") {
+		t.Errorf("without --copy, a worker started:\n%s", all)
+	}
+	all, stdout, code := runGotrain(t, 60*time.Second, mnistOnHosts(c, 1, "--max-steps", "2", "--copy")...)
+	if code != 0 {
+		t.Fatalf("--copy: exit code %d:\n%s", code, all)
+	}
+	if kv := summary(t, stdout); kv["world"] != "2" {
+		t.Errorf("summary %v: want world=2", kv)
+	}
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	for _, h := range c.Hosts {
+		cached := filepath.Join(h.Home, ".cache", "gotrain", "bin", hex.EncodeToString(sum[:]))
+		ents, err := os.ReadDir(cached)
+		if err != nil || len(ents) == 0 {
+			t.Errorf("%s: nothing in %s: %v", h.Name, cached, err)
+		}
+	}
+}
+
+// TestClusterDifferentProgram: the program on host 1 is another build
+// than on host 0; the job is refused, naming host 1.
+func TestClusterDifferentProgram(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, 2, testcluster.Options{})
+	for _, h := range c.Hosts {
+		h.Install(t, exe, "trainer")
+	}
+	// Another build: the same program with one more byte (an ELF file
+	// runs with trailing data).
+	f, err := os.OpenFile(filepath.Join(c.Hosts[1].Bin, "trainer"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte{0})
+	f.Close()
+	args := append([]string{"run", "--hosts", hostList(c, 1)}, c.SSHFlags()...)
+	args = append(args, "/usr/local/bin/trainer", "train", "mnist", "--max-steps", "2", "--progress=false")
+	all, _, code := runGotrain(t, 60*time.Second, args...)
+	if code == 0 {
+		t.Fatalf("two builds of the program: exit code 0:\n%s", all)
+	}
+	named := false
+	for l := range strings.Lines(all) {
+		if (strings.Contains(l, c.Hosts[1].Addr) || strings.Contains(l, c.Hosts[1].Name)) &&
+			regexp.MustCompile(`(?i)differ|mismatch`).MatchString(l) {
+			named = true
+			t.Logf("refused: %s", strings.TrimSpace(l))
+		}
+	}
+	if !named {
+		t.Errorf("no line names %s (%s) and the different build:\n%s", c.Hosts[1].Name, c.Hosts[1].Addr, all)
+	}
+}
+
+// TestClusterSSHRefused: ssh to host 1 is refused: one line names it
+// and the cause before anything starts, on any host.
+func TestClusterSSHRefused(t *testing.T) {
+	c := newCluster(t, 2, testcluster.Options{})
+	c.Hosts[1].RejectTCP(t, "22")
+	start := time.Now()
+	all, _, code := runGotrain(t, 30*time.Second, mnistOnHosts(c, 1, "--max-steps", "2")...)
+	took := time.Since(start)
+	if code == 0 {
+		t.Fatalf("exit code 0:\n%s", all)
+	}
+	var lines []string
+	for l := range strings.Lines(all) {
+		if strings.Contains(l, c.Hosts[1].Addr) && strings.Contains(l, "unreachable") && strings.Contains(l, "Connection refused") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 {
+		t.Errorf("%d lines name %s as unreachable (connection refused), want 1:\n%s", len(lines), c.Hosts[1].Addr, all)
+	}
+	if strings.Contains(all, "[rank") {
+		t.Errorf("a worker started:\n%s", all)
+	}
+	if ws := workers(t, c.Hosts[0]); len(ws) != 0 {
+		t.Errorf("processes on %s: %v", c.Hosts[0].Name, ws)
+	}
+	t.Logf("refused in %v: %s", took.Round(time.Millisecond), strings.TrimSpace(strings.Join(lines, "")))
+}
+
+// TestClusterFirewall: host 1 drops connections to the data-plane ports
+// (GOTRAIN_PORT_RANGE's default, 29600-29700): pre-flight names the pair
+// and the timeout before any worker starts; with the range moved to
+// open ports the job runs.
+func TestClusterFirewall(t *testing.T) {
+	c := newCluster(t, 2, testcluster.Options{})
+	c.Hosts[1].DropTCP(t, "29600-29700")
+	all, _, code := runGotrain(t, 60*time.Second, mnistOnHosts(c, 1, "--max-steps", "2")...)
+	if code == 0 {
+		t.Fatalf("blocked data plane: exit code 0:\n%s", all)
+	}
+	a, b := c.Hosts[0], c.Hosts[1]
+	named := false
+	for l := range strings.Lines(all) {
+		if (strings.Contains(l, a.Addr) || strings.Contains(l, a.Name)) &&
+			(strings.Contains(l, b.Addr) || strings.Contains(l, b.Name)) && strings.Contains(l, "timed out") {
+			named = true
+			t.Logf("pre-flight: %s", strings.TrimSpace(l))
+		}
+	}
+	if !named {
+		t.Errorf("no line names the pair %s → %s as timed out:\n%s", a.Name, b.Name, all)
+	}
+	if strings.Contains(all, "[rank") {
+		t.Errorf("a worker started before pre-flight refused the job:\n%s", all)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := gotrainCmd(ctx, t, mnistOnHosts(c, 1, "--max-steps", "2")...)
+	cmd.Env = append(cmd.Env, "GOTRAIN_PORT_RANGE=30000-30100")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("GOTRAIN_PORT_RANGE=30000-30100: %v:\n%s", err, out)
+	}
+}
+
+// TestClusterHostnameLoopback: every host's /etc/hosts maps its own name
+// to 127.0.1.1, as Debian's installer writes it, and the job names the
+// hosts (node0, node1), launched from node 1. No rank advertises a
+// loopback address, and the job runs.
+func TestClusterHostnameLoopback(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, 2, testcluster.Options{})
+	for i, h := range c.Hosts {
+		other := c.Hosts[1-i]
+		h.SetHosts(t, fmt.Sprintf("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n%s\t%s\n", h.Name, other.Addr, other.Name))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	args := append([]string{"train", "mnist", "--hosts", "node0:1,node1:1"}, c.SSHFlags()...)
+	cmd := c.Hosts[1].Command(ctx, exe, append(args, "--max-steps", "2", "--progress=false")...)
+	cmd.Env = append(testproc.Environ("gotrain"), "GOTRAIN_NUM_THREADS=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("launched from node1: %v:\n%s", err, out)
+	}
+	var adv []string
+	for l := range strings.Lines(string(out)) {
+		if strings.Contains(l, "advertising address") {
+			adv = append(adv, strings.TrimSpace(l))
+			if strings.Contains(l, "address=127.") {
+				t.Errorf("a rank advertises loopback: %s", l)
+			}
+		}
+	}
+	if len(adv) != 2 {
+		t.Errorf("%d ranks logged their address, want 2:\n%s", len(adv), out)
+	}
+	for _, h := range c.Hosts {
+		if !strings.Contains(strings.Join(adv, "\n"), "address="+h.Addr+" ") {
+			t.Errorf("no rank advertises %s's address %s: %q", h.Name, h.Addr, adv)
+		}
+	}
+}
+
+// startTraining starts a long MNIST job on c (slots workers per host)
+// that checkpoints every 5 steps, and waits for its first checkpoint:
+// then every rank is training.
+func startTraining(t *testing.T, c *testcluster.Cluster, slots int, flags ...string) (*os.Process, *testlog.Buffer, <-chan int, string) {
+	t.Helper()
+	save := filepath.Join(t.TempDir(), "model.safetensors")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	args := mnistOnHosts(c, slots, append([]string{"--epochs", "20", "--save", save, "--save-every", "5"}, flags...)...)
+	p, out, code := startGotrain(t, ctx, nil, args...)
+	if _, ok := waitFor(40*time.Second, func() bool {
+		_, err := os.Stat(checkpoint.TrainingPath(save))
+		return err == nil
+	}); !ok {
+		t.Fatalf("no checkpoint after 40 s:\n%s", out.String())
+	}
+	return p, out, code, save
+}
+
+// TestClusterLinkDown: host 1's link goes down mid-training: rank 0
+// fails naming its peer within 10 s, host 1's workers are gone within
+// 10 s, and the launcher exits non-zero within 15 s.
+func TestClusterLinkDown(t *testing.T) {
+	c := newCluster(t, 2, testcluster.Options{})
+	_, out, code, _ := startTraining(t, c, 1)
+	cut := time.Now()
+	c.Hosts[1].LinkDown(t)
+	if d, ok := waitFor(10*time.Second, func() bool {
+		for l := range strings.Lines(out.String()) {
+			if strings.HasPrefix(l, "[rank0]:") && strings.Contains(l, "peer rank 1") {
+				return true
+			}
+		}
+		return false
+	}); !ok {
+		t.Errorf("rank 0 did not fail naming rank 1 within 10 s of the cut")
+	} else {
+		t.Logf("rank 0 failed %v after the cut", d.Round(time.Millisecond))
+	}
+	if _, ok := waitFor(10*time.Second-time.Since(cut), func() bool { return len(workers(t, c.Hosts[1])) == 0 }); !ok {
+		t.Errorf("workers still on %s 10 s after the cut: %v", c.Hosts[1].Name, workers(t, c.Hosts[1]))
+	} else {
+		t.Logf("%s's workers gone %v after the cut", c.Hosts[1].Name, time.Since(cut).Round(time.Millisecond))
+	}
+	select {
+	case code := <-code:
+		t.Logf("launcher exited with %d, %v after the cut", code, time.Since(cut).Round(time.Millisecond))
+		if code == 0 {
+			t.Errorf("launcher exit code 0 after the link went down")
+		}
+	case <-time.After(15*time.Second - time.Since(cut)):
+		t.Errorf("launcher still running 15 s after the cut")
+	}
+}
+
+// TestClusterLauncherKilled: the launcher is SIGKILLed mid-training:
+// within 5 s no process of the job (agent, worker) and no /dev/shm file
+// is left on any host.
+func TestClusterLauncherKilled(t *testing.T) {
+	c := newCluster(t, 2, testcluster.Options{})
+	p, _, code, _ := startTraining(t, c, 2)
+	for _, h := range c.Hosts {
+		if len(workers(t, h)) == 0 {
+			t.Fatalf("no worker on %s while training", h.Name)
+		}
+	}
+	killed := time.Now()
+	p.Signal(syscall.SIGKILL)
+	<-code
+	for _, h := range c.Hosts {
+		if _, ok := waitFor(5*time.Second-time.Since(killed), func() bool {
+			procs, shm := leftovers(t, h)
+			return len(procs) == 0 && len(shm) == 0
+		}); !ok {
+			procs, shm := leftovers(t, h)
+			t.Errorf("%s, 5 s after the launcher was killed: processes %v, /dev/shm %v", h.Name, procs, shm)
+		}
+	}
+	t.Logf("all gone %v after SIGKILL", time.Since(killed).Round(time.Millisecond))
+}
+
+// TestClusterRestart: with --max-restarts 1, the worker on host 1 is
+// killed mid-training; every node restarts together, resumes from the
+// checkpoint and completes.
+func TestClusterRestart(t *testing.T) {
+	c := newCluster(t, 2, testcluster.Options{})
+	_, out, code, _ := startTraining(t, c, 1, "--max-restarts", "1", "--resume", "--max-steps", "40")
+	ws := workers(t, c.Hosts[1])
+	if len(ws) != 1 {
+		t.Fatalf("%d workers on %s, want 1: %v", len(ws), c.Hosts[1].Name, ws)
+	}
+	if err := syscall.Kill(ws[0].PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-code:
+		if code != 0 {
+			t.Fatalf("exit code %d after one restart:\n%s", code, out.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("still running 60 s after the kill:\n%s", out.String())
+	}
+	all := out.String()
+	if !strings.Contains(all, "resumed") {
+		t.Errorf("no rank resumed from the checkpoint:\n%s", all)
+	}
+	if kv := summary(t, lastRank0Line(all)); kv["world"] != "2" {
+		t.Errorf("summary %v: want world=2", kv)
+	}
+}
+
+// lastRank0Line is the last "[rank0]: " line of out that is a summary.
+func lastRank0Line(out string) string {
+	last := ""
+	for l := range strings.Lines(out) {
+		if strings.HasPrefix(l, "[rank0]: model=") {
+			last = l
+		}
+	}
+	return last
+}
