@@ -493,11 +493,13 @@ func TestClusterRestart(t *testing.T) {
 	}
 }
 
-// lastRank0Line is the last "[rank0]: " line of out that is a summary.
+// lastRank0Line is the last summary line of out: rank 0's, printed
+// unprefixed by train mnist --hosts, or "[rank0]: "-prefixed by a program
+// under gotrain run.
 func lastRank0Line(out string) string {
 	last := ""
 	for l := range strings.Lines(out) {
-		if strings.HasPrefix(l, "[rank0]: model=") {
+		if strings.HasPrefix(strings.TrimPrefix(l, "[rank0]: "), "model=") {
 			last = l
 		}
 	}
