@@ -12,6 +12,9 @@ import (
 func (j *job) train(ctx context.Context) (Result, error) {
 	m := newMeter(j)
 	defer m.close()
+	if err := m.openMetrics(j); err != nil {
+		return Result{}, err
+	}
 	res := Result{Model: j.cfg.Model, World: j.world, Rank: j.rank}
 	nn.SetTrain(j.model, true)
 	for epoch := j.ckpt.Epoch; epoch < j.cfg.Epochs; epoch++ {
@@ -26,6 +29,9 @@ func (j *job) train(ctx context.Context) (Result, error) {
 		if stopped {
 			break
 		}
+	}
+	if err := m.closeMetrics(); err != nil {
+		return res, err
 	}
 	res = m.summarise(res)
 	if j.cfg.Profile && j.rank == 0 {
