@@ -325,3 +325,46 @@ func keys[K comparable, V any](m map[K]V) []K {
 	}
 	return out
 }
+
+// TestRunWritesMetricsAndTrace: `gotrain run` observes any program that
+// records with package metrics (here gotrain's own demo job, started as
+// a plain program): the launcher writes both ranks' rows and spans.
+func TestRunWritesMetricsAndTrace(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	file, trace := filepath.Join(dir, "m.jsonl"), filepath.Join(dir, "t.json")
+	all, _, code := runGotrain(t, 90*time.Second, "run", "--standalone", "--nproc-per-node", "2", "--metrics", file, "--trace", trace,
+		self, "train", "mnist", "--max-steps", "10")
+	if code != 0 {
+		t.Fatalf("exit code %d; output:\n%s", code, all)
+	}
+	byRank := map[int][]metrics.Row{}
+	for _, r := range readRows(t, file) {
+		byRank[r.Rank] = append(byRank[r.Rank], r)
+	}
+	for rank := range 2 {
+		checkRankRows(t, rank, byRank[rank], 10)
+	}
+	b, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr struct {
+		TraceEvents []metrics.TraceEvent `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(b, &tr); err != nil {
+		t.Fatalf("trace: %v", err)
+	}
+	buckets := map[int]int{}
+	for _, e := range tr.TraceEvents {
+		if strings.HasPrefix(e.Name, "allreduce bucket ") {
+			buckets[e.PID]++
+		}
+	}
+	if buckets[0] < 10 || buckets[1] < 10 {
+		t.Fatalf("allreduce spans per rank: %v", buckets)
+	}
+}

@@ -81,7 +81,7 @@ func Analyze(dumps []distributed.FlightDump) ([]Finding, []string) {
 			missingDump = append(missingDump, r)
 		}
 	}
-	head := fmt.Sprintf("world %d: dumps from ranks %s", world, ranks(keys(have)))
+	head := fmt.Sprintf("world %d: dumps from %s", world, ranks(keys(have)))
 	if len(missingDump) > 0 {
 		head += fmt.Sprintf("; none from %s (stopped, hung or dead: a rank dumps on a failed operation or SIGUSR1 to the launcher)", ranks(missingDump))
 	}

@@ -189,13 +189,17 @@ func (h *Hub) Event(rank int, line []byte) {
 		h.row(row, ev.Data)
 	case metrics.KindTrace:
 		var spans []metrics.TraceEvent
-		if h.trace == nil || json.Unmarshal(ev.Data, &spans) != nil {
+		if json.Unmarshal(ev.Data, &spans) != nil {
 			return
 		}
 		for i := range spans {
 			spans[i].PID = rank // a rank's spans are its own, whatever it claims
 		}
-		h.trace.add(rank, spans)
+		h.mu.Lock()
+		if h.trace != nil {
+			h.trace.add(rank, spans)
+		}
+		h.mu.Unlock()
 	case metrics.KindHello:
 		var hello metrics.Hello
 		if json.Unmarshal(ev.Data, &hello) != nil {

@@ -26,7 +26,9 @@ function fmt(v) {
 
 // plot draws lines (each {pts: [[x, y]...], color}) into the svg with
 // id, with axes and min/max labels, and records how many points it drew.
-function plot(id, lines) {
+// robust scales y to the 98th percentile, so that one slow first step
+// does not flatten everything else (higher points are drawn at the top).
+function plot(id, lines, robust) {
   const svg = document.getElementById(id);
   const w = svg.clientWidth || 420, h = svg.clientHeight || 220;
   const L = 48, R = 8, T = 8, B = 20;
@@ -37,10 +39,14 @@ function plot(id, lines) {
   svg.appendChild(el("line", {class: "axis", x1: L, y1: T, x2: L, y2: h - B}));
   if (xs.length === 0) { svg.dataset.points = "0"; return; }
   let x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(0, ...ys), y1 = Math.max(...ys);
+  if (robust && ys.length > 20) {
+    const sorted = ys.slice().sort((a, b) => a - b);
+    y1 = Math.min(y1, 1.2 * sorted[Math.floor(0.98 * (sorted.length - 1))]);
+  }
   if (x1 === x0) x1 = x0 + 1;
   if (y1 === y0) y1 = y0 + 1;
   const sx = x => L + (x - x0) / (x1 - x0) * (w - L - R);
-  const sy = y => h - B - (y - y0) / (y1 - y0) * (h - T - B);
+  const sy = y => h - B - (Math.min(y, y1) - y0) / (y1 - y0) * (h - T - B);
   for (const l of lines) {
     const d = l.pts.filter(p => isFinite(p[1])).map(p => sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1)).join(" ");
     if (!d) continue;
@@ -49,16 +55,25 @@ function plot(id, lines) {
   }
   svg.appendChild(el("text", {x: 2, y: T + 10}, fmt(y1)));
   svg.appendChild(el("text", {x: 2, y: h - B}, fmt(y0)));
-  svg.appendChild(el("text", {x: L, y: h - 4}, "step " + fmt(x0)));
-  svg.appendChild(el("text", {x: w - R - 60, y: h - 4}, "step " + fmt(x1)));
+  svg.appendChild(el("text", {x: L, y: h - 4}, "step " + Math.round(x0)));
+  svg.appendChild(el("text", {x: w - R - 60, y: h - 4}, "step " + Math.round(x1)));
   svg.dataset.points = String(n);
 }
 
 // throughput sums the ranks' samples/s at each step all ranks reported.
 function throughput(series) {
-  const by = new Map();
-  for (const r in series) for (const p of series[r]) by.set(p[0], (by.get(p[0]) || 0) + p[3]);
-  return [...by.entries()].sort((a, b) => a[0] - b[0]);
+  const by = new Map(), count = new Map(), n = Object.keys(series).length;
+  for (const r in series) for (const p of series[r]) {
+    by.set(p[0], (by.get(p[0]) || 0) + p[3]);
+    count.set(p[0], (count.get(p[0]) || 0) + 1);
+  }
+  return [...by.entries()].filter(e => count.get(e[0]) === n).sort((a, b) => a[0] - b[0]);
+}
+
+// recent is the mean of field i over a rank's last 20 points.
+function recent(pts, i) {
+  const tail = (pts || []).slice(-20);
+  return tail.length ? tail.reduce((s, p) => s + p[i], 0) / tail.length : NaN;
 }
 
 function render(st) {
@@ -76,7 +91,7 @@ function render(st) {
   const col = r => colors[r % colors.length];
   plot("loss", ranks.map(r => ({rank: r, color: col(r), pts: st.series[r].map(p => [p[0], p[2] < 0 ? NaN : p[2]])})));
   plot("throughput", [{rank: "all", color: "#333", pts: throughput(st.series)}]);
-  plot("steptime", ranks.map(r => ({rank: r, color: col(r), pts: st.series[r].map(p => [p[0], p[4]])})));
+  plot("steptime", ranks.map(r => ({rank: r, color: col(r), pts: st.series[r].map(p => [p[0], p[4]])})), true);
   plot("exposed", ranks.map(r => ({rank: r, color: col(r), pts: st.series[r].map(p => [p[0], p[4] > 0 ? 100 * p[5] / p[4] : 0])})));
   const legend = document.getElementById("legend");
   legend.innerHTML = "";
@@ -87,18 +102,21 @@ function render(st) {
     legend.appendChild(sp);
   }
 
-  // A straggler: a rank whose last step time is 25% over the median.
-  const times = workers.filter(w => w.last).map(w => w.last.step_ms).sort((a, b) => a - b);
-  const median = times.length ? times[Math.floor(times.length / 2)] : 0;
+  // A straggler: a rank whose recent step time is 25% over the typical
+  // rank's (the lower median, so that one of two ranks can stand out).
+  const stepMS = r => recent(st.series[r], 4);
+  const times = workers.map(w => stepMS(w.rank)).filter(isFinite).sort((a, b) => a - b);
+  const median = times.length ? times[Math.floor((times.length - 1) / 2)] : 0;
   const tbody = document.querySelector("#workers tbody");
   tbody.innerHTML = "";
   for (const w of workers) {
     const tr = document.createElement("tr");
     const l = w.last || {};
-    const cells = [w.rank, w.host || "–", w.pid || "–", l.step ?? "–", fmt(l.step_ms), l.step_ms ? fmt(100 * l.exposed_wait_ms / l.step_ms) : "–",
-      fmt(l.samples_per_s), fmt(l.loss), w.restart];
+    const ms = stepMS(w.rank), exp = recent(st.series[w.rank], 5);
+    const cells = [w.rank, w.host || "–", w.pid || "–", l.step ?? "–", fmt(ms), ms > 0 ? fmt(100 * exp / ms) : "–",
+      fmt(recent(st.series[w.rank], 3)), fmt(l.loss), w.restart];
     for (const c of cells) { const td = document.createElement("td"); td.textContent = c; tr.appendChild(td); }
-    if (l.step_ms && median && l.step_ms > 1.25 * median) tr.className = "slow";
+    if (ms && median && ms > 1.25 * median) tr.className = "slow";
     tbody.appendChild(tr);
   }
 }
