@@ -43,8 +43,9 @@ func readRows(t *testing.T, path string) []metrics.Row {
 
 // checkRankRows checks one rank's rows of a run of steps steps: every
 // step once, in order, phases adding up to the step, and the steps
-// adding up to the rank's wall time within 10%.
-func checkRankRows(t *testing.T, rank int, rows []metrics.Row, steps int) {
+// adding up to the rank's wall time, less untimedMS (checkpoints between
+// steps), within 10%.
+func checkRankRows(t *testing.T, rank int, rows []metrics.Row, steps int, untimedMS float64) {
 	t.Helper()
 	if len(rows) != steps {
 		t.Fatalf("rank %d: %d rows, want %d", rank, len(rows), steps)
@@ -63,7 +64,7 @@ func checkRankRows(t *testing.T, rank int, rows []metrics.Row, steps int) {
 		}
 		total += r.StepMS
 	}
-	wall := (rows[len(rows)-1].Time - rows[0].Start) * 1e3
+	wall := (rows[len(rows)-1].Time-rows[0].Start)*1e3 - untimedMS
 	if total > wall*1.10 || total < wall*0.90 {
 		t.Fatalf("rank %d: steps add up to %.1f ms, wall time %.1f ms: not within 10%%", rank, total, wall)
 	}
@@ -79,7 +80,7 @@ func TestMetricsAndTraceTwoWorkers(t *testing.T) {
 	file, trace := filepath.Join(dir, "metrics.jsonl"), filepath.Join(dir, "trace.json")
 	const steps = 25
 	all, _, code := runGotrain(t, 90*time.Second, "train", "mnist", "--nproc-per-node", "2", "--max-steps", fmt.Sprint(steps),
-		"--metrics", file, "--trace", trace)
+		"--metrics", file, "--trace", trace, "--save", filepath.Join(dir, "model.safetensors"), "--save-every", "10")
 	if code != 0 {
 		t.Fatalf("exit code %d; output:\n%s", code, all)
 	}
@@ -87,23 +88,9 @@ func TestMetricsAndTraceTwoWorkers(t *testing.T) {
 	for _, r := range readRows(t, file) {
 		byRank[r.Rank] = append(byRank[r.Rank], r)
 	}
-	if len(byRank) != 2 {
-		t.Fatalf("rows of ranks %v, want 0 and 1", keys(byRank))
+	if len(byRank) != 2 || len(byRank[0]) != steps || len(byRank[1]) != steps {
+		t.Fatalf("rows of ranks %v (%d and %d rows), want %d of ranks 0 and 1", keys(byRank), len(byRank[0]), len(byRank[1]), steps)
 	}
-	for rank, rows := range byRank {
-		checkRankRows(t, rank, rows, steps)
-		peer := fmt.Sprint(1 - rank)
-		var sent int64
-		for _, r := range rows {
-			sent += r.BytesSent[peer]
-		}
-		// 25 allreduces of the MLP's 669,706 gradients: each rank sends
-		// about half of 2.7 MB per step.
-		if sent < steps*669706*4/2 {
-			t.Fatalf("rank %d sent %d bytes to rank %s in %d steps", rank, sent, peer, steps)
-		}
-	}
-
 	b, err := os.ReadFile(trace)
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +102,11 @@ func TestMetricsAndTraceTwoWorkers(t *testing.T) {
 		t.Fatalf("trace is not trace-event JSON: %v", err)
 	}
 	count := map[string]int{}
+	untimed := map[int]float64{} // checkpoints between steps, in ms
 	for _, e := range tr.TraceEvents {
+		if e.Ph == "X" && e.Name == "checkpoint" && (e.PID != 0 || e.TS/1e6 < byRank[0][steps-1].Time) {
+			untimed[e.PID] += e.Dur / 1e3
+		}
 		if e.Ph == "X" {
 			if e.Dur < 0 || e.TS <= 0 {
 				t.Fatalf("span %+v", e)
@@ -129,6 +120,24 @@ func TestMetricsAndTraceTwoWorkers(t *testing.T) {
 			}
 			count[fmt.Sprintf("%d/%s", e.PID, name)]++
 		}
+	}
+	for rank, rows := range byRank {
+		checkRankRows(t, rank, rows, steps, untimed[rank])
+		peer := fmt.Sprint(1 - rank)
+		var sent int64
+		for _, r := range rows {
+			sent += r.BytesSent[peer]
+		}
+		// 25 allreduces of the MLP's 669,706 gradients: each rank sends
+		// about half of 2.7 MB per step.
+		if sent < steps*669706*4/2 {
+			t.Fatalf("rank %d sent %d bytes to rank %s in %d steps", rank, sent, peer, steps)
+		}
+	}
+
+	// Rank 0 saves at steps 10 and 20, and at the end; and evaluates.
+	if count["0/checkpoint"] != 3 || count["0/evaluate"] != 1 || count["1/checkpoint"] != 0 {
+		t.Errorf("checkpoint and evaluate spans: %v", count)
 	}
 	for rank := range 2 {
 		for _, name := range []string{"forward", "backward", "optimizer", "data"} {
@@ -144,13 +153,24 @@ func TestMetricsAndTraceTwoWorkers(t *testing.T) {
 
 // TestMetricsFileAlone is the same file written by one worker alone.
 func TestMetricsFileAlone(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "metrics.jsonl")
-	all, _, code := runGotrain(t, 60*time.Second, "train", "mnist", "--max-steps", "12", "--metrics", file, "--progress=false")
+	dir := t.TempDir()
+	file, trace := filepath.Join(dir, "metrics.jsonl"), filepath.Join(dir, "trace.json")
+	all, _, code := runGotrain(t, 60*time.Second, "train", "mnist", "--max-steps", "12", "--metrics", file, "--trace", trace, "--progress=false")
 	if code != 0 {
 		t.Fatalf("exit code %d; output:\n%s", code, all)
 	}
+	b, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr struct {
+		TraceEvents []metrics.TraceEvent `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(b, &tr); err != nil || len(tr.TraceEvents) < 12*5 {
+		t.Fatalf("trace of %d events: %v", len(tr.TraceEvents), err)
+	}
 	rows := readRows(t, file)
-	checkRankRows(t, 0, rows, 12)
+	checkRankRows(t, 0, rows, 12, 0)
 	if rows[0].ExposedWaitMS != 0 || len(rows[0].BytesSent) != 0 {
 		t.Fatalf("a single process has no communication: %+v", rows[0])
 	}
@@ -346,7 +366,7 @@ func TestRunWritesMetricsAndTrace(t *testing.T) {
 		byRank[r.Rank] = append(byRank[r.Rank], r)
 	}
 	for rank := range 2 {
-		checkRankRows(t, rank, byRank[rank], 10)
+		checkRankRows(t, rank, byRank[rank], 10, 0)
 	}
 	b, err := os.ReadFile(trace)
 	if err != nil {

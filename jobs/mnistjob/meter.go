@@ -180,13 +180,14 @@ func (m *meter) stepped(loss *tensor.Tensor, n int) {
 	m.dataStart = time.Now()
 }
 
-// untimed runs f (a checkpoint) with the clock and the profile paused.
-func (m *meter) untimed(f func() error) error {
+// untimed runs f (a checkpoint, an evaluation) with the clock and the
+// profile paused; the timeline shows it as a span named name.
+func (m *meter) untimed(name string, f func() error) error {
 	paused := time.Now()
 	err := f()
 	pause := time.Since(paused)
 	if m.rec != nil {
-		m.rec.Span("checkpoint", paused, paused.Add(pause))
+		m.rec.Span(name, paused, paused.Add(pause))
 	}
 	if !m.countStart.IsZero() {
 		m.countStart = m.countStart.Add(pause)
