@@ -49,8 +49,9 @@ import (
 
 // EnvObserve names the variable a launcher sets for the workers whose
 // reports it collects: a comma-separated list of "hello" (say who the
-// worker is), "rows" (send every row) and "trace" (send the timeline's
-// spans).
+// worker is), "rows" (send every row), "file" (the launcher writes the
+// metrics file: Config.File is not written here) and "trace" (send the
+// timeline's spans, which the launcher writes, instead of Config.Trace).
 const EnvObserve = "GOTRAIN_OBSERVE"
 
 // Event kinds a recorder sends to its launcher (see progress.Reporter.Emit).
@@ -93,12 +94,12 @@ type Row struct {
 // nothing but still times steps (see Recorder.Last).
 type Config struct {
 	// File receives the rows as JSON lines ("" for none); it is created
-	// or truncated. Under an observing launcher the launcher writes its
-	// own file and File is not used.
+	// or truncated. Under a launcher that writes the metrics file itself
+	// (gotrain run --metrics) File is not used.
 	File string
-	// Trace receives the timeline as Chrome trace-event JSON when Close
-	// runs ("" for none); under an observing launcher the spans go to the
-	// launcher, which merges every rank's.
+	// Trace receives the timeline as Chrome trace-event JSON ("" for
+	// none); under a launcher that writes the trace (--trace) the spans go
+	// to it, and it merges every rank's.
 	Trace string
 	// Every writes one row per Every steps (default 1).
 	Every int
@@ -159,26 +160,23 @@ func New(cfg Config) (*Recorder, error) {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
 	}
+	if launched && hasWord(observe, "rows") {
+		r.rep = cfg.Reporter
+	}
+	// The launcher writes the files it was asked for from what the ranks
+	// send; the others are this process's to write.
+	if cfg.File != "" && !(launched && hasWord(observe, "file")) {
+		f, err := os.Create(cfg.File)
+		if err != nil {
+			return nil, fmt.Errorf("metrics: creating the metrics file: %w", err)
+		}
+		r.file, r.w = f, bufio.NewWriterSize(f, 64<<10)
+	}
 	switch {
-	case observe != "":
-		// The launcher writes the files from what the ranks send.
-		if launched && hasWord(observe, "rows") {
-			r.rep = cfg.Reporter
-		}
-		if launched && hasWord(observe, "trace") {
-			r.trace = newTracer(cfg.Rank, cfg.Reporter, "")
-		}
-	default:
-		if cfg.File != "" {
-			f, err := os.Create(cfg.File)
-			if err != nil {
-				return nil, fmt.Errorf("metrics: creating the metrics file: %w", err)
-			}
-			r.file, r.w = f, bufio.NewWriterSize(f, 64<<10)
-		}
-		if cfg.Trace != "" {
-			r.trace = newTracer(cfg.Rank, nil, cfg.Trace)
-		}
+	case launched && hasWord(observe, "trace"):
+		r.trace = newTracer(cfg.Rank, cfg.Reporter, "")
+	case cfg.Trace != "":
+		r.trace = newTracer(cfg.Rank, nil, cfg.Trace)
 	}
 	if r.trace != nil && cfg.Model != nil {
 		cfg.Model.ObserveBuckets(r.trace.bucket)
@@ -314,10 +312,12 @@ func (r *Recorder) emit() error {
 		row.Loss = -1 // JSON has no NaN; a diverged loss is no row to lose
 	}
 	r.last = row
-	switch {
-	case r.rep != nil:
-		return r.rep.Emit(KindRow, row)
-	case r.w != nil:
+	if r.rep != nil {
+		if err := r.rep.Emit(KindRow, row); err != nil {
+			return err
+		}
+	}
+	if r.w != nil {
 		b, err := json.Marshal(row)
 		if err != nil {
 			return fmt.Errorf("metrics: encoding a row: %w", err)

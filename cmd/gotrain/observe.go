@@ -92,8 +92,13 @@ func (o *observeFlags) check(f *pflag.FlagSet, job bool, n int, progress bool) e
 	return nil
 }
 
-// jobConfig is what the job itself records.
+// jobConfig is what the job itself records. A job that trains in this
+// process dumps its flight recorder to --flight-dir, which the process
+// group reads from the environment.
 func (o *observeFlags) jobConfig() (metrics, trace string, every int) {
+	if o.flightDir != "" {
+		_ = os.Setenv("GOTRAIN_FLIGHT_DIR", o.flightDir) // a valid name and value: cannot fail
+	}
 	return o.metrics, o.trace, o.metricsEvery
 }
 

@@ -149,6 +149,9 @@ func (h *Hub) Env() []string {
 	if h.rows != nil || h.prom != nil || h.opt.DashboardAddr != "" {
 		want = append(want, "rows")
 	}
+	if h.rows != nil {
+		want = append(want, "file")
+	}
 	if h.trace != nil {
 		want = append(want, "trace")
 	}

@@ -30,7 +30,7 @@ func TestHub(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env := strings.Join(h.Env(), " "); env != metrics.EnvObserve+"=hello,rows,trace" {
+	if env := strings.Join(h.Env(), " "); env != metrics.EnvObserve+"=hello,rows,file,trace" {
 		t.Fatalf("env %q", env)
 	}
 	var passed int
