@@ -210,8 +210,10 @@ func (g *Group) dumpOnFailure(err error) {
 }
 
 // BytesSent returns the payload bytes this rank has sent to each peer
-// of the group over the network since it was made, indexed by peer rank
-// (shared-memory allreduce sends nothing), appended to dst.
+// of the group through its transport since the group was made, indexed
+// by peer rank and appended to dst. An allreduce through the shared-memory
+// arena (all ranks on one host) sends nothing; one atomic add per send
+// keeps the count.
 func (g *Group) BytesSent(dst []int64) []int64 {
 	for i := range g.sent {
 		dst = append(dst, g.sent[i].Load())
