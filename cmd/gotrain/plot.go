@@ -38,15 +38,15 @@ per rank: the loss, the learning rate and the samples/s over the steps.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case out == "":
-				return flagNeeds("o", "the PNG file to write is required")
+				return flagNeeds("output", "the PNG file to write (-o FILE.png) is required")
 			case !strings.EqualFold(filepath.Ext(out), ".png"):
-				return badFlag("o", out, "must name a .png file")
+				return badFlag("output", out, "must name a .png file")
 			case width < 100 || width > 10000:
 				return badFlag("width", width, "must be in [100, 10000] pixels")
 			case height < 100 || height > 10000:
 				return badFlag("height", height, "must be in [100, 10000] pixels")
 			}
-			if err := checkSavePath("o", out); err != nil {
+			if err := checkSavePath("output", out); err != nil {
 				return err
 			}
 			rows, err := readMetricsFile(args[0])

@@ -69,7 +69,7 @@ func TestPlotErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"plot", bad}, "--o: the PNG file to write is required"},
+		{[]string{"plot", bad}, "--output: the PNG file to write (-o FILE.png) is required"},
 		{[]string{"plot", bad, "-o", filepath.Join(dir, "x.jpg")}, "must name a .png file"},
 		{[]string{"plot", bad, "-o", filepath.Join(dir, "x.png")}, bad + " line 2 is not a metrics row"},
 		{[]string{"plot", filepath.Join(dir, "none.jsonl"), "-o", filepath.Join(dir, "x.png")}, "no such file"},

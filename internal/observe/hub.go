@@ -100,13 +100,13 @@ func New(opt Options) (*Hub, error) {
 	}
 	if opt.MetricsAddr != "" {
 		h.prom = newPromMetrics(opt.RunID, opt.Node)
-		if err := h.serve("metrics", opt.MetricsAddr, h.prom.handler()); err != nil {
+		if err := h.serve("metrics", "/metrics", opt.MetricsAddr, h.prom.handler()); err != nil {
 			h.Close()
 			return nil, err
 		}
 	}
 	if opt.DashboardAddr != "" {
-		if err := h.serve("dashboard", opt.DashboardAddr, h.dashboardHandler()); err != nil {
+		if err := h.serve("dashboard", "/", opt.DashboardAddr, h.dashboardHandler()); err != nil {
 			h.Close()
 			return nil, err
 		}
@@ -117,8 +117,9 @@ func New(opt Options) (*Hub, error) {
 	return h, nil
 }
 
-// serve listens on addr and serves handler there until Close.
-func (h *Hub) serve(what, addr string, handler http.Handler) error {
+// serve listens on addr and serves handler there until Close; the log
+// line names the page at path.
+func (h *Hub) serve(what, path, addr string, handler http.Handler) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("observe: %s address: %w", what, err)
@@ -131,7 +132,7 @@ func (h *Hub) serve(what, addr string, handler http.Handler) error {
 			h.log.Warn("observe: server stopped", "what", what, "err", err)
 		}
 	}()
-	h.log.Info("serving "+what, "addr", "http://"+ln.Addr().String()+map[string]string{"metrics": "/metrics", "dashboard": "/"}[what])
+	h.log.Info("serving "+what, "addr", "http://"+ln.Addr().String()+path)
 	return nil
 }
 
