@@ -26,11 +26,11 @@ func rowEvent(rank, step int, loss float64) []byte {
 func TestHub(t *testing.T) {
 	dir := t.TempDir()
 	file, trace := filepath.Join(dir, "m.jsonl"), filepath.Join(dir, "t.json")
-	h, err := New(Options{RunID: "r1", Node: "0", Ranks: 2, MetricsFile: file, TraceFile: trace, MetricsAddr: "127.0.0.1:0", DashboardAddr: "127.0.0.1:0"})
+	h, err := New(Options{RunID: "r1", Node: "0", Ranks: 2, MetricsFile: file, TraceFile: trace, MetricsAddr: "127.0.0.1:0", DashboardAddr: "127.0.0.1:0", FlightDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env := strings.Join(h.Env(), " "); env != metrics.EnvObserve+"=hello,rows,file,trace" {
+	if env := strings.Join(h.Env(), " "); env != "GOTRAIN_FLIGHT_DIR="+dir+" "+metrics.EnvObserve+"=hello,rows,file,trace" {
 		t.Fatalf("env %q", env)
 	}
 	var passed int
