@@ -23,6 +23,9 @@
 //     machines over ssh, launch/hosts reads their list.
 //   - progress: a training loop's progress, reported to the launcher's
 //     display (or drawn by the program itself when it runs alone).
+//   - metrics: a training loop's per-step metrics and timeline, written
+//     to files or reported to the launcher (which serves Prometheus and
+//     the dashboard).
 //
 // The program: cmd/gotrain is the CLI (gotrain run launches any program
 // like torchrun; gotrain train runs a job; gotrain store serves a store;

@@ -110,6 +110,8 @@ type Model struct {
 
 	reducing atomic.Int64 // nanoseconds in the comm hook (on the comm goroutine or inline)
 
+	observer atomic.Pointer[func(BucketSpan)] // see ObserveBuckets; nil: none
+
 	inline        bool            // reduce buckets in the grad hooks, not on a goroutine
 	commCtx       context.Context // New's ctx: bounds reductions; cancelled by Close
 	inlineFailure passFailure     // with inline: the pass whose reduction failed
@@ -124,6 +126,7 @@ type job struct {
 	bucket int
 	buf    []float32
 	done   chan error
+	queued time.Time // set only while an observer is installed
 }
 
 // Stats are cumulative timings since New.
@@ -322,6 +325,9 @@ func (m *Model) reduce(ctx context.Context, j job, f *passFailure) time.Duration
 	err := m.cfg.hook(ctx, m.group, j.buf)
 	d := time.Since(start)
 	m.reducing.Add(int64(d))
+	if o := m.observer.Load(); o != nil {
+		(*o)(BucketSpan{Bucket: j.bucket, Bytes: 4 * len(j.buf), Queued: j.queued, Start: start, End: start.Add(d), Err: err})
+	}
 	if err != nil {
 		f.pass, f.err = j.pass, err
 	}
@@ -388,6 +394,9 @@ func (m *Model) markReady(p int) {
 	}
 	for _, b := range launch {
 		j := job{pass: m.passes, bucket: b, buf: m.buckets[b], done: make(chan error, 1)}
+		if m.observer.Load() != nil {
+			j.queued = time.Now()
+		}
 		m.jobs = append(m.jobs, j)
 		if m.inline {
 			m.reduceInline(j)

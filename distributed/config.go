@@ -104,6 +104,10 @@ type Config struct {
 	// bytes; 0 means $GOTRAIN_SOCKET_BUFFER, or the kernel's automatic
 	// tuning (which measured as fast on loopback).
 	SocketBuffer int
+	// FlightRecorderDir, if set, is where the group dumps its flight
+	// record (see DumpFlightRecorder) when an operation fails and on
+	// SIGUSR1; "" means $GOTRAIN_FLIGHT_DIR, or no automatic dumps.
+	FlightRecorderDir string
 	// Logger receives warnings (refused connections); nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -227,6 +231,9 @@ func (c Config) resolveFields() (Config, error) {
 	}
 	if !c.AllowMixedBuilds {
 		c.AllowMixedBuilds = os.Getenv("GOTRAIN_ALLOW_MIXED_BUILDS") == "1"
+	}
+	if c.FlightRecorderDir == "" {
+		c.FlightRecorderDir = os.Getenv("GOTRAIN_FLIGHT_DIR")
 	}
 	if c.SocketBuffer == 0 {
 		c.SocketBuffer = envInt0("GOTRAIN_SOCKET_BUFFER", 0)

@@ -57,6 +57,10 @@ type Group struct {
 	opRunning atomic.Pointer[opDesc]
 	watchStop chan struct{}
 	watchDone chan struct{}
+
+	flight     flightRecorder // the last operations, for dumps (flight.go)
+	stopSignal func()         // ends the dump-on-SIGUSR1 watch; nil if none
+	sent       []atomic.Int64 // payload bytes sent to each peer (BytesSent)
 }
 
 // Rank returns this process's rank in the group.
@@ -78,6 +82,7 @@ func newGroup(cfg Config, id string, rank, size int, mesh transport.Mesh, st sto
 		workerDone: make(chan struct{}),
 		watchStop:  make(chan struct{}),
 		watchDone:  make(chan struct{}),
+		sent:       make([]atomic.Int64, size),
 	}
 	go g.worker()
 	go g.watch()
@@ -170,6 +175,9 @@ func (g *Group) Destroy() error {
 	}
 	if g.arena != nil {
 		g.arena.Interrupt() // a rank spinning on a peer gives up
+	}
+	if g.stopSignal != nil {
+		g.stopSignal()
 	}
 	err := g.mesh.Close()
 	<-g.workerDone
@@ -371,8 +379,10 @@ func (g *Group) execute(w *Work) error {
 	}
 	g.opRunning.Store(&w.op)
 	g.opStart.Store(time.Now().UnixNano())
+	slot := g.flight.begin(&w.op)
 	err := w.run(ctx, c)
 	g.opStart.Store(0)
+	g.flight.end(slot, err)
 	if err == nil {
 		return nil
 	}
@@ -392,6 +402,7 @@ func (g *Group) execute(w *Work) error {
 		oe.Err = fmt.Errorf("%s: %w", d, err)
 	}
 	g.mesh.Fail(code, oe)
+	g.dumpOnFailure(oe)
 	// The readers may still own posted buffers: wait until they let go,
 	// which the closed connections make quick.
 	for _, r := range c.posted {
@@ -433,6 +444,7 @@ func (c *comm) size() int { return c.g.size }
 // send writes b to peer as one or more frames of at most maxFrame bytes.
 func (c *comm) send(ctx context.Context, peer int, b []byte) error {
 	p := c.g.mesh.Pair(peer)
+	c.g.sent[peer].Add(int64(len(b)))
 	for off := 0; off < len(b) || off == 0; off += maxFrame {
 		if err := p.Send(ctx, c.hdr, b[off:min(off+maxFrame, len(b))]); err != nil {
 			return err

@@ -61,6 +61,7 @@ func Init(ctx context.Context, cfg Config) (*Group, error) {
 		return nil, err
 	}
 	g.owner = owner
+	g.dumpOnSignal()
 	return g, nil
 }
 

@@ -70,6 +70,9 @@ type Event struct {
 	// StepTime is the mean seconds per step since the last report.
 	StepTime float64            `json:"step_time,omitempty"`
 	Metrics  map[string]float64 `json:"metrics,omitempty"` // at "done": test accuracy and the like
+	// Data is the payload of the other kinds a program sends with Emit
+	// (package metrics: "metrics" rows, "trace" spans).
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 // Option configures FromEnv.

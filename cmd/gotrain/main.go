@@ -41,6 +41,8 @@ var benchCmd = &cobra.Command{
 
 func init() {
 	rootCmd.AddCommand(benchCmd)
+	rootCmd.AddCommand(newTraceCmd())
+	rootCmd.AddCommand(newPlotCmd())
 	rootCmd.SetFlagErrorFunc(flagErrorFunc)
 }
 

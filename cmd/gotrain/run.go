@@ -189,6 +189,13 @@ func runRun(cmd *cobra.Command, args []string) error {
 	defer cons.Close()
 	runOpts.timeout.export()
 	runOpts.output.setupLauncherLog(&cfg)
+	if err := runObserve.check(cmd.Flags(), false, cfg.NProcPerNode, true); err != nil {
+		return err
+	}
+	obs, err := runObserve.attach(&cfg)
+	if err != nil {
+		return err
+	}
 	// main's context is cancelled by SIGINT and SIGTERM without saying
 	// which; the workers should get the very signal the user sent, so
 	// catch the signals here and pass them on as the cancellation cause.
@@ -207,6 +214,7 @@ func runRun(cmd *cobra.Command, args []string) error {
 
 	warnBeforeStart(cfg)
 	code, err := launch.Run(ctx, cfg)
+	obs.done(code, err)
 	if err != nil && !errors.Is(err, launch.ErrInterrupted) {
 		return err
 	}

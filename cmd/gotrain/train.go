@@ -52,6 +52,7 @@ type trainMNISTFlags struct {
 	output   outputFlags
 	timeout  timeoutFlag
 	hosts    hostFlags
+	observe  observeFlags
 }
 
 // newTrainMNISTCmd is `gotrain train mnist`.
@@ -92,6 +93,7 @@ func trainMNIST(ctx context.Context, fl trainMNISTFlags, n int) error {
 		cfg.Momentum = -1 // the job's zero value means "default 0.9"
 	}
 	worker := os.Getenv(trainWorkerEnv) != ""
+	cfg.Metrics, cfg.Trace, cfg.MetricsEvery = fl.observe.jobConfig()
 	fl.timeout.export()
 	every, err := logEvery(fl.logEvery) // checked by check
 	if err != nil {
@@ -99,7 +101,7 @@ func trainMNIST(ctx context.Context, fl trainMNISTFlags, n int) error {
 	}
 	if n > 1 && !worker {
 		fl.launch.NProcPerNode = n
-		return launchTrainWorkers(ctx, fl.launch, fl.output, every)
+		return launchTrainWorkers(ctx, fl.launch, fl.output, every, fl.observe)
 	}
 	logOut := io.Writer(os.Stderr)
 	if cfg.Progress {
@@ -156,11 +158,12 @@ func (fl *trainMNISTFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&cfg.Precision, "precision", "fp32", "matmuls and convolutions in fp32, bf16 (mixed precision on a bf16 GEMM kernel: needs AVX512_BF16 or AMX_BF16) or bf16-emulated (the same numerics in software, slower than fp32)")
 	addLogEvery(f, &fl.logEvery)
 	fl.hosts.registerTrain(f)
+	fl.observe.registerJob(f)
 }
 
 // launchTrainWorkers re-runs this command as cfg.NProcPerNode workers
 // under the launcher and prints rank 0's summary as the last line.
-func launchTrainWorkers(ctx context.Context, cfg launch.Config, output outputFlags, every time.Duration) error {
+func launchTrainWorkers(ctx context.Context, cfg launch.Config, output outputFlags, every time.Duration, obs observeFlags) error {
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding the gotrain binary to start workers: %w", err)
@@ -176,8 +179,14 @@ func launchTrainWorkers(ctx context.Context, cfg launch.Config, output outputFla
 	cons := attachConsole(&cfg, every)
 	output.setupLauncherLog(&cfg)
 	cfg.Env = append(cfg.Env, trainWorkerEnv+"=1", summaryFileEnv+"="+summary)
+	o, err := obs.attach(&cfg)
+	if err != nil {
+		cons.Close()
+		return err
+	}
 	warnBeforeStart(cfg)
 	code, err := launch.Run(ctx, cfg)
+	o.done(code, err)
 	cons.Close()
 	if err != nil {
 		return err
@@ -208,6 +217,9 @@ func (fl *trainMNISTFlags) check(f *pflag.FlagSet) (int, error) {
 		return 0, err
 	}
 	if err := fl.timeout.check(f); err != nil {
+		return 0, err
+	}
+	if err := fl.observe.check(f, true, n, fl.job.Progress); err != nil {
 		return 0, err
 	}
 	if err := fl.checkTraining(f); err != nil {

@@ -59,6 +59,12 @@ type Config struct {
 	// Reporter receives the progress; nil means progress.FromEnv on Out.
 	Reporter *progress.Reporter
 
+	// Metrics receives a JSON line per step per rank (see package
+	// metrics), Trace the run's timeline; "" for none. Under a launcher
+	// that observes the job, the launcher writes them.
+	Metrics, Trace string
+	MetricsEvery   int // one metrics row per N steps (default 1)
+
 	Out    io.Writer    // progress, per-epoch loss and accuracy, profile; default os.Stderr
 	Logger *slog.Logger // default slog.Default()
 }
@@ -180,6 +186,8 @@ func (cfg *Config) validate() error {
 		err = fmt.Errorf("BatchSize %d: want at least 1 (0 means 64)", cfg.BatchSize)
 	case cfg.SaveEvery < 0:
 		err = fmt.Errorf("SaveEvery %d: want at least 1 (0 means at epoch ends only)", cfg.SaveEvery)
+	case cfg.MetricsEvery < 0:
+		err = fmt.Errorf("MetricsEvery %d: want at least 1 (0 means 1)", cfg.MetricsEvery)
 	case cfg.MaxSteps < 0:
 		err = fmt.Errorf("MaxSteps %d: want at least 1 (0 means no limit)", cfg.MaxSteps)
 	case cfg.LR < 0 || math.IsNaN(cfg.LR) || math.IsInf(cfg.LR, 0):

@@ -9,6 +9,8 @@ import (
 
 	"github.com/gotrain/gotrain/ddp"
 	"github.com/gotrain/gotrain/distributed"
+	"github.com/gotrain/gotrain/metrics"
+	"github.com/gotrain/gotrain/optim"
 	"github.com/gotrain/gotrain/progress"
 	"github.com/gotrain/gotrain/tensor"
 )
@@ -61,6 +63,11 @@ type meter struct {
 	bar        *progress.Bar // nil without progress
 	lossSum    float64       // of this epoch's steps on this rank
 	epochSteps int
+
+	rec    *metrics.Recorder // nil without metrics or a trace (observe.go)
+	recSt  *metrics.Step
+	recErr error
+	opt    optim.Optimizer
 }
 
 // newMeter meters j's loop. With cfg.Progress every rank reports to
@@ -81,6 +88,9 @@ func newMeter(j *job) *meter {
 
 // close closes the reporter the meter made.
 func (m *meter) close() {
+	if m.rec != nil {
+		_ = m.rec.Close() // after a failed step: keep what was recorded
+	}
 	if m.owned {
 		_ = m.rep.Close() // the launcher's pipe; nothing to do if it broke
 	}
@@ -89,6 +99,9 @@ func (m *meter) close() {
 // startEpoch starts the epoch's clock (after the warm-up) and its bar.
 func (m *meter) startEpoch(epoch, batches int) {
 	m.lossSum, m.epochSteps = 0, 0
+	if m.rec != nil {
+		m.rec.StartEpoch(epoch)
+	}
 	if m.rep != nil {
 		m.bar = m.rep.Epoch(epoch, m.epochs, batches)
 	}
@@ -112,6 +125,9 @@ func (m *meter) startStep(ctx context.Context) error {
 		m.prof, m.profiled = Profile{}, 0
 	}
 	m.t0 = time.Now()
+	if m.rec != nil {
+		m.recSt = m.rec.Begin()
+	}
 	return nil
 }
 
@@ -121,10 +137,18 @@ func (m *meter) forwarded() {
 	if m.dm != nil {
 		m.before = m.dm.Stats()
 	}
+	if m.recSt != nil {
+		m.recSt.Forwarded()
+	}
 }
 
 // backwarded marks the end of backward, gradients reduced.
-func (m *meter) backwarded() { m.t2 = time.Now() }
+func (m *meter) backwarded() {
+	m.t2 = time.Now()
+	if m.recSt != nil {
+		m.recSt.Backwarded()
+	}
+}
 
 // stepped marks the end of the optimizer step of a batch of n samples
 // with the given loss, and adds the step to the profile and the bar.
@@ -148,14 +172,23 @@ func (m *meter) stepped(loss *tensor.Tensor, n int) {
 	if m.bar != nil {
 		m.bar.Step(n, progress.Loss(l))
 	}
+	if m.recSt != nil {
+		if err := m.recSt.End(n, l, m.opt.LR()); err != nil && m.recErr == nil {
+			m.recErr = err
+		}
+	}
 	m.dataStart = time.Now()
 }
 
-// untimed runs f (a checkpoint) with the clock and the profile paused.
-func (m *meter) untimed(f func() error) error {
+// untimed runs f (a checkpoint, an evaluation) with the clock and the
+// profile paused; the timeline shows it as a span named name.
+func (m *meter) untimed(name string, f func() error) error {
 	paused := time.Now()
 	err := f()
 	pause := time.Since(paused)
+	if m.rec != nil {
+		m.rec.Span(name, paused, paused.Add(pause))
+	}
 	if !m.countStart.IsZero() {
 		m.countStart = m.countStart.Add(pause)
 	}

@@ -13,6 +13,9 @@ import (
 func (j *job) train(ctx context.Context) (Result, error) {
 	m := newMeter(j)
 	defer m.close()
+	if err := m.openMetrics(j); err != nil {
+		return Result{}, err
+	}
 	res := Result{Model: j.cfg.Model, World: j.world, Rank: j.rank}
 	nn.SetTrain(j.model, true)
 	for epoch := j.ckpt.Epoch; epoch < j.cfg.Epochs; epoch++ {
@@ -27,6 +30,9 @@ func (j *job) train(ctx context.Context) (Result, error) {
 		if stopped {
 			break
 		}
+	}
+	if err := m.closeMetrics(); err != nil {
+		return res, err
 	}
 	res = m.summarise(res)
 	if j.cfg.Profile && j.rank == 0 {
@@ -61,7 +67,7 @@ func (j *job) trainEpoch(ctx context.Context, epoch int, m *meter) (stopped bool
 
 		j.ckpt.Step++
 		if every := int64(j.cfg.SaveEvery); every > 0 && j.ckpt.Step%every == 0 {
-			if err := m.untimed(func() error { return j.checkpoint(epoch) }); err != nil {
+			if err := j.untimedCheckpoint(m, epoch); err != nil {
 				return false, err
 			}
 		}
@@ -91,11 +97,21 @@ func (j *job) endEpoch(ctx context.Context, epoch int, stopped bool, m *meter, r
 	}
 	res.Epochs = epoch + 1
 	if j.rank == 0 {
-		res.TestAccuracy = j.evaluate()
+		_ = m.untimed("evaluate", func() error { res.TestAccuracy = j.evaluate(); return nil })
 	}
 	m.report(j.rank, epoch, loss, res.TestAccuracy)
+	next := epoch + 1
 	if stopped {
-		return j.checkpoint(epoch)
+		next = epoch
 	}
-	return j.checkpoint(epoch + 1)
+	return j.untimedCheckpoint(m, next)
+}
+
+// untimedCheckpoint checkpoints (on rank 0, with Save) outside the
+// clock, as a span of the timeline.
+func (j *job) untimedCheckpoint(m *meter, epoch int) error {
+	if j.rank != 0 || j.cfg.Save == "" {
+		return nil
+	}
+	return m.untimed("checkpoint", func() error { return j.checkpoint(epoch) })
 }

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+
+	"github.com/spf13/pflag"
+
+	"github.com/gotrain/gotrain/internal/observe"
+	"github.com/gotrain/gotrain/launch"
+)
+
+// observeFlags are the flags that watch a run from its launcher: the
+// metrics file and the timeline (which the launcher writes from its
+// workers' reports), Prometheus, the dashboard and the flight recorder's
+// directory.
+type observeFlags struct {
+	metrics, trace string
+	metricsEvery   int
+	metricsAddr    string
+	dashboard      string
+	flightDir      string
+}
+
+// runObserve are `gotrain run`'s.
+var runObserve observeFlags
+
+func init() {
+	runObserve.registerLauncher(runCmd.Flags())
+	f := runCmd.Flags()
+	f.StringVar(&runObserve.metrics, "metrics", "", "write every rank's metrics rows (JSON lines, see package metrics) to this file")
+	f.StringVar(&runObserve.trace, "trace", "", "write the merged timeline of every rank (Chrome trace-event JSON) to this file")
+}
+
+// registerLauncher defines the launcher-side flags on f.
+func (o *observeFlags) registerLauncher(f *pflag.FlagSet) {
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics of every rank at http://ADDR/metrics (e.g. :9090)")
+	f.StringVar(&o.dashboard, "dashboard", "", "serve a live dashboard of the run at http://ADDR/ (e.g. :8080)")
+	f.StringVar(&o.flightDir, "flight-dir", os.Getenv("GOTRAIN_FLIGHT_DIR"), "directory where ranks dump their last collectives on a failed operation or SIGUSR1 to the launcher (read it with gotrain trace DIR)")
+}
+
+// registerJob defines the flags of a demo job that records metrics.
+func (o *observeFlags) registerJob(f *pflag.FlagSet) {
+	f.StringVar(&o.metrics, "metrics", "", "write a JSON line per step per rank (loss, lr, samples/s, the step's phases, bytes per peer) to this file")
+	f.IntVar(&o.metricsEvery, "metrics-every", 1, "one metrics row per N steps (the mean of the N)")
+	f.StringVar(&o.trace, "trace", "", "write the run's timeline (Chrome trace-event JSON: chrome://tracing, Perfetto) to this file")
+	o.registerLauncher(f)
+}
+
+// check refuses bad values. For a demo job (job), n is its number of
+// local workers: one trains in-process, with no launcher to serve
+// anything, and progress is how workers report.
+func (o *observeFlags) check(f *pflag.FlagSet, job bool, n int, progress bool) error {
+	for _, name := range []string{"metrics", "trace"} {
+		if f.Lookup(name) != nil && f.Changed(name) {
+			if err := checkSavePath(name, f.Lookup(name).Value.String()); err != nil {
+				return err
+			}
+		}
+	}
+	if job && o.metricsEvery < 1 {
+		return badFlag("metrics-every", o.metricsEvery, "must be at least 1")
+	}
+	for _, name := range []string{"metrics-addr", "dashboard"} {
+		v := f.Lookup(name).Value.String()
+		if v == "" {
+			continue
+		}
+		if job && n == 1 {
+			return badFlag(name, v, "applies only with --nproc-per-node > 1 (the launcher serves it)")
+		}
+		if _, port, err := net.SplitHostPort(v); err != nil {
+			return badFlag(name, v, "want HOST:PORT or :PORT")
+		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+			return badFlag(name, v, "the port must be a number in [0, 65535]")
+		}
+	}
+	if job && n > 1 && !progress {
+		for _, name := range []string{"metrics", "trace", "metrics-addr", "dashboard"} {
+			if f.Changed(name) {
+				return flagNeeds(name, "needs --progress with --nproc-per-node > 1 (workers report through it)")
+			}
+		}
+	}
+	if o.flightDir != "" {
+		return checkWritableDir("flight-dir", o.flightDir)
+	}
+	return nil
+}
+
+// jobConfig is what the job itself records. A job that trains in this
+// process dumps its flight recorder to --flight-dir, which the process
+// group reads from the environment.
+func (o *observeFlags) jobConfig() (metrics, trace string, every int) {
+	if o.flightDir != "" {
+		_ = os.Setenv("GOTRAIN_FLIGHT_DIR", o.flightDir) // a valid name and value: cannot fail
+	}
+	return o.metrics, o.trace, o.metricsEvery
+}
+
+// observer is a launch's hub, and what to tell it as the job ends.
+type observer struct{ hub *observe.Hub }
+
+// attach makes the hub the flags ask for and plugs it into cfg: the
+// workers' events reach it before the console, and the workers learn what
+// to report. The run id is fixed here, so that the labels name the run the
+// workers join.
+func (o *observeFlags) attach(cfg *launch.Config) (*observer, error) {
+	if cfg.RunID == "" && cfg.Standalone {
+		b := make([]byte, 6)
+		_, _ = rand.Read(b)
+		cfg.RunID = hex.EncodeToString(b)
+	}
+	runID := cfg.RunID
+	if runID == "" {
+		runID = "none"
+	}
+	hub, err := observe.New(observe.Options{RunID: runID, Node: strconv.Itoa(cfg.NodeRank), Ranks: cfg.NProcPerNode * max(cfg.NNodes, 1),
+		MetricsFile: o.metrics, TraceFile: o.trace, MetricsAddr: o.metricsAddr, DashboardAddr: o.dashboard,
+		FlightDir: o.flightDir, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	cfg.Events = hub.Wrap(cfg.Events)
+	if cfg.Env == nil {
+		cfg.Env = os.Environ()
+	}
+	cfg.Env = append(cfg.Env, hub.Env()...)
+	return &observer{hub}, nil
+}
+
+// done records how the job ended and closes the hub, reporting an
+// unwritten file on stderr (the job's own outcome is what the caller
+// returns).
+func (o *observer) done(code int, err error) {
+	state := "succeeded"
+	if err != nil || code != 0 {
+		state = "failed"
+	}
+	o.hub.SetState(state)
+	if cerr := o.hub.Close(); cerr != nil {
+		fmt.Fprintln(os.Stderr, "gotrain:", cerr)
+	}
+}

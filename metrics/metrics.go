@@ -1,0 +1,400 @@
+// Package metrics records a training loop's steps: one JSON line per
+// step (or per Every steps) per rank with the loss, learning rate,
+// samples/s, the step's time split into data, forward, backward, exposed
+// allreduce wait and optimizer, and the bytes sent to each peer; and,
+// optionally, a timeline of the same phases and of each gradient bucket's
+// allreduce as Chrome trace-event JSON (chrome://tracing, Perfetto).
+//
+// A loop records like this:
+//
+//	rec, err := metrics.New(metrics.Config{File: "metrics.jsonl", Group: pg, Model: dm, Reporter: rep})
+//	if err != nil { return err }
+//	defer rec.Close()
+//	for epoch := range epochs {
+//		rec.StartEpoch(epoch)
+//		for batch := range loader.Batches() {
+//			st := rec.Begin()       // the data phase ends here
+//			loss := nn.CrossEntropy(dm.Forward(batch.X), batch.Y)
+//			st.Forwarded()
+//			if err := loss.Backward(); err != nil { return err }
+//			st.Backwarded()
+//			opt.Step()
+//			st.End(len(batch.Y), float64(loss.Item()), lr)
+//		}
+//	}
+//
+// Under a launcher that observes the job (`gotrain run --metrics-addr`,
+// `--dashboard`, `--trace`, `--metrics`: it sets GOTRAIN_OBSERVE), the
+// rows and spans go to the launcher over the progress pipe instead, and
+// the launcher writes the files, serves Prometheus and the dashboard.
+//
+// Recording costs a few clock reads, one DDP Stats copy and, per row
+// written, one JSON encoding: a few microseconds a step.
+package metrics
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gotrain/gotrain/ddp"
+	"github.com/gotrain/gotrain/distributed"
+	"github.com/gotrain/gotrain/progress"
+)
+
+// EnvObserve names the variable a launcher sets for the workers whose
+// reports it collects: a comma-separated list of "hello" (say who the
+// worker is), "rows" (send every row), "file" (the launcher writes the
+// metrics file: Config.File is not written here) and "trace" (send the
+// timeline's spans, which the launcher writes, instead of Config.Trace).
+const EnvObserve = "GOTRAIN_OBSERVE"
+
+// Event kinds a recorder sends to its launcher (see progress.Reporter.Emit).
+const (
+	KindRow   = "metrics" // Data is a Row
+	KindTrace = "trace"   // Data is a []TraceEvent
+)
+
+// Row is one line of the metrics file: a step, or the mean of Every steps
+// (times are then means per step, Samples and BytesSent sums).
+type Row struct {
+	Time    float64 `json:"time"`  // unix seconds at the step's end
+	Start   float64 `json:"start"` // unix seconds at the start of its data phase
+	Rank    int     `json:"rank"`
+	Restart int     `json:"restart"` // the launcher's restart count
+	Epoch   int     `json:"epoch"`   // counting from 1
+	Step    int     `json:"step"`    // this run's steps so far, counting from 1
+	Steps   int     `json:"steps"`   // how many steps the row covers
+	Loss    float64 `json:"loss"`
+	LR      float64 `json:"lr"`
+	Samples int     `json:"samples"`
+	// SamplesPerSec is this rank's samples over its step time.
+	SamplesPerSec float64 `json:"samples_per_s"`
+	StepMS        float64 `json:"step_ms"` // data + forward + backward + optimizer
+	DataMS        float64 `json:"data_ms"`
+	ForwardMS     float64 `json:"forward_ms"`
+	BackwardMS    float64 `json:"backward_ms"`
+	// ExposedWaitMS is the part of backward spent waiting for gradient
+	// allreduce that computation did not hide.
+	ExposedWaitMS float64 `json:"exposed_wait_ms"`
+	OptimizerMS   float64 `json:"optimizer_ms"`
+	// AllReduceMS is all the time the reductions took, hidden or not.
+	AllReduceMS float64 `json:"allreduce_ms"`
+	// BytesSent is the payload sent to each peer (by rank) in the row's
+	// steps.
+	BytesSent map[string]int64 `json:"bytes_sent,omitempty"`
+}
+
+// Config says what a Recorder records and where. The zero value records
+// nothing but still times steps (see Recorder.Last).
+type Config struct {
+	// File receives the rows as JSON lines ("" for none); it is created
+	// or truncated. Under a launcher that writes the metrics file itself
+	// (gotrain run --metrics) File is not used.
+	File string
+	// Trace receives the timeline as Chrome trace-event JSON ("" for
+	// none); under a launcher that writes the trace (--trace) the spans go
+	// to it, and it merges every rank's.
+	Trace string
+	// Every writes one row per Every steps (default 1).
+	Every int
+	// Rank is this process's rank without a Group (with one, the
+	// group's); 0 means $RANK, or 0.
+	Rank int
+	// Group, if set, gives the bytes sent per peer.
+	Group *distributed.Group
+	// Model, if set, gives the exposed allreduce wait and the bucket
+	// spans of the timeline.
+	Model *ddp.Model
+	// Reporter, if it sends to a launcher, carries the rows and spans the
+	// launcher asks for (see EnvObserve).
+	Reporter *progress.Reporter
+}
+
+// Recorder records one rank's steps. It is for the goroutine running the
+// loop, except that DDP reports bucket spans from its own.
+type Recorder struct {
+	cfg     Config
+	restart int
+	rep     *progress.Reporter // nil unless the launcher takes rows
+	file    *os.File
+	w       *bufio.Writer
+	flushed time.Time
+	trace   *tracer // nil without a timeline
+
+	epoch    int
+	steps    int
+	dataFrom time.Time // when the loop went to fetch the next batch
+	st       Step
+	acc      Row // the rows' sums over the steps since the last row
+	accN     int
+	before   ddp.Stats
+	sent     []int64 // BytesSent at the last step's end
+	sentNow  []int64
+	last     Row
+}
+
+// New makes a recorder; its errors are the files'.
+func New(cfg Config) (*Recorder, error) {
+	if cfg.Every <= 0 {
+		cfg.Every = 1
+	}
+	switch {
+	case cfg.Group != nil:
+		cfg.Rank = cfg.Group.Rank()
+	case cfg.Rank == 0:
+		cfg.Rank, _ = strconv.Atoi(os.Getenv("RANK"))
+	}
+	r := &Recorder{cfg: cfg, dataFrom: time.Now(), flushed: time.Now()}
+	r.restart, _ = strconv.Atoi(os.Getenv("GOTRAIN_RESTART_COUNT"))
+	observe := os.Getenv(EnvObserve)
+	launched := cfg.Reporter != nil && cfg.Reporter.Launched() && observe != ""
+	if launched {
+		host, _ := os.Hostname()
+		if err := cfg.Reporter.Emit(KindHello, Hello{Rank: cfg.Rank, Host: host, PID: os.Getpid(), Restart: r.restart}); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	if launched && hasWord(observe, "rows") {
+		r.rep = cfg.Reporter
+	}
+	// The launcher writes the files it was asked for from what the ranks
+	// send; the others are this process's to write.
+	if cfg.File != "" && !(launched && hasWord(observe, "file")) {
+		f, err := os.Create(cfg.File)
+		if err != nil {
+			return nil, fmt.Errorf("metrics: creating the metrics file: %w", err)
+		}
+		r.file, r.w = f, bufio.NewWriterSize(f, 64<<10)
+	}
+	switch {
+	case launched && hasWord(observe, "trace"):
+		r.trace = newTracer(cfg.Rank, cfg.Reporter, "")
+	case cfg.Trace != "":
+		r.trace = newTracer(cfg.Rank, nil, cfg.Trace)
+	}
+	if r.trace != nil && cfg.Model != nil {
+		cfg.Model.ObserveBuckets(r.trace.bucket)
+	}
+	if cfg.Group != nil {
+		r.sent = cfg.Group.BytesSent(nil)
+		r.sentNow = make([]int64, 0, len(r.sent))
+	}
+	if cfg.Model != nil {
+		r.before = cfg.Model.Stats()
+	}
+	return r, nil
+}
+
+func hasWord(list, w string) bool {
+	for f := range strings.SplitSeq(list, ",") {
+		if strings.TrimSpace(f) == w {
+			return true
+		}
+	}
+	return false
+}
+
+// StartEpoch starts epoch (counting from 0, as a loop's index): the next
+// step's data phase starts now, not at the previous epoch's last step.
+func (r *Recorder) StartEpoch(epoch int) {
+	r.epoch = epoch + 1
+	r.dataFrom = time.Now()
+}
+
+// Step is the step being recorded; Begin returns it.
+type Step struct {
+	r                  *Recorder
+	data, t0, fwd, bwd time.Time
+}
+
+// Begin starts a step: the time since the previous step's end (or
+// StartEpoch) was the data phase.
+func (r *Recorder) Begin() *Step {
+	now := time.Now()
+	r.st = Step{r: r, data: r.dataFrom, t0: now}
+	return &r.st
+}
+
+// Forwarded ends the forward phase (and the loss).
+func (s *Step) Forwarded() { s.fwd = time.Now() }
+
+// Backwarded ends the backward phase, gradients reduced.
+func (s *Step) Backwarded() { s.bwd = time.Now() }
+
+// End ends the step, after the optimizer, over n samples with loss and
+// learning rate lr, and writes a row if one is due. Its error is the
+// metrics file's or the launcher pipe's encoding.
+func (s *Step) End(n int, loss, lr float64) error {
+	r := s.r
+	now := time.Now()
+	if s.fwd.IsZero() {
+		s.fwd = s.t0
+	}
+	if s.bwd.IsZero() {
+		s.bwd = s.fwd
+	}
+	r.steps++
+	row := Row{Time: unix(now), Start: unix(s.data), Rank: r.cfg.Rank, Restart: r.restart,
+		Epoch: max(r.epoch, 1), Step: r.steps, Steps: 1, Loss: loss, LR: lr, Samples: n,
+		DataMS: ms(s.t0.Sub(s.data)), ForwardMS: ms(s.fwd.Sub(s.t0)),
+		BackwardMS: ms(s.bwd.Sub(s.fwd)), OptimizerMS: ms(now.Sub(s.bwd))}
+	row.StepMS = ms(now.Sub(s.data))
+	var exposed time.Duration
+	if m := r.cfg.Model; m != nil {
+		st := m.Stats()
+		exposed = st.ExposedWait - r.before.ExposedWait
+		row.ExposedWaitMS = ms(exposed)
+		row.AllReduceMS = ms(st.Reducing - r.before.Reducing)
+		r.before = st
+	}
+	if r.trace != nil {
+		r.trace.step(s, now, exposed, r.steps)
+	}
+	r.dataFrom = now
+	r.add(row)
+	if r.accN < r.cfg.Every {
+		return nil
+	}
+	return r.emit()
+}
+
+// add sums row into the pending one.
+func (r *Recorder) add(row Row) {
+	a := &r.acc
+	if r.accN == 0 {
+		*a = row
+		a.BytesSent = nil
+	} else {
+		a.Time, a.Epoch, a.Step, a.LR = row.Time, row.Epoch, row.Step, row.LR
+		a.Steps++
+		a.Loss += row.Loss
+		a.Samples += row.Samples
+		a.StepMS += row.StepMS
+		a.DataMS += row.DataMS
+		a.ForwardMS += row.ForwardMS
+		a.BackwardMS += row.BackwardMS
+		a.ExposedWaitMS += row.ExposedWaitMS
+		a.OptimizerMS += row.OptimizerMS
+		a.AllReduceMS += row.AllReduceMS
+	}
+	r.accN++
+}
+
+// emit turns the sums into means and writes the row.
+func (r *Recorder) emit() error {
+	row := r.acc
+	n := float64(r.accN)
+	r.accN = 0
+	if row.StepMS > 0 {
+		row.SamplesPerSec = float64(row.Samples) / (row.StepMS / 1e3)
+	}
+	row.Loss /= n
+	for _, p := range []*float64{&row.StepMS, &row.DataMS, &row.ForwardMS, &row.BackwardMS, &row.ExposedWaitMS, &row.OptimizerMS, &row.AllReduceMS} {
+		*p /= n
+	}
+	if g := r.cfg.Group; g != nil {
+		r.sentNow = g.BytesSent(r.sentNow[:0])
+		row.BytesSent = make(map[string]int64, len(r.sentNow))
+		for peer, b := range r.sentNow {
+			if peer != g.Rank() {
+				row.BytesSent[strconv.Itoa(peer)] = b - r.sent[peer]
+			}
+		}
+		r.sent, r.sentNow = r.sentNow, r.sent
+	}
+	if !finite(row.Loss) {
+		row.Loss = -1 // JSON has no NaN; a diverged loss is no row to lose
+	}
+	r.last = row
+	if r.rep != nil {
+		if err := r.rep.Emit(KindRow, row); err != nil {
+			return err
+		}
+	}
+	if r.w != nil {
+		b, err := json.Marshal(row)
+		if err != nil {
+			return fmt.Errorf("metrics: encoding a row: %w", err)
+		}
+		_, _ = r.w.Write(append(b, '\n'))
+		if now := time.Now(); now.Sub(r.flushed) >= time.Second {
+			r.flushed = now
+			if err := r.w.Flush(); err != nil {
+				return fmt.Errorf("metrics: writing %s: %w", r.cfg.File, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Last returns the last row written (the zero Row before the first).
+func (r *Recorder) Last() Row { return r.last }
+
+// Span records a named span of the loop outside the steps (a checkpoint
+// save, an evaluation) from start to end on the timeline, and moves the
+// next step's data phase start past it.
+func (r *Recorder) Span(name string, start, end time.Time) {
+	if r.trace != nil {
+		r.trace.span(name, tidCompute, start, end, nil)
+	}
+	if r.dataFrom.Before(end) {
+		r.dataFrom = r.dataFrom.Add(end.Sub(start))
+	}
+}
+
+// Close writes the pending row, flushes the metrics file and writes the
+// timeline (or sends its last spans).
+func (r *Recorder) Close() error {
+	var first error
+	keep := func(err error) {
+		if first == nil {
+			first = err
+		}
+	}
+	if r.accN > 0 {
+		keep(r.emit())
+	}
+	if r.file != nil {
+		keep(r.w.Flush())
+		keep(r.file.Close())
+		r.file, r.w = nil, nil
+	}
+	if r.trace != nil {
+		if r.cfg.Model != nil {
+			r.cfg.Model.ObserveBuckets(nil)
+		}
+		keep(r.trace.close())
+		r.trace = nil
+	}
+	if first != nil {
+		return fmt.Errorf("metrics: %w", first)
+	}
+	return nil
+}
+
+func unix(t time.Time) float64   { return float64(t.UnixNano()) / 1e9 }
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+func finite(v float64) bool      { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// Active reports whether the recorder sends or writes anything: rows to a
+// file or a launcher, or a timeline.
+func (r *Recorder) Active() bool { return r.rep != nil || r.w != nil || r.trace != nil }
+
+// KindHello is the event a recorder under a launcher sends first: its
+// Data is a Hello.
+const KindHello = "worker"
+
+// Hello tells the launcher who a worker is, so that it can show the job's
+// hosts and restarts and forward signals to it.
+type Hello struct {
+	Rank    int    `json:"rank"`
+	Host    string `json:"host"`
+	PID     int    `json:"pid"`
+	Restart int    `json:"restart"`
+}
