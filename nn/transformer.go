@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/gotrain/gotrain/tensor"
 )
@@ -130,11 +131,11 @@ func (l *LayerNormLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 }
 
 // pyFloat formats v as Python's repr of a float does for the usual
-// hyper-parameters (1e-05, 0.1).
+// hyper-parameters (1e-05, 0.1, 0.0).
 func pyFloat(v float64) string {
 	s := strconv.FormatFloat(v, 'g', -1, 64)
-	if e := len(s) - 3; e > 0 && (s[e] == '-' || s[e] == '+') && s[e-1] == 'e' {
-		s = s[:e+1] + "0" + s[e+1:] // Go's 1e-5 is Python's 1e-05
+	if !strings.ContainsAny(s, ".eIN") {
+		s += ".0" // Python marks whole floats
 	}
 	return s
 }
