@@ -48,8 +48,12 @@ var transformerOps = map[string]func(in []*tensor.Tensor, target []int, reductio
 	"sdpa_causal": func(in []*tensor.Tensor, _ []int, _ string) *tensor.Tensor {
 		return tensor.ScaledDotProductAttention(in[0], in[1], in[2], true)
 	},
-	"matmul_broadcast":  func(in []*tensor.Tensor, _ []int, _ string) *tensor.Tensor { return tensor.MatMul(in[0], in[1], false, false) },
-	"matmul_transposed": func(in []*tensor.Tensor, _ []int, _ string) *tensor.Tensor { return tensor.MatMul(in[0], in[1], true, true) },
+	"matmul_broadcast": func(in []*tensor.Tensor, _ []int, _ string) *tensor.Tensor {
+		return tensor.MatMul(in[0], in[1], false, false)
+	},
+	"matmul_transposed": func(in []*tensor.Tensor, _ []int, _ string) *tensor.Tensor {
+		return tensor.MatMul(in[0], in[1], true, true)
+	},
 	"cross_entropy_ignore_mean": func(in []*tensor.Tensor, t []int, r string) *tensor.Tensor {
 		return tensor.CrossEntropyIgnore(in[0], t, -100, r)
 	},
