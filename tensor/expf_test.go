@@ -32,3 +32,23 @@ func TestExpf(t *testing.T) {
 		t.Errorf("expf(0) = %v, want 1", v)
 	}
 }
+
+// TestErff checks the float32 erf against math.Erf.
+func TestErff(t *testing.T) {
+	worst, at := 0.0, float32(0)
+	for i := 0; i <= 400000; i++ {
+		x := float32(-6 + 12*float64(i)/400000)
+		if d := math.Abs(float64(erff(x)) - math.Erf(float64(x))); d > worst {
+			worst, at = d, x
+		}
+	}
+	if worst > 2.5e-7 {
+		t.Errorf("erff: worst absolute error %.3g at %v, want ≤ 2.5e-7", worst, at)
+	}
+	if v := erff(float32(math.NaN())); v == v {
+		t.Errorf("erff(NaN) = %v", v)
+	}
+	if erff(float32(math.Inf(-1))) != -1 || erff(float32(math.Inf(1))) != 1 {
+		t.Error("erff(±Inf) is not ±1")
+	}
+}

@@ -227,18 +227,16 @@ func ReLU(x *Tensor) *Tensor {
 }
 
 // GELU returns x·Φ(x) elementwise with the exact erf form (PyTorch's
-// default approximate='none'). Large tensors spread over goroutines.
+// default approximate='none'), in float32 as PyTorch computes it (erf to
+// about 2e-7). Large tensors spread over goroutines.
 func GELU(x *Tensor) *Tensor {
+	const invSqrt2, invSqrt2Pi = 0.7071067811865476, 0.3989422804014327
 	return unaryParallel("gelu", x,
-		func(v float32) float32 {
-			f := float64(v)
-			return float32(0.5 * f * (1 + math.Erf(f*(1/math.Sqrt2))))
-		},
+		func(v float32) float32 { return 0.5 * v * (1 + erff(v*invSqrt2)) },
 		func(x, g float32) float32 {
-			f := float64(x)
-			cdf := 0.5 * (1 + math.Erf(f*(1/math.Sqrt2)))
-			pdf := math.Exp(-0.5*f*f) * (1 / math.Sqrt(2*math.Pi))
-			return g * float32(cdf+f*pdf)
+			cdf := 0.5 * (1 + erff(x*invSqrt2))
+			pdf := expf(-0.5*x*x) * invSqrt2Pi
+			return g * (cdf + x*pdf)
 		})
 }
 
