@@ -122,12 +122,11 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
 				for _, x := range row[:lim] {
 					mx = max(mx, x)
 				}
-				var sum float32
 				for c := range lim {
-					p := expf(row[c] - mx)
-					row[c] = p
-					sum += p
+					row[c] -= mx
 				}
+				kernels.Exp(row[:lim], row[:lim])
+				sum := kernels.Sum(row[:lim])
 				clear(row[lim:])
 				if alpha := expf(mrow[r] - mx); mrow[r] != mx {
 					lrow[r] *= alpha
@@ -189,8 +188,9 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 				lim := min(bc, max(a.keysFor(i0+r)-j0, 0))
 				l := lh[i0+r]
 				for c := range lim {
-					row[c] = expf(row[c] - l)
+					row[c] -= l
 				}
+				kernels.Exp(row[:lim], row[:lim])
 				clear(row[lim:])
 			}
 			if dvh != nil { // dV_j += Pᵀ·dO_i

@@ -226,20 +226,6 @@ func ReLU(x *Tensor) *Tensor {
 	}, x)
 }
 
-// GELU returns x·Φ(x) elementwise with the exact erf form (PyTorch's
-// default approximate='none'), in float32 as PyTorch computes it (erf to
-// about 2e-7). Large tensors spread over goroutines.
-func GELU(x *Tensor) *Tensor {
-	const invSqrt2, invSqrt2Pi = 0.7071067811865476, 0.3989422804014327
-	return unaryParallel("gelu", x,
-		func(v float32) float32 { return 0.5 * v * (1 + erff(v*invSqrt2)) },
-		func(x, g float32) float32 {
-			cdf := 0.5 * (1 + erff(x*invSqrt2))
-			pdf := expf(-0.5*x*x) * invSqrt2Pi
-			return g * (cdf + x*pdf)
-		})
-}
-
 // GELUTanh returns GELU's tanh approximation
 // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), PyTorch's
 // approximate='tanh' (GPT-2's "gelu_new").
