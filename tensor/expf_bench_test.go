@@ -1,6 +1,10 @@
 package tensor
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/gotrain/gotrain/internal/kernels"
+)
 
 func BenchmarkExpf(b *testing.B) {
 	x := make([]float32, 4096)
@@ -33,3 +37,17 @@ func BenchmarkErff(b *testing.B) {
 }
 
 var sink float32
+
+func BenchmarkGELU(b *testing.B) {
+	x := randT(NewRNG(1), -4, 4, 1<<16)
+	x.SetRequiresGrad(true)
+	defer kernels.SetNumThreads(kernels.SetNumThreads(1))
+	g := Full(1, x.Len())
+	cpu0 := processCPUTime()
+	for b.Loop() {
+		if err := GELU(x).BackwardWith(g); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64((processCPUTime()-cpu0).Nanoseconds())/float64(b.N*x.Len()), "cpu-ns/elem")
+}
