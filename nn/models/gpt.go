@@ -69,7 +69,10 @@ type GPTMLP struct {
 
 // Forward maps [B, T, C] to [B, T, C].
 func (m *GPTMLP) Forward(x *tensor.Tensor) *tensor.Tensor {
-	return m.Dropout.Forward(m.CProj.Forward(m.GELU.Forward(m.CFc.Forward(x))))
+	h := m.CFc.Forward(x)
+	a := m.GELU.Forward(h)
+	nn.Recycle(h, a) // only the graph reads them
+	return m.Dropout.Forward(m.CProj.Forward(a))
 }
 
 // GPTBlock is one pre-LayerNorm transformer block:
@@ -84,8 +87,13 @@ type GPTBlock struct {
 
 // Forward maps [B, T, C] to [B, T, C].
 func (b *GPTBlock) Forward(x *tensor.Tensor) *tensor.Tensor {
-	x = tensor.Add(x, b.Attn.Forward(b.LN1.Forward(x)))
-	return tensor.Add(x, b.MLP.Forward(b.LN2.Forward(x)))
+	h1 := b.LN1.Forward(x)
+	a := b.Attn.Forward(h1)
+	x1 := tensor.Add(x, a)
+	h2 := b.LN2.Forward(x1)
+	f := b.MLP.Forward(h2)
+	nn.Recycle(h1, a, x1, h2, f) // only the graph reads them
+	return tensor.Add(x1, f)
 }
 
 // GPTModel is nanoGPT's GPT. Its state dict has nanoGPT's keys:
@@ -226,12 +234,20 @@ func (m *GPTModel) Logits(ids []int, B, T int) *tensor.Tensor {
 	for i := range pos {
 		pos[i] = i
 	}
-	x := tensor.Add(m.WTE.Lookup(ids, B, T), m.WPE.Lookup(pos, T)) // [B, T, C] + [T, C]
+	tok, p := m.WTE.Lookup(ids, B, T), m.WPE.Lookup(pos, T)
+	x := tensor.Add(tok, p) // [B, T, C] + [T, C]
+	// Everything up to the logits is read only by the graph: Backward
+	// hands the storage back for the next step.
+	nn.Recycle(tok, p, x)
 	x = m.Drop.Forward(x)
 	for _, b := range m.Blocks {
-		x = b.Forward(x)
+		y := b.Forward(x)
+		nn.Recycle(x, y)
+		x = y
 	}
-	return m.LMHead.Forward(m.LNF.Forward(x))
+	h := m.LNF.Forward(x)
+	nn.Recycle(h)
+	return m.LMHead.Forward(h)
 }
 
 // Loss returns the logits and the mean cross-entropy against targets (one

@@ -83,5 +83,46 @@ func TestGPTLossAndBadInput(t *testing.T) {
 		}()
 		m.Logits(make([]int, 7), 1, 7)
 	}()
-	_ = tensor.Zeros
+}
+
+// TestGPTStepsReuseBuffers runs three backward passes on the same batch:
+// the intermediate results handed back to the buffer pool after each must
+// not change the next pass's loss or gradients.
+func TestGPTStepsReuseBuffers(t *testing.T) {
+	cfg := GPTConfig{VocabSize: 23, BlockSize: 40, NLayer: 2, NHead: 2, NEmbd: 32, Bias: true}
+	m := GPT(cfg)
+	rng := tensor.NewRNG(3)
+	const B, T = 3, 40 // activations large enough for the pool
+	ids, targets := make([]int, B*T), make([]int, B*T)
+	for i := range ids {
+		ids[i], targets[i] = rng.Intn(cfg.VocabSize), rng.Intn(cfg.VocabSize)
+	}
+	params := nn.Parameters(m)
+	var first []float32
+	var firstLoss float32
+	for step := range 3 {
+		for _, p := range params {
+			p.ZeroGrad()
+		}
+		_, loss := m.Loss(ids, targets, B, T)
+		if err := loss.Backward(); err != nil {
+			t.Fatal(err)
+		}
+		var g []float32
+		for _, p := range params {
+			g = append(g, p.Grad().Data()...)
+		}
+		if step == 0 {
+			first, firstLoss = g, loss.Item()
+			continue
+		}
+		if loss.Item() != firstLoss {
+			t.Fatalf("step %d: loss %v, first %v", step, loss.Item(), firstLoss)
+		}
+		for i := range g {
+			if g[i] != first[i] {
+				t.Fatalf("step %d: gradient %d = %v, first %v", step, i, g[i], first[i])
+			}
+		}
+	}
 }
