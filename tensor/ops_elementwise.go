@@ -18,7 +18,9 @@ const elemMinItems = 1 << 16
 // both operands are contiguous, i.e. equal shapes or a broadcast row.
 func binary(op string, a, b *Tensor, f func(x, y float32) float32, vec func(dst, src []float32)) (*Tensor, []int) {
 	shape := broadcastShapes(op, a.shape, b.shape)
-	out := Zeros(shape...)
+	// forEachRun visits every element: a recycled buffer (see
+	// freeWithGraph) is overwritten whole.
+	out := &Tensor{data: getBuf(numel(shape)), shape: shape}
 	od, ad, bd := out.data, a.data, b.data
 	forEachRun(shape, broadcastStrides(a.shape, shape), broadcastStrides(b.shape, shape),
 		func(o, ia, ib, n, sa, sb int) {
