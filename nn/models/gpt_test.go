@@ -126,3 +126,43 @@ func TestGPTStepsReuseBuffers(t *testing.T) {
 		}
 	}
 }
+
+// TestGPTDropout trains with dropout (attention probabilities through the
+// unfused path) and checks that eval mode turns it off: the logits then
+// equal those of the same weights built without dropout.
+func TestGPTDropout(t *testing.T) {
+	cfg := GPTConfig{VocabSize: 17, BlockSize: 8, NLayer: 2, NHead: 2, NEmbd: 8, Dropout: 0.2, Bias: true}
+	m := GPT(cfg)
+	m.ResetParameters(tensor.NewRNG(4))
+	ids := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	targets := []int{2, 3, 4, 5, 6, 7, 8, 9, 10, 11}
+	_, loss := m.Loss(ids, targets, 2, 5)
+	if err := loss.Backward(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range nn.NamedParameters(m) {
+		if p.Tensor.Grad() == nil {
+			t.Fatalf("%s got no gradient", p.Name)
+		}
+	}
+	nn.SetTrain(m, false)
+	plain := cfg
+	plain.Dropout = 0
+	m0 := GPT(plain)
+	m0.ResetParameters(tensor.NewRNG(4))
+	a, b := m.Logits(ids, 2, 5).Data(), m0.Logits(ids, 2, 5).Data()
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("eval logits[%d] = %v, without dropout %v", i, a[i], b[i])
+		}
+	}
+	nn.SetTrain(m, true)
+	c := m.Logits(ids, 2, 5).Data()
+	same := true
+	for i := range c {
+		same = same && c[i] == b[i]
+	}
+	if same {
+		t.Fatal("training-mode logits with dropout 0.2 equal the eval ones")
+	}
+}
