@@ -166,3 +166,49 @@ func TestGPTDropout(t *testing.T) {
 		t.Fatal("training-mode logits with dropout 0.2 equal the eval ones")
 	}
 }
+
+// TestGPTGenerate checks sampling: the prompt is kept, n tokens follow,
+// top-1 sampling is greedy (the argmax of the logits), a prompt longer
+// than the block is cropped, and bad arguments are errors.
+func TestGPTGenerate(t *testing.T) {
+	cfg := GPTConfig{VocabSize: 11, BlockSize: 4, NLayer: 1, NHead: 2, NEmbd: 8, Bias: true}
+	m := GPT(cfg)
+	m.ResetParameters(tensor.NewRNG(6))
+	for _, p := range nn.NamedParameters(m) { // far from uniform predictions
+		tensor.NewRNG(9).FillNormal(p.Tensor, 0, 1)
+	}
+	prompt := []int{1, 2, 3, 4, 5, 6}
+	out, err := m.Generate(prompt, 5, 1, 1, tensor.NewRNG(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 11 || out[0] != 1 || out[5] != 6 {
+		t.Fatalf("generated %v", out)
+	}
+	for i := 6; i < len(out); i++ {
+		ctx := out[max(0, i-cfg.BlockSize):i]
+		logits := m.Logits(ctx, 1, len(ctx)).Data()[(len(ctx)-1)*cfg.VocabSize:]
+		best := 0
+		for j, v := range logits {
+			if v > logits[best] {
+				best = j
+			}
+		}
+		if out[i] != best {
+			t.Fatalf("token %d = %d, greedy choice %d", i, out[i], best)
+		}
+	}
+	if !m.Training() {
+		t.Fatal("Generate left the model in eval mode")
+	}
+	sampled, err := m.Generate(prompt[:1], 20, 1.5, 0, tensor.NewRNG(2))
+	if err != nil || len(sampled) != 21 {
+		t.Fatalf("sampled %v, %v", sampled, err)
+	}
+	if _, err := m.Generate(prompt, 1, 0, 0, tensor.NewRNG(1)); err == nil {
+		t.Fatal("temperature 0 accepted")
+	}
+	if _, err := m.Generate([]int{11}, 1, 1, 0, tensor.NewRNG(1)); err == nil || !strings.Contains(err.Error(), "vocabulary size 11") {
+		t.Fatalf("bad id: %v", err)
+	}
+}
