@@ -125,13 +125,8 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
 					clear(row)
 					continue
 				}
-				mx := mrow[r]
-				for _, x := range row[:lim] {
-					mx = max(mx, x)
-				}
-				for c := range lim {
-					row[c] -= mx
-				}
+				mx := max(mrow[r], rowMax(row[:lim]))
+				kernels.Axpy(-mx, attnOnes[:lim], row) // row −= mx
 				kernels.Exp(row[:lim], row[:lim])
 				sum := kernels.Sum(row[:lim])
 				clear(row[lim:])
@@ -193,10 +188,7 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 			for r := range br {
 				row := p[r*a.bc : r*a.bc+bc]
 				lim := min(bc, max(a.keysFor(i0+r)-j0, 0))
-				l := lh[i0+r]
-				for c := range lim {
-					row[c] -= l
-				}
+				kernels.Axpy(-lh[i0+r], attnOnes[:lim], row) // row −= lse
 				kernels.Exp(row[:lim], row[:lim])
 				clear(row[lim:])
 			}
@@ -206,21 +198,44 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 			if dqh == nil && dkh == nil {
 				continue
 			}
-			// dP = dO_i·V_jᵀ, then dS = P∘(dP − D)·scale.
+			// dP = dO_i·V_jᵀ, then dS = P∘(dP − D); the products below
+			// apply the scale.
 			kernels.SgemmSerial(false, true, br, bc, dh, 1, gh[i0*dh:], dh, vh[j0*dh:], dh, 0, dp, a.bc)
 			for r := range br {
 				pr, dr := p[r*a.bc:r*a.bc+bc], dp[r*a.bc:r*a.bc+bc]
-				di := d[i0+r]
-				for c := range bc {
-					dr[c] = pr[c] * (dr[c] - di) * a.scale
-				}
+				kernels.Axpy(-d[i0+r], attnOnes[:bc], dr)
+				kernels.Mul(dr, pr)
 			}
-			if dqh != nil { // dQ_i += dS·K_j
-				kernels.SgemmSerial(false, false, br, dh, bc, 1, dp, a.bc, kh[j0*dh:], dh, 1, dqh[i0*dh:], dh)
+			if dqh != nil { // dQ_i += scale·dS·K_j
+				kernels.SgemmSerial(false, false, br, dh, bc, a.scale, dp, a.bc, kh[j0*dh:], dh, 1, dqh[i0*dh:], dh)
 			}
-			if dkh != nil { // dK_j += dSᵀ·Q_i
-				kernels.SgemmSerial(true, false, bc, dh, br, 1, dp, a.bc, qh[i0*dh:], dh, 1, dkh[j0*dh:], dh)
+			if dkh != nil { // dK_j += scale·dSᵀ·Q_i
+				kernels.SgemmSerial(true, false, bc, dh, br, a.scale, dp, a.bc, qh[i0*dh:], dh, 1, dkh[j0*dh:], dh)
 			}
 		}
 	}
+}
+
+// attnOnes is a row of ones, for subtracting a constant from a row of
+// scores with the vector Axpy.
+var attnOnes = func() []float32 {
+	o := make([]float32, max(attnBc, attnBcCausal))
+	for i := range o {
+		o[i] = 1
+	}
+	return o
+}()
+
+// rowMax returns the largest element of x (−Inf for none), with four
+// independent comparisons in flight.
+func rowMax(x []float32) float32 {
+	m0, m1, m2, m3 := float32(math.Inf(-1)), float32(math.Inf(-1)), float32(math.Inf(-1)), float32(math.Inf(-1))
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		m0, m1, m2, m3 = max(m0, x[i]), max(m1, x[i+1]), max(m2, x[i+2]), max(m3, x[i+3])
+	}
+	for ; i < len(x); i++ {
+		m0 = max(m0, x[i])
+	}
+	return max(max(m0, m1), max(m2, m3))
 }
