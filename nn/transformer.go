@@ -326,8 +326,17 @@ func (a *CausalSelfAttentionLayer) attendWithDropout(q, k, v *tensor.Tensor) *te
 // autograd graph reads (no view of them escapes, they are not returned):
 // the Backward that releases them hands the storage back to package
 // tensor's buffer pool (tensorhook.FreeWithGraph).
+// Of several sharing storage (a Permute that turned out a view, for size-1
+// dimensions) only the first is marked: list results in the order they
+// were computed, so that the owner, released last, comes first.
 func recycle(ts ...*tensor.Tensor) {
+	seen := make(map[*float32]bool, len(ts))
 	for _, t := range ts {
+		d := t.Data()
+		if len(d) == 0 || seen[&d[0]] {
+			continue
+		}
+		seen[&d[0]] = true
 		tensorhook.FreeWithGraph(t)
 	}
 }
@@ -335,7 +344,8 @@ func recycle(ts ...*tensor.Tensor) {
 // Recycle is recycle for model code outside this package: it marks
 // intermediate results, each owning its storage (not a view such as a
 // Reshape) and read by nothing but the autograd graph, so that Backward
-// returns their storage to the buffer pool for the next step. Marking a
-// tensor that is read after Backward, or two tensors sharing storage, is a
-// mistake that corrupts later results.
+// returns their storage to the buffer pool for the next step. Of the
+// tensors of one call that share storage only the first is marked.
+// Marking a tensor that is read after Backward, or, in separate calls,
+// two tensors sharing storage, is a mistake that corrupts later results.
 func Recycle(ts ...*tensor.Tensor) { recycle(ts...) }

@@ -31,7 +31,10 @@ func Transpose(x *Tensor) *Tensor {
 }
 
 // Permute returns x with its dimensions reordered (out dim i is x's dim
-// perm[i]), materialised in a new tensor.
+// perm[i]). When the order of the elements does not change (only
+// dimensions of size 1 move) the result is a view sharing x's data, like
+// Reshape; otherwise it is materialised in a new tensor, since tensors
+// here are always contiguous.
 func Permute(x *Tensor, perm ...int) *Tensor {
 	if len(perm) != len(x.shape) {
 		panic(fmt.Sprintf("tensor: Permute: %v is not a permutation of the dims of %v", perm, x.shape))
@@ -49,6 +52,9 @@ func Permute(x *Tensor, perm ...int) *Tensor {
 		shape[i] = x.shape[p]
 		src[i] = xs[p]
 		inv[p] = i
+	}
+	if sameOrder(x.shape, perm) {
+		return x.Reshape(shape...)
 	}
 	// Every element is written below.
 	out := &Tensor{data: getBuf(len(x.data)), shape: shape}
@@ -220,4 +226,21 @@ func MaskedFill(x, mask *Tensor, value float32) *Tensor {
 			}
 		})
 	}, x)
+}
+
+// sameOrder reports whether permuting dims of shape by perm keeps the
+// row-major order of the elements: the dimensions larger than 1 keep
+// their relative order.
+func sameOrder(shape, perm []int) bool {
+	last := -1
+	for _, p := range perm {
+		if shape[p] == 1 {
+			continue
+		}
+		if p < last {
+			return false
+		}
+		last = p
+	}
+	return true
 }

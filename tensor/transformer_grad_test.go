@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -177,4 +178,21 @@ func TestGradCrossEntropyIgnore(t *testing.T) {
 	if v := CrossEntropyIgnore(logits, []int{-1, -1, -1, -1, -1, -1}, -1, "mean").Item(); v == v {
 		t.Fatalf("all ignored: loss %v, want NaN", v)
 	}
+}
+
+// TestPermuteViews checks that a permutation moving only size-1
+// dimensions is a view, and that others copy with the right values.
+func TestPermuteViews(t *testing.T) {
+	x := New([]float32{1, 2, 3, 4, 5, 6}, 2, 1, 3)
+	v := TransposeDims(x, 0, 1) // [1, 2, 3]: same order
+	if &v.Data()[0] != &x.Data()[0] || v.Size(0) != 1 || v.Size(1) != 2 {
+		t.Fatalf("TransposeDims of a size-1 dim: shape %v, shares data %v", v.Shape(), &v.Data()[0] == &x.Data()[0])
+	}
+	c := TransposeDims(x, 0, 2) // [3, 1, 2]
+	if &c.Data()[0] == &x.Data()[0] || fmt.Sprint(c.Data()) != "[1 4 2 5 3 6]" {
+		t.Fatalf("TransposeDims(0, 2) = %v", c.Data())
+	}
+	rng := NewRNG(14)
+	y := randT(rng, -1, 1, 1, 3, 1, 2)
+	gradCheck(t, "permute_view", defaultGC, func() *Tensor { return Mul(Permute(y, 2, 1, 0, 3), Permute(y, 0, 2, 1, 3)) }, y)
 }

@@ -212,3 +212,31 @@ func TestGPTGenerate(t *testing.T) {
 		t.Fatalf("bad id: %v", err)
 	}
 }
+
+// TestGPTSizeOneDims trains with one head and sequences of one token,
+// where the attention's permutes are views of their inputs: recycling
+// must not hand one storage back twice.
+func TestGPTSizeOneDims(t *testing.T) {
+	for _, c := range []struct{ heads, b, tl int }{{1, 3, 40}, {2, 1, 1}, {1, 1, 1}} {
+		cfg := GPTConfig{VocabSize: 19, BlockSize: 40, NLayer: 2, NHead: c.heads, NEmbd: 32, Bias: true}
+		m := GPT(cfg)
+		ids := make([]int, c.b*c.tl)
+		for i := range ids {
+			ids[i] = (7 * i) % cfg.VocabSize
+		}
+		var losses []float32
+		for range 3 {
+			for _, p := range nn.Parameters(m) {
+				p.ZeroGrad()
+			}
+			_, loss := m.Loss(ids, ids, c.b, c.tl)
+			if err := loss.Backward(); err != nil {
+				t.Fatal(err)
+			}
+			losses = append(losses, loss.Item())
+		}
+		if losses[0] != losses[1] || losses[1] != losses[2] {
+			t.Fatalf("heads=%d B=%d T=%d: losses %v change without an update", c.heads, c.b, c.tl, losses)
+		}
+	}
+}
