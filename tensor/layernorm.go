@@ -79,8 +79,9 @@ func LayerNorm(x, weight, bias *Tensor, eps float32) *Tensor {
 	})
 	return record(out, "layer_norm", func(g []float32) {
 		var gx, gw, gb []float32
+		fresh := false // gx not yet holding anything: written, not added to
 		if x.needsGrad() {
-			gx = x.accGrad()
+			gx, fresh = x.gradDst()
 		}
 		if weight.needsGrad() {
 			gw = weight.accGrad()
@@ -117,6 +118,13 @@ func LayerNorm(x, weight, bias *Tensor, eps float32) *Tensor {
 				sg /= float32(d)
 				sgx /= float32(d)
 				dx := gx[r*d : (r+1)*d]
+				if fresh {
+					for j := range dx {
+						xh := (xr[j] - m) * rstd
+						dx[j] = (gh[j] - sg - xh*sgx) * rstd
+					}
+					continue
+				}
 				for j := range dx {
 					xh := (xr[j] - m) * rstd
 					dx[j] += (gh[j] - sg - xh*sgx) * rstd

@@ -22,6 +22,13 @@ func binary(op string, a, b *Tensor, f func(x, y float32) float32, vec func(dst,
 	// freeWithGraph) is overwritten whole.
 	out := &Tensor{data: getBuf(numel(shape)), shape: shape}
 	od, ad, bd := out.data, a.data, b.data
+	if vec != nil && sameShape(a.shape, b.shape) { // one run, split over goroutines
+		parallelFor(len(od), elemMinItems, func(_, lo, hi int) {
+			copy(od[lo:hi], ad[lo:hi])
+			vec(od[lo:hi], bd[lo:hi])
+		})
+		return out, shape
+	}
 	forEachRun(shape, broadcastStrides(a.shape, shape), broadcastStrides(b.shape, shape),
 		func(o, ia, ib, n, sa, sb int) {
 			if vec != nil && sa == 1 && sb == 1 {
