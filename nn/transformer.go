@@ -60,8 +60,8 @@ func IDs(x *tensor.Tensor) ([]int, error) {
 	d := x.Data()
 	ids := make([]int, len(d))
 	for i, v := range d {
-		if v != float32(math.Trunc(float64(v))) || math.IsInf(float64(v), 0) {
-			return nil, fmt.Errorf("token id %v at position %d is not a whole number", v, i)
+		if v != float32(math.Trunc(float64(v))) || math.Abs(float64(v)) > 1<<24 {
+			return nil, fmt.Errorf("token id %v at position %d is not a whole number up to 2^24", v, i)
 		}
 		ids[i] = int(v)
 	}
