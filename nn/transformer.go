@@ -349,3 +349,88 @@ func recycle(ts ...*tensor.Tensor) {
 // Marking a tensor that is read after Backward, or, in separate calls,
 // two tensors sharing storage, is a mistake that corrupts later results.
 func Recycle(ts ...*tensor.Tensor) { recycle(ts...) }
+
+// MultiheadAttentionLayer is PyTorch's nn.MultiheadAttention(embed_dim,
+// num_heads, batch_first=True) without dropout: inputs are [B, T, E]. Its
+// state dict entries are in_proj_weight [3E, E], in_proj_bias [3E],
+// out_proj.weight [E, E] and out_proj.bias [E] (no biases with NoBias).
+// The attention itself is the fused tensor.ScaledDotProductAttention.
+type MultiheadAttentionLayer struct {
+	Base
+	EmbedDim, NumHeads int
+	// Causal masks each query from later keys in Forward (PyTorch: a
+	// boolean upper-triangular attn_mask).
+	Causal       bool
+	InProjWeight *tensor.Tensor // [3E, E]: query, key and value projections stacked
+	InProjBias   *tensor.Tensor // [3E]; nil with NoBias
+	OutProj      *LinearLayer
+}
+
+// MultiheadAttention returns a multi-head attention layer of width
+// embedDim over numHeads heads (embedDim must be a multiple of numHeads),
+// initialised like PyTorch: in_proj_weight Xavier-uniform, in_proj_bias
+// and out_proj.bias zero, out_proj.weight as a Linear's. Options: NoBias.
+func MultiheadAttention(embedDim, numHeads int, opts ...Option) *MultiheadAttentionLayer {
+	if numHeads <= 0 || embedDim <= 0 || embedDim%numHeads != 0 {
+		panic(fmt.Sprintf("nn: MultiheadAttention(embed_dim=%d, num_heads=%d): embed_dim must be a positive multiple of num_heads", embedDim, numHeads))
+	}
+	o := config{}.apply("MultiheadAttention", opts, "NoBias")
+	a := &MultiheadAttentionLayer{EmbedDim: embedDim, NumHeads: numHeads}
+	a.InProjWeight = a.RegisterParameter("in_proj_weight", tensor.Zeros(3*embedDim, embedDim))
+	if !o.noBias {
+		a.InProjBias = a.RegisterParameter("in_proj_bias", tensor.Zeros(3*embedDim))
+	}
+	a.OutProj = Linear(embedDim, embedDim, opts...)
+	a.Register("out_proj", a.OutProj)
+	withInitRNG(a.ResetParameters)
+	return a
+}
+
+// ResetParameters redraws the parameters as PyTorch's _reset_parameters.
+func (a *MultiheadAttentionLayer) ResetParameters(rng *tensor.RNG) {
+	e := float64(a.EmbedDim)
+	bound := float32(math.Sqrt(6 / (e + 3*e))) // xavier_uniform_ on [3E, E]
+	rng.FillUniform(a.InProjWeight, -bound, bound)
+	if a.InProjBias != nil {
+		fill(a.InProjBias, 0)
+	}
+	a.OutProj.ResetParameters(rng)
+	if a.OutProj.Bias != nil {
+		fill(a.OutProj.Bias, 0)
+	}
+}
+
+// String describes the layer as PyTorch prints it.
+func (a *MultiheadAttentionLayer) String() string { return Repr(a) }
+
+// Forward is self-attention, Attend(x, x, x, Causal).
+func (a *MultiheadAttentionLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
+	return a.Attend(x, x, x, a.Causal)
+}
+
+// Attend maps query [B, Tq, E] attending over key and value [B, Tk, E] to
+// [B, Tq, E], PyTorch's forward(query, key, value, need_weights=False).
+// It panics naming the layer and the shapes when they do not fit.
+func (a *MultiheadAttentionLayer) Attend(query, key, value *tensor.Tensor, causal bool) *tensor.Tensor {
+	qs, ks, vs := query.Shape(), key.Shape(), value.Shape()
+	e := a.EmbedDim
+	if len(qs) != 3 || len(ks) != 3 || len(vs) != 3 || qs[2] != e || ks[2] != e || vs[2] != e ||
+		ks[0] != qs[0] || vs[0] != qs[0] || ks[1] != vs[1] {
+		panic(fmt.Sprintf("nn: MultiheadAttention(embed_dim=%d, num_heads=%d): query %v, key %v and value %v do not fit [B, Tq, %d], [B, Tk, %d], [B, Tk, %d]",
+			e, a.NumHeads, qs, ks, vs, e, e, e))
+	}
+	h, dh := a.NumHeads, e/a.NumHeads
+	project := func(x *tensor.Tensor, i int) *tensor.Tensor {
+		w := tensor.Narrow(a.InProjWeight, 0, i*e, e)
+		var b *tensor.Tensor
+		if a.InProjBias != nil {
+			b = tensor.Narrow(a.InProjBias, 0, i*e, e)
+		}
+		s := x.Shape()
+		y := tensor.Linear(x, w, b).Reshape(s[0], s[1], h, dh)
+		return tensor.Permute(y, 0, 2, 1, 3) // [B, H, T, Dh]
+	}
+	y := tensor.ScaledDotProductAttention(project(query, 0), project(key, 1), project(value, 2), causal)
+	y = tensor.Permute(y, 0, 2, 1, 3).Reshape(qs[0], qs[1], e)
+	return a.OutProj.Forward(y)
+}

@@ -39,7 +39,28 @@ var transformerModules = map[string]func() Module{
 	"embedding":             func() Module { return Embedding(7, 4) },
 	"causal_self_attention": func() Module { return CausalSelfAttention(8, 2, 0) },
 	"gelu_tanh":             func() Module { return GELUTanh() },
+	"mha":                   func() Module { return wrapMHA(MultiheadAttention(8, 2)) },
+	"mha_causal": func() Module {
+		m := MultiheadAttention(6, 3)
+		m.Causal = true
+		return wrapMHA(m)
+	},
 }
+
+// mhaHolder mirrors the fixture script's MHA wrapper, whose state dict
+// names start with "mha.".
+type mhaHolder struct {
+	Base
+	m *MultiheadAttentionLayer
+}
+
+func wrapMHA(m *MultiheadAttentionLayer) Module {
+	h := &mhaHolder{m: m}
+	h.Register("mha", m)
+	return h
+}
+
+func (h *mhaHolder) Forward(x *tensor.Tensor) *tensor.Tensor { return h.m.Forward(x) }
 
 var transformerOps = map[string]func(in []*tensor.Tensor, target []int, reduction string) *tensor.Tensor{
 	"sdpa_full": func(in []*tensor.Tensor, _ []int, _ string) *tensor.Tensor {
@@ -142,6 +163,7 @@ func TestTransformerReprs(t *testing.T) {
 		"gelu_tanh":             Repr(GELUTanh()),
 		"module_list":           Repr(ModuleList(LayerNorm(4), Dropout(0.1))),
 		"causal_self_attention": Repr(CausalSelfAttention(8, 2, 0.1)),
+		"mha":                   Repr(MultiheadAttention(8, 2)),
 	}
 	for k, want := range f.Reprs {
 		if got[k] != want {

@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -12,6 +13,14 @@ func TestTransformerBadInput(t *testing.T) {
 	msg := mustPanic(t, func() { attn.Forward(tensor.Zeros(2, 3, 6)) })
 	if !strings.Contains(msg, "CausalSelfAttention(n_embd=8, n_head=2)") || !strings.Contains(msg, "[2 3 6]") || !strings.Contains(msg, "[B, T, 8]") {
 		t.Errorf("attention shape mismatch: %q", msg)
+	}
+	mha := MultiheadAttention(8, 2)
+	msg = mustPanic(t, func() { mha.Attend(tensor.Zeros(2, 3, 8), tensor.Zeros(2, 4, 8), tensor.Zeros(2, 5, 8), false) })
+	if !strings.Contains(msg, "MultiheadAttention(embed_dim=8, num_heads=2)") || !strings.Contains(msg, "[2 4 8]") || !strings.Contains(msg, "[2 5 8]") {
+		t.Errorf("MultiheadAttention shape mismatch: %q", msg)
+	}
+	if y := mha.Attend(tensor.Zeros(2, 3, 8), tensor.Zeros(2, 5, 8), tensor.Zeros(2, 5, 8), false); fmt.Sprint(y.Shape()) != "[2 3 8]" {
+		t.Errorf("cross-attention output %v", y.Shape())
 	}
 	msg = mustPanic(t, func() { LayerNorm(4).Forward(tensor.Zeros(2, 5)) })
 	if !strings.Contains(msg, "LayerNorm((4,)") || !strings.Contains(msg, "[2 5]") {

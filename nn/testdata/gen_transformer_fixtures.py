@@ -60,6 +60,20 @@ def attention(q, k, v, causal):
     return F.softmax(att, dim=-1) @ v
 
 
+class MHA(nn.Module):
+    """nn.MultiheadAttention(batch_first=True) as a one-input module:
+    self-attention, optionally with the causal boolean mask."""
+    def __init__(self, e, h, causal, bias=True):
+        super().__init__()
+        self.causal = causal
+        self.mha = nn.MultiheadAttention(e, h, batch_first=True, bias=bias)
+
+    def forward(self, x):
+        t = x.size(1)
+        mask = torch.ones(t, t, dtype=torch.bool).triu(1) if self.causal else None
+        return self.mha(x, x, x, attn_mask=mask, need_weights=False)[0]
+
+
 def module_case(name, mod, x=None, ids=None, ids_shape=None):
     mod = mod.double()
     with torch.no_grad():  # non-trivial affine parameters and biases
@@ -115,6 +129,8 @@ def main():
         module_case("embedding", nn.Embedding(7, 4), ids=[2, 5, 2, 0, 6, 2], ids_shape=[2, 3]),
         module_case("causal_self_attention", CausalSelfAttention(8, 2), x=rnd(2, 5, 8)),
         module_case("gelu_tanh", nn.GELU(approximate="tanh"), x=rnd(3, 7, lo=-4, hi=4)),
+        module_case("mha", MHA(8, 2, False), x=rnd(2, 5, 8)),
+        module_case("mha_causal", MHA(6, 3, True), x=rnd(2, 4, 6)),
     ]
     ops = [
         op_case("sdpa_full", lambda q, k, v: attention(q, k, v, False), [rnd(2, 2, 5, 4), rnd(2, 2, 7, 4), rnd(2, 2, 7, 4)]),
@@ -134,6 +150,7 @@ def main():
         "gelu_tanh": repr(nn.GELU(approximate="tanh")),
         "module_list": repr(nn.ModuleList([nn.LayerNorm(4), nn.Dropout(0.1)])),
         "causal_self_attention": repr(CausalSelfAttention(8, 2, 0.1)),
+        "mha": repr(nn.MultiheadAttention(8, 2, batch_first=True)),
     }
     with open(os.path.join(HERE, "transformer_fixtures.json"), "w") as f:
         json.dump({"modules": cases, "ops": ops, "reprs": reprs}, f)
