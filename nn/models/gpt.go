@@ -23,7 +23,9 @@ import (
 //
 // Forward takes the ids as a [B, T] tensor (of whole numbers) because a
 // Go type has one Forward and nn.Module fixes its signature; Logits is the
-// []int form.
+// []int form. Under DDP (ddp.New(ctx, m, group)) Loss and Logits may be
+// called on the model itself: it has no buffers for ddp.Model.Forward to
+// broadcast, and the gradient hooks DDP reduces with fire either way.
 
 // IgnoreIndex is the target value Loss skips, nanoGPT's ignore_index=-1.
 const IgnoreIndex = -1
