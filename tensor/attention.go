@@ -130,7 +130,7 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
 				kernels.Exp(row[:lim], row[:lim])
 				sum := kernels.Sum(row[:lim])
 				clear(row[lim:])
-				if alpha := expf(mrow[r] - mx); mrow[r] != mx {
+				if alpha := kernels.Exp32(mrow[r] - mx); mrow[r] != mx {
 					lrow[r] *= alpha
 					kernels.Scale(alpha, oi[r*dh:(r+1)*dh])
 				}
