@@ -38,7 +38,6 @@ func TestGELUMatchesErf(t *testing.T) {
 	}
 }
 
-
 // BenchmarkGELU times GELU forward and backward on one thread, per
 // element of CPU time.
 func BenchmarkGELU(b *testing.B) {
