@@ -19,6 +19,17 @@
 // PyTorch's state_dict(), and LoadStateDict copies values back in,
 // reporting every missing, unexpected and mis-shaped key at once.
 //
+// # Transformers
+//
+// Embedding, LayerNorm, CausalSelfAttention (nanoGPT's, on the fused
+// tensor.ScaledDotProductAttention), ModuleList and ModuleDict build
+// GPT-style models with PyTorch's names; models.GPT is nanoGPT's. Modules
+// whose input is token ids take them as []int (Lookup) or, through
+// Forward, as a float32 tensor of whole numbers (IDTensor). A parameter
+// shared by two modules (LinearLayer.TieWeight) is one tensor: its
+// gradient sums both uses within a backward pass and its gradient hooks
+// fire once, after the last use.
+//
 // # Integer buffers
 //
 // All tensors hold float32. The one state entry whose PyTorch type is not

@@ -35,6 +35,11 @@ func writeRepr(b *strings.Builder, m Module, indent string) {
 	b.WriteString(typeName(m) + "(\n")
 	for _, c := range children {
 		fmt.Fprintf(b, "%s  (%s): ", indent, c.name)
+		if _, ok := m.(*MultiheadAttentionLayer); ok && c.name == "out_proj" {
+			// PyTorch's MultiheadAttention holds a Linear subclass of
+			// this name.
+			b.WriteString("NonDynamicallyQuantizable")
+		}
 		writeRepr(b, c.m, indent+"  ")
 		b.WriteString("\n")
 	}

@@ -18,8 +18,17 @@ const elemMinItems = 1 << 16
 // both operands are contiguous, i.e. equal shapes or a broadcast row.
 func binary(op string, a, b *Tensor, f func(x, y float32) float32, vec func(dst, src []float32)) (*Tensor, []int) {
 	shape := broadcastShapes(op, a.shape, b.shape)
-	out := Zeros(shape...)
+	// forEachRun visits every element: a recycled buffer (see
+	// freeWithGraph) is overwritten whole.
+	out := &Tensor{data: getBuf(numel(shape)), shape: shape}
 	od, ad, bd := out.data, a.data, b.data
+	if vec != nil && sameShape(a.shape, b.shape) { // one run, split over goroutines
+		parallelFor(len(od), elemMinItems, func(_, lo, hi int) {
+			copy(od[lo:hi], ad[lo:hi])
+			vec(od[lo:hi], bd[lo:hi])
+		})
+		return out, shape
+	}
 	forEachRun(shape, broadcastStrides(a.shape, shape), broadcastStrides(b.shape, shape),
 		func(o, ia, ib, n, sa, sb int) {
 			if vec != nil && sa == 1 && sb == 1 {
@@ -226,20 +235,48 @@ func ReLU(x *Tensor) *Tensor {
 	}, x)
 }
 
-// GELU returns x·Φ(x) elementwise with the exact erf form (PyTorch's
-// default approximate='none').
-func GELU(x *Tensor) *Tensor {
-	return unary("gelu", x,
+// GELUTanh returns GELU's tanh approximation
+// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), PyTorch's
+// approximate='tanh' (GPT-2's "gelu_new").
+func GELUTanh(x *Tensor) *Tensor {
+	const c = 0.7978845608028654 // √(2/π)
+	return unaryParallel("gelu_tanh", x,
 		func(v float32) float32 {
 			f := float64(v)
-			return float32(0.5 * f * (1 + math.Erf(f/math.Sqrt2)))
+			return float32(0.5 * f * (1 + math.Tanh(c*(f+0.044715*f*f*f))))
 		},
-		func(x, _, g float32) float32 {
+		func(x, g float32) float32 {
 			f := float64(x)
-			cdf := 0.5 * (1 + math.Erf(f/math.Sqrt2))
-			pdf := math.Exp(-0.5*f*f) / math.Sqrt(2*math.Pi)
-			return g * float32(cdf+f*pdf)
+			u := c * (f + 0.044715*f*f*f)
+			t := math.Tanh(u)
+			du := c * (1 + 3*0.044715*f*f)
+			return g * float32(0.5*(1+t)+0.5*f*(1-t*t)*du)
 		})
+}
+
+// unaryParallel is unary for ops whose gradient depends on the input only,
+// spread over goroutines for large tensors.
+func unaryParallel(op string, x *Tensor, f func(float32) float32, df func(x, g float32) float32) *Tensor {
+	out := &Tensor{data: getBuf(len(x.data)), shape: append([]int(nil), x.shape...)}
+	parallelFor(len(x.data), elemMinItems/8, func(_, lo, hi int) {
+		for i, v := range x.data[lo:hi] {
+			out.data[lo+i] = f(v)
+		}
+	})
+	return record(out, op, func(g []float32) {
+		gx, fresh := x.gradDst()
+		parallelFor(len(g), elemMinItems/8, func(_, lo, hi int) {
+			if fresh {
+				for i := lo; i < hi; i++ {
+					gx[i] = df(x.data[i], g[i])
+				}
+				return
+			}
+			for i := lo; i < hi; i++ {
+				gx[i] += df(x.data[i], g[i])
+			}
+		})
+	}, x)
 }
 
 // Clamp limits every element to [lo, hi]. The gradient passes where

@@ -1,6 +1,10 @@
 package tensor
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gotrain/gotrain/internal/kernels"
+)
 
 // Flatten returns a view of x with dimensions startDim.. merged into one,
 // sharing x's data (like torch.flatten(x, start_dim)).
@@ -27,7 +31,10 @@ func Transpose(x *Tensor) *Tensor {
 }
 
 // Permute returns x with its dimensions reordered (out dim i is x's dim
-// perm[i]), materialised in a new tensor.
+// perm[i]). When the order of the elements does not change (only
+// dimensions of size 1 move) the result is a view sharing x's data, like
+// Reshape; otherwise it is materialised in a new tensor, since tensors
+// here are always contiguous.
 func Permute(x *Tensor, perm ...int) *Tensor {
 	if len(perm) != len(x.shape) {
 		panic(fmt.Sprintf("tensor: Permute: %v is not a permutation of the dims of %v", perm, x.shape))
@@ -46,9 +53,17 @@ func Permute(x *Tensor, perm ...int) *Tensor {
 		src[i] = xs[p]
 		inv[p] = i
 	}
-	out := Zeros(shape...)
+	if sameOrder(x.shape, perm) {
+		return x.Reshape(shape...)
+	}
+	// Every element is written below.
+	out := &Tensor{data: getBuf(len(x.data)), shape: shape}
 	od, xd := out.data, x.data
 	forEachRun(shape, src, contiguousStrides(shape), func(o, is, _, n, s1, _ int) {
+		if s1 == 1 { // the last dimension stays last: whole rows
+			copy(od[o:o+n], xd[is:is+n])
+			return
+		}
 		for k := 0; k < n; k++ {
 			od[o+k] = xd[is+k*s1]
 		}
@@ -56,6 +71,10 @@ func Permute(x *Tensor, perm ...int) *Tensor {
 	return record(out, "permute", func(g []float32) {
 		gx := x.accGrad()
 		forEachRun(shape, src, contiguousStrides(shape), func(o, is, _, n, s1, _ int) {
+			if s1 == 1 {
+				kernels.Add(gx[is:is+n], g[o:o+n])
+				return
+			}
 			for k := 0; k < n; k++ {
 				gx[is+k*s1] += g[o+k]
 			}
@@ -135,4 +154,93 @@ func Cat(xs []*Tensor, dim int) *Tensor {
 			}
 		}
 	}, append([]*Tensor(nil), xs...)...)
+}
+
+// TransposeDims returns x with dimensions d0 and d1 swapped (negative
+// values count from the end), like torch.transpose, materialised in a new
+// tensor: tensors here are always contiguous.
+func TransposeDims(x *Tensor, d0, d1 int) *Tensor {
+	n := x.Dim()
+	if d0 < 0 {
+		d0 += n
+	}
+	if d1 < 0 {
+		d1 += n
+	}
+	if d0 < 0 || d0 >= n || d1 < 0 || d1 >= n {
+		panic(fmt.Sprintf("tensor: TransposeDims(%d, %d) out of range for shape %v", d0, d1, x.shape))
+	}
+	perm := make([]int, n)
+	for i := range perm {
+		perm[i] = i
+	}
+	perm[d0], perm[d1] = d1, d0
+	return Permute(x, perm...)
+}
+
+// Unbind splits x along dim into x.Size(dim) tensors without that
+// dimension, like torch.unbind. Along dimension 0 the pieces are views
+// sharing x's data; along others they are copies.
+func Unbind(x *Tensor, dim int) []*Tensor {
+	d, outer, size, inner := splitDim("Unbind", x.shape, dim)
+	shape := append(append([]int(nil), x.shape[:d]...), x.shape[d+1:]...)
+	out := make([]*Tensor, size)
+	for i := range size {
+		if outer == 1 {
+			lo, hi := i*inner, (i+1)*inner
+			piece := &Tensor{data: x.data[lo:hi:hi], shape: append([]int(nil), shape...)}
+			out[i] = record(piece, "unbind", func(g []float32) {
+				addTo(x.accGrad()[lo:hi], g)
+			}, x)
+			continue
+		}
+		out[i] = Narrow(x, d, i, 1).Reshape(shape...)
+	}
+	return out
+}
+
+// MaskedFill returns x with value wherever mask is non-zero, like
+// torch.masked_fill; mask broadcasts to x's shape and gets no gradient.
+// The gradient passes to x only where mask is zero.
+func MaskedFill(x, mask *Tensor, value float32) *Tensor {
+	shape := broadcastShapes("MaskedFill", x.shape, mask.shape)
+	if !sameShape(shape, x.shape) {
+		panic(fmt.Sprintf("tensor: MaskedFill: mask %v does not broadcast to input %v", mask.shape, x.shape))
+	}
+	out := x.Clone()
+	od, md := out.data, mask.data
+	forEachRun(shape, contiguousStrides(shape), broadcastStrides(mask.shape, shape), func(o, _, im, n, _, sm int) {
+		for j := range n {
+			if md[im+j*sm] != 0 {
+				od[o+j] = value
+			}
+		}
+	})
+	return record(out, "masked_fill", func(g []float32) {
+		gx := x.accGrad()
+		forEachRun(shape, contiguousStrides(shape), broadcastStrides(mask.shape, shape), func(o, _, im, n, _, sm int) {
+			for j := range n {
+				if md[im+j*sm] == 0 {
+					gx[o+j] += g[o+j]
+				}
+			}
+		})
+	}, x)
+}
+
+// sameOrder reports whether permuting dims of shape by perm keeps the
+// row-major order of the elements: the dimensions larger than 1 keep
+// their relative order.
+func sameOrder(shape, perm []int) bool {
+	last := -1
+	for _, p := range perm {
+		if shape[p] == 1 {
+			continue
+		}
+		if p < last {
+			return false
+		}
+		last = p
+	}
+	return true
 }

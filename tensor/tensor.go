@@ -8,10 +8,13 @@
 // order and accumulates gradients into the leaves' Grad.
 //
 // The ops are package functions: elementwise arithmetic with NumPy
-// broadcasting (Add, Mul, …), activations (ReLU, GELU, …), reductions (Sum,
-// Mean, Var, Max), shape ops (Permute, Narrow, Cat), and fused layer
-// primitives with hand-written backward passes (Linear, Conv2d, MaxPool2d,
-// AvgPool2d, BatchNorm, Dropout, CrossEntropy). Only primitives have
+// broadcasting (Add, Mul, MaskedFill, …), activations (ReLU, GELU,
+// GELUTanh, …), reductions (Sum, Mean, Var, Max), shape ops (Permute,
+// TransposeDims, Unbind, Narrow, Cat), MatMul over broadcast batches, and
+// fused layer primitives with hand-written backward passes (Linear,
+// Conv2d, MaxPool2d, AvgPool2d, BatchNorm, LayerNorm, Embedding of integer
+// token ids, ScaledDotProductAttention, Dropout, CrossEntropy,
+// CrossEntropyIgnore). Only primitives have
 // derivatives; composites such as Mean and Var are built from them. Large
 // ops spread over up to kernels.NumThreads goroutines (GOTRAIN_NUM_THREADS).
 //

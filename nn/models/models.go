@@ -1,6 +1,6 @@
 // Package models holds ready-made networks with PyTorch-compatible state
 // dicts: the models of the PyTorch MNIST examples that gotrain trains and
-// benchmarks.
+// benchmarks, and GPT, nanoGPT's transformer language model.
 package models
 
 import "github.com/gotrain/gotrain/nn"
