@@ -103,7 +103,7 @@ type core struct {
 	// takes unless given its own.
 	defaultWD float64
 	hypers    []hyper
-	slots  []string // state buffer names, e.g. "exp_avg"
+	slots     []string // state buffer names, e.g. "exp_avg"
 	// structural names the float hyper-parameter whose being zero decides
 	// which slots exist (SGD's momentum): a state must agree on it.
 	structural string

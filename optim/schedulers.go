@@ -372,4 +372,3 @@ func (s *OneCycleLR) LoadStateDict(st State) error {
 		return nil
 	})
 }
-
