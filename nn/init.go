@@ -99,3 +99,8 @@ func fill(t *tensor.Tensor, v float32) {
 		d[i] = v
 	}
 }
+
+// WithInitRNG runs f with the generator SetSeed controls, for model
+// constructors that draw their own initialisation (nanoGPT's
+// normal(0, 0.02)) in construction order as the built-in layers do.
+func WithInitRNG(f func(rng *tensor.RNG)) { withInitRNG(f) }

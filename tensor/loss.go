@@ -3,6 +3,8 @@ package tensor
 import (
 	"fmt"
 	"math"
+
+	"github.com/gotrain/gotrain/internal/kernels"
 )
 
 // reductionScale checks a reduction name and returns the factor applied to
@@ -131,4 +133,84 @@ func MSELoss(a, b *Tensor, reduction string) *Tensor {
 			}
 		}
 	}, a, b)
+}
+
+// CrossEntropyIgnore is the cross-entropy of logits [..., C] (the last
+// dimension holds the classes, so [B, T, V] language-model logits need no
+// reshape) against one class index per row, skipping rows whose target is
+// ignoreIndex, like F.cross_entropy(logits.view(-1, C), target.view(-1),
+// ignore_index=ignoreIndex). "mean" divides by the number of rows not
+// ignored (NaN when there are none, as in PyTorch); "sum" adds them.
+// Backward keeps only each row's log-sum-exp and recomputes the softmax.
+// Rows spread over goroutines. A target outside [0, C) that is not
+// ignoreIndex panics naming it.
+func CrossEntropyIgnore(logits *Tensor, target []int, ignoreIndex int, reduction string) *Tensor {
+	if logits.Dim() < 1 {
+		panic(fmt.Sprintf("tensor: CrossEntropyIgnore: logits %v have no class dimension", logits.shape))
+	}
+	c := logits.shape[logits.Dim()-1]
+	n := 0
+	if c > 0 {
+		n = len(logits.data) / c
+	}
+	if len(target) != n {
+		panic(fmt.Sprintf("tensor: CrossEntropyIgnore: %d targets for logits %v (%d rows)", len(target), logits.shape, n))
+	}
+	count := 0
+	for i, t := range target {
+		if t == ignoreIndex {
+			continue
+		}
+		if t < 0 || t >= c {
+			panic(fmt.Sprintf("tensor: CrossEntropyIgnore: target[%d] = %d out of range [0, %d)", i, t, c))
+		}
+		count++
+	}
+	scale := reductionScale("CrossEntropyIgnore", reduction, count)
+	target = append([]int(nil), target...)
+	lse := make([]float32, n)
+	partial := make([]float64, kernels.NumThreads())
+	parallelFor(n, 256, func(w, lo, hi int) {
+		var total float64
+		for i := lo; i < hi; i++ {
+			if target[i] == ignoreIndex {
+				continue
+			}
+			row := logits.data[i*c : (i+1)*c]
+			m := float32(math.Inf(-1))
+			for _, v := range row {
+				m = max(m, v)
+			}
+			var sum float32
+			for _, v := range row {
+				sum += expf(v - m)
+			}
+			l := m + float32(math.Log(float64(sum)))
+			lse[i] = l
+			total += float64(l) - float64(row[target[i]])
+		}
+		partial[w] = total
+	})
+	var total float64
+	for _, p := range partial {
+		total += p
+	}
+	out := Scalar(float32(total) * scale)
+	return record(out, "cross_entropy", func(g []float32) {
+		gs := g[0] * scale
+		gx := logits.accGrad()
+		parallelFor(n, 256, func(_, lo, hi int) {
+			for i := lo; i < hi; i++ {
+				if target[i] == ignoreIndex {
+					continue
+				}
+				row, gr := logits.data[i*c:(i+1)*c], gx[i*c:(i+1)*c]
+				l := lse[i]
+				for j, v := range row {
+					gr[j] += gs * expf(v-l)
+				}
+				gr[target[i]] -= gs
+			}
+		})
+	}, logits)
 }

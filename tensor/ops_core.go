@@ -48,11 +48,18 @@ func (t *Tensor) Reshape(shape ...int) *Tensor {
 	}, t)
 }
 
-// MatMul returns op(a)·op(b) for 2-d a and b, where op transposes when
-// transA/transB are set: MatMul(x, w, false, true) is x·wᵀ, a Linear layer.
+// MatMul returns op(a)·op(b), where op transposes the last two dimensions
+// when transA/transB are set: MatMul(x, w, false, true) is x·wᵀ, a Linear
+// layer. Operands of more than two dimensions are batches of matrices
+// ([..., m, k] and [..., k, n]) whose leading dimensions broadcast as in
+// torch.matmul; the result is [broadcast..., m, n]. Each operand needs at
+// least two dimensions.
 func MatMul(a, b *Tensor, transA, transB bool) *Tensor {
+	if a.Dim() < 2 || b.Dim() < 2 {
+		panic(fmt.Sprintf("tensor: MatMul needs operands of at least 2 dims, got %v and %v", a.shape, b.shape))
+	}
 	if a.Dim() != 2 || b.Dim() != 2 {
-		panic(fmt.Sprintf("tensor: MatMul needs 2-d operands, got %v and %v", a.shape, b.shape))
+		return batchedMatMul(a, b, transA, transB)
 	}
 	m, k := a.shape[0], a.shape[1]
 	if transA {
@@ -82,6 +89,107 @@ func MatMul(a, b *Tensor, transA, transB bool) *Tensor {
 				kernels.Sgemm(!transA, false, k, n, m, 1, a.data, a.shape[1], g, n, 1, gb, n)
 			} else { // B is [n,k]: dB += gᵀ·op(A)
 				kernels.Sgemm(true, transA, n, k, m, 1, g, n, a.data, a.shape[1], 1, gb, k)
+			}
+		}
+	}, a, b)
+}
+
+// batchedMatMul is MatMul over broadcast leading dimensions: one GEMM per
+// matrix of the result, spread over goroutines when there are many small
+// ones.
+func batchedMatMul(a, b *Tensor, transA, transB bool) *Tensor {
+	ra, ca := a.shape[a.Dim()-2], a.shape[a.Dim()-1]
+	rb, cb := b.shape[b.Dim()-2], b.shape[b.Dim()-1]
+	m, k := ra, ca
+	if transA {
+		m, k = k, m
+	}
+	k2, n := rb, cb
+	if transB {
+		k2, n = n, k2
+	}
+	if k != k2 {
+		panic(fmt.Sprintf("tensor: MatMul shape mismatch %v (trans=%v) · %v (trans=%v)", a.shape, transA, b.shape, transB))
+	}
+	batchA, batchB := a.shape[:a.Dim()-2], b.shape[:b.Dim()-2]
+	batch := broadcastShapes("MatMul", batchA, batchB)
+	nb := numel(batch)
+	// offA[i], offB[i]: where matrix i of the result reads each operand.
+	offA, offB := make([]int, nb), make([]int, nb)
+	sa, sb := broadcastStrides(batchA, batch), broadcastStrides(batchB, batch)
+	idx := make([]int, len(batch))
+	for i := range nb {
+		oa, ob := 0, 0
+		for d := range batch {
+			oa += idx[d] * sa[d]
+			ob += idx[d] * sb[d]
+		}
+		offA[i], offB[i] = oa*ra*ca, ob*rb*cb
+		for d := len(batch) - 1; d >= 0; d-- {
+			if idx[d]++; idx[d] < batch[d] {
+				break
+			}
+			idx[d] = 0
+		}
+	}
+	shape := append(append([]int(nil), batch...), m, n)
+	out := Zeros(shape...)
+	mats := func(fn func(i int, gemm func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int))) {
+		// Many small products: one per goroutine; few large ones: each
+		// spread by the GEMM itself.
+		if nb >= kernels.NumThreads() && m*n*k < 1<<21 {
+			parallelFor(nb, 1, func(_, lo, hi int) {
+				for i := lo; i < hi; i++ {
+					fn(i, kernels.SgemmSerial)
+				}
+			})
+			return
+		}
+		for i := range nb {
+			fn(i, kernels.Sgemm)
+		}
+	}
+	mats(func(i int, gemm func(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int)) {
+		gemm(transA, transB, m, n, k, 1, a.data[offA[i]:], ca, b.data[offB[i]:], cb, 0, out.data[i*m*n:], n)
+	})
+	// An operand broadcast over the batch gets several products added into
+	// one gradient matrix: those must not run concurrently.
+	broadcastA, broadcastB := numel(batchA) != nb, numel(batchB) != nb
+	return record(out, "matmul", func(g []float32) {
+		if a.needsGrad() {
+			ga := a.accGrad()
+			gradA := func(i int, gemm func(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int)) {
+				gi, bi := g[i*m*n:], b.data[offB[i]:]
+				if !transA {
+					gemm(false, !transB, m, k, n, 1, gi, n, bi, cb, 1, ga[offA[i]:], k)
+				} else {
+					gemm(transB, true, k, m, n, 1, bi, cb, gi, n, 1, ga[offA[i]:], m)
+				}
+			}
+			if broadcastA {
+				for i := range nb {
+					gradA(i, kernels.Sgemm)
+				}
+			} else {
+				mats(gradA)
+			}
+		}
+		if b.needsGrad() {
+			gb := b.accGrad()
+			gradB := func(i int, gemm func(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int)) {
+				gi, ai := g[i*m*n:], a.data[offA[i]:]
+				if !transB {
+					gemm(!transA, false, k, n, m, 1, ai, ca, gi, n, 1, gb[offB[i]:], n)
+				} else {
+					gemm(true, transA, n, k, m, 1, gi, n, ai, ca, 1, gb[offB[i]:], k)
+				}
+			}
+			if broadcastB {
+				for i := range nb {
+					gradB(i, kernels.Sgemm)
+				}
+			} else {
+				mats(gradB)
 			}
 		}
 	}, a, b)

@@ -227,19 +227,63 @@ func ReLU(x *Tensor) *Tensor {
 }
 
 // GELU returns x·Φ(x) elementwise with the exact erf form (PyTorch's
-// default approximate='none').
+// default approximate='none'). Large tensors spread over goroutines.
 func GELU(x *Tensor) *Tensor {
-	return unary("gelu", x,
+	return unaryParallel("gelu", x,
 		func(v float32) float32 {
 			f := float64(v)
-			return float32(0.5 * f * (1 + math.Erf(f/math.Sqrt2)))
+			return float32(0.5 * f * (1 + math.Erf(f*(1/math.Sqrt2))))
 		},
-		func(x, _, g float32) float32 {
+		func(x, g float32) float32 {
 			f := float64(x)
-			cdf := 0.5 * (1 + math.Erf(f/math.Sqrt2))
-			pdf := math.Exp(-0.5*f*f) / math.Sqrt(2*math.Pi)
+			cdf := 0.5 * (1 + math.Erf(f*(1/math.Sqrt2)))
+			pdf := math.Exp(-0.5*f*f) * (1 / math.Sqrt(2*math.Pi))
 			return g * float32(cdf+f*pdf)
 		})
+}
+
+// GELUTanh returns GELU's tanh approximation
+// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), PyTorch's
+// approximate='tanh' (GPT-2's "gelu_new").
+func GELUTanh(x *Tensor) *Tensor {
+	const c = 0.7978845608028654 // √(2/π)
+	return unaryParallel("gelu_tanh", x,
+		func(v float32) float32 {
+			f := float64(v)
+			return float32(0.5 * f * (1 + math.Tanh(c*(f+0.044715*f*f*f))))
+		},
+		func(x, g float32) float32 {
+			f := float64(x)
+			u := c * (f + 0.044715*f*f*f)
+			t := math.Tanh(u)
+			du := c * (1 + 3*0.044715*f*f)
+			return g * float32(0.5*(1+t)+0.5*f*(1-t*t)*du)
+		})
+}
+
+// unaryParallel is unary for ops whose gradient depends on the input only,
+// spread over goroutines for large tensors.
+func unaryParallel(op string, x *Tensor, f func(float32) float32, df func(x, g float32) float32) *Tensor {
+	out := &Tensor{data: getBuf(len(x.data)), shape: append([]int(nil), x.shape...)}
+	parallelFor(len(x.data), elemMinItems/8, func(_, lo, hi int) {
+		for i, v := range x.data[lo:hi] {
+			out.data[lo+i] = f(v)
+		}
+	})
+	return record(out, op, func(g []float32) {
+		gx, fresh := x.gradDst()
+		parallelFor(len(g), elemMinItems/8, func(_, lo, hi int) {
+			if fresh {
+				for i := lo; i < hi; i++ {
+					gx[i] = df(x.data[i], g[i])
+				}
+				return
+			}
+			for i := lo; i < hi; i++ {
+				gx[i] += df(x.data[i], g[i])
+			}
+		})
+	}, x)
 }
 
 // Clamp limits every element to [lo, hi]. The gradient passes where

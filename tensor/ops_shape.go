@@ -136,3 +136,75 @@ func Cat(xs []*Tensor, dim int) *Tensor {
 		}
 	}, append([]*Tensor(nil), xs...)...)
 }
+
+// TransposeDims returns x with dimensions d0 and d1 swapped (negative
+// values count from the end), like torch.transpose, materialised in a new
+// tensor: tensors here are always contiguous.
+func TransposeDims(x *Tensor, d0, d1 int) *Tensor {
+	n := x.Dim()
+	if d0 < 0 {
+		d0 += n
+	}
+	if d1 < 0 {
+		d1 += n
+	}
+	if d0 < 0 || d0 >= n || d1 < 0 || d1 >= n {
+		panic(fmt.Sprintf("tensor: TransposeDims(%d, %d) out of range for shape %v", d0, d1, x.shape))
+	}
+	perm := make([]int, n)
+	for i := range perm {
+		perm[i] = i
+	}
+	perm[d0], perm[d1] = d1, d0
+	return Permute(x, perm...)
+}
+
+// Unbind splits x along dim into x.Size(dim) tensors without that
+// dimension, like torch.unbind. Along dimension 0 the pieces are views
+// sharing x's data; along others they are copies.
+func Unbind(x *Tensor, dim int) []*Tensor {
+	d, outer, size, inner := splitDim("Unbind", x.shape, dim)
+	shape := append(append([]int(nil), x.shape[:d]...), x.shape[d+1:]...)
+	out := make([]*Tensor, size)
+	for i := range size {
+		if outer == 1 {
+			lo, hi := i*inner, (i+1)*inner
+			piece := &Tensor{data: x.data[lo:hi:hi], shape: append([]int(nil), shape...)}
+			out[i] = record(piece, "unbind", func(g []float32) {
+				addTo(x.accGrad()[lo:hi], g)
+			}, x)
+			continue
+		}
+		out[i] = Narrow(x, d, i, 1).Reshape(shape...)
+	}
+	return out
+}
+
+// MaskedFill returns x with value wherever mask is non-zero, like
+// torch.masked_fill; mask broadcasts to x's shape and gets no gradient.
+// The gradient passes to x only where mask is zero.
+func MaskedFill(x, mask *Tensor, value float32) *Tensor {
+	shape := broadcastShapes("MaskedFill", x.shape, mask.shape)
+	if !sameShape(shape, x.shape) {
+		panic(fmt.Sprintf("tensor: MaskedFill: mask %v does not broadcast to input %v", mask.shape, x.shape))
+	}
+	out := x.Clone()
+	od, md := out.data, mask.data
+	forEachRun(shape, contiguousStrides(shape), broadcastStrides(mask.shape, shape), func(o, _, im, n, _, sm int) {
+		for j := range n {
+			if md[im+j*sm] != 0 {
+				od[o+j] = value
+			}
+		}
+	})
+	return record(out, "masked_fill", func(g []float32) {
+		gx := x.accGrad()
+		forEachRun(shape, contiguousStrides(shape), broadcastStrides(mask.shape, shape), func(o, _, im, n, _, sm int) {
+			for j := range n {
+				if md[im+j*sm] == 0 {
+					gx[o+j] += g[o+j]
+				}
+			}
+		})
+	}, x)
+}

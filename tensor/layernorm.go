@@ -1,0 +1,128 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gotrain/gotrain/internal/kernels"
+)
+
+// layerNormMinRows is the number of rows per goroutine below which
+// LayerNorm stays on one goroutine.
+const layerNormMinRows = 64
+
+// LayerNorm normalises x over its last dimension D to zero mean and unit
+// variance (biased, as PyTorch's F.layer_norm), then scales by weight and
+// shifts by bias ([D] each, either may be nil). It is one fused primitive:
+// forward keeps only each row's mean and 1/σ, and backward computes
+//
+//	dx = (ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)) / σ,  ĝ = g·weight
+//
+// with dweight = Σ g·x̂ and dbias = Σ g over the rows.
+func LayerNorm(x, weight, bias *Tensor, eps float32) *Tensor {
+	if x.Dim() == 0 {
+		panic("tensor: LayerNorm of a 0-d tensor")
+	}
+	d := x.shape[x.Dim()-1]
+	for _, p := range []*Tensor{weight, bias} {
+		if p != nil && (p.Dim() != 1 || p.shape[0] != d) {
+			panic(fmt.Sprintf("tensor: LayerNorm: weight/bias %v does not match input %v (want [%d])", p.shape, x.shape, d))
+		}
+	}
+	rows := 0
+	if d > 0 {
+		rows = len(x.data) / d
+	}
+	out := &Tensor{data: getBuf(len(x.data)), shape: append([]int(nil), x.shape...)}
+	stats := make([]float32, 2*rows) // mean, 1/σ per row
+	var w, b []float32
+	if weight != nil {
+		w = weight.data
+	}
+	if bias != nil {
+		b = bias.data
+	}
+	parallelFor(rows, layerNormMinRows, func(_, lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xr, or := x.data[r*d:(r+1)*d], out.data[r*d:(r+1)*d]
+			var s float64
+			for _, v := range xr {
+				s += float64(v)
+			}
+			mean := s / float64(d)
+			var ss float64
+			for _, v := range xr {
+				dv := float64(v) - mean
+				ss += dv * dv
+			}
+			rstd := float32(1 / math.Sqrt(ss/float64(d)+float64(eps)))
+			m := float32(mean)
+			stats[2*r], stats[2*r+1] = m, rstd
+			for j, v := range xr {
+				y := (v - m) * rstd
+				if w != nil {
+					y *= w[j]
+				}
+				if b != nil {
+					y += b[j]
+				}
+				or[j] = y
+			}
+		}
+	})
+	return record(out, "layer_norm", func(g []float32) {
+		var gx, gw, gb []float32
+		if x.needsGrad() {
+			gx = x.accGrad()
+		}
+		if weight.needsGrad() {
+			gw = weight.accGrad()
+		}
+		if bias.needsGrad() {
+			gb = bias.accGrad()
+		}
+		threads := max(1, kernels.NumThreads())
+		// Per-worker partial sums of dweight and dbias, merged after.
+		partW := make([][]float32, threads)
+		partB := make([][]float32, threads)
+		used := parallelFor(rows, layerNormMinRows, func(wk, lo, hi int) {
+			pw, pb := make([]float32, d), make([]float32, d)
+			partW[wk], partB[wk] = pw, pb
+			gh := make([]float32, d)
+			for r := lo; r < hi; r++ {
+				xr, gr := x.data[r*d:(r+1)*d], g[r*d:(r+1)*d]
+				m, rstd := stats[2*r], stats[2*r+1]
+				var sg, sgx float32
+				for j, gv := range gr {
+					xh := (xr[j] - m) * rstd
+					pw[j] += gv * xh
+					pb[j] += gv
+					if w != nil {
+						gv *= w[j]
+					}
+					gh[j] = gv
+					sg += gv
+					sgx += gv * xh
+				}
+				if gx == nil {
+					continue
+				}
+				sg /= float32(d)
+				sgx /= float32(d)
+				dx := gx[r*d : (r+1)*d]
+				for j := range dx {
+					xh := (xr[j] - m) * rstd
+					dx[j] += (gh[j] - sg - xh*sgx) * rstd
+				}
+			}
+		})
+		for wk := range used {
+			if gw != nil {
+				addTo(gw, partW[wk])
+			}
+			if gb != nil {
+				addTo(gb, partB[wk])
+			}
+		}
+	}, x, weight, bias)
+}

@@ -1,0 +1,180 @@
+package tensor
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+// attentionRef is softmax(q·kᵀ/√d + mask)·v built from unfused ops, the
+// reference the fused attention is checked against.
+func attentionRef(q, k, v *Tensor, causal bool) *Tensor {
+	dh := q.Size(-1)
+	s := MulScalar(MatMul(q, k, false, true), float32(1/math.Sqrt(float64(dh))))
+	if causal {
+		tq, tk := q.Size(2), k.Size(2)
+		mask := Zeros(tq, tk)
+		for i := range tq {
+			for j := i + 1; j < tk; j++ {
+				mask.data[i*tk+j] = 1
+			}
+		}
+		s = MaskedFill(s, mask, float32(math.Inf(-1)))
+	}
+	return MatMul(Softmax(s, -1), v, false, false)
+}
+
+func TestGradAttention(t *testing.T) {
+	rng := NewRNG(7)
+	for _, c := range []struct {
+		name       string
+		b, h, t, d int
+		tk         int
+		causal     bool
+	}{
+		{"full", 1, 2, 5, 3, 5, false},
+		{"causal", 2, 1, 6, 4, 6, true},
+		{"causal_multi_tile", 1, 1, 70, 3, 70, true}, // 70 = one 64-row tile + 6
+		{"full_cross_tk", 1, 1, 3, 2, 135, false},    // keys span 2 tiles of 128
+	} {
+		q, k, v := randT(rng, -1, 1, c.b, c.h, c.t, c.d), randT(rng, -1, 1, c.b, c.h, c.tk, c.d), randT(rng, -1, 1, c.b, c.h, c.tk, c.d)
+		// Values against the unfused reference.
+		got, want := ScaledDotProductAttention(q, k, v, c.causal), attentionRef(q, k, v, c.causal)
+		for i := range got.data {
+			if math.Abs(float64(got.data[i]-want.data[i])) > 1e-5 {
+				t.Fatalf("%s: out[%d] = %v, reference %v", c.name, i, got.data[i], want.data[i])
+			}
+		}
+		opts := defaultGC
+		if c.t*c.tk > 1000 { // keep the finite differences cheap
+			opts.eps = 2e-2
+		}
+		gradCheck(t, "attention_"+c.name, opts, func() *Tensor { return ScaledDotProductAttention(q, k, v, c.causal) }, q, k, v)
+	}
+}
+
+// TestAttentionLongMatchesReference compares values and gradients with the
+// unfused reference at T = 300, several tiles in both directions.
+func TestAttentionLongMatchesReference(t *testing.T) {
+	rng := NewRNG(8)
+	for _, causal := range []bool{false, true} {
+		q, k, v := randT(rng, -2, 2, 1, 2, 300, 16), randT(rng, -2, 2, 1, 2, 300, 16), randT(rng, -1, 1, 1, 2, 300, 16)
+		w := randT(rng, -1, 1, 1, 2, 300, 16)
+		grads := func(f func() *Tensor) (out []float32, g [3][]float32) {
+			for _, x := range []*Tensor{q, k, v} {
+				x.SetRequiresGrad(true)
+				x.SetGrad(nil)
+			}
+			o := f()
+			if err := o.BackwardWith(w); err != nil {
+				t.Fatal(err)
+			}
+			return o.data, [3][]float32{q.grad.data, k.grad.data, v.grad.data}
+		}
+		o1, g1 := grads(func() *Tensor { return ScaledDotProductAttention(q, k, v, causal) })
+		o2, g2 := grads(func() *Tensor { return attentionRef(q, k, v, causal) })
+		near := func(what string, a, b []float32) {
+			for i := range a {
+				if d := math.Abs(float64(a[i] - b[i])); d > 1e-4*(1+math.Abs(float64(b[i]))) {
+					t.Fatalf("causal=%v %s[%d] = %v, reference %v", causal, what, i, a[i], b[i])
+				}
+			}
+		}
+		near("out", o1, o2)
+		near("dq", g1[0], g2[0])
+		near("dk", g1[1], g2[1])
+		near("dv", g1[2], g2[2])
+	}
+}
+
+func TestAttentionShapeMismatch(t *testing.T) {
+	defer func() {
+		r := recover()
+		if r == nil || !strings.Contains(r.(string), "[1 2 4 8]") || !strings.Contains(r.(string), "[1 2 4 6]") {
+			t.Fatalf("panic %v, want one naming both shapes", r)
+		}
+	}()
+	ScaledDotProductAttention(Zeros(1, 2, 4, 8), Zeros(1, 2, 4, 6), Zeros(1, 2, 4, 6), true)
+}
+
+func TestGradLayerNorm(t *testing.T) {
+	rng := NewRNG(9)
+	x, w, b := randT(rng, -2, 2, 3, 4, 5), randT(rng, 0.5, 1.5, 5), randT(rng, -1, 1, 5)
+	gradCheck(t, "layer_norm", defaultGC, func() *Tensor { return LayerNorm(x, w, b, 1e-5) }, x, w, b)
+	x2 := randT(rng, -2, 2, 200, 7) // several goroutines' rows
+	gradCheck(t, "layer_norm_noaffine", defaultGC, func() *Tensor { return LayerNorm(x2, nil, nil, 1e-5) }, x2)
+}
+
+func TestGradEmbedding(t *testing.T) {
+	rng := NewRNG(10)
+	w := randT(rng, -1, 1, 6, 3)
+	ids := []int{1, 4, 1, 1, 0, 5}
+	gradCheck(t, "embedding", defaultGC, func() *Tensor { return Embedding(w, ids, 2, 3) }, w)
+	out := Embedding(w, ids, 2, 3)
+	if s := out.Shape(); len(s) != 3 || s[0] != 2 || s[1] != 3 || s[2] != 3 {
+		t.Fatalf("shape %v, want [2 3 3]", s)
+	}
+	defer func() {
+		r := recover()
+		if r == nil || !strings.Contains(r.(string), "token id 6") || !strings.Contains(r.(string), "vocabulary size 6") {
+			t.Fatalf("panic %v, want one naming id 6 and vocabulary size 6", r)
+		}
+	}()
+	Embedding(w, []int{0, 6}, 2)
+}
+
+func TestGradBatchedMatMul(t *testing.T) {
+	rng := NewRNG(11)
+	for _, c := range []struct {
+		a, b   []int
+		ta, tb bool
+	}{
+		{[]int{2, 3, 4}, []int{2, 4, 5}, false, false},
+		{[]int{2, 4, 3}, []int{2, 5, 4}, true, true},
+		{[]int{2, 1, 3, 4}, []int{3, 4, 2}, false, false}, // both broadcast
+		{[]int{3, 4}, []int{2, 2, 5, 4}, false, true},     // 2-d a over a batch
+		{[]int{2, 3, 3, 4}, []int{4, 5}, false, false},    // 2-d b
+	} {
+		a, b := randT(rng, -1, 1, c.a...), randT(rng, -1, 1, c.b...)
+		gradCheck(t, "batched_matmul", defaultGC, func() *Tensor { return MatMul(a, b, c.ta, c.tb) }, a, b)
+	}
+}
+
+func TestGradTransformerMisc(t *testing.T) {
+	rng := NewRNG(12)
+	x := randT(rng, -3, 3, 2, 3, 4)
+	gradCheck(t, "gelu_tanh", defaultGC, func() *Tensor { return GELUTanh(x) }, x)
+	gradCheck(t, "transpose_dims", defaultGC, func() *Tensor { return TransposeDims(x, 0, -1) }, x)
+	mask := New([]float32{1, 0, 0, 1}, 4)
+	gradCheck(t, "masked_fill", defaultGC, func() *Tensor { return MaskedFill(x, mask, -5) }, x)
+	gradCheck(t, "unbind0", defaultGC, func() *Tensor { p := Unbind(x, 0); return Mul(p[0], p[1]) }, x)
+	gradCheck(t, "unbind1", defaultGC, func() *Tensor { p := Unbind(x, 1); return Add(p[0], p[2]) }, x)
+}
+
+func TestGradCrossEntropyIgnore(t *testing.T) {
+	rng := NewRNG(13)
+	logits := randT(rng, -2, 2, 2, 3, 5)
+	target := []int{1, -100, 4, 0, -100, 2}
+	for _, red := range []string{"mean", "sum"} {
+		gradCheck(t, "cross_entropy_ignore_"+red, defaultGC, func() *Tensor {
+			return CrossEntropyIgnore(logits, target, -100, red)
+		}, logits)
+	}
+	// Equal to CrossEntropy over the rows kept.
+	var rows []float32
+	var kept []int
+	for i, tg := range target {
+		if tg != -100 {
+			rows = append(rows, logits.data[i*5:(i+1)*5]...)
+			kept = append(kept, tg)
+		}
+	}
+	got := CrossEntropyIgnore(logits, target, -100, "mean").Item()
+	want := CrossEntropy(New(rows, len(kept), 5), kept, "mean").Item()
+	if math.Abs(float64(got-want)) > 1e-6 {
+		t.Fatalf("mean loss %v, CrossEntropy over kept rows %v", got, want)
+	}
+	if v := CrossEntropyIgnore(logits, []int{-1, -1, -1, -1, -1, -1}, -1, "mean").Item(); v == v {
+		t.Fatalf("all ignored: loss %v, want NaN", v)
+	}
+}
