@@ -1,0 +1,146 @@
+package gptjob
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gotrain/gotrain/data"
+	"github.com/gotrain/gotrain/nn"
+	"github.com/gotrain/gotrain/nn/models"
+	"github.com/gotrain/gotrain/optim"
+	"github.com/gotrain/gotrain/tensor"
+)
+
+// run trains from the resumed step to MaxSteps, evaluating every
+// EvalEvery steps and at the end, then samples and returns the summary.
+func (j *job) run(ctx context.Context) (Result, error) {
+	m := newMeter(j)
+	defer m.close()
+	res := Result{World: j.world, Rank: j.rank}
+	nn.SetTrain(j.model, true)
+	for epoch := j.ckpt.Epoch; int(j.ckpt.Step) < j.cfg.MaxSteps; epoch++ {
+		j.ckpt.Epoch = epoch
+		j.sampler.SetEpoch(epoch) // keeps a resumed position within this epoch
+		for b := range j.loader.Batches() {
+			if err := j.trainStep(ctx, m, b); err != nil {
+				return res, err
+			}
+			if int(j.ckpt.Step) >= j.cfg.MaxSteps {
+				break
+			}
+		}
+	}
+	if err := m.finish(ctx); err != nil {
+		return res, err
+	}
+	res = m.summarise(res)
+	if err := j.checkpoint(); err != nil {
+		return res, err
+	}
+	if j.rank == 0 && j.cfg.Sample > 0 {
+		s, err := j.generate(j.cfg.Sample)
+		if err != nil {
+			return res, err
+		}
+		res.Sample = s
+		fmt.Fprintf(m.out, "sample:\n%s\n", s)
+	}
+	return res, nil
+}
+
+// trainStep takes one step on batch b and does what falls due after it:
+// the evaluation and the checkpoint.
+func (j *job) trainStep(ctx context.Context, m *meter, b data.Batch) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := m.startStep(ctx); err != nil {
+		return err
+	}
+	loss, err := j.step(b)
+	if err != nil {
+		return err
+	}
+	j.ckpt.Step++
+	m.stepped(loss, len(b.Inputs), j.opt.LR(), int(j.ckpt.Step))
+	step := int(j.ckpt.Step)
+	if step%j.cfg.EvalEvery == 0 || step == j.cfg.MaxSteps {
+		if err := m.untimed(func() error { return m.evaluated(ctx, step, j.evaluate) }); err != nil {
+			return err
+		}
+	}
+	if every := j.cfg.SaveEvery; every > 0 && step%every == 0 && step < j.cfg.MaxSteps {
+		return m.untimed(j.checkpoint)
+	}
+	return nil
+}
+
+// step is one optimizer step on a batch: the PyTorch loop of nanoGPT.
+// It returns this rank's loss.
+func (j *job) step(b data.Batch) (float64, error) {
+	B, T := b.Len(), b.T
+	if err := j.model.Check(b.Inputs, B, T); err != nil {
+		return 0, fmt.Errorf("gptjob: %w", err)
+	}
+	j.opt.ZeroGrad()
+	logits := j.forward(nn.IDTensor(b.Inputs, B, T))
+	loss := tensor.CrossEntropyIgnore(logits, b.Targets, models.IgnoreIndex, "mean")
+	// A failed allreduce (a dead peer) surfaces here, never as a hang.
+	if err := loss.Backward(); err != nil {
+		return 0, err
+	}
+	// Backward has left the averaged gradients in place: every rank
+	// clips by the same norm.
+	if j.cfg.GradClip > 0 {
+		optim.ClipGradNorm(j.params, j.cfg.GradClip)
+	}
+	j.opt.Step()
+	j.sched.Step()
+	return float64(loss.Item()), nil
+}
+
+// evaluate returns the mean loss over the first EvalBatches batches of
+// validation windows, in eval mode, on this process's replica.
+func (j *job) evaluate() float64 {
+	nn.SetTrain(j.model, false)
+	defer nn.SetTrain(j.model, true)
+	loader := data.NewSequenceLoader(j.valid, j.cfg.BatchSize, data.NewSequentialSampler(j.valid.Len()), data.Prefetch(0))
+	var sum float64
+	n := 0
+	tensor.NoGrad(func() {
+		for b := range loader.Batches() {
+			_, loss := j.model.Loss(b.Inputs, b.Targets, b.Len(), b.T)
+			sum += float64(loss.Item())
+			if n++; n == j.cfg.EvalBatches {
+				break
+			}
+		}
+	})
+	return sum / float64(n)
+}
+
+// generate samples n bytes from the model, one at a time from a newline
+// (as nanoGPT's sample.py starts), each from the softmax of the last
+// position's logits at cfg.Temperature, the context cropped to the block
+// size.
+func (j *job) generate(n int) (string, error) {
+	nn.SetTrain(j.model, false)
+	defer nn.SetTrain(j.model, true)
+	rng := tensor.NewRNG(j.cfg.Seed + 1)
+	ids := []int{'\n'}
+	V := j.tok.VocabSize()
+	probs := make([]float64, V)
+	tensor.NoGrad(func() {
+		for range n {
+			ctx := ids[max(len(ids)-j.cfg.BlockSize, 0):]
+			logits := j.model.Logits(ctx, 1, len(ctx)).Data()
+			last := logits[(len(ctx)-1)*V:]
+			ids = append(ids, sampleLogits(last, j.cfg.Temperature, probs, rng))
+		}
+	})
+	s, err := j.tok.Decode(ids[1:])
+	if err != nil {
+		return "", fmt.Errorf("gptjob: sampling: %w", err)
+	}
+	return s, nil
+}
