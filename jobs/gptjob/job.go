@@ -185,24 +185,12 @@ const validFraction = 0.1
 // per position, shuffled and sharded across ranks each epoch) and
 // non-overlapping validation windows.
 func (j *job) loadData() error {
-	name, corpus := gotext.Name, gotext.Corpus()
-	if j.cfg.Data != "" {
-		var err error
-		if corpus, err = text.ReadCorpus(j.cfg.Data); err != nil {
-			return fmt.Errorf("gptjob: %w", err)
-		}
-		name = j.cfg.Data
-	}
-	tokens := j.tok.Encode(corpus)
-	split := len(tokens) - int(float64(len(tokens))*validFraction)
-	T := j.cfg.BlockSize
-	var err error
-	if j.train, err = data.NewTokenWindows(tokens[:split], j.tok.VocabSize(), T, 1); err == nil {
-		j.valid, err = data.NewTokenWindows(tokens[split:], j.tok.VocabSize(), T, T)
-	}
+	name, corpus, err := readCorpus(j.cfg.Data)
 	if err != nil {
-		return fmt.Errorf("gptjob: %s (%d bytes) is too short for the block size %d: its last %.0f%%, held out for validation, needs at least %d bytes: %w",
-			name, len(corpus), T, validFraction*100, T+1, err)
+		return err
+	}
+	if j.train, j.valid, err = windows(name, corpus, j.cfg.BlockSize); err != nil {
+		return err
 	}
 	j.sampler = data.NewDistributedSampler(j.train.Len(), j.world, j.rank, data.Seed(j.cfg.Seed))
 	j.loader = data.NewSequenceLoader(j.train, j.cfg.BatchSize, j.sampler, data.DropLast(true))
@@ -212,6 +200,49 @@ func (j *job) loadData() error {
 	j.log.Info("data", "corpus", name, "bytes", len(corpus), "train_windows", j.train.Len(), "valid_windows", j.valid.Len(),
 		"params", j.model.NumParams(false))
 	return nil
+}
+
+// CheckData returns the error a job would stop with on the corpus at path
+// ("" for the shipped one) with windows of blockSize bytes: a file that
+// cannot be read, is empty or is not UTF-8, or too short a text. A
+// launcher checks it once before starting workers.
+func CheckData(path string, blockSize int) error {
+	name, corpus, err := readCorpus(path)
+	if err == nil {
+		_, _, err = windows(name, corpus, blockSize)
+	}
+	return err
+}
+
+// readCorpus returns the text at path, or the shipped corpus for "", and
+// its name for messages.
+func readCorpus(path string) (name, corpus string, err error) {
+	if path == "" {
+		return gotext.Name, gotext.Corpus(), nil
+	}
+	if corpus, err = text.ReadCorpus(path); err != nil {
+		return "", "", fmt.Errorf("gptjob: %w", err)
+	}
+	return path, corpus, nil
+}
+
+// windows splits corpus into its training windows (the first 90%, one per
+// position) and validation windows (the rest, non-overlapping).
+func windows(name, corpus string, T int) (train, valid *data.TokenWindows, err error) {
+	var tok text.ByteTokenizer
+	tokens := tok.Encode(corpus)
+	split := len(tokens) - int(float64(len(tokens))*validFraction)
+	if len(tokens)-split < T+1 {
+		return nil, nil, fmt.Errorf("gptjob: %s (%d bytes) is too short for the block size %d: its last %.0f%%, held out for validation, must hold a window of %d bytes and its next byte",
+			name, len(corpus), T, validFraction*100, T)
+	}
+	if train, err = data.NewTokenWindows(tokens[:split], tok.VocabSize(), T, 1); err != nil {
+		return nil, nil, fmt.Errorf("gptjob: %s: %w", name, err)
+	}
+	if valid, err = data.NewTokenWindows(tokens[split:], tok.VocabSize(), T, T); err != nil {
+		return nil, nil, fmt.Errorf("gptjob: %s: %w", name, err)
+	}
+	return train, valid, nil
 }
 
 // newOptimizer makes AdamW with weight decay on the weight matrices and

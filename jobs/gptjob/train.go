@@ -43,7 +43,6 @@ func (j *job) run(ctx context.Context) (Result, error) {
 			return res, err
 		}
 		res.Sample = s
-		fmt.Fprintf(m.out, "sample:\n%s\n", s)
 	}
 	return res, nil
 }
