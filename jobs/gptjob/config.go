@@ -42,11 +42,11 @@ type Config struct {
 	WeightDecay float64 // on weight matrices only; default 0.1; negative means 0
 	GradClip    float64 // max total gradient norm; default 1.0; negative means no clipping
 
-	EvalEvery   int // validation loss every N steps and at the end; default 100
-	EvalBatches int // batches of BatchSize windows the validation loss averages; default 20
+	EvalEvery   int     // validation loss every N steps and at the end; default 100
+	EvalBatches int     // batches of BatchSize windows the validation loss averages; default 20
 	Sample      int     // rank 0 generates this many bytes at the end (Result.Sample); default 0
 	Temperature float64 // of the sampling softmax; default 0.8; negative means greedy
-	Seed        uint64 // initialisation, shuffling and sampling; default 0
+	Seed        uint64  // initialisation, shuffling and sampling; default 0
 
 	Data      string // UTF-8 text file to train on; "" uses the shipped Go corpus
 	Init      string // initial weights (safetensors, e.g. written by PyTorch); "" draws them from Seed
