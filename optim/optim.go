@@ -7,6 +7,14 @@
 // step for step, so a training run here tracks the same run in PyTorch.
 // Parameters whose gradient is nil are skipped by Step, as in PyTorch.
 //
+// The constructor's parameters are the first parameter group;
+// AddParamGroup adds more, each with its own learning rate and weight
+// decay (no decay on biases and LayerNorm weights is the usual use).
+// ClipGradNorm is torch.nn.utils.clip_grad_norm_. The schedulers (StepLR,
+// CosineAnnealingLR, LambdaLR, LinearLR, SequentialLR, OneCycleLR) set
+// every group's rate from its own base rate and may be stepped per epoch
+// or per batch.
+//
 // Optimizer and scheduler state round-trips through State, which the
 // checkpoint package writes next to the model so that training resumes on
 // exactly the trajectory it left.
