@@ -67,3 +67,22 @@ func ExampleOptimizer_AddParamGroup() {
 	// step 0: norm 5.0, clipped grad 0.600, next lr 0.000190
 	// step 11: norm 5.0, clipped grad 0.600, next lr 0.000999
 }
+
+// OneCycleLR rises from MaxLR/25 to MaxLR over the first 30% of the steps
+// and anneals to MaxLR/25/1e4, stepped once per batch (the rates are
+// PyTorch's).
+func ExampleNewOneCycleLR() {
+	opt := optim.NewSGD([]*tensor.Tensor{tensor.Zeros(1)}, 0.1)
+	sched := optim.NewOneCycleLR(opt, optim.OneCycle{MaxLR: 0.1, TotalSteps: 10})
+	for step := range 10 {
+		if step%3 == 0 {
+			fmt.Printf("step %d: lr %.5f\n", step, opt.LR())
+		}
+		sched.Step()
+	}
+	// Output:
+	// step 0: lr 0.00400
+	// step 3: lr 0.09505
+	// step 6: lr 0.03887
+	// step 9: lr 0.00000
+}
