@@ -37,4 +37,6 @@ func (d *DropoutLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 }
 
 // String returns "Dropout(p=…, inplace=False)".
-func (d *DropoutLayer) String() string { return fmt.Sprintf("Dropout(p=%g, inplace=False)", d.P) }
+func (d *DropoutLayer) String() string {
+	return fmt.Sprintf("Dropout(p=%s, inplace=False)", pyFloat(d.P))
+}

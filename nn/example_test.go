@@ -83,3 +83,21 @@ func ExampleLoadStateDict() {
 	// Output:
 	// nn: load state dict: missing keys [2.bias]; unexpected keys [2.extra]; shape mismatch: 2.weight: have [2 3], got [2 5]
 }
+
+// A transformer's pieces: token and position embeddings, LayerNorm and
+// causal self-attention, with PyTorch's state dict names and repr.
+func ExampleCausalSelfAttention() {
+	nn.SetSeed(0)
+	attn := nn.CausalSelfAttention(8, 2, 0)
+	wte, ln := nn.Embedding(10, 8), nn.LayerNorm(8)
+	x := wte.Lookup([]int{1, 2, 3, 4, 5, 6}, 2, 3) // [B=2, T=3, 8]
+	y := attn.Forward(ln.Forward(x))
+	fmt.Println(y.Shape(), nn.NumParameters(attn))
+	fmt.Println(nn.Repr(nn.ModuleList(wte, ln)))
+	// Output:
+	// [2 3 8] 288
+	// ModuleList(
+	//   (0): Embedding(10, 8)
+	//   (1): LayerNorm((8,), eps=1e-05, elementwise_affine=True)
+	// )
+}

@@ -20,17 +20,35 @@ func (*ReLULayer) Forward(x *tensor.Tensor) *tensor.Tensor { return tensor.ReLU(
 // String returns "ReLU()".
 func (*ReLULayer) String() string { return "ReLU()" }
 
-// GELULayer applies the exact (erf) GELU elementwise, PyTorch's nn.GELU.
-type GELULayer struct{ Base }
+// GELULayer applies GELU elementwise, PyTorch's nn.GELU: the exact (erf)
+// form, or the tanh approximation when Tanh is set.
+type GELULayer struct {
+	Base
+	Tanh bool // approximate='tanh'
+}
 
-// GELU returns a GELU activation layer.
+// GELU returns an exact GELU activation layer.
 func GELU() *GELULayer { return &GELULayer{} }
 
-// Forward returns x·Φ(x).
-func (*GELULayer) Forward(x *tensor.Tensor) *tensor.Tensor { return tensor.GELU(x) }
+// GELUTanh returns a GELU layer with the tanh approximation,
+// nn.GELU(approximate='tanh').
+func GELUTanh() *GELULayer { return &GELULayer{Tanh: true} }
 
-// String returns "GELU(approximate='none')".
-func (*GELULayer) String() string { return "GELU(approximate='none')" }
+// Forward returns x·Φ(x) (or its tanh approximation).
+func (g *GELULayer) Forward(x *tensor.Tensor) *tensor.Tensor {
+	if g.Tanh {
+		return tensor.GELUTanh(x)
+	}
+	return tensor.GELU(x)
+}
+
+// String returns "GELU(approximate='none')" or "GELU(approximate='tanh')".
+func (g *GELULayer) String() string {
+	if g.Tanh {
+		return "GELU(approximate='tanh')"
+	}
+	return "GELU(approximate='none')"
+}
 
 // SoftmaxLayer is Softmax or LogSoftmax along one dimension.
 type SoftmaxLayer struct {

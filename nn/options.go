@@ -49,8 +49,9 @@ func PaddingHW(h, w int) Option {
 	return func(c *config) { c.padding = [2]int{h, w}; c.Mark("Padding") }
 }
 
-// NoBias builds a Linear or Conv2d layer without a bias (PyTorch's
-// bias=False); its state dict then has no "bias" entry.
+// NoBias builds a Linear, Conv2d, LayerNorm or CausalSelfAttention layer
+// without biases (PyTorch's bias=False); its state dict then has no
+// "bias" entries.
 func NoBias() Option {
 	return func(c *config) { c.noBias = true; c.Mark("NoBias") }
 }
@@ -64,11 +65,11 @@ func Momentum(m float64) Option {
 	return func(c *config) { c.momentum = m; c.Mark("Momentum") }
 }
 
-// Eps sets the value BatchNorm adds to the variance for numerical stability
-// (default 1e-5).
+// Eps sets the value BatchNorm and LayerNorm add to the variance for
+// numerical stability (default 1e-5).
 func Eps(e float64) Option {
 	if !(e > 0) {
-		panic(fmt.Sprintf("nn: BatchNorm eps must be positive, got %v", e))
+		panic(fmt.Sprintf("nn: eps must be positive, got %v", e))
 	}
 	return func(c *config) { c.eps = e; c.Mark("Eps") }
 }

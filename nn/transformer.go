@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
+	"github.com/gotrain/gotrain/internal/tensorhook"
 	"github.com/gotrain/gotrain/tensor"
 )
 
@@ -130,11 +132,11 @@ func (l *LayerNormLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 }
 
 // pyFloat formats v as Python's repr of a float does for the usual
-// hyper-parameters (1e-05, 0.1).
+// hyper-parameters (1e-05, 0.1, 0.0).
 func pyFloat(v float64) string {
 	s := strconv.FormatFloat(v, 'g', -1, 64)
-	if e := len(s) - 3; e > 0 && (s[e] == '-' || s[e] == '+') && s[e-1] == 'e' {
-		s = s[:e+1] + "0" + s[e+1:] // Go's 1e-5 is Python's 1e-05
+	if !strings.ContainsAny(s, ".eIN") {
+		s += ".0" // Python marks whole floats
 	}
 	return s
 }
@@ -288,16 +290,20 @@ func (a *CausalSelfAttentionLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 	}
 	b, t, c := s[0], s[1], s[2]
 	h, dh := a.NHead, c/a.NHead
-	qkv := a.CAttn.Forward(x).Reshape(b, t, 3, h, dh)
-	parts := tensor.Unbind(tensor.Permute(qkv, 2, 0, 3, 1, 4), 0) // 3 × [B, H, T, Dh]
+	qkv := a.CAttn.Forward(x)
+	heads := tensor.Permute(qkv.Reshape(b, t, 3, h, dh), 2, 0, 3, 1, 4)
+	parts := tensor.Unbind(heads, 0) // views: 3 × [B, H, T, Dh]
 	var y *tensor.Tensor
 	if a.Training() && a.AttnDropout.P > 0 {
 		y = a.attendWithDropout(parts[0], parts[1], parts[2])
 	} else {
 		y = tensor.ScaledDotProductAttention(parts[0], parts[1], parts[2], true)
 	}
-	y = tensor.Permute(y, 0, 2, 1, 3).Reshape(b, t, c)
-	return a.ResidDropout.Forward(a.CProj.Forward(y))
+	merged := tensor.Permute(y, 0, 2, 1, 3)
+	// These results own their storage and only the graph reads them:
+	// Backward hands it back for the next step (see tensorhook).
+	recycle(qkv, heads, y, merged)
+	return a.ResidDropout.Forward(a.CProj.Forward(merged.Reshape(b, t, c)))
 }
 
 // attendWithDropout is causal attention with dropout on the probabilities,
@@ -315,3 +321,21 @@ func (a *CausalSelfAttentionLayer) attendWithDropout(q, k, v *tensor.Tensor) *te
 	att = tensor.Softmax(tensor.MaskedFill(att, mask, float32(math.Inf(-1))), -1)
 	return tensor.MatMul(a.AttnDropout.Forward(att), v, false, false)
 }
+
+// recycle marks results that own their storage and that nothing but the
+// autograd graph reads (no view of them escapes, they are not returned):
+// the Backward that releases them hands the storage back to package
+// tensor's buffer pool (tensorhook.FreeWithGraph).
+func recycle(ts ...*tensor.Tensor) {
+	for _, t := range ts {
+		tensorhook.FreeWithGraph(t)
+	}
+}
+
+// Recycle is recycle for model code outside this package: it marks
+// intermediate results, each owning its storage (not a view such as a
+// Reshape) and read by nothing but the autograd graph, so that Backward
+// returns their storage to the buffer pool for the next step. Marking a
+// tensor that is read after Backward, or two tensors sharing storage, is a
+// mistake that corrupts later results.
+func Recycle(ts ...*tensor.Tensor) { recycle(ts...) }

@@ -9,11 +9,14 @@ import (
 
 // Attention tile sizes: a worker holds one attnBr×attnBc block of scores
 // (and one of their gradients) at a time, whatever T is. Queries are
-// taken attnBr rows at a time and keys attnBc at a time, so each product
-// is a GEMM large enough for the micro-kernels.
+// taken attnBr rows at a time and keys attnBc at a time (attnBcCausal
+// with the causal mask, where smaller blocks waste less work on the
+// diagonal), so each product is a GEMM large enough for the
+// micro-kernels.
 const (
-	attnBr = 64
-	attnBc = 128
+	attnBr       = 64
+	attnBc       = 128
+	attnBcCausal = 64
 )
 
 // ScaledDotProductAttention returns softmax(q·kᵀ/√Dh + mask)·v for q of
@@ -65,6 +68,7 @@ func ScaledDotProductAttention(q, k, v *Tensor, causal bool) *Tensor {
 // attnGeom is the shape of one attention call.
 type attnGeom struct {
 	heads, tq, tk, dh int
+	bc                int // keys per block
 	scale             float32
 	causal            bool
 }
@@ -78,7 +82,10 @@ func newAttnGeom(op string, q, k, v *Tensor, causal bool) attnGeom {
 		panic(fmt.Sprintf("tensor: %s: q %v, k %v and v %v do not fit: k and v must be [%d, %d, Tk, %d]",
 			op, qs, ks, vs, qs[0], qs[1], qs[3]))
 	}
-	a := attnGeom{heads: qs[0] * qs[1], tq: qs[2], tk: ks[2], dh: qs[3], causal: causal}
+	a := attnGeom{heads: qs[0] * qs[1], tq: qs[2], tk: ks[2], dh: qs[3], bc: attnBc, causal: causal}
+	if causal {
+		a.bc = attnBcCausal
+	}
 	a.scale = float32(1 / math.Sqrt(float64(max(a.dh, 1))))
 	return a
 }
@@ -108,26 +115,20 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
 			lrow[r] = 0
 		}
 		jEnd := a.keysFor(i0 + br - 1)
-		for j0 := 0; j0 < jEnd; j0 += attnBc {
-			bc := min(attnBc, jEnd-j0)
-			kernels.SgemmSerial(false, true, br, bc, dh, a.scale, qh[i0*dh:], dh, kh[j0*dh:], dh, 0, s, attnBc)
+		for j0 := 0; j0 < jEnd; j0 += a.bc {
+			bc := min(a.bc, jEnd-j0)
+			kernels.SgemmSerial(false, true, br, bc, dh, a.scale, qh[i0*dh:], dh, kh[j0*dh:], dh, 0, s, a.bc)
 			for r := range br {
-				row := s[r*attnBc : r*attnBc+bc]
+				row := s[r*a.bc : r*a.bc+bc]
 				lim := min(bc, max(a.keysFor(i0+r)-j0, 0))
 				if lim == 0 {
 					clear(row)
 					continue
 				}
-				mx := mrow[r]
-				for _, x := range row[:lim] {
-					mx = max(mx, x)
-				}
-				var sum float32
-				for c := range lim {
-					p := expf(row[c] - mx)
-					row[c] = p
-					sum += p
-				}
+				mx := max(mrow[r], rowMax(row[:lim]))
+				kernels.Axpy(-mx, attnOnes[:lim], row) // row −= mx
+				kernels.Exp(row[:lim], row[:lim])
+				sum := kernels.Sum(row[:lim])
 				clear(row[lim:])
 				if alpha := expf(mrow[r] - mx); mrow[r] != mx {
 					lrow[r] *= alpha
@@ -136,7 +137,7 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
 				lrow[r] += sum
 				mrow[r] = mx
 			}
-			kernels.SgemmSerial(false, false, br, dh, bc, 1, s, attnBc, vh[j0*dh:], dh, 1, oi, dh)
+			kernels.SgemmSerial(false, false, br, dh, bc, 1, s, a.bc, vh[j0*dh:], dh, 1, oi, dh)
 		}
 		for r := range br {
 			if lrow[r] == 0 { // no key visible (Tk = 0): PyTorch gives NaN
@@ -174,46 +175,67 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 		}
 		d[i] = sum
 	}
-	p, dp := s[:attnBr*attnBc], s[attnBr*attnBc:]
-	for j0 := 0; j0 < a.tk; j0 += attnBc {
-		bc := min(attnBc, a.tk-j0)
+	p, dp := s[:attnBr*a.bc], s[attnBr*a.bc:]
+	for j0 := 0; j0 < a.tk; j0 += a.bc {
+		bc := min(a.bc, a.tk-j0)
 		i0 := 0
 		if a.causal { // the first query block that sees key j0
 			i0 = j0 / attnBr * attnBr
 		}
 		for ; i0 < a.tq; i0 += attnBr {
 			br := min(attnBr, a.tq-i0)
-			kernels.SgemmSerial(false, true, br, bc, dh, a.scale, qh[i0*dh:], dh, kh[j0*dh:], dh, 0, p, attnBc)
+			kernels.SgemmSerial(false, true, br, bc, dh, a.scale, qh[i0*dh:], dh, kh[j0*dh:], dh, 0, p, a.bc)
 			for r := range br {
-				row := p[r*attnBc : r*attnBc+bc]
+				row := p[r*a.bc : r*a.bc+bc]
 				lim := min(bc, max(a.keysFor(i0+r)-j0, 0))
-				l := lh[i0+r]
-				for c := range lim {
-					row[c] = expf(row[c] - l)
-				}
+				kernels.Axpy(-lh[i0+r], attnOnes[:lim], row) // row −= lse
+				kernels.Exp(row[:lim], row[:lim])
 				clear(row[lim:])
 			}
 			if dvh != nil { // dV_j += Pᵀ·dO_i
-				kernels.SgemmSerial(true, false, bc, dh, br, 1, p, attnBc, gh[i0*dh:], dh, 1, dvh[j0*dh:], dh)
+				kernels.SgemmSerial(true, false, bc, dh, br, 1, p, a.bc, gh[i0*dh:], dh, 1, dvh[j0*dh:], dh)
 			}
 			if dqh == nil && dkh == nil {
 				continue
 			}
-			// dP = dO_i·V_jᵀ, then dS = P∘(dP − D)·scale.
-			kernels.SgemmSerial(false, true, br, bc, dh, 1, gh[i0*dh:], dh, vh[j0*dh:], dh, 0, dp, attnBc)
+			// dP = dO_i·V_jᵀ, then dS = P∘(dP − D); the products below
+			// apply the scale.
+			kernels.SgemmSerial(false, true, br, bc, dh, 1, gh[i0*dh:], dh, vh[j0*dh:], dh, 0, dp, a.bc)
 			for r := range br {
-				pr, dr := p[r*attnBc:r*attnBc+bc], dp[r*attnBc:r*attnBc+bc]
-				di := d[i0+r]
-				for c := range bc {
-					dr[c] = pr[c] * (dr[c] - di) * a.scale
-				}
+				pr, dr := p[r*a.bc:r*a.bc+bc], dp[r*a.bc:r*a.bc+bc]
+				kernels.Axpy(-d[i0+r], attnOnes[:bc], dr)
+				kernels.Mul(dr, pr)
 			}
-			if dqh != nil { // dQ_i += dS·K_j
-				kernels.SgemmSerial(false, false, br, dh, bc, 1, dp, attnBc, kh[j0*dh:], dh, 1, dqh[i0*dh:], dh)
+			if dqh != nil { // dQ_i += scale·dS·K_j
+				kernels.SgemmSerial(false, false, br, dh, bc, a.scale, dp, a.bc, kh[j0*dh:], dh, 1, dqh[i0*dh:], dh)
 			}
-			if dkh != nil { // dK_j += dSᵀ·Q_i
-				kernels.SgemmSerial(true, false, bc, dh, br, 1, dp, attnBc, qh[i0*dh:], dh, 1, dkh[j0*dh:], dh)
+			if dkh != nil { // dK_j += scale·dSᵀ·Q_i
+				kernels.SgemmSerial(true, false, bc, dh, br, a.scale, dp, a.bc, qh[i0*dh:], dh, 1, dkh[j0*dh:], dh)
 			}
 		}
 	}
+}
+
+// attnOnes is a row of ones, for subtracting a constant from a row of
+// scores with the vector Axpy.
+var attnOnes = func() []float32 {
+	o := make([]float32, max(attnBc, attnBcCausal))
+	for i := range o {
+		o[i] = 1
+	}
+	return o
+}()
+
+// rowMax returns the largest element of x (−Inf for none), with four
+// independent comparisons in flight.
+func rowMax(x []float32) float32 {
+	m0, m1, m2, m3 := float32(math.Inf(-1)), float32(math.Inf(-1)), float32(math.Inf(-1)), float32(math.Inf(-1))
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		m0, m1, m2, m3 = max(m0, x[i]), max(m1, x[i+1]), max(m2, x[i+2]), max(m3, x[i+3])
+	}
+	for ; i < len(x); i++ {
+		m0 = max(m0, x[i])
+	}
+	return max(max(m0, m1), max(m2, m3))
 }

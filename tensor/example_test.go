@@ -76,3 +76,37 @@ func ExampleNoGrad() {
 	fmt.Println(y.Item(), y.RequiresGrad())
 	// Output: 6 false
 }
+
+// ScaledDotProductAttention on [B, H, T, Dh] queries, keys and values:
+// with the causal mask the first position can attend only to itself, so
+// its output is its own value.
+func ExampleScaledDotProductAttention() {
+	rng := tensor.NewRNG(1)
+	q, k := tensor.Randn(rng, 1, 2, 5, 4), tensor.Randn(rng, 1, 2, 5, 4)
+	v := tensor.Randn(rng, 1, 2, 5, 4).SetRequiresGrad(true)
+	y := tensor.ScaledDotProductAttention(q, k, v, true)
+	fmt.Println(y.Shape(), fmt.Sprint(y.Data()[:4]) == fmt.Sprint(v.Data()[:4]))
+	if err := tensor.Sum(y, false).Backward(); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println(v.Grad().Shape())
+	// Output:
+	// [1 2 5 4] true
+	// [1 2 5 4]
+}
+
+// Embedding picks rows of a weight by token id; CrossEntropyIgnore scores
+// [B, T, V] logits against per-position targets, skipping ignore_index.
+func ExampleEmbedding() {
+	w := tensor.New([]float32{0, 0, 1, 1, 2, 2}, 3, 2).SetRequiresGrad(true)
+	x := tensor.Embedding(w, []int{2, 0, 2, 1}, 2, 2) // [B=2, T=2, D=2]
+	fmt.Println(x.Shape(), x.Data())
+	loss := tensor.CrossEntropyIgnore(x, []int{1, -100, 0, 1}, -100, "mean")
+	if err := loss.Backward(); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Printf("%.4f\n", w.Grad().Data()) // id 2 is used twice (its two gradients cancel here); id 0 only where the target is ignored
+	// Output:
+	// [2 2 2] [2 2 0 0 2 2 1 1]
+	// [0.0000 0.0000 0.1667 -0.1667 0.0000 0.0000]
+}

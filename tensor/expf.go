@@ -1,33 +1,51 @@
 package tensor
 
-import (
-	"math"
-)
+import "github.com/gotrain/gotrain/internal/kernels"
 
-// expf is e^x in float32 (Cephes' expf: range reduction by ln 2 and a
-// degree-6 polynomial, within 2 ulp), several times faster than widening
-// to math.Exp; softmax-like ops call it once per score. It returns 0 below
-// −87.3 (where float32 results turn subnormal) and +Inf above 88.7.
-func expf(x float32) float32 {
-	switch {
-	case x != x:
-		return x
-	case x > 88.72283:
-		return float32(math.Inf(1))
-	case x < -87.33654:
-		return 0
+// expf is e^x in float32 (kernels.Exp32; kernels.Exp does slices).
+func expf(x float32) float32 { return kernels.Exp32(x) }
+
+// erff is erf(x) in float32, within about 2e-7 of the true value: x·P(x²)
+// for |x| < 0.9 and 1 − exp(Q(|x|)) up to 4, beyond which erf rounds to
+// ±1 (polynomials fitted to log erfc by least squares on Chebyshev nodes).
+// GELU calls it once per element; math.Erf in float64 costs several times
+// as much.
+func erff(x float32) float32 {
+	a := x
+	if a < 0 {
+		a = -a
 	}
-	// n = round(x / ln 2) by the 1.5·2^23 trick, exact for |n| < 2^22.
-	const magic = 12582912
-	n := (x*1.44269504088896341 + magic) - magic
-	r := x - n*0.693359375
-	r -= n * -2.12194440e-4
-	p := float32(1.9875691500e-4)
-	p = p*r + 1.3981999507e-3
-	p = p*r + 8.3334519073e-3
-	p = p*r + 4.1665795894e-2
-	p = p*r + 1.6666665459e-1
-	p = p*r + 5.0000001201e-1
-	p = p*r*r + r + 1
-	return p * math.Float32frombits(uint32(int32(n)+127)<<23)
+	if a < 0.9 {
+		s := x * x
+		p := float32(-0.0006144141940467961)
+		p = p*s + 0.005023298825940735
+		p = p*s - 0.026787409500541332
+		p = p*s + 0.11282408984392
+		p = p*s - 0.3761255503548909
+		p = p*s + 1.1283791618914825
+		return x * p
+	}
+	if !(a < 4) { // also NaN
+		if x != x {
+			return x
+		}
+		if x < 0 {
+			return -1
+		}
+		return 1
+	}
+	q := float32(1.6102230208663905e-06)
+	q = q*a - 4.551243747773261e-05
+	q = q*a + 0.000592090001743068
+	q = q*a - 0.004736938043733908
+	q = q*a + 0.026355085980683462
+	q = q*a - 0.10996073978909128
+	q = q*a - 0.631956303098577
+	q = q*a - 1.130155066320774
+	q = q*a + 0.00030026033342093203
+	r := 1 - expf(q)
+	if x < 0 {
+		return -r
+	}
+	return r
 }

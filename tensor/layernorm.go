@@ -45,18 +45,25 @@ func LayerNorm(x, weight, bias *Tensor, eps float32) *Tensor {
 	parallelFor(rows, layerNormMinRows, func(_, lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xr, or := x.data[r*d:(r+1)*d], out.data[r*d:(r+1)*d]
-			var s float64
-			for _, v := range xr {
-				s += float64(v)
+			// Sums in float32 with several partial sums (kernels.Sum, and
+			// four accumulators here), as PyTorch's kernel keeps; one
+			// sequential float64 chain per row was the cost of the op.
+			m := kernels.Sum(xr) / float32(d)
+			var s0, s1, s2, s3 float32
+			j := 0
+			for ; j+4 <= d; j += 4 {
+				a, b, c, e := xr[j]-m, xr[j+1]-m, xr[j+2]-m, xr[j+3]-m
+				s0 += a * a
+				s1 += b * b
+				s2 += c * c
+				s3 += e * e
 			}
-			mean := s / float64(d)
-			var ss float64
-			for _, v := range xr {
-				dv := float64(v) - mean
-				ss += dv * dv
+			for ; j < d; j++ {
+				a := xr[j] - m
+				s0 += a * a
 			}
-			rstd := float32(1 / math.Sqrt(ss/float64(d)+float64(eps)))
-			m := float32(mean)
+			ss := (s0 + s1) + (s2 + s3)
+			rstd := float32(1 / math.Sqrt(float64(ss)/float64(d)+float64(eps)))
 			stats[2*r], stats[2*r+1] = m, rstd
 			for j, v := range xr {
 				y := (v - m) * rstd

@@ -28,9 +28,12 @@ func Linear(x, w, b *Tensor) *Tensor {
 	// GEMM with beta 0, which does not read it.
 	out := &Tensor{data: getBuf(rows * outF), shape: shape}
 	beta := float32(0)
-	if b != nil && outF > 0 {
-		for r := range rows {
-			copy(out.data[r*outF:(r+1)*outF], b.data)
+	if b != nil && outF > 0 && rows > 0 {
+		// Bias rows by doubling copies: a few large copies rather than
+		// one short copy per row.
+		copy(out.data[:outF], b.data)
+		for filled := outF; filled < len(out.data); filled *= 2 {
+			copy(out.data[filled:], out.data[:filled])
 		}
 		beta = 1
 	}

@@ -172,6 +172,7 @@ func CrossEntropyIgnore(logits *Tensor, target []int, ignoreIndex int, reduction
 	partial := make([]float64, kernels.NumThreads())
 	parallelFor(n, 256, func(w, lo, hi int) {
 		var total float64
+		tmp := make([]float32, c)
 		for i := lo; i < hi; i++ {
 			if target[i] == ignoreIndex {
 				continue
@@ -181,11 +182,11 @@ func CrossEntropyIgnore(logits *Tensor, target []int, ignoreIndex int, reduction
 			for _, v := range row {
 				m = max(m, v)
 			}
-			var sum float32
-			for _, v := range row {
-				sum += expf(v - m)
+			for j, v := range row {
+				tmp[j] = v - m
 			}
-			l := m + float32(math.Log(float64(sum)))
+			kernels.Exp(tmp, tmp)
+			l := m + float32(math.Log(float64(kernels.Sum(tmp))))
 			lse[i] = l
 			total += float64(l) - float64(row[target[i]])
 		}
@@ -200,6 +201,7 @@ func CrossEntropyIgnore(logits *Tensor, target []int, ignoreIndex int, reduction
 		gs := g[0] * scale
 		gx := logits.accGrad()
 		parallelFor(n, 256, func(_, lo, hi int) {
+			tmp := make([]float32, c)
 			for i := lo; i < hi; i++ {
 				if target[i] == ignoreIndex {
 					continue
@@ -207,8 +209,10 @@ func CrossEntropyIgnore(logits *Tensor, target []int, ignoreIndex int, reduction
 				row, gr := logits.data[i*c:(i+1)*c], gx[i*c:(i+1)*c]
 				l := lse[i]
 				for j, v := range row {
-					gr[j] += gs * expf(v-l)
+					tmp[j] = v - l
 				}
+				kernels.Exp(tmp, tmp)
+				kernels.Axpy(gs, tmp, gr)
 				gr[target[i]] -= gs
 			}
 		})

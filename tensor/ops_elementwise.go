@@ -18,7 +18,9 @@ const elemMinItems = 1 << 16
 // both operands are contiguous, i.e. equal shapes or a broadcast row.
 func binary(op string, a, b *Tensor, f func(x, y float32) float32, vec func(dst, src []float32)) (*Tensor, []int) {
 	shape := broadcastShapes(op, a.shape, b.shape)
-	out := Zeros(shape...)
+	// forEachRun visits every element: a recycled buffer (see
+	// freeWithGraph) is overwritten whole.
+	out := &Tensor{data: getBuf(numel(shape)), shape: shape}
 	od, ad, bd := out.data, a.data, b.data
 	forEachRun(shape, broadcastStrides(a.shape, shape), broadcastStrides(b.shape, shape),
 		func(o, ia, ib, n, sa, sb int) {
@@ -224,22 +226,6 @@ func ReLU(x *Tensor) *Tensor {
 		putBytes(mask)
 		mask = nil
 	}, x)
-}
-
-// GELU returns x·Φ(x) elementwise with the exact erf form (PyTorch's
-// default approximate='none'). Large tensors spread over goroutines.
-func GELU(x *Tensor) *Tensor {
-	return unaryParallel("gelu", x,
-		func(v float32) float32 {
-			f := float64(v)
-			return float32(0.5 * f * (1 + math.Erf(f*(1/math.Sqrt2))))
-		},
-		func(x, g float32) float32 {
-			f := float64(x)
-			cdf := 0.5 * (1 + math.Erf(f*(1/math.Sqrt2)))
-			pdf := math.Exp(-0.5*f*f) * (1 / math.Sqrt(2*math.Pi))
-			return g * float32(cdf+f*pdf)
-		})
 }
 
 // GELUTanh returns GELU's tanh approximation

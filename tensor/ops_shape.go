@@ -1,6 +1,10 @@
 package tensor
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gotrain/gotrain/internal/kernels"
+)
 
 // Flatten returns a view of x with dimensions startDim.. merged into one,
 // sharing x's data (like torch.flatten(x, start_dim)).
@@ -46,9 +50,14 @@ func Permute(x *Tensor, perm ...int) *Tensor {
 		src[i] = xs[p]
 		inv[p] = i
 	}
-	out := Zeros(shape...)
+	// Every element is written below.
+	out := &Tensor{data: getBuf(len(x.data)), shape: shape}
 	od, xd := out.data, x.data
 	forEachRun(shape, src, contiguousStrides(shape), func(o, is, _, n, s1, _ int) {
+		if s1 == 1 { // the last dimension stays last: whole rows
+			copy(od[o:o+n], xd[is:is+n])
+			return
+		}
 		for k := 0; k < n; k++ {
 			od[o+k] = xd[is+k*s1]
 		}
@@ -56,6 +65,10 @@ func Permute(x *Tensor, perm ...int) *Tensor {
 	return record(out, "permute", func(g []float32) {
 		gx := x.accGrad()
 		forEachRun(shape, src, contiguousStrides(shape), func(o, is, _, n, s1, _ int) {
+			if s1 == 1 {
+				kernels.Add(gx[is:is+n], g[o:o+n])
+				return
+			}
 			for k := 0; k < n; k++ {
 				gx[is+k*s1] += g[o+k]
 			}

@@ -47,7 +47,7 @@ var scratch struct {
 
 const (
 	maxScratchBytes = 256 << 20
-	maxScratchPer   = 8    // buffers kept per size
+	maxScratchPer   = 64   // buffers kept per size (a transformer step has dozens of one size)
 	minScratchLen   = 1024 // smaller buffers are cheap to allocate
 )
 

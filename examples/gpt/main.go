@@ -27,7 +27,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"os/signal"
 	"syscall"
@@ -212,41 +211,12 @@ func evaluate(model *models.GPTModel, ds *data.TokenWindows, batch int) float64 
 	return sum / float64(n)
 }
 
-// generate samples n bytes after a newline, each from the softmax of the
-// last position's logits at temperature 0.8.
+// generate samples n bytes after a newline at temperature 0.8.
 func generate(model *models.GPTModel, tok text.ByteTokenizer, n int) string {
-	nn.SetTrain(model, false)
-	rng := tensor.NewRNG(2)
-	ids := []int{'\n'}
-	V, block := tok.VocabSize(), model.Config.BlockSize
-	tensor.NoGrad(func() {
-		for range n {
-			ctx := ids[max(len(ids)-block, 0):]
-			logits := model.Logits(ctx, 1, len(ctx)).Data()[(len(ctx)-1)*V:]
-			ids = append(ids, sample(logits, 0.8, rng))
-		}
-	})
+	ids, err := model.Generate([]int{'\n'}, n, 0.8, 0, tensor.NewRNG(2))
+	if err != nil {
+		panic(err) // '\n' is a byte and 0.8 a temperature: a mistake here
+	}
 	s, _ := tok.Decode(ids[1:]) // every id is a byte
 	return s
-}
-
-// sample draws an index from softmax(logits/temperature).
-func sample(logits []float32, temperature float64, rng *tensor.RNG) int {
-	top := logits[0]
-	for _, v := range logits {
-		top = max(top, v)
-	}
-	p := make([]float64, len(logits))
-	var sum float64
-	for i, v := range logits {
-		p[i] = math.Exp(float64(v-top) / temperature)
-		sum += p[i]
-	}
-	u := float64(rng.Float32()) * sum
-	for i := range p {
-		if u -= p[i]; u < 0 {
-			return i
-		}
-	}
-	return len(p) - 1
 }

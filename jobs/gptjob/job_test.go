@@ -157,10 +157,3 @@ func TestConfigMistakes(t *testing.T) {
 		}
 	}
 }
-
-func TestSampleLogits(t *testing.T) {
-	probs := make([]float64, 3)
-	if got := sampleLogits([]float32{0, 5, 1}, 0, probs, nil); got != 1 {
-		t.Fatalf("greedy: %d", got)
-	}
-}

@@ -118,28 +118,20 @@ func (j *job) evaluate() float64 {
 	return sum / float64(n)
 }
 
-// generate samples n bytes from the model, one at a time from a newline
-// (as nanoGPT's sample.py starts), each from the softmax of the last
-// position's logits at cfg.Temperature, the context cropped to the block
-// size.
+// generate samples n bytes from the model after a newline (as nanoGPT's
+// sample.py starts), at cfg.Temperature (0: the most likely byte each
+// time), the context cropped to the block size.
 func (j *job) generate(n int) (string, error) {
-	nn.SetTrain(j.model, false)
-	defer nn.SetTrain(j.model, true)
-	rng := tensor.NewRNG(j.cfg.Seed + 1)
-	ids := []int{'\n'}
-	V := j.tok.VocabSize()
-	probs := make([]float64, V)
-	tensor.NoGrad(func() {
-		for range n {
-			ctx := ids[max(len(ids)-j.cfg.BlockSize, 0):]
-			logits := j.model.Logits(ctx, 1, len(ctx)).Data()
-			last := logits[(len(ctx)-1)*V:]
-			ids = append(ids, sampleLogits(last, j.cfg.Temperature, probs, rng))
-		}
-	})
-	s, err := j.tok.Decode(ids[1:])
-	if err != nil {
-		return "", fmt.Errorf("gptjob: sampling: %w", err)
+	temperature, topK := float32(j.cfg.Temperature), 0
+	if temperature <= 0 {
+		temperature, topK = 1, 1 // the top one alone: greedy
 	}
-	return s, nil
+	ids, err := j.model.Generate([]int{'\n'}, n, temperature, topK, tensor.NewRNG(j.cfg.Seed+1))
+	if err == nil {
+		var s string
+		if s, err = j.tok.Decode(ids[1:]); err == nil {
+			return s, nil
+		}
+	}
+	return "", fmt.Errorf("gptjob: sampling: %w", err)
 }

@@ -3,6 +3,7 @@ package models
 import (
 	"fmt"
 	"math"
+	"sort"
 
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/tensor"
@@ -18,6 +19,7 @@ import (
 //	logits, loss := m.Loss(ids, targets, B, T) // targets []int; IgnoreIndex skipped
 //	logits = m.Forward(nn.IDTensor(ids, B, T)) // the nn.Module form (ddp.Model.Forward)
 //	err := m.Check(ids, B, T)             // validation without panics
+//	out, err := m.Generate(prompt, n, temperature, topK, rng) // sampling
 //
 // Forward takes the ids as a [B, T] tensor (of whole numbers) because a
 // Go type has one Forward and nn.Module fixes its signature; Logits is the
@@ -69,7 +71,10 @@ type GPTMLP struct {
 
 // Forward maps [B, T, C] to [B, T, C].
 func (m *GPTMLP) Forward(x *tensor.Tensor) *tensor.Tensor {
-	return m.Dropout.Forward(m.CProj.Forward(m.GELU.Forward(m.CFc.Forward(x))))
+	h := m.CFc.Forward(x)
+	a := m.GELU.Forward(h)
+	nn.Recycle(h, a) // only the graph reads them
+	return m.Dropout.Forward(m.CProj.Forward(a))
 }
 
 // GPTBlock is one pre-LayerNorm transformer block:
@@ -84,8 +89,13 @@ type GPTBlock struct {
 
 // Forward maps [B, T, C] to [B, T, C].
 func (b *GPTBlock) Forward(x *tensor.Tensor) *tensor.Tensor {
-	x = tensor.Add(x, b.Attn.Forward(b.LN1.Forward(x)))
-	return tensor.Add(x, b.MLP.Forward(b.LN2.Forward(x)))
+	h1 := b.LN1.Forward(x)
+	a := b.Attn.Forward(h1)
+	x1 := tensor.Add(x, a)
+	h2 := b.LN2.Forward(x1)
+	f := b.MLP.Forward(h2)
+	nn.Recycle(h1, a, x1, h2, f) // only the graph reads them
+	return tensor.Add(x1, f)
 }
 
 // GPTModel is nanoGPT's GPT. Its state dict has nanoGPT's keys:
@@ -226,12 +236,20 @@ func (m *GPTModel) Logits(ids []int, B, T int) *tensor.Tensor {
 	for i := range pos {
 		pos[i] = i
 	}
-	x := tensor.Add(m.WTE.Lookup(ids, B, T), m.WPE.Lookup(pos, T)) // [B, T, C] + [T, C]
+	tok, p := m.WTE.Lookup(ids, B, T), m.WPE.Lookup(pos, T)
+	x := tensor.Add(tok, p) // [B, T, C] + [T, C]
+	// Everything up to the logits is read only by the graph: Backward
+	// hands the storage back for the next step.
+	nn.Recycle(tok, p, x)
 	x = m.Drop.Forward(x)
 	for _, b := range m.Blocks {
-		x = b.Forward(x)
+		y := b.Forward(x)
+		nn.Recycle(x, y)
+		x = y
 	}
-	return m.LMHead.Forward(m.LNF.Forward(x))
+	h := m.LNF.Forward(x)
+	nn.Recycle(h)
+	return m.LMHead.Forward(h)
 }
 
 // Loss returns the logits and the mean cross-entropy against targets (one
@@ -254,4 +272,69 @@ func (m *GPTModel) Forward(x *tensor.Tensor) *tensor.Tensor {
 		panic("models: GPT: " + err.Error())
 	}
 	return m.Logits(ids, s[0], s[1])
+}
+
+// Generate continues the token sequence ids by n tokens, as nanoGPT's
+// generate: each step runs the model on the last BlockSize tokens (in
+// eval mode, without autograd), divides the last position's logits by
+// temperature, keeps the topK most likely tokens (all when topK ≤ 0) and
+// samples the next token from their softmax with rng. It returns ids
+// followed by the n new tokens and leaves the model's train/eval mode as
+// it was. It returns Check's error for bad ids, and an error for a
+// temperature that is not positive.
+func (m *GPTModel) Generate(ids []int, n int, temperature float32, topK int, rng *tensor.RNG) ([]int, error) {
+	if !(temperature > 0) {
+		return nil, fmt.Errorf("models: GPT: temperature %v is not positive", temperature)
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("models: GPT: Generate needs at least one token to start from")
+	}
+	if err := tensor.CheckIDs(ids, m.Config.VocabSize); err != nil {
+		return nil, fmt.Errorf("models: GPT: %w", err)
+	}
+	training := m.Training()
+	nn.SetTrain(m, false)
+	defer nn.SetTrain(m, training)
+	out := append([]int(nil), ids...)
+	v := m.Config.VocabSize
+	probs := make([]float64, v)
+	order := make([]int, v)
+	tensor.NoGrad(func() {
+		for range n {
+			ctx := out[max(0, len(out)-m.Config.BlockSize):]
+			logits := m.Logits(ctx, 1, len(ctx)).Data()
+			last := logits[(len(ctx)-1)*v:]
+			out = append(out, sampleLogits(last, temperature, topK, rng, probs, order))
+		}
+	})
+	return out, nil
+}
+
+// sampleLogits draws a token from softmax(logits/temperature) restricted
+// to the topK largest logits (ties broken by lower id). probs and order
+// are scratch of len(logits).
+func sampleLogits(logits []float32, temperature float32, topK int, rng *tensor.RNG, probs []float64, order []int) int {
+	v := len(logits)
+	for i := range order {
+		order[i] = i
+	}
+	if topK <= 0 || topK > v {
+		topK = v
+	}
+	sort.SliceStable(order, func(a, b int) bool { return logits[order[a]] > logits[order[b]] })
+	keep := order[:topK]
+	mx := float64(logits[keep[0]]) / float64(temperature)
+	var sum float64
+	for i, id := range keep {
+		p := math.Exp(float64(logits[id])/float64(temperature) - mx)
+		probs[i] = p
+		sum += p
+	}
+	u := float64(rng.Float32()) * sum
+	for i, id := range keep {
+		if u -= probs[i]; u < 0 {
+			return id
+		}
+	}
+	return keep[len(keep)-1]
 }

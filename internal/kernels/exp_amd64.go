@@ -1,0 +1,21 @@
+//go:build !noasm
+
+package kernels
+
+//go:noescape
+func expF32AVX2(dst, src *float32, n int)
+
+// Exp sets dst[i] = e^src[i] as Exp32 does, within 2 ulp of it (the
+// vector code fuses multiply-adds); dst and src may be the same slice.
+// len(dst) must be at least len(src). With AVX2 and FMA it computes eight
+// at a time.
+func Exp(dst, src []float32) {
+	n := len(src)
+	dst = dst[:n]
+	body := 0
+	if hasAVX2 && n >= 8 {
+		body = n &^ 7
+		expF32AVX2(&dst[0], &src[0], body)
+	}
+	expGeneric(dst[body:], src[body:])
+}

@@ -1,0 +1,7 @@
+//go:build !amd64 || noasm
+
+package kernels
+
+// Exp sets dst[i] = e^src[i] as Exp32 does (dst and src may be the same
+// slice). len(dst) must be at least len(src).
+func Exp(dst, src []float32) { expGeneric(dst[:len(src)], src) }
