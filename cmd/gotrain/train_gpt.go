@@ -104,17 +104,7 @@ func (fl *trainGPTFlags) register(f *pflag.FlagSet) {
 // trainGPT runs the job in this process, or starts the n workers that do;
 // fl has passed check.
 func trainGPT(ctx context.Context, fl trainGPTFlags, f *pflag.FlagSet, n int) error {
-	cfg := fl.job
-	// The job's zero values mean its defaults; an explicit 0 on the
-	// command line means none.
-	for name, v := range map[string]*float64{"min-lr": &cfg.MinLR, "weight-decay": &cfg.WeightDecay, "grad-clip": &cfg.GradClip, "temperature": &cfg.Temperature} {
-		if *v == 0 && f.Changed(name) {
-			*v = -1
-		}
-	}
-	if cfg.WarmupSteps == 0 {
-		cfg.WarmupSteps = -1
-	}
+	cfg := gptJobConfig(fl.job, f)
 	worker := os.Getenv(trainWorkerEnv) != ""
 	fl.timeout.export()
 	every, err := logEvery(fl.logEvery) // checked by check
@@ -151,6 +141,23 @@ func trainGPT(ctx context.Context, fl trainGPTFlags, f *pflag.FlagSet, n int) er
 	}
 	fmt.Print(out)
 	return nil
+}
+
+// gptJobConfig is the job's Config for the flags: the job's zero values
+// mean its defaults, so an explicit 0 on the command line (no weight
+// decay, no warm-up, no clipping, greedy sampling) becomes the job's
+// "none", a negative number.
+func gptJobConfig(cfg gptjob.Config, f *pflag.FlagSet) gptjob.Config {
+	for name, v := range map[string]*float64{"min-lr": &cfg.MinLR, "weight-decay": &cfg.WeightDecay, "grad-clip": &cfg.GradClip,
+		"temperature": &cfg.Temperature, "beta1": &cfg.Beta1, "beta2": &cfg.Beta2} {
+		if *v == 0 && f.Changed(name) {
+			*v = -1
+		}
+	}
+	if cfg.WarmupSteps == 0 {
+		cfg.WarmupSteps = -1
+	}
+	return cfg
 }
 
 // check refuses, as usage errors naming the flag, every value the job or

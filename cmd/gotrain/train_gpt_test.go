@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/nn/models"
 )
@@ -105,5 +107,23 @@ func TestTrainGPTBadInput(t *testing.T) {
 		case !strings.HasPrefix(out, "gotrain: ") || !strings.Contains(out, tc.want):
 			t.Errorf("gotrain %s: %q does not contain %q", strings.Join(tc.args, " "), out, tc.want)
 		}
+	}
+}
+
+// TestTrainGPTExplicitZeros: 0 on the command line means none, not the
+// job's default.
+func TestTrainGPTExplicitZeros(t *testing.T) {
+	var fl trainGPTFlags
+	f := pflag.NewFlagSet("train gpt", pflag.ContinueOnError)
+	fl.register(f)
+	if err := f.Parse([]string{"--weight-decay", "0", "--grad-clip", "0", "--warmup-steps", "0", "--beta1", "0", "--temperature", "0"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := gptJobConfig(fl.job, f)
+	if cfg.WeightDecay >= 0 || cfg.GradClip >= 0 || cfg.WarmupSteps >= 0 || cfg.Beta1 >= 0 || cfg.Temperature >= 0 {
+		t.Fatalf("explicit zeros not passed as none: %+v", cfg)
+	}
+	if cfg.Beta2 != 0.95 || cfg.LR != 1e-3 || cfg.MinLR != 0 || cfg.NLayer != 4 || cfg.BatchSize != 32 {
+		t.Fatalf("defaults changed: %+v", cfg)
 	}
 }

@@ -37,8 +37,8 @@ type Config struct {
 	LR          float64 // peak learning rate; default 1e-3
 	MinLR       float64 // the cosine decay's floor; default LR/10; negative means 0
 	WarmupSteps int     // linear warm-up from LR/100; default 100; negative means none
-	Beta1       float64 // AdamW β1; default 0.9
-	Beta2       float64 // AdamW β2; default 0.95
+	Beta1       float64 // AdamW β1; default 0.9; negative means 0
+	Beta2       float64 // AdamW β2; default 0.95; negative means 0
 	WeightDecay float64 // on weight matrices only; default 0.1; negative means 0
 	GradClip    float64 // max total gradient norm; default 1.0; negative means no clipping
 
