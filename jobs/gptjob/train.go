@@ -3,6 +3,7 @@ package gptjob
 import (
 	"context"
 	"fmt"
+	"runtime"
 
 	"github.com/gotrain/gotrain/data"
 	"github.com/gotrain/gotrain/nn"
@@ -98,8 +99,15 @@ func (j *job) step(b data.Batch) (float64, error) {
 	return float64(loss.Item()), nil
 }
 
+// evalChunk is how many windows one forward pass of the evaluation takes:
+// without a backward pass the intermediate results are not recycled, so
+// smaller passes keep the peak memory near training's.
+const evalChunk = 8
+
 // evaluate returns the mean loss over the first EvalBatches batches of
-// validation windows, in eval mode, on this process's replica.
+// validation windows, in eval mode, on this process's replica: each
+// batch's loss is the mean over its windows, computed evalChunk windows at
+// a time.
 func (j *job) evaluate() float64 {
 	nn.SetTrain(j.model, false)
 	defer nn.SetTrain(j.model, true)
@@ -108,8 +116,17 @@ func (j *job) evaluate() float64 {
 	n := 0
 	tensor.NoGrad(func() {
 		for b := range loader.Batches() {
-			_, loss := j.model.Loss(b.Inputs, b.Targets, b.Len(), b.T)
-			sum += float64(loss.Item())
+			T, batch := b.T, 0.0
+			for lo := 0; lo < b.Len(); lo += evalChunk {
+				hi := min(lo+evalChunk, b.Len())
+				_, loss := j.model.Loss(b.Inputs[lo*T:hi*T], b.Targets[lo*T:hi*T], hi-lo, T)
+				batch += float64(loss.Item()) * float64(hi-lo)
+				// Nothing is recycled without a backward pass: collect
+				// the pass's garbage now rather than when the heap has
+				// doubled (the garbage collector's default pace).
+				runtime.GC()
+			}
+			sum += batch / float64(b.Len())
 			if n++; n == j.cfg.EvalBatches {
 				break
 			}
