@@ -11,8 +11,10 @@
 //   - nn: modules, layers, losses and state dicts (torch.nn); nn/models
 //     holds ready-made models.
 //   - optim: optimizers and learning-rate schedulers (torch.optim).
-//   - data: datasets, samplers (DistributedSampler) and the batch Loader;
-//     datasets/mnist: MNIST, embedded in the binary or read from IDX files.
+//   - data: datasets, samplers (DistributedSampler) and the batch Loader,
+//     token windows for language models; data/text: a byte tokenizer and
+//     corpus checks; datasets/mnist: MNIST, embedded in the binary or read
+//     from IDX files; datasets/gotext: a corpus of Go sources, embedded.
 //   - distributed: process groups and their collectives
 //     (torch.distributed); distributed/store: the key-value stores ranks
 //     meet through.

@@ -23,6 +23,11 @@
 //		}
 //	}
 //
+// A language model's examples are token sequences with a target per
+// position: a SequenceDataset such as TokenWindows, batched by
+// NewSequenceLoader into Batch.Inputs and Batch.Targets of [B, T] token
+// ids, with the same samplers.
+//
 // Options and errors follow the module's conventions (package
 // github.com/gotrain/gotrain).
 package data

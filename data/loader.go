@@ -15,13 +15,24 @@ import (
 // until the loop body that received the batch returns. Copy what must
 // outlive it (tensor.Clone, slices.Clone).
 type Batch struct {
-	// X holds the features, of shape [n, example shape...].
+	// X holds the features, of shape [n, example shape...]; nil in a
+	// batch of a SequenceDataset.
 	X *tensor.Tensor
-	// Y holds the n labels.
+	// Y holds the n labels; nil in a batch of a SequenceDataset.
 	Y []int
+	// Inputs holds a SequenceDataset's token ids, [n, T] row-major
+	// (Inputs[b*T+t] is position t of example b); nil otherwise.
+	Inputs []int
+	// Targets holds the per-position targets, laid out as Inputs.
+	Targets []int
+	// T is the sequence length of Inputs and Targets (0 otherwise).
+	T int
 	// Indices holds the n dataset indices the examples came from.
 	Indices []int
 }
+
+// Len returns the number of examples in the batch.
+func (b Batch) Len() int { return len(b.Indices) }
 
 // Loader assembles batches of a Dataset in the order of a Sampler.
 //
@@ -30,7 +41,9 @@ type Batch struct {
 // Prefetch(n)+1 batches in memory, whatever the number of epochs. A Loader
 // may be ranged over again and again, but by one loop at a time.
 type Loader struct {
-	ds        Dataset
+	ds        Dataset         // nil for a SequenceDataset
+	seq       SequenceDataset // nil for a Dataset
+	seqLen    int
 	sampler   Sampler
 	batchSize int
 	cfg       config
@@ -49,6 +62,8 @@ type Loader struct {
 type batchBuffer struct {
 	x       []float32
 	y       []int
+	inputs  []int // [batchSize, seqLen] of a SequenceDataset
+	targets []int
 	indices []int
 }
 
@@ -61,16 +76,35 @@ func NewLoader(ds Dataset, batchSize int, sampler Sampler, opts ...Option) *Load
 	if ds == nil || sampler == nil {
 		panic("data: NewLoader: nil dataset or sampler")
 	}
-	if batchSize <= 0 {
-		panic(fmt.Sprintf("data: NewLoader: batch size %d must be positive", batchSize))
-	}
-	cfg := config{prefetch: -1}.apply("NewLoader", opts, "DropLast", "Prefetch").resolvePrefetch()
+	cfg := loaderConfig("NewLoader", batchSize, opts)
 	shape := append([]int(nil), ds.Shape()...)
 	feature := 1
 	for _, d := range shape {
 		feature *= d
 	}
 	return &Loader{ds: ds, sampler: sampler, batchSize: batchSize, cfg: cfg, shape: shape, feature: feature}
+}
+
+// NewSequenceLoader returns a Loader of batches of batchSize sequences of
+// ds, in the order sampler gives: each Batch has Inputs and Targets of
+// [n, ds.SeqLen()] token ids. It takes NewLoader's options and panics
+// like it.
+func NewSequenceLoader(ds SequenceDataset, batchSize int, sampler Sampler, opts ...Option) *Loader {
+	if ds == nil || sampler == nil {
+		panic("data: NewSequenceLoader: nil dataset or sampler")
+	}
+	cfg := loaderConfig("NewSequenceLoader", batchSize, opts)
+	if ds.SeqLen() < 1 {
+		panic(fmt.Sprintf("data: NewSequenceLoader: sequence length %d must be positive", ds.SeqLen()))
+	}
+	return &Loader{seq: ds, seqLen: ds.SeqLen(), sampler: sampler, batchSize: batchSize, cfg: cfg}
+}
+
+func loaderConfig(ctor string, batchSize int, opts []Option) config {
+	if batchSize <= 0 {
+		panic(fmt.Sprintf("data: %s: batch size %d must be positive", ctor, batchSize))
+	}
+	return config{prefetch: -1}.apply(ctor, opts, "DropLast", "Prefetch").resolvePrefetch()
 }
 
 // Len returns the number of batches in one full epoch.
@@ -119,11 +153,15 @@ func (l *Loader) Batches() iter.Seq[Batch] {
 // buffers returns n batch buffers, allocating the missing ones.
 func (l *Loader) buffers(n int) []*batchBuffer {
 	for len(l.bufs) < n {
-		l.bufs = append(l.bufs, &batchBuffer{
-			x:       make([]float32, l.batchSize*l.feature),
-			y:       make([]int, l.batchSize),
-			indices: make([]int, l.batchSize),
-		})
+		b := &batchBuffer{indices: make([]int, l.batchSize)}
+		if l.seq != nil {
+			b.inputs = make([]int, l.batchSize*l.seqLen)
+			b.targets = make([]int, l.batchSize*l.seqLen)
+		} else {
+			b.x = make([]float32, l.batchSize*l.feature)
+			b.y = make([]int, l.batchSize)
+		}
+		l.bufs = append(l.bufs, b)
 	}
 	return l.bufs[:n]
 }
@@ -136,12 +174,20 @@ func (l *Loader) batchIndices(k int) []int {
 // fill copies the examples at idx into b.
 func (l *Loader) fill(b *batchBuffer, idx []int) {
 	for j, i := range idx {
-		b.y[j] = l.ds.Example(i, b.x[j*l.feature:(j+1)*l.feature])
+		if l.seq != nil {
+			lo, hi := j*l.seqLen, (j+1)*l.seqLen
+			l.seq.Sequence(i, b.inputs[lo:hi], b.targets[lo:hi])
+		} else {
+			b.y[j] = l.ds.Example(i, b.x[j*l.feature:(j+1)*l.feature])
+		}
 		b.indices[j] = i
 	}
 }
 
 func (l *Loader) batch(b *batchBuffer, n int) Batch {
+	if l.seq != nil {
+		return Batch{Inputs: b.inputs[:n*l.seqLen], Targets: b.targets[:n*l.seqLen], T: l.seqLen, Indices: b.indices[:n]}
+	}
 	shape := make([]int, 0, 1+len(l.shape))
 	shape = append(append(shape, n), l.shape...)
 	return Batch{X: tensor.New(b.x[:n*l.feature], shape...), Y: b.y[:n], Indices: b.indices[:n]}

@@ -14,8 +14,8 @@ import (
 //	p = p − lr·δ
 type Adadelta struct {
 	core
-	rho, eps, weightDecay float64
-	maximize              bool
+	rho, eps float64
+	maximize bool
 }
 
 // NewAdadelta returns Adadelta over params with learning rate lr (PyTorch's
@@ -23,12 +23,11 @@ type Adadelta struct {
 // WeightDecay (0) and Maximize.
 func NewAdadelta(params []*tensor.Tensor, lr float64, opts ...Option) *Adadelta {
 	c := config{rho: 0.9, eps: 1e-6}.apply("Adadelta", opts, "Rho", "Eps", "WeightDecay", "Maximize")
-	o := &Adadelta{core: newCore("Adadelta", params, lr, []string{"square_avg", "acc_delta"})}
-	o.rho, o.eps, o.weightDecay, o.maximize = c.rho, c.eps, c.weightDecay, c.maximize
+	o := &Adadelta{core: newCore("Adadelta", params, lr, c.weightDecay, []string{"square_avg", "acc_delta"})}
+	o.rho, o.eps, o.maximize = c.rho, c.eps, c.maximize
 	o.hypers = []hyper{
 		{name: "rho", f: &o.rho},
 		{name: "eps", f: &o.eps},
-		{name: "weight_decay", f: &o.weightDecay},
 		{name: "maximize", b: &o.maximize},
 	}
 	o.update = o.updateParam
@@ -36,11 +35,11 @@ func NewAdadelta(params []*tensor.Tensor, lr float64, opts ...Option) *Adadelta 
 }
 
 // updateParam is one fused pass per element over p, g and both averages.
-func (o *Adadelta) updateParam(p, g, _ []float32, slots [][]float32, _ int64) {
+func (o *Adadelta) updateParam(p, g, _ []float32, slots [][]float32, _ int64, grp *group) {
 	k := kernels.AdadeltaConsts{
-		Sign: 1, WD: float32(o.weightDecay),
+		Sign: 1, WD: float32(grp.weightDecay),
 		Rho: float32(o.rho), C: float32(1 - o.rho),
-		Eps: float32(o.eps), LR: float32(o.lr),
+		Eps: float32(o.eps), LR: float32(grp.lr),
 	}
 	if o.maximize {
 		k.Sign = -1

@@ -15,8 +15,8 @@ import (
 //	p = p − lr/(1−β1ᵗ) · m / (√v/√(1−β2ᵗ) + eps)
 type Adam struct {
 	core
-	beta1, beta2, eps, weightDecay float64
-	maximize                       bool
+	beta1, beta2, eps float64
+	maximize          bool
 }
 
 // NewAdam returns Adam over params with learning rate lr (PyTorch's default
@@ -24,11 +24,11 @@ type Adam struct {
 // WeightDecay (0) and Maximize.
 func NewAdam(params []*tensor.Tensor, lr float64, opts ...Option) *Adam {
 	c := config{beta1: 0.9, beta2: 0.999, eps: 1e-8}.apply("Adam", opts, "Betas", "Eps", "WeightDecay", "Maximize")
-	o := &Adam{core: newCore("Adam", params, lr, []string{"exp_avg", "exp_avg_sq"})}
-	o.beta1, o.beta2, o.eps, o.weightDecay, o.maximize = c.beta1, c.beta2, c.eps, c.weightDecay, c.maximize
-	o.hypers = adamHypers(&o.beta1, &o.beta2, &o.eps, &o.weightDecay, &o.maximize)
-	o.update = func(p, g, _ []float32, slots [][]float32, step int64) {
-		adamUpdate(p, g, slots[0], slots[1], step, o.lr, o.beta1, o.beta2, o.eps, o.weightDecay, 1, o.maximize)
+	o := &Adam{core: newCore("Adam", params, lr, c.weightDecay, []string{"exp_avg", "exp_avg_sq"})}
+	o.beta1, o.beta2, o.eps, o.maximize = c.beta1, c.beta2, c.eps, c.maximize
+	o.hypers = adamHypers(&o.beta1, &o.beta2, &o.eps, &o.maximize)
+	o.update = func(p, g, _ []float32, slots [][]float32, step int64, grp *group) {
+		adamUpdate(p, g, slots[0], slots[1], step, grp.lr, o.beta1, o.beta2, o.eps, grp.weightDecay, 1, o.maximize)
 	}
 	return o
 }
@@ -38,8 +38,8 @@ func NewAdam(params []*tensor.Tensor, lr float64, opts ...Option) *Adam {
 // of being added to the gradient.
 type AdamW struct {
 	core
-	beta1, beta2, eps, weightDecay float64
-	maximize                       bool
+	beta1, beta2, eps float64
+	maximize          bool
 }
 
 // NewAdamW returns AdamW over params with learning rate lr (PyTorch's
@@ -47,21 +47,20 @@ type AdamW struct {
 // WeightDecay (0.01) and Maximize.
 func NewAdamW(params []*tensor.Tensor, lr float64, opts ...Option) *AdamW {
 	c := config{beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0.01}.apply("AdamW", opts, "Betas", "Eps", "WeightDecay", "Maximize")
-	o := &AdamW{core: newCore("AdamW", params, lr, []string{"exp_avg", "exp_avg_sq"})}
-	o.beta1, o.beta2, o.eps, o.weightDecay, o.maximize = c.beta1, c.beta2, c.eps, c.weightDecay, c.maximize
-	o.hypers = adamHypers(&o.beta1, &o.beta2, &o.eps, &o.weightDecay, &o.maximize)
-	o.update = func(p, g, _ []float32, slots [][]float32, step int64) {
-		adamUpdate(p, g, slots[0], slots[1], step, o.lr, o.beta1, o.beta2, o.eps, 0, float32(1-o.lr*o.weightDecay), o.maximize)
+	o := &AdamW{core: newCore("AdamW", params, lr, c.weightDecay, []string{"exp_avg", "exp_avg_sq"})}
+	o.beta1, o.beta2, o.eps, o.maximize = c.beta1, c.beta2, c.eps, c.maximize
+	o.hypers = adamHypers(&o.beta1, &o.beta2, &o.eps, &o.maximize)
+	o.update = func(p, g, _ []float32, slots [][]float32, step int64, grp *group) {
+		adamUpdate(p, g, slots[0], slots[1], step, grp.lr, o.beta1, o.beta2, o.eps, 0, float32(1-grp.lr*grp.weightDecay), o.maximize)
 	}
 	return o
 }
 
-func adamHypers(beta1, beta2, eps, wd *float64, maximize *bool) []hyper {
+func adamHypers(beta1, beta2, eps *float64, maximize *bool) []hyper {
 	return []hyper{
 		{name: "beta1", f: beta1},
 		{name: "beta2", f: beta2},
 		{name: "eps", f: eps},
-		{name: "weight_decay", f: wd},
 		{name: "maximize", b: maximize},
 	}
 }

@@ -7,6 +7,14 @@
 // step for step, so a training run here tracks the same run in PyTorch.
 // Parameters whose gradient is nil are skipped by Step, as in PyTorch.
 //
+// The constructor's parameters are the first parameter group;
+// AddParamGroup adds more, each with its own learning rate and weight
+// decay (no decay on biases and LayerNorm weights is the usual use).
+// ClipGradNorm is torch.nn.utils.clip_grad_norm_. The schedulers (StepLR,
+// CosineAnnealingLR, LambdaLR, LinearLR, SequentialLR, OneCycleLR) set
+// every group's rate from its own base rate and may be stepped per epoch
+// or per batch.
+//
 // Optimizer and scheduler state round-trips through State, which the
 // checkpoint package writes next to the model so that training resumes on
 // exactly the trajectory it left.
@@ -43,10 +51,20 @@ type Optimizer interface {
 	// ZeroGrad sets every gradient to zero in place, keeping its storage
 	// (DDP's gradients are views into its communication buckets).
 	ZeroGrad()
-	// LR returns the current learning rate.
+	// LR returns the current learning rate (of the first group).
 	LR() float64
-	// SetLR changes the learning rate used by later steps.
+	// SetLR sets the learning rate of every parameter group.
 	SetLR(lr float64)
+	// AddParamGroup adds parameters as a new group with its own options
+	// (LR, WeightDecay), as torch.optim's add_param_group.
+	AddParamGroup(params []*tensor.Tensor, opts ...Option)
+	// NumGroups returns the number of parameter groups (at least 1: the
+	// constructor's parameters).
+	NumGroups() int
+	// GroupLR returns group g's learning rate.
+	GroupLR(g int) float64
+	// SetGroupLR sets group g's learning rate.
+	SetGroupLR(g int, lr float64)
 	// StateDict returns a copy of the optimizer's state and hyper-parameters.
 	StateDict() State
 	// LoadStateDict replaces the state and hyper-parameters with st, which
@@ -77,16 +95,23 @@ type hyper struct {
 // updateFunc applies one step to parameter p with gradient g. slots holds
 // the parameter's state buffers (zeroed on its first step) in the order of
 // core.slots; scratch is a temporary buffer of len(p); step is the
-// parameter's step count including this one.
-type updateFunc func(p, g, scratch []float32, slots [][]float32, step int64)
+// parameter's step count including this one; grp is the parameter's
+// group, whose learning rate and weight decay the step uses.
+type updateFunc func(p, g, scratch []float32, slots [][]float32, step int64, grp *group)
 
 // core is the machinery every optimizer shares.
 type core struct {
 	kind   string // "SGD", "Adam", ...: checked by LoadStateDict
 	params []*tensor.Tensor
-	lr     float64
-	hypers []hyper
-	slots  []string // state buffer names, e.g. "exp_avg"
+	// groups are the parameter groups, in order: groups[0] holds the
+	// constructor's parameters; groupOf[i] is parameter i's group.
+	groups  []group
+	groupOf []int
+	// defaultWD is the constructor's weight decay, which an added group
+	// takes unless given its own.
+	defaultWD float64
+	hypers    []hyper
+	slots     []string // state buffer names, e.g. "exp_avg"
 	// structural names the float hyper-parameter whose being zero decides
 	// which slots exist (SGD's momentum): a state must agree on it.
 	structural string
@@ -98,29 +123,41 @@ type core struct {
 	update  updateFunc
 }
 
-func newCore(kind string, params []*tensor.Tensor, lr float64, slots []string) core {
+func newCore(kind string, params []*tensor.Tensor, lr, weightDecay float64, slots []string) core {
 	if !validLR(lr) {
 		panic(fmt.Sprintf("optim: %s: invalid learning rate %v", kind, lr))
 	}
-	seen := make(map[*tensor.Tensor]int, len(params))
-	for i, p := range params {
+	c := core{kind: kind, slots: slots, defaultWD: weightDecay}
+	c.addGroup(params, group{lr: lr, weightDecay: weightDecay})
+	return c
+}
+
+// addGroup appends params as a new group with g's hyper-parameters,
+// panicking on a nil parameter or one already in the optimizer.
+func (c *core) addGroup(params []*tensor.Tensor, g group) {
+	seen := make(map[*tensor.Tensor]int, len(c.params)+len(params))
+	for i, p := range c.params {
+		seen[p] = i
+	}
+	for k, p := range params {
+		i := len(c.params) + k
 		if p == nil {
-			panic(fmt.Sprintf("optim: %s: parameter %d is nil", kind, i))
+			panic(fmt.Sprintf("optim: %s: parameter %d is nil", c.kind, i))
 		}
 		// A repeated parameter would be updated twice per step.
 		if j, ok := seen[p]; ok {
-			panic(fmt.Sprintf("optim: %s: parameter %d is also parameter %d", kind, i, j))
+			panic(fmt.Sprintf("optim: %s: parameter %d is also parameter %d", c.kind, i, j))
 		}
 		seen[p] = i
 	}
-	return core{
-		kind:   kind,
-		params: slices.Clone(params),
-		lr:     lr,
-		slots:  slots,
-		state:  make([][][]float32, len(params)),
-		steps:  make([]int64, len(params)),
+	g.n = len(params)
+	c.groups = append(c.groups, g)
+	for range params {
+		c.groupOf = append(c.groupOf, len(c.groups)-1)
 	}
+	c.params = append(c.params, params...)
+	c.state = append(c.state, make([][][]float32, len(params))...)
+	c.steps = append(c.steps, make([]int64, len(params))...)
 }
 
 // Step applies one update to every parameter that has a gradient.
@@ -137,16 +174,16 @@ func (c *core) Step() {
 			}
 		}
 		c.steps[i]++
-		c.apply(p.Data(), g.Data(), c.state[i], c.steps[i])
+		c.apply(p.Data(), g.Data(), c.state[i], c.steps[i], &c.groups[c.groupOf[i]])
 	}
 }
 
 // apply runs the update rule on one parameter.
-func (c *core) apply(p, g []float32, slots [][]float32, step int64) {
+func (c *core) apply(p, g []float32, slots [][]float32, step int64, grp *group) {
 	if cap(c.scratch) < len(p) {
 		c.scratch = make([]float32, len(p))
 	}
-	c.update(p, g, c.scratch[:len(p)], slots, step)
+	c.update(p, g, c.scratch[:len(p)], slots, step, grp)
 }
 
 // ZeroGrad sets every gradient to zero in place.
@@ -156,15 +193,14 @@ func (c *core) ZeroGrad() {
 	}
 }
 
-// LR returns the current learning rate.
-func (c *core) LR() float64 { return c.lr }
+// LR returns the current learning rate of the first parameter group.
+func (c *core) LR() float64 { return c.groups[0].lr }
 
-// SetLR changes the learning rate used by later steps.
+// SetLR sets the learning rate of every parameter group to lr.
 func (c *core) SetLR(lr float64) {
-	if !validLR(lr) {
-		panic(fmt.Sprintf("optim: %s: invalid learning rate %v", c.kind, lr))
+	for g := range c.groups {
+		c.SetGroupLR(g, lr)
 	}
-	c.lr = lr
 }
 
 // validLR reports whether lr is a learning rate: finite and not negative
@@ -177,9 +213,9 @@ func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) 
 func (c *core) StateDict() State {
 	st := State{Tensors: map[string]*tensor.Tensor{}, Meta: map[string]string{
 		"optimizer": c.kind,
-		"lr":        formatFloat(c.lr),
 		"params":    strconv.Itoa(len(c.params)),
 	}}
+	c.groupsMeta(st.Meta)
 	for _, h := range c.hypers {
 		if h.f != nil {
 			st.Meta[h.name] = formatFloat(*h.f)
@@ -209,9 +245,9 @@ func (c *core) LoadStateDict(st State) error {
 	if n := st.Meta["params"]; n != strconv.Itoa(len(c.params)) {
 		return c.stateError("state has %s parameters, optimizer has %d", n, len(c.params))
 	}
-	lr, err := metaFloat(st.Meta, "lr")
+	groups, err := c.parseGroups(st.Meta)
 	if err != nil {
-		return c.stateError("%v", err)
+		return err
 	}
 	floats, bools, err := c.parseHypers(st.Meta)
 	if err != nil {
@@ -221,7 +257,7 @@ func (c *core) LoadStateDict(st State) error {
 	if err != nil {
 		return err
 	}
-	c.lr = lr
+	c.groups = groups
 	for k, h := range c.hypers {
 		if h.f != nil {
 			*h.f = floats[k]
@@ -357,6 +393,8 @@ type Option func(*config)
 // config holds every optimizer option; each constructor reads its own
 // fields.
 type config struct {
+	lr                               float64 // a group's own, see LR
+	hasLR                            bool
 	momentum, dampening, weightDecay float64
 	beta1, beta2, eps, rho           float64
 	nesterov, maximize               bool

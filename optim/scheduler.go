@@ -3,7 +3,9 @@ package optim
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // Scheduler changes an optimizer's learning rate once per epoch (or per
@@ -13,9 +15,11 @@ import (
 type Scheduler interface {
 	// Step advances the schedule by one and sets the optimizer's rate.
 	Step()
-	// LastLR returns the learning rate the last Step set (the base rate
-	// before the first Step).
+	// LastLR returns the learning rate the last Step set in the first
+	// parameter group (its rate at construction before the first Step).
 	LastLR() float64
+	// LastLRs returns the learning rate the last Step set in each group.
+	LastLRs() []float64
 	// StateDict returns the schedule's position and settings.
 	StateDict() State
 	// LoadStateDict restores a state from StateDict of the same kind of
@@ -24,32 +28,90 @@ type Scheduler interface {
 	LoadStateDict(st State) error
 }
 
-// schedule is the state every scheduler shares.
+// schedule is the state every scheduler shares: the position and, per
+// parameter group, the base rate it decays from and the rate it last set.
 type schedule struct {
 	kind      string
 	opt       Optimizer
-	baseLR    float64
+	baseLRs   []float64
 	lastEpoch int
-	lastLR    float64
+	lastLRs   []float64
 }
 
+// newSchedule records each group's base rate: the rate the optimizer's
+// first scheduler found (torch's initial_lr), so that schedulers chained
+// over one optimizer (see SequentialLR) all start from the same rates.
 func newSchedule(kind string, opt Optimizer) schedule {
 	if opt == nil {
 		panic(fmt.Sprintf("optim: %s: nil optimizer", kind))
 	}
-	return schedule{kind: kind, opt: opt, baseLR: opt.LR(), lastLR: opt.LR()}
+	s := schedule{kind: kind, opt: opt}
+	init, _ := opt.(interface{ initialLR(int) float64 })
+	for g := range opt.NumGroups() {
+		base := opt.GroupLR(g)
+		if init != nil {
+			base = init.initialLR(g)
+		}
+		s.baseLRs = append(s.baseLRs, base)
+		s.lastLRs = append(s.lastLRs, opt.GroupLR(g))
+	}
+	return s
 }
 
-// LastLR returns the learning rate the last Step set.
-func (s *schedule) LastLR() float64 { return s.lastLR }
+// LastLR returns the learning rate the last Step set (of the first
+// parameter group; see LastLRs).
+func (s *schedule) LastLR() float64 { return s.lastLRs[0] }
+
+// LastLRs returns the learning rate the last Step set in each parameter
+// group.
+func (s *schedule) LastLRs() []float64 { return slices.Clone(s.lastLRs) }
+
+// set gives every group g the rate lr(g) and records it.
+func (s *schedule) set(lr func(g int) float64) {
+	for g := range s.lastLRs {
+		v := lr(g)
+		s.opt.SetGroupLR(g, v)
+		s.lastLRs[g] = v
+	}
+}
 
 func (s *schedule) meta() map[string]string {
 	return map[string]string{
 		"scheduler":  s.kind,
-		"base_lr":    formatFloat(s.baseLR),
+		"base_lr":    formatFloats(s.baseLRs),
 		"last_epoch": strconv.Itoa(s.lastEpoch),
-		"last_lr":    formatFloat(s.lastLR),
+		"last_lr":    formatFloats(s.lastLRs),
 	}
+}
+
+// formatFloats joins vs with commas, each formatted to round-trip.
+func formatFloats(vs []float64) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = formatFloat(v)
+	}
+	return strings.Join(parts, ",")
+}
+
+// metaFloats parses a list of formatFloats, which must have n values.
+func metaFloats(meta map[string]string, key string, n int) ([]float64, error) {
+	s, ok := meta[key]
+	if !ok {
+		return nil, fmt.Errorf("missing %s", key)
+	}
+	parts := strings.Split(s, ",")
+	if len(parts) != n {
+		return nil, fmt.Errorf("%s = %q has %d values for %d parameter groups", key, s, len(parts), n)
+	}
+	vs := make([]float64, n)
+	for i, p := range parts {
+		v, err := strconv.ParseFloat(p, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s = %q is not a number", key, s)
+		}
+		vs[i] = v
+	}
+	return vs, nil
 }
 
 // load parses the shared fields and, if extra succeeds, commits them.
@@ -58,11 +120,11 @@ func (s *schedule) load(st State, extra func() error) error {
 	if kind := st.Meta["scheduler"]; kind != s.kind {
 		return wrap(fmt.Errorf("state is for scheduler %q", kind))
 	}
-	base, err := metaFloat(st.Meta, "base_lr")
+	base, err := metaFloats(st.Meta, "base_lr", len(s.baseLRs))
 	if err != nil {
 		return wrap(err)
 	}
-	last, err := metaFloat(st.Meta, "last_lr")
+	last, err := metaFloats(st.Meta, "last_lr", len(s.lastLRs))
 	if err != nil {
 		return wrap(err)
 	}
@@ -73,7 +135,7 @@ func (s *schedule) load(st State, extra func() error) error {
 	if err := extra(); err != nil {
 		return wrap(err)
 	}
-	s.baseLR, s.lastLR, s.lastEpoch = base, last, epoch
+	s.baseLRs, s.lastLRs, s.lastEpoch = base, last, epoch
 	return nil
 }
 
@@ -102,10 +164,19 @@ func NewStepLR(opt Optimizer, stepSize int, gamma float64) *StepLR {
 // changed by hand in between is respected).
 func (s *StepLR) Step() {
 	s.lastEpoch++
-	if s.lastEpoch%s.stepSize == 0 {
-		s.opt.SetLR(s.opt.LR() * s.gamma)
-	}
-	s.lastLR = s.opt.LR()
+	s.set(func(g int) float64 {
+		if s.lastEpoch%s.stepSize == 0 {
+			return s.opt.GroupLR(g) * s.gamma
+		}
+		return s.opt.GroupLR(g)
+	})
+}
+
+// restart sets the rates of epoch e by the closed form (SequentialLR's
+// step(0) at a milestone).
+func (s *StepLR) restart(e int) {
+	s.lastEpoch = e
+	s.set(func(g int) float64 { return s.baseLRs[g] * math.Pow(s.gamma, float64(e/s.stepSize)) })
 }
 
 // StateDict returns the schedule's position and settings.
@@ -160,11 +231,14 @@ func NewCosineAnnealingLR(opt Optimizer, tMax int, etaMin float64) *CosineAnneal
 }
 
 // Step advances the schedule and sets the optimizer's rate.
-func (s *CosineAnnealingLR) Step() {
-	s.lastEpoch++
-	lr := s.etaMin + (s.baseLR-s.etaMin)*(1+math.Cos(math.Pi*float64(s.lastEpoch)/float64(s.tMax)))/2
-	s.opt.SetLR(lr)
-	s.lastLR = lr
+func (s *CosineAnnealingLR) Step() { s.restart(s.lastEpoch + 1) }
+
+// restart sets the rates of epoch e.
+func (s *CosineAnnealingLR) restart(e int) {
+	s.lastEpoch = e
+	s.set(func(g int) float64 {
+		return s.etaMin + (s.baseLRs[g]-s.etaMin)*(1+math.Cos(math.Pi*float64(e)/float64(s.tMax)))/2
+	})
 }
 
 // StateDict returns the schedule's position and settings.

@@ -16,8 +16,8 @@ import (
 //	p = p − lr·g
 type SGD struct {
 	core
-	momentum, dampening, weightDecay float64
-	nesterov, maximize               bool
+	momentum, dampening float64
+	nesterov, maximize  bool
 }
 
 // NewSGD returns SGD over params with learning rate lr. It accepts the
@@ -33,14 +33,13 @@ func NewSGD(params []*tensor.Tensor, lr float64, opts ...Option) *SGD {
 		slots = []string{"momentum_buffer"}
 	}
 	o := &SGD{
-		core:     newCore("SGD", params, lr, slots),
-		momentum: c.momentum, dampening: c.dampening, weightDecay: c.weightDecay,
+		core:     newCore("SGD", params, lr, c.weightDecay, slots),
+		momentum: c.momentum, dampening: c.dampening,
 		nesterov: c.nesterov, maximize: c.maximize,
 	}
 	o.hypers = []hyper{
 		{name: "momentum", f: &o.momentum},
 		{name: "dampening", f: &o.dampening},
-		{name: "weight_decay", f: &o.weightDecay},
 		{name: "nesterov", b: &o.nesterov},
 		{name: "maximize", b: &o.maximize},
 	}
@@ -49,17 +48,17 @@ func NewSGD(params []*tensor.Tensor, lr float64, opts ...Option) *SGD {
 	return o
 }
 
-func (o *SGD) updateParam(p, grad, scratch []float32, slots [][]float32, step int64) {
+func (o *SGD) updateParam(p, grad, scratch []float32, slots [][]float32, step int64, grp *group) {
 	d := grad
-	if o.weightDecay != 0 || o.maximize || o.nesterov {
+	if grp.weightDecay != 0 || o.maximize || o.nesterov {
 		// The gradient itself must stay untouched, as in PyTorch.
 		d = scratch
 		copy(d, grad)
 		if o.maximize {
 			kernels.Scale(-1, d)
 		}
-		if o.weightDecay != 0 {
-			kernels.Axpy(float32(o.weightDecay), p, d)
+		if grp.weightDecay != 0 {
+			kernels.Axpy(float32(grp.weightDecay), p, d)
 		}
 	}
 	if o.momentum != 0 && !o.nesterov && step > 1 {
@@ -68,7 +67,7 @@ func (o *SGD) updateParam(p, grad, scratch []float32, slots [][]float32, step in
 		// from memory once instead of three times (same operations, same
 		// order per element, so the same bits).
 		buf := slots[0]
-		m, damp, lr := float32(o.momentum), float32(1-o.dampening), float32(-o.lr)
+		m, damp, lr := float32(o.momentum), float32(1-o.dampening), float32(-grp.lr)
 		for lo := 0; lo < len(p); lo += sgdBlock {
 			hi := min(lo+sgdBlock, len(p))
 			kernels.Scale(m, buf[lo:hi])
@@ -91,7 +90,7 @@ func (o *SGD) updateParam(p, grad, scratch []float32, slots [][]float32, step in
 			d = buf
 		}
 	}
-	kernels.Axpy(float32(-o.lr), d, p)
+	kernels.Axpy(float32(-grp.lr), d, p)
 }
 
 // sgdBlock is how many elements the momentum update takes at a time: three

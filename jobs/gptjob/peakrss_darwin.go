@@ -1,0 +1,4 @@
+package gptjob
+
+// maxrssPerMiB converts getrusage's ru_maxrss, in bytes on macOS.
+const maxrssPerMiB = 1 << 20

@@ -1,0 +1,7 @@
+//go:build !darwin
+
+package gptjob
+
+// maxrssPerMiB converts getrusage's ru_maxrss, in KiB on Linux and the
+// BSDs.
+const maxrssPerMiB = 1 << 10

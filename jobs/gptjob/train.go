@@ -1,0 +1,154 @@
+package gptjob
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+
+	"github.com/gotrain/gotrain/data"
+	"github.com/gotrain/gotrain/nn"
+	"github.com/gotrain/gotrain/nn/models"
+	"github.com/gotrain/gotrain/optim"
+	"github.com/gotrain/gotrain/tensor"
+)
+
+// run trains from the resumed step to MaxSteps, evaluating every
+// EvalEvery steps and at the end, then samples and returns the summary.
+func (j *job) run(ctx context.Context) (Result, error) {
+	m := newMeter(j)
+	defer m.close()
+	res := Result{World: j.world, Rank: j.rank}
+	nn.SetTrain(j.model, true)
+	for epoch := j.ckpt.Epoch; int(j.ckpt.Step) < j.cfg.MaxSteps; epoch++ {
+		j.ckpt.Epoch = epoch
+		j.sampler.SetEpoch(epoch) // keeps a resumed position within this epoch
+		for b := range j.loader.Batches() {
+			if err := j.trainStep(ctx, m, b); err != nil {
+				return res, err
+			}
+			if int(j.ckpt.Step) >= j.cfg.MaxSteps {
+				break
+			}
+		}
+	}
+	if err := m.finish(ctx); err != nil {
+		return res, err
+	}
+	res = m.summarise(res)
+	if err := j.checkpoint(); err != nil {
+		return res, err
+	}
+	if j.rank == 0 && j.cfg.Sample > 0 {
+		s, err := j.generate(j.cfg.Sample)
+		if err != nil {
+			return res, err
+		}
+		res.Sample = s
+	}
+	return res, nil
+}
+
+// trainStep takes one step on batch b and does what falls due after it:
+// the evaluation and the checkpoint.
+func (j *job) trainStep(ctx context.Context, m *meter, b data.Batch) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := m.startStep(ctx); err != nil {
+		return err
+	}
+	loss, err := j.step(b)
+	if err != nil {
+		return err
+	}
+	j.ckpt.Step++
+	m.stepped(loss, len(b.Inputs), j.opt.LR(), int(j.ckpt.Step))
+	step := int(j.ckpt.Step)
+	if step%j.cfg.EvalEvery == 0 || step == j.cfg.MaxSteps {
+		if err := m.untimed(func() error { return m.evaluated(ctx, step, j.evaluate) }); err != nil {
+			return err
+		}
+	}
+	if every := j.cfg.SaveEvery; every > 0 && step%every == 0 && step < j.cfg.MaxSteps {
+		return m.untimed(j.checkpoint)
+	}
+	return nil
+}
+
+// step is one optimizer step on a batch: the PyTorch loop of nanoGPT.
+// It returns this rank's loss.
+func (j *job) step(b data.Batch) (float64, error) {
+	B, T := b.Len(), b.T
+	if err := j.model.Check(b.Inputs, B, T); err != nil {
+		return 0, fmt.Errorf("gptjob: %w", err)
+	}
+	j.opt.ZeroGrad()
+	logits := j.forward(nn.IDTensor(b.Inputs, B, T))
+	loss := tensor.CrossEntropyIgnore(logits, b.Targets, models.IgnoreIndex, "mean")
+	// A failed allreduce (a dead peer) surfaces here, never as a hang.
+	if err := loss.Backward(); err != nil {
+		return 0, err
+	}
+	// Backward has left the averaged gradients in place: every rank
+	// clips by the same norm.
+	if j.cfg.GradClip > 0 {
+		optim.ClipGradNorm(j.params, j.cfg.GradClip)
+	}
+	j.opt.Step()
+	j.sched.Step()
+	return float64(loss.Item()), nil
+}
+
+// evalChunk is how many windows one forward pass of the evaluation takes:
+// without a backward pass the intermediate results are not recycled, so
+// smaller passes keep the peak memory near training's.
+const evalChunk = 8
+
+// evaluate returns the mean loss over the first EvalBatches batches of
+// validation windows, in eval mode, on this process's replica: each
+// batch's loss is the mean over its windows, computed evalChunk windows at
+// a time.
+func (j *job) evaluate() float64 {
+	nn.SetTrain(j.model, false)
+	defer nn.SetTrain(j.model, true)
+	loader := data.NewSequenceLoader(j.valid, j.cfg.BatchSize, data.NewSequentialSampler(j.valid.Len()), data.Prefetch(0))
+	var sum float64
+	n := 0
+	tensor.NoGrad(func() {
+		for b := range loader.Batches() {
+			T, batch := b.T, 0.0
+			for lo := 0; lo < b.Len(); lo += evalChunk {
+				hi := min(lo+evalChunk, b.Len())
+				_, loss := j.model.Loss(b.Inputs[lo*T:hi*T], b.Targets[lo*T:hi*T], hi-lo, T)
+				batch += float64(loss.Item()) * float64(hi-lo)
+				// Nothing is recycled without a backward pass: collect
+				// the pass's garbage now rather than when the heap has
+				// doubled (the garbage collector's default pace).
+				runtime.GC()
+			}
+			sum += batch / float64(b.Len())
+			if n++; n == j.cfg.EvalBatches {
+				break
+			}
+		}
+	})
+	return sum / float64(n)
+}
+
+// generate samples n bytes from the model after a newline (as nanoGPT's
+// sample.py starts), at cfg.Temperature (0: the most likely byte each
+// time), the context cropped to the block size.
+func (j *job) generate(n int) (string, error) {
+	temperature, topK := float32(j.cfg.Temperature), 0
+	if temperature <= 0 {
+		temperature, topK = 1, 1 // the top one alone: greedy
+	}
+	ids, err := j.model.Generate([]int{'\n'}, n, temperature, topK, tensor.NewRNG(j.cfg.Seed+1))
+	if err == nil {
+		var s string
+		if s, err = j.tok.Decode(ids[1:]); err == nil {
+			return s, nil
+		}
+	}
+	return "", fmt.Errorf("gptjob: sampling: %w", err)
+}
