@@ -113,7 +113,7 @@ func trainGPT(ctx context.Context, fl trainGPTFlags, f *pflag.FlagSet, n int) er
 	}
 	if n > 1 && !worker {
 		fl.launch.NProcPerNode = n
-		return launchTrainWorkers(ctx, fl.launch, fl.output, every)
+		return launchTrainWorkers(ctx, fl.launch, fl.output, every, observeFlags{})
 	}
 	logOut := io.Writer(os.Stderr)
 	if cfg.Progress {
