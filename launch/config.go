@@ -46,7 +46,8 @@ type Config struct {
 	NProcPerNode int
 	// NNodes is the number of nodes in the job (0 means 1). Every node
 	// runs its own launcher with the same NNodes, NProcPerNode, MasterAddr,
-	// MasterPort and GOTRAIN_TOKEN, and its own NodeRank.
+	// MasterPort and GOTRAIN_TOKEN, and its own NodeRank (or its own
+	// NProcPerNode too, with RankOffset and WorldSize).
 	NNodes int
 	// NodeRank is this node's rank in [0, NNodes). Worker global ranks are
 	// NodeRank·NProcPerNode + local rank (torchrun's static rendezvous),
