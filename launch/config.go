@@ -46,11 +46,22 @@ type Config struct {
 	NProcPerNode int
 	// NNodes is the number of nodes in the job (0 means 1). Every node
 	// runs its own launcher with the same NNodes, NProcPerNode, MasterAddr,
-	// MasterPort and GOTRAIN_TOKEN, and its own NodeRank.
+	// MasterPort and GOTRAIN_TOKEN, and its own NodeRank (or its own
+	// NProcPerNode too, with RankOffset and WorldSize).
 	NNodes int
 	// NodeRank is this node's rank in [0, NNodes). Worker global ranks are
-	// NodeRank·NProcPerNode + local rank (torchrun's static rendezvous).
+	// NodeRank·NProcPerNode + local rank (torchrun's static rendezvous),
+	// unless RankOffset says otherwise.
 	NodeRank int
+	// RankOffset and WorldSize place this node in a job whose nodes run
+	// different numbers of workers (hosts with their own slots, as in
+	// DeepSpeed and Open MPI): RankOffset is the global rank of this
+	// node's local rank 0, the workers of nodes 0..NodeRank-1 together,
+	// and WorldSize the workers of every node. 0 means the computation of
+	// nodes that all run NProcPerNode: NodeRank·NProcPerNode and
+	// NNodes·NProcPerNode. (Node 0's offset is 0 either way, and a later
+	// node's is at least NodeRank, so 0 is never a real offset there.)
+	RankOffset, WorldSize int
 	// MasterAddr is the address of node 0, where rank 0 serves the
 	// rendezvous store ("" means 127.0.0.1 on a single node; several need
 	// it set, and not to loopback: see CheckMasterAddr).
@@ -170,6 +181,24 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// globalRank is the global rank of this node's local rank local: the one
+// place that derives it, for the environment, the output prefixes, the
+// events and the failure reports.
+func (c Config) globalRank(local int) int {
+	if c.RankOffset != 0 {
+		return c.RankOffset + local
+	}
+	return c.NodeRank*c.NProcPerNode + local
+}
+
+// worldSize is the number of workers of the whole job.
+func (c Config) worldSize() int {
+	if c.WorldSize != 0 {
+		return c.WorldSize
+	}
+	return c.NNodes * c.NProcPerNode
+}
+
 // validate checks a Config after withDefaults. It does not look the program
 // up; Run does.
 func (c Config) validate() error {
@@ -182,6 +211,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: nnodes must be at least 1, got %d", ErrConfig, c.NNodes)
 	case c.NodeRank < 0 || c.NodeRank >= c.NNodes:
 		return fmt.Errorf("%w: node-rank %d out of range [0, %d) for nnodes %d", ErrConfig, c.NodeRank, c.NNodes, c.NNodes)
+	case c.RankOffset < 0 || c.WorldSize < 0:
+		return fmt.Errorf("%w: rank offset %d and world size %d must not be negative", ErrConfig, c.RankOffset, c.WorldSize)
+	case c.RankOffset != 0 && c.RankOffset < c.NodeRank:
+		return fmt.Errorf("%w: rank offset %d is below node rank %d: every node before this one runs at least one worker", ErrConfig, c.RankOffset, c.NodeRank)
+	case c.globalRank(c.NProcPerNode-1) >= c.worldSize():
+		return fmt.Errorf("%w: this node's ranks %d..%d do not fit in world size %d", ErrConfig, c.globalRank(0), c.globalRank(c.NProcPerNode-1), c.worldSize())
 	case c.Standalone && c.NNodes > 1:
 		return fmt.Errorf("%w: standalone runs a single node, but nnodes is %d", ErrConfig, c.NNodes)
 	case c.MasterPort < 0 || c.MasterPort > 65535:

@@ -91,8 +91,8 @@ func newJobEnv(cfg Config, inherited []string) (*jobEnv, error) {
 // workerEnv returns the variables the launcher sets for one worker.
 func (je *jobEnv) workerEnv(localRank, restart int) []string {
 	c := je.cfg
-	world := c.NNodes * c.NProcPerNode
-	rank := c.NodeRank*c.NProcPerNode + localRank
+	world := c.worldSize()
+	rank := c.globalRank(localRank)
 	itoa := strconv.Itoa
 	env := []string{
 		EnvRank + "=" + itoa(rank),

@@ -176,7 +176,7 @@ func (j *job) run(ctx context.Context) (int, error) {
 		}
 		j.log.Info("launch: starting workers",
 			"program", c.Program, "nproc_per_node", c.NProcPerNode, "node_rank", c.NodeRank,
-			"nnodes", c.NNodes, "world_size", c.NNodes*c.NProcPerNode,
+			"nnodes", c.NNodes, "world_size", c.worldSize(),
 			"master_addr", c.MasterAddr, "master_port", c.MasterPort,
 			"run_id", c.RunID, "restart_count", restart)
 		out, err := j.attempt(ctx, restart)
@@ -227,7 +227,7 @@ func (j *job) attempt(ctx context.Context, restart int) (outcome, error) {
 			args:      j.cfg.Args,
 			env:       j.env.environ(local, restart),
 			localRank: local,
-			rank:      j.cfg.NodeRank*n + local,
+			rank:      j.cfg.globalRank(local),
 			stdout:    j.stdout,
 			stderr:    j.stderr,
 			events:    j.events,

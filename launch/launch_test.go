@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -686,5 +688,89 @@ func TestOneAttemptForAnOuterLauncher(t *testing.T) {
 		if !strings.Contains(j.stdout.String(), want) {
 			t.Errorf("the worker's environment lacks %s:\n%s", want, j.stdout.String())
 		}
+	}
+}
+
+// TestEnvOffsetNode runs node 1 of a job whose hosts have 1 and 2 slots:
+// its workers are ranks 1 and 2 of 3, in their environment, their output
+// prefixes, their events and the root-cause report of one that fails.
+func TestEnvOffsetNode(t *testing.T) {
+	j := newJob(t, 2, "", nil)
+	j.cfg.Standalone = false
+	j.cfg.NNodes, j.cfg.NodeRank, j.cfg.RankOffset, j.cfg.WorldSize = 2, 1, 1, 3
+	j.cfg.MasterAddr, j.cfg.MasterPort = "10.9.8.7", 29555
+	j.setEnv("GOTRAIN_TOKEN=shared-secret")
+	var events []int
+	j.cfg.Events = func(rank int, _ []byte) { events = append(events, rank) }
+	// Local rank 1 fails once local rank 0 has surely finished.
+	j.cfg.Program, j.cfg.Args = "sh", []string{"-c", `env; printf 'e\n' >&3; [ "$LOCAL_RANK" = 1 ] && { sleep 0.3; echo "bad step" >&2; exit 5; }; exit 0`}
+	var fails []launch.Failure
+	j.cfg.OnFailure = func(f launch.Failure) { fails = append(fails, f) }
+	code, _, err := j.run(t, context.Background())
+	if code != 5 || err != nil {
+		t.Fatalf("Run = %d, %v; want 5, nil", code, err)
+	}
+	byRank := map[int]map[string]string{}
+	for r, lines := range linesOf(t, j.stdout.String()) {
+		env := map[string]string{}
+		for _, l := range lines {
+			if k, v, ok := strings.Cut(l, "="); ok {
+				env[k] = v
+			}
+		}
+		byRank[r] = env
+	}
+	if len(byRank) != 2 || byRank[1] == nil || byRank[2] == nil {
+		t.Fatalf("output from ranks %v, want ranks 1 and 2", slices.Collect(maps.Keys(byRank)))
+	}
+	for local, rank := range []int{1, 2} {
+		got := byRank[rank]
+		want := map[string]string{
+			"RANK": strconv.Itoa(rank), "LOCAL_RANK": strconv.Itoa(local),
+			"WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "2",
+			"GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2",
+			"ROLE_RANK": strconv.Itoa(rank), "ROLE_WORLD_SIZE": "3",
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("rank %d: %s=%q, want %q", rank, k, got[k], v)
+			}
+		}
+	}
+	slices.Sort(events)
+	if !slices.Equal(events, []int{1, 2}) {
+		t.Errorf("events from ranks %v, want [1 2]", events)
+	}
+	if len(fails) != 1 || fails[0].Rank != 2 || fails[0].LocalRank != 1 || !slices.Contains(fails[0].Stderr, "bad step") {
+		t.Errorf("root cause %+v, want rank 2 (local rank 1) with its stderr", fails)
+	}
+	if !strings.Contains(j.stderr.String(), "[rank2]: bad step\n") {
+		t.Errorf("stderr lacks [rank2]: bad step:\n%s", j.stderr.String())
+	}
+}
+
+// TestRankOffsetErrors: an offset or world size that cannot place the
+// node's workers is refused before any starts.
+func TestRankOffsetErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name                       string
+		node, offset, world, nproc int
+		want                       string
+	}{
+		{"negative offset", 1, -1, 3, 1, "must not be negative"},
+		{"offset below node rank", 2, 1, 5, 1, "rank offset 1 is below node rank 2"},
+		{"ranks past the world", 1, 2, 3, 2, "ranks 2..3 do not fit in world size 3"},
+		{"world too small", 1, 0, 3, 2, "ranks 2..3 do not fit in world size 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJob(t, tc.nproc, "env", nil)
+			j.cfg.Standalone, j.cfg.MasterAddr = false, "10.9.8.7"
+			j.cfg.NNodes, j.cfg.NodeRank, j.cfg.RankOffset, j.cfg.WorldSize = 3, tc.node, tc.offset, tc.world
+			j.setEnv("GOTRAIN_TOKEN=t")
+			code, err := launch.Run(context.Background(), j.cfg)
+			if !errors.Is(err, launch.ErrConfig) || !strings.Contains(err.Error(), tc.want) || code != 1 {
+				t.Fatalf("Run = %d, %v; want ErrConfig mentioning %q", code, err, tc.want)
+			}
+		})
 	}
 }

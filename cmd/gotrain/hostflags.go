@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -130,15 +131,10 @@ func (h hostFlags) check(f *pflag.FlagSet) ([]hosts.Host, error) {
 
 // nproc is the workers per host: --nproc-per-node if given (a number:
 // "auto" would count this machine's CPUs, not the hosts'), else 0 for
-// each host's slots, which must then agree.
-func (h hostFlags) nproc(f *pflag.FlagSet, value string, hs []hosts.Host) (int, error) {
+// each host's own slots.
+func (h hostFlags) nproc(f *pflag.FlagSet, value string) (int, error) {
 	if !f.Changed("nproc-per-node") {
-		for _, x := range hs[1:] {
-			if max(x.Slots, 1) != max(hs[0].Slots, 1) {
-				return 0, badFlag("hosts", x.String(), fmt.Sprintf("has %d slots but %s has %d: every host runs the same number of workers (give the same slots, or --nproc-per-node)", max(x.Slots, 1), hs[0].Name, max(hs[0].Slots, 1)))
-			}
-		}
-		return max(hs[0].Slots, 1), nil
+		return 0, nil
 	}
 	if value == "auto" || value == "cpu" || value == "gpu" {
 		return 0, badFlag("nproc-per-node", value, "counts this machine's CPUs, not the hosts'; with --hosts give a number, or slots per host")
@@ -165,7 +161,7 @@ func (h hostFlags) fanoutConfig(f *pflag.FlagSet, o runFlags, hs []hosts.Host, a
 		LogDir:      o.logDir,
 	}
 	var err error
-	if cfg.NProcPerNode, err = h.nproc(f, o.nprocPerNode, hs); err != nil {
+	if cfg.NProcPerNode, err = h.nproc(f, o.nprocPerNode); err != nil {
 		return cfg, err
 	}
 	switch {
@@ -187,7 +183,8 @@ func (h hostFlags) fanoutConfig(f *pflag.FlagSet, o runFlags, hs []hosts.Host, a
 			return cfg, err
 		}
 	}
-	probe := launch.Config{NProcPerNode: cfg.NProcPerNode, LogDir: o.logDir}
+	// The output flags name local ranks that every host must have.
+	probe := launch.Config{NProcPerNode: slices.Min(cfg.Workers()), LogDir: o.logDir}
 	if err := o.output.apply(f, &probe); err != nil {
 		return cfg, err
 	}
@@ -226,7 +223,11 @@ func runOnHosts(ctx context.Context, f *pflag.FlagSet, o runFlags, h hostFlags, 
 func launchOnHosts(ctx context.Context, cfg fanout.Config, h hostFlags, output outputFlags, every time.Duration, checkProgram bool, sum *summaryCatcher, env ...string) error {
 	format := output.format()
 	cfg.LogFormat = format
-	cons := console.New(console.Options{Out: os.Stderr, LogEvery: every, Ranks: cfg.NProcPerNode * len(cfg.Hosts)})
+	world := 0
+	for _, n := range cfg.Workers() {
+		world += n
+	}
+	cons := console.New(console.Options{Out: os.Stderr, LogEvery: every, Ranks: world})
 	defer cons.Close()
 	cfg.Stdout = cons.LineWriter(os.Stdout)
 	if sum != nil {
@@ -288,8 +289,9 @@ func preflightHosts(ctx context.Context, cfg *fanout.Config, h hostFlags, checkP
 	if checkProgram {
 		plan.Program = cfg.Program
 	}
-	for _, x := range cfg.Hosts {
-		plan.Hosts = append(plan.Hosts, preflight.Host{Name: x.Name, Workers: cfg.NProcPerNode})
+	workers := cfg.Workers()
+	for i, x := range cfg.Hosts {
+		plan.Hosts = append(plan.Hosts, preflight.Host{Name: x.Name, Workers: workers[i]})
 	}
 	places, err := preflight.Prepare(ctx, cfg.SSH, plan)
 	if err != nil {
@@ -326,7 +328,7 @@ func trainMNISTOnHosts(ctx context.Context, f *pflag.FlagSet, fl trainMNISTFlags
 	if err != nil {
 		return err
 	}
-	n, err := h.nproc(f, fl.nproc, hs)
+	n, err := h.nproc(f, fl.nproc)
 	if err != nil {
 		return err
 	}
@@ -349,7 +351,8 @@ func trainMNISTOnHosts(ctx context.Context, f *pflag.FlagSet, fl trainMNISTFlags
 			return err
 		}
 	}
-	probe := launch.Config{NProcPerNode: n, LogDir: fl.launch.LogDir}
+	// The output flags name local ranks that every host must have.
+	probe := launch.Config{NProcPerNode: slices.Min(fanout.Config{Hosts: hs, NProcPerNode: n}.Workers()), LogDir: fl.launch.LogDir}
 	if err := fl.output.apply(f, &probe); err != nil {
 		return err
 	}

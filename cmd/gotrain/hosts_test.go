@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,6 +47,43 @@ func TestRunHostsTwoByTwo(t *testing.T) {
 			t.Errorf("stdout lacks %q:\n%s", want, all)
 		}
 	}
+}
+
+// TestRunHostsUnequalSlots: hosts of a hostfile with 1 and 2 slots run 1
+// and 2 workers, ranked in host order in a world of 3; --nproc-per-node
+// overrides every host's slots.
+func TestRunHostsUnequalSlots(t *testing.T) {
+	useFakeSSH(t)
+	hf := filepath.Join(t.TempDir(), "hostfile")
+	if err := os.WriteFile(hf, []byte("# node 0 first\n127.0.0.1 slots=1\n127.0.0.2 slots=2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `echo "$RANK/$WORLD_SIZE node $GROUP_RANK local $LOCAL_RANK/$LOCAL_WORLD_SIZE"`
+	port := strconv.Itoa(testnet.FreePort(t))
+	all, stdout, code := runGotrain(t, 30*time.Second, "run", "--hostfile", hf, "--master-port", port, "sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, all)
+	}
+	want := []string{"[rank0]: 0/3 node 0 local 0/1", "[rank1]: 1/3 node 1 local 0/2", "[rank2]: 2/3 node 1 local 1/2"}
+	if got := strings.Split(strings.TrimSpace(stdout), "\n"); !sameLines(got, want) {
+		t.Errorf("stdout %q, want the lines %q:\n%s", got, want, all)
+	}
+	all, stdout, code = runGotrain(t, 30*time.Second, "run", "--hostfile", hf, "--nproc-per-node", "1", "--master-port", port, "sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("--nproc-per-node 1: exit %d:\n%s", code, all)
+	}
+	want = []string{"[rank0]: 0/2 node 0 local 0/1", "[rank1]: 1/2 node 1 local 0/1"}
+	if got := strings.Split(strings.TrimSpace(stdout), "\n"); !sameLines(got, want) {
+		t.Errorf("--nproc-per-node 1: stdout %q, want the lines %q:\n%s", got, want, all)
+	}
+}
+
+// sameLines reports whether got and want hold the same lines in any order.
+func sameLines(got, want []string) bool {
+	got, want = slices.Clone(got), slices.Clone(want)
+	slices.Sort(got)
+	slices.Sort(want)
+	return slices.Equal(got, want)
 }
 
 func TestRunHostsFailureExitCode(t *testing.T) {
@@ -95,7 +133,6 @@ func TestRunHostsBadFlags(t *testing.T) {
 		{[]string{"--copy"}, "--copy: needs --hosts or --hostfile"},
 		{[]string{"--exit-wait", "5s"}, "--exit-wait: needs --hosts or --hostfile"},
 		{[]string{"--hosts", "a,b", "--ssh-option", "Port"}, "--ssh-option Port: must be KEY=VALUE"},
-		{[]string{"--hosts", "a:1,b:2"}, "--hosts b:2: has 2 slots but a has 1"},
 		{[]string{"--hosts", "a,b", "--nproc-per-node", "auto"}, "--nproc-per-node auto: counts this machine's CPUs"},
 	} {
 		args := append(append([]string{"run"}, tc.args...), "true")

@@ -111,6 +111,9 @@ func (j Job) check() error {
 		return fmt.Errorf("agent: node rank %d out of range for %d nodes", j.NodeRank, j.NNodes)
 	case j.NProcPerNode < 1:
 		return fmt.Errorf("agent: nproc per node %d, want at least 1", j.NProcPerNode)
+	case j.RankOffset < 0 || j.WorldSize < 0:
+		// launch.Run checks the rest of the placement.
+		return fmt.Errorf("agent: rank offset %d or world size %d is negative", j.RankOffset, j.WorldSize)
 	case j.MasterPort < 1 || j.MasterPort > 65535:
 		return fmt.Errorf("agent: master port %d out of range", j.MasterPort)
 	}
@@ -259,6 +262,8 @@ func (a *agent) attempt(ctx context.Context, restart int) result {
 		NProcPerNode:     j.NProcPerNode,
 		NNodes:           j.NNodes,
 		NodeRank:         j.NodeRank,
+		RankOffset:       j.RankOffset,
+		WorldSize:        j.WorldSize,
 		MasterAddr:       j.MasterAddr,
 		MasterPort:       j.MasterPort,
 		MaxRestarts:      j.MaxRestarts,

@@ -35,10 +35,14 @@ type Job struct {
 	Env []string `json:"env,omitempty"`
 	// Token is the job's GOTRAIN_TOKEN.
 	Token string `json:"token"`
-	// NodeRank, NNodes and NProcPerNode place this node in the job.
+	// NodeRank, NNodes and NProcPerNode place this node in the job;
+	// RankOffset and WorldSize are launch.Config's, for nodes that run
+	// different numbers of workers (0: every node runs NProcPerNode).
 	NodeRank     int `json:"node_rank"`
 	NNodes       int `json:"nnodes"`
 	NProcPerNode int `json:"nproc_per_node"`
+	RankOffset   int `json:"rank_offset,omitempty"`
+	WorldSize    int `json:"world_size,omitempty"`
 	// MasterAddr and MasterPort are where node 0's agent serves the store.
 	MasterAddr string `json:"master_addr"`
 	MasterPort int    `json:"master_port"`

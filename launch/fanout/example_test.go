@@ -35,3 +35,19 @@ func ExampleForwardEnv() {
 	fmt.Println(fanout.ForwardEnv([]string{"HOME=/home/me", "GOTRAIN_SOCKET_IFNAME=eth1", "GOTRAIN_TOKEN=t", "GLOO_SOCKET_IFNAME=eth1"}))
 	// Output: [GOTRAIN_SOCKET_IFNAME=eth1 GLOO_SOCKET_IFNAME=eth1]
 }
+
+// Hosts with their own slots run their own numbers of workers, ranked in
+// host order; --nproc-per-node (NProcPerNode) overrides them all.
+func ExampleConfig_Workers() {
+	hs, err := hosts.Parse("node0:1,node1:4,node2")
+	if err != nil {
+		panic(err)
+	}
+	cfg := fanout.Config{Hosts: hs}
+	fmt.Println(cfg.Workers())
+	cfg.NProcPerNode = 2
+	fmt.Println(cfg.Workers())
+	// Output:
+	// [1 4 1]
+	// [2 2 2]
+}

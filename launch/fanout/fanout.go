@@ -66,8 +66,9 @@ type Config struct {
 	Program   string
 	Args      []string
 	ProgramOn map[string]string
-	// NProcPerNode is the workers per node; 0 means each host's slots,
-	// which must then be the same on every host (1 where not given).
+	// NProcPerNode is the workers on every node; 0 means each host's own
+	// slots (1 where not given), which may differ from host to host (see
+	// Workers).
 	NProcPerNode int
 	// MasterPort is the rendezvous store's port on node 0 (0 means 29500).
 	MasterPort int
@@ -111,26 +112,15 @@ type Config struct {
 
 // check refuses a Config that cannot run, with errors wrapping
 // launch.ErrConfig.
-func (c *Config) check() (nproc int, err error) {
+func (c *Config) check() (workers []int, err error) {
 	if len(c.Hosts) == 0 {
-		return 0, fmt.Errorf("%w: no hosts", launch.ErrConfig)
+		return nil, fmt.Errorf("%w: no hosts", launch.ErrConfig)
 	}
 	if c.Program == "" {
-		return 0, fmt.Errorf("%w: no program to run", launch.ErrConfig)
+		return nil, fmt.Errorf("%w: no program to run", launch.ErrConfig)
 	}
-	nproc = c.NProcPerNode
-	if nproc == 0 {
-		slots := func(h hosts.Host) int { return max(h.Slots, 1) }
-		nproc = slots(c.Hosts[0])
-		for _, h := range c.Hosts[1:] {
-			if slots(h) != nproc {
-				return 0, fmt.Errorf("%w: hosts %s and %s have different slots; every host runs the same number of workers (give --nproc-per-node, or the same slots everywhere)",
-					launch.ErrConfig, c.Hosts[0], h)
-			}
-		}
-	}
-	if nproc < 1 {
-		return 0, fmt.Errorf("%w: nproc-per-node must be at least 1, got %d", launch.ErrConfig, nproc)
+	if c.NProcPerNode < 0 {
+		return nil, fmt.Errorf("%w: nproc-per-node must be at least 1, got %d", launch.ErrConfig, c.NProcPerNode)
 	}
 	allow := os.Getenv(launch.EnvAllowLoopback) == "1"
 	for _, kv := range c.Env {
@@ -139,12 +129,27 @@ func (c *Config) check() (nproc int, err error) {
 		}
 	}
 	if err := launch.CheckMasterAddr(c.Hosts[0].Addr(), len(c.Hosts), allow); err != nil {
-		return 0, fmt.Errorf("%w: node 0 %s: %w", launch.ErrConfig, c.Hosts[0].Addr(), err)
+		return nil, fmt.Errorf("%w: node 0 %s: %w", launch.ErrConfig, c.Hosts[0].Addr(), err)
 	}
 	if c.MaxRestarts < 0 || c.ExitWait < 0 {
-		return 0, fmt.Errorf("%w: negative max-restarts or exit-wait", launch.ErrConfig)
+		return nil, fmt.Errorf("%w: negative max-restarts or exit-wait", launch.ErrConfig)
 	}
-	return nproc, nil
+	return c.Workers(), nil
+}
+
+// Workers is how many workers each host runs, in host order:
+// NProcPerNode on every host if set, else each host's slots (1 where the
+// list gives none). Global ranks follow this order: node 0's workers are
+// ranks 0..Workers()[0]-1, node 1's the next ones, and so on.
+func (c Config) Workers() []int {
+	n := make([]int, len(c.Hosts))
+	for i, h := range c.Hosts {
+		n[i] = c.NProcPerNode
+		if n[i] == 0 {
+			n[i] = max(h.Slots, 1)
+		}
+	}
+	return n
 }
 
 // forwarded are the prefixes of the launcher's variables ForwardEnv passes
@@ -197,11 +202,11 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 // without a restart. Nodes that finished while others still run wait at
 // most ExitWait, then the job fails naming the nodes still running.
 func Run(ctx context.Context, cfg Config) (int, error) {
-	nproc, err := cfg.check()
+	workers, err := cfg.check()
 	if err != nil {
 		return 1, err
 	}
-	l, err := newLauncher(cfg, nproc)
+	l, err := newLauncher(cfg, workers)
 	if err != nil {
 		return 1, err
 	}
@@ -215,7 +220,9 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 // launcher is one Run call.
 type launcher struct {
 	cfg     Config
-	nproc   int
+	workers []int // per node, in node order
+	offsets []int // the global rank of each node's local rank 0
+	world   int   // the workers of every node
 	token   string
 	runID   string
 	log     *slog.Logger
@@ -227,7 +234,7 @@ type launcher struct {
 	files   map[string]*os.File
 }
 
-func newLauncher(cfg Config, nproc int) (*launcher, error) {
+func newLauncher(cfg Config, workers []int) (*launcher, error) {
 	if cfg.ExitWait == 0 {
 		cfg.ExitWait = DefaultExitWait
 	}
@@ -240,12 +247,16 @@ func newLauncher(cfg Config, nproc int) (*launcher, error) {
 	if cfg.StopTimeout == 0 {
 		cfg.StopTimeout = launch.DefaultStopTimeout
 	}
-	l := &launcher{cfg: cfg, nproc: nproc, token: cfg.Token, runID: cfg.RunID,
+	l := &launcher{cfg: cfg, workers: workers, token: cfg.Token, runID: cfg.RunID,
 		stdout: orStd(cfg.Stdout, os.Stdout), stderr: orStd(cfg.Stderr, os.Stderr),
 		msgs: make(chan nodeMsg, 256), files: map[string]*os.File{}}
 	l.log = cfg.Logger
 	if l.log == nil {
 		l.log = slog.New(slog.NewTextHandler(l.stderr, nil))
+	}
+	for _, n := range workers {
+		l.offsets = append(l.offsets, l.world)
+		l.world += n
 	}
 	if l.token == "" {
 		l.token = randomHex(32)
@@ -277,7 +288,8 @@ func (l *launcher) job(i int) agent.Job {
 	dir, _ := os.Getwd()
 	return agent.Job{
 		Host: h.Name, Dir: dir, Program: prog, Args: c.Args, Env: c.Env, Token: l.token,
-		NodeRank: i, NNodes: len(c.Hosts), NProcPerNode: l.nproc,
+		NodeRank: i, NNodes: len(c.Hosts), NProcPerNode: l.workers[i],
+		RankOffset: l.offsets[i], WorldSize: l.world,
 		MasterAddr: c.Hosts[0].Addr(), MasterPort: c.MasterPort,
 		RunID: l.runID, MaxRestarts: c.MaxRestarts,
 		StopTimeout: c.StopTimeout, MonitorInterval: c.MonitorInterval,
@@ -316,8 +328,8 @@ func (l *launcher) start(ctx context.Context) error {
 		}
 		l.nodes = append(l.nodes, n)
 	}
-	l.log.Info("fanout: agents starting", "hosts", len(l.nodes), "nproc_per_node", l.nproc,
-		"world_size", l.nproc*len(l.nodes), "master", fmt.Sprintf("%s:%d", l.cfg.Hosts[0].Addr(), l.cfg.MasterPort), "run_id", l.runID)
+	l.log.Info("fanout: agents starting", "hosts", len(l.nodes), "workers", fmt.Sprint(l.workers),
+		"world_size", l.world, "master", fmt.Sprintf("%s:%d", l.cfg.Hosts[0].Addr(), l.cfg.MasterPort), "run_id", l.runID)
 	ready := 0
 	deadline := time.NewTimer(readyWait)
 	defer deadline.Stop()

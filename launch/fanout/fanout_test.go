@@ -113,6 +113,11 @@ func TestMain(m *testing.M) {
 				return 1
 			}
 			defer g.Destroy()
+			if os.Getenv("PRINT_PLACE") != "" {
+				fmt.Printf("place rank=%s world=%s local=%s local_world=%s group=%s\n", os.Getenv("RANK"), os.Getenv("WORLD_SIZE"),
+					os.Getenv("LOCAL_RANK"), os.Getenv("LOCAL_WORLD_SIZE"), os.Getenv("GROUP_RANK"))
+				fmt.Printf("group rank=%d size=%d\n", g.Rank(), g.Size())
+			}
 			buf := []float32{float32(g.Rank())}
 			if err := g.AllReduce(ctx, buf, distributed.Sum); err != nil {
 				fmt.Fprintln(os.Stderr, err)
@@ -385,11 +390,38 @@ func TestRunCollectsLogs(t *testing.T) {
 	}
 }
 
-func TestRunRefusesUnequalSlots(t *testing.T) {
-	cfg, _, _ := config(t, "hello")
-	cfg.Hosts[1].Slots = 3
-	if _, err := fanout.Run(context.Background(), cfg); !errors.Is(err, launch.ErrConfig) || !strings.Contains(err.Error(), "different slots") {
-		t.Fatalf("err = %v, want a config error about slots", err)
+// TestRunUnequalSlots: hosts of 1 and 2 slots run 1 and 2 workers, ranks
+// 0 and 1..2 of a world of 3, which meet in one rendezvous and allreduce;
+// every console line carries its worker's global rank. The ring goes over
+// the sockets, as between real hosts, not through shared memory.
+func TestRunUnequalSlots(t *testing.T) {
+	cfg, out, errOut := config(t, "allreduce", "PRINT_PLACE=1", "GOTRAIN_ALLREDUCE_ALGO=ring")
+	cfg.Hosts[0].Slots, cfg.Hosts[1].Slots = 1, 2
+	if got := cfg.Workers(); !slices.Equal(got, []int{1, 2}) {
+		t.Fatalf("Workers() = %v, want [1 2]", got)
+	}
+	code, err := fanout.Run(context.Background(), cfg)
+	if err != nil || code != 0 {
+		t.Fatalf("Run = %d, %v; stderr:\n%s", code, err, errOut)
+	}
+	for r, place := range []string{"local=0 local_world=1 group=0", "local=0 local_world=2 group=1", "local=1 local_world=2 group=1"} {
+		for _, want := range []string{
+			fmt.Sprintf("[rank%d]: place rank=%d world=3 %s\n", r, r, place),
+			fmt.Sprintf("[rank%d]: group rank=%d size=3\n", r, r),
+			fmt.Sprintf("[rank%d]: sum=3\n", r),
+		} {
+			if n := strings.Count(out.String(), want); n != 1 {
+				t.Errorf("stdout has %q %d times, want once:\n%s", want, n, out)
+			}
+		}
+	}
+	if n := strings.Count(out.String(), "sum="); n != 3 {
+		t.Errorf("%d ranks printed a sum, want 3:\n%s", n, out)
+	}
+	// An explicit NProcPerNode still overrides every host's slots.
+	cfg.NProcPerNode = 2
+	if got := cfg.Workers(); !slices.Equal(got, []int{2, 2}) {
+		t.Errorf("Workers() with NProcPerNode 2 = %v, want [2 2]", got)
 	}
 }
 
