@@ -41,18 +41,18 @@ func readRows(t *testing.T, path string) []metrics.Row {
 	return rows
 }
 
-// checkRankRows checks one rank's rows of a run of steps steps: every
-// step once, in order, phases adding up to the step, and the steps
-// adding up to the rank's wall time, less untimedMS (checkpoints between
-// steps), within 10%.
-func checkRankRows(t *testing.T, rank int, rows []metrics.Row, steps int, untimedMS float64) {
+// checkRankRows checks one rank's rows of a run of steps steps of
+// samples samples each: every step once, in order, phases adding up to
+// the step, and the steps adding up to the rank's wall time, less
+// untimedMS (checkpoints and evaluations between steps), within 10%.
+func checkRankRows(t *testing.T, rank int, rows []metrics.Row, steps, samples int, untimedMS float64) {
 	t.Helper()
 	if len(rows) != steps {
 		t.Fatalf("rank %d: %d rows, want %d", rank, len(rows), steps)
 	}
 	var total float64
 	for i, r := range rows {
-		if r.Step != i+1 || r.Steps != 1 || r.Epoch != 1 || r.Samples != 64 || r.LR <= 0 || r.Loss <= 0 || r.SamplesPerSec <= 0 {
+		if r.Step != i+1 || r.Steps != 1 || r.Epoch != 1 || r.Samples != samples || r.LR <= 0 || r.Loss <= 0 || r.SamplesPerSec <= 0 {
 			t.Fatalf("rank %d row %d: %+v", rank, i, r)
 		}
 		phases := r.DataMS + r.ForwardMS + r.BackwardMS + r.OptimizerMS
@@ -122,7 +122,7 @@ func TestMetricsAndTraceTwoWorkers(t *testing.T) {
 		}
 	}
 	for rank, rows := range byRank {
-		checkRankRows(t, rank, rows, steps, untimed[rank])
+		checkRankRows(t, rank, rows, steps, 64, untimed[rank])
 		peer := fmt.Sprint(1 - rank)
 		var sent int64
 		for _, r := range rows {
@@ -170,7 +170,7 @@ func TestMetricsFileAlone(t *testing.T) {
 		t.Fatalf("trace of %d events: %v", len(tr.TraceEvents), err)
 	}
 	rows := readRows(t, file)
-	checkRankRows(t, 0, rows, 12, 0)
+	checkRankRows(t, 0, rows, 12, 64, 0)
 	if rows[0].ExposedWaitMS != 0 || len(rows[0].BytesSent) != 0 {
 		t.Fatalf("a single process has no communication: %+v", rows[0])
 	}
@@ -366,7 +366,7 @@ func TestRunWritesMetricsAndTrace(t *testing.T) {
 		byRank[r.Rank] = append(byRank[r.Rank], r)
 	}
 	for rank := range 2 {
-		checkRankRows(t, rank, byRank[rank], 10, 0)
+		checkRankRows(t, rank, byRank[rank], 10, 64, 0)
 	}
 	b, err := os.ReadFile(trace)
 	if err != nil {

@@ -34,6 +34,7 @@ type trainGPTFlags struct {
 	launch   launch.Config
 	output   outputFlags
 	timeout  timeoutFlag
+	observe  observeFlags
 }
 
 // newTrainGPTCmd is `gotrain train gpt`.
@@ -99,6 +100,7 @@ func (fl *trainGPTFlags) register(f *pflag.FlagSet) {
 	f.IntVar(&cfg.SaveEvery, "save-every", 0, "also checkpoint every N steps")
 	f.BoolVar(&cfg.Progress, "progress", true, "show a progress bar per evaluation interval (plain lines when stderr is not a terminal)")
 	addLogEvery(f, &fl.logEvery)
+	fl.observe.registerJob(f)
 }
 
 // trainGPT runs the job in this process, or starts the n workers that do;
@@ -106,6 +108,7 @@ func (fl *trainGPTFlags) register(f *pflag.FlagSet) {
 func trainGPT(ctx context.Context, fl trainGPTFlags, f *pflag.FlagSet, n int) error {
 	cfg := gptJobConfig(fl.job, f)
 	worker := os.Getenv(trainWorkerEnv) != ""
+	cfg.Metrics, cfg.Trace, cfg.MetricsEvery = fl.observe.jobConfig()
 	fl.timeout.export()
 	every, err := logEvery(fl.logEvery) // checked by check
 	if err != nil {
@@ -113,7 +116,7 @@ func trainGPT(ctx context.Context, fl trainGPTFlags, f *pflag.FlagSet, n int) er
 	}
 	if n > 1 && !worker {
 		fl.launch.NProcPerNode = n
-		return launchTrainWorkers(ctx, fl.launch, fl.output, every, observeFlags{})
+		return launchTrainWorkers(ctx, fl.launch, fl.output, every, fl.observe)
 	}
 	logOut := io.Writer(os.Stderr)
 	if cfg.Progress {
@@ -175,6 +178,9 @@ func (fl *trainGPTFlags) check(f *pflag.FlagSet) (int, error) {
 		return 0, err
 	}
 	if err := fl.timeout.check(f); err != nil {
+		return 0, err
+	}
+	if err := fl.observe.check(f, true, n, fl.job.Progress); err != nil {
 		return 0, err
 	}
 	if err := fl.checkModel(); err != nil {

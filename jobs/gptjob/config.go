@@ -58,6 +58,13 @@ type Config struct {
 	// Reporter receives the progress; nil means progress.FromEnv on Out.
 	Reporter *progress.Reporter
 
+	// Metrics receives a JSON line per step per rank (see package
+	// metrics; a row's samples are the step's tokens), Trace the run's
+	// timeline; "" for none. Under a launcher that observes the job, the
+	// launcher writes them.
+	Metrics, Trace string
+	MetricsEvery   int // one metrics row per N steps (default 1)
+
 	Out    io.Writer    // progress, evaluations, the sample; default os.Stderr
 	Logger *slog.Logger // default slog.Default()
 }
@@ -155,6 +162,8 @@ func (cfg *Config) validate() error {
 		err = fmt.Errorf("Sample %d: want a number of bytes >= 0", cfg.Sample)
 	case cfg.SaveEvery < 0:
 		err = fmt.Errorf("SaveEvery %d: want at least 1 (0 means at the end only)", cfg.SaveEvery)
+	case cfg.MetricsEvery < 0:
+		err = fmt.Errorf("MetricsEvery %d: want at least 1 (0 means 1)", cfg.MetricsEvery)
 	case cfg.LR < 0 || !finite(cfg.LR):
 		err = fmt.Errorf("LR %v: want a number > 0 (0 means 1e-3)", cfg.LR)
 	case !finite(cfg.MinLR) || !finite(cfg.WeightDecay) || !finite(cfg.GradClip) || !finite(cfg.Temperature):

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/distributed"
+	"github.com/gotrain/gotrain/metrics"
+	"github.com/gotrain/gotrain/optim"
 	"github.com/gotrain/gotrain/progress"
 )
 
@@ -16,7 +18,9 @@ const warmupSteps = 5
 
 // meter is the training loop's bookkeeping, kept out of its way: the
 // throughput clock, the losses of each evaluation interval and the
-// progress report, one bar per interval of EvalEvery steps.
+// progress report, one bar per interval of EvalEvery steps. The loop
+// calls startStep, forwarded, backwarded and stepped around the phases of
+// each step.
 type meter struct {
 	pg        *distributed.Group // nil alone
 	world     int
@@ -40,6 +44,12 @@ type meter struct {
 	lr        float64 // after the last step
 	trainLoss float64 // of the last interval, mean over ranks
 	valLoss   float64 // of the last evaluation (rank 0)
+
+	rec    *metrics.Recorder // nil without metrics or a trace (observe.go)
+	recSt  *metrics.Step
+	recErr error
+	opt    optim.Optimizer
+	stepLR float64 // the rate the recorded step trains at
 }
 
 // newMeter meters j's loop. With cfg.Progress every rank reports, in
@@ -60,8 +70,19 @@ func newMeter(j *job) *meter {
 
 // close closes the reporter the meter made.
 func (m *meter) close() {
+	if m.rec != nil {
+		_ = m.rec.Close() // after a failed step: keep what was recorded
+	}
 	if m.owned {
 		_ = m.rep.Close() // the launcher's pipe; nothing to do if it broke
+	}
+}
+
+// startEpoch starts a pass over the training windows (counting from 0):
+// the next step's data phase starts now.
+func (m *meter) startEpoch(epoch int) {
+	if m.rec != nil {
+		m.rec.StartEpoch(epoch)
 	}
 }
 
@@ -76,12 +97,33 @@ func (m *meter) startStep(ctx context.Context) error {
 		}
 		m.countStart, m.counted, m.counting = time.Now(), 0, 0
 	}
+	if m.rec != nil {
+		m.recSt = m.rec.Begin()
+	}
 	return nil
 }
 
-// stepped records step (counting from 1) over tokens tokens with this
-// rank's loss, and the rate the schedule set for the next one; the first
-// step of an interval opens its bar.
+// forwarded marks the end of the forward pass (and the loss).
+func (m *meter) forwarded() {
+	if m.recSt != nil {
+		m.recSt.Forwarded()
+	}
+}
+
+// backwarded marks the end of backward, gradients reduced, and notes the
+// rate the optimizer is about to step at (the schedule moves it on after
+// each step).
+func (m *meter) backwarded() {
+	if m.recSt != nil {
+		m.recSt.Backwarded()
+		m.stepLR = m.opt.LR()
+	}
+}
+
+// stepped marks the end of the optimizer step (counting from 1) over
+// tokens tokens with this rank's loss, and records the rate the schedule
+// set for the next one; the first step of an interval opens its bar. A
+// metrics row counts the tokens as its samples.
 func (m *meter) stepped(loss float64, tokens int, lr float64, step int) {
 	if m.rep != nil && m.bar == nil {
 		k := (step - 1) / m.every
@@ -95,11 +137,17 @@ func (m *meter) stepped(loss float64, tokens int, lr float64, step int) {
 	if m.bar != nil {
 		m.bar.Step(tokens, progress.Loss(loss))
 	}
+	if m.recSt != nil {
+		if err := m.recSt.End(tokens, loss, m.stepLR); err != nil && m.recErr == nil {
+			m.recErr = err
+		}
+	}
 }
 
 // evaluated ends an interval at step: the interval's training loss
-// averaged over the ranks, rank 0's validation loss from eval, and the
-// report of both with the learning rate.
+// averaged over the ranks, rank 0's validation loss from eval (outside the
+// clock, a span of the timeline), and the report of both with the
+// learning rate.
 func (m *meter) evaluated(ctx context.Context, step int, eval func() float64) error {
 	mean := []float64{m.lossSum / float64(max(m.lossSteps, 1))}
 	if m.pg != nil {
@@ -109,7 +157,7 @@ func (m *meter) evaluated(ctx context.Context, step int, eval func() float64) er
 	}
 	m.trainLoss, m.lossSum, m.lossSteps = mean[0], 0, 0
 	if m.rank == 0 {
-		m.valLoss = eval()
+		_ = m.untimed("evaluate", func() error { m.valLoss = eval(); return nil })
 	}
 	switch {
 	case m.bar != nil && m.rank == 0:
@@ -123,12 +171,17 @@ func (m *meter) evaluated(ctx context.Context, step int, eval func() float64) er
 	return nil
 }
 
-// untimed runs f (an evaluation, a checkpoint) with the clock paused.
-func (m *meter) untimed(f func() error) error {
+// untimed runs f (an evaluation, a checkpoint) with the clock paused; the
+// timeline shows it as a span named name.
+func (m *meter) untimed(name string, f func() error) error {
 	paused := time.Now()
 	err := f()
+	pause := time.Since(paused)
+	if m.rec != nil {
+		m.rec.Span(name, paused, paused.Add(pause))
+	}
 	if !m.countStart.IsZero() {
-		m.countStart = m.countStart.Add(time.Since(paused))
+		m.countStart = m.countStart.Add(pause)
 	}
 	return err
 }

@@ -17,11 +17,15 @@ import (
 func (j *job) run(ctx context.Context) (Result, error) {
 	m := newMeter(j)
 	defer m.close()
+	if err := m.openMetrics(j); err != nil {
+		return Result{}, err
+	}
 	res := Result{World: j.world, Rank: j.rank}
 	nn.SetTrain(j.model, true)
 	for epoch := j.ckpt.Epoch; int(j.ckpt.Step) < j.cfg.MaxSteps; epoch++ {
 		j.ckpt.Epoch = epoch
 		j.sampler.SetEpoch(epoch) // keeps a resumed position within this epoch
+		m.startEpoch(epoch)
 		for b := range j.loader.Batches() {
 			if err := j.trainStep(ctx, m, b); err != nil {
 				return res, err
@@ -35,7 +39,10 @@ func (j *job) run(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	res = m.summarise(res)
-	if err := j.checkpoint(); err != nil {
+	if err := j.untimedCheckpoint(m); err != nil {
+		return res, err
+	}
+	if err := m.closeMetrics(); err != nil {
 		return res, err
 	}
 	if j.rank == 0 && j.cfg.Sample > 0 {
@@ -57,7 +64,7 @@ func (j *job) trainStep(ctx context.Context, m *meter, b data.Batch) error {
 	if err := m.startStep(ctx); err != nil {
 		return err
 	}
-	loss, err := j.step(b)
+	loss, err := j.step(m, b)
 	if err != nil {
 		return err
 	}
@@ -65,19 +72,28 @@ func (j *job) trainStep(ctx context.Context, m *meter, b data.Batch) error {
 	m.stepped(loss, len(b.Inputs), j.opt.LR(), int(j.ckpt.Step))
 	step := int(j.ckpt.Step)
 	if step%j.cfg.EvalEvery == 0 || step == j.cfg.MaxSteps {
-		if err := m.untimed(func() error { return m.evaluated(ctx, step, j.evaluate) }); err != nil {
+		if err := m.evaluated(ctx, step, j.evaluate); err != nil {
 			return err
 		}
 	}
 	if every := j.cfg.SaveEvery; every > 0 && step%every == 0 && step < j.cfg.MaxSteps {
-		return m.untimed(j.checkpoint)
+		return j.untimedCheckpoint(m)
 	}
 	return nil
 }
 
-// step is one optimizer step on a batch: the PyTorch loop of nanoGPT.
-// It returns this rank's loss.
-func (j *job) step(b data.Batch) (float64, error) {
+// untimedCheckpoint checkpoints (on rank 0, with Save) outside the
+// clock, as a span of the timeline.
+func (j *job) untimedCheckpoint(m *meter) error {
+	if j.rank != 0 || j.cfg.Save == "" {
+		return nil
+	}
+	return m.untimed("checkpoint", j.checkpoint)
+}
+
+// step is one optimizer step on a batch: the PyTorch loop of nanoGPT,
+// with the meter marking its phases. It returns this rank's loss.
+func (j *job) step(m *meter, b data.Batch) (float64, error) {
 	B, T := b.Len(), b.T
 	if err := j.model.Check(b.Inputs, B, T); err != nil {
 		return 0, fmt.Errorf("gptjob: %w", err)
@@ -85,10 +101,12 @@ func (j *job) step(b data.Batch) (float64, error) {
 	j.opt.ZeroGrad()
 	logits := j.forward(nn.IDTensor(b.Inputs, B, T))
 	loss := tensor.CrossEntropyIgnore(logits, b.Targets, models.IgnoreIndex, "mean")
+	m.forwarded()
 	// A failed allreduce (a dead peer) surfaces here, never as a hang.
 	if err := loss.Backward(); err != nil {
 		return 0, err
 	}
+	m.backwarded()
 	// Backward has left the averaged gradients in place: every rank
 	// clips by the same norm.
 	if j.cfg.GradClip > 0 {
