@@ -1,12 +1,16 @@
 package distributed
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/clusterenv"
 )
 
 // Defaults of Config's zero fields.
@@ -29,8 +33,10 @@ const (
 	DefaultHeartbeatTimeout = 15 * time.Second
 )
 
-// Config configures Init. The zero value works under torchrun, a
-// Kubernetes PyTorchJob or `gotrain run`: it reads the environment.
+// Config configures Init. The zero value works under torchrun,
+// `gotrain run`, Slurm's srun, Open MPI's mpirun, MPICH's mpiexec or a
+// Kubeflow PyTorchJob or TrainJob: it reads the environment they set
+// (`gotrain env` shows what it finds).
 type Config struct {
 	// InitMethod is "env://" (the default), "tcp://host:port" or
 	// "file:///path". With env:// and tcp://, the store is a TCP store at
@@ -39,7 +45,9 @@ type Config struct {
 	// system every rank shares.
 	InitMethod string
 	// Rank and WorldSize of this process. If WorldSize is 0 both come from
-	// the RANK and WORLD_SIZE environment variables.
+	// the RANK and WORLD_SIZE environment variables, or with env:// from
+	// the variables of the engine that started the process (Slurm, MPI,
+	// Kubeflow), which then also give the master address and port.
 	Rank, WorldSize int
 	// Timeout bounds every operation from the moment it starts running; 0
 	// means $GOTRAIN_TIMEOUT (a Go duration) or DefaultTimeout. A context
@@ -100,8 +108,9 @@ type Config struct {
 	// slog.Default().
 	Logger *slog.Logger
 
-	portFallback     bool   // the port range is the default one: any free port if it is full
-	socketIfnameFrom string // where SocketIfname came from, for messages
+	portFallback     bool            // the port range is the default one: any free port if it is full
+	socketIfnameFrom string          // where SocketIfname came from, for messages
+	cluster          *clusterenv.Env // the engine env:// found (Slurm, MPI, Kubeflow), if any
 }
 
 // Allreduce algorithm names.
@@ -135,8 +144,10 @@ type storeEnv struct {
 }
 
 // resolve fills defaults from the environment and validates: the one
-// place this package reads the environment.
-func (c Config) resolve() (Config, storeEnv, error) {
+// place this package reads the environment. Under a PMI launcher it
+// exchanges rank 0's address through the launcher, within
+// ConnectTimeout.
+func (c Config) resolve(ctx context.Context) (Config, storeEnv, error) {
 	c, err := c.resolveFields()
 	if err != nil {
 		return c, storeEnv{}, err
@@ -146,10 +157,24 @@ func (c Config) resolve() (Config, storeEnv, error) {
 		masterPort: os.Getenv("MASTER_PORT"),
 		restart:    os.Getenv("GOTRAIN_RESTART_COUNT"),
 	}
+	if e := c.cluster; e != nil {
+		rctx, cancel := context.WithTimeout(ctx, c.ConnectTimeout)
+		err := clusterenv.Rendezvous(rctx, e, os.LookupEnv)
+		cancel()
+		if err != nil {
+			return c, env, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		if c.JobID == "default" && e.JobID != "" {
+			c.JobID = e.JobID
+		}
+		env.masterHost, env.masterPort, env.localWorldSize = e.MasterAddr, e.MasterPort, e.LocalWorldSize
+		c.Logger.Debug("distributed: place from the engine", "engine", e.Engine, "rank", e.Rank, "world", e.WorldSize,
+			"local_world", e.LocalWorldSize, "master", net.JoinHostPort(e.MasterAddr, e.MasterPort), "from", e.MasterFrom)
+	}
 	if env.restart == "" {
 		env.restart = os.Getenv("TORCHELASTIC_RESTART_COUNT")
 	}
-	if _, ok := os.LookupEnv("LOCAL_WORLD_SIZE"); ok {
+	if _, ok := os.LookupEnv("LOCAL_WORLD_SIZE"); ok && c.cluster == nil {
 		if env.localWorldSize, err = envInt("LOCAL_WORLD_SIZE"); err != nil {
 			return c, env, err
 		}
@@ -212,9 +237,20 @@ func (c Config) resolveFields() (Config, error) {
 	return c, nil
 }
 
-// resolveWorld takes Rank and WorldSize from RANK and WORLD_SIZE when
-// WorldSize is unset, and checks that the rank is inside the world.
+// resolveWorld takes Rank and WorldSize, when WorldSize is unset, from
+// the engine that started this process (Slurm, MPI, Kubeflow; see
+// clusterenv.Detect) with env://, else from RANK and WORLD_SIZE, and
+// checks that the rank is inside the world.
 func (c *Config) resolveWorld() error {
+	if c.WorldSize == 0 && c.InitMethod == "env://" {
+		e, err := clusterenv.Detect(os.LookupEnv)
+		if e.Native() {
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrConfig, err)
+			}
+			c.Rank, c.WorldSize, c.cluster = e.Rank, e.WorldSize, &e
+		}
+	}
 	if c.WorldSize == 0 {
 		var err error
 		if c.Rank, err = envInt("RANK"); err != nil {

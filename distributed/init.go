@@ -32,7 +32,7 @@ import (
 // that has reached the store fails at once with that reason and the
 // ranks that have not joined.
 func Init(ctx context.Context, cfg Config) (*Group, error) {
-	cfg, env, err := cfg.resolve()
+	cfg, env, err := cfg.resolve(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -3,11 +3,11 @@ package main
 import (
 	"fmt"
 	"math"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/clusterenv"
 	"github.com/gotrain/gotrain/launch"
 )
 
@@ -30,7 +30,7 @@ func (e valueError) Is(target error) bool { return target == launch.ErrConfig }
 func parseNProcPerNode(s string) (int, error) {
 	switch s {
 	case "auto", "cpu":
-		return runtime.NumCPU(), nil
+		return clusterenv.CPUs(), nil // a container's CPU quota, not the host's CPUs
 	case "gpu":
 		return 0, valueError("gotrain has no GPU support; use a number, auto or cpu")
 	}

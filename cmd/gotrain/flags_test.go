@@ -3,12 +3,12 @@ package main
 import (
 	"errors"
 	"maps"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/clusterenv"
 	"github.com/gotrain/gotrain/launch"
 )
 
@@ -20,8 +20,8 @@ func TestParseNProcPerNode(t *testing.T) {
 	}{
 		{"1", 1, ""},
 		{"8", 8, ""},
-		{"auto", runtime.NumCPU(), ""},
-		{"cpu", runtime.NumCPU(), ""},
+		{"auto", clusterenv.CPUs(), ""},
+		{"cpu", clusterenv.CPUs(), ""},
 		{"0", 0, "at least 1"},
 		{"-2", 0, "at least 1"},
 		{"gpu", 0, "no GPU"},

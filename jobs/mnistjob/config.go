@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/gotrain/gotrain/ddp"
+	"github.com/gotrain/gotrain/internal/clusterenv"
 	"github.com/gotrain/gotrain/progress"
 )
 
@@ -84,7 +85,16 @@ func (cfg *Config) resolve() error {
 		}
 	}
 	if cfg.InitMethod == "" {
-		if ws, _ := strconv.Atoi(os.Getenv("WORLD_SIZE")); ws > 1 {
+		ws, _ := strconv.Atoi(os.Getenv("WORLD_SIZE"))
+		// Under Slurm, MPI or Kubeflow the world is in the engine's own
+		// variables; an engine's incomplete ones must not train alone.
+		if e, err := clusterenv.Detect(os.LookupEnv); e.Native() {
+			if err != nil {
+				return fmt.Errorf("mnistjob: %w", err)
+			}
+			ws = e.WorldSize
+		}
+		if ws > 1 {
 			cfg.InitMethod = "env://"
 		}
 	}
