@@ -90,7 +90,7 @@ func init() {
 	})
 	o := &runOpts
 	f.StringVar(&o.nprocPerNode, "nproc-per-node", "1", "workers on this node: a number, or auto/cpu for one per CPU")
-	f.StringVar(&o.nnodes, "nnodes", "1", "number of nodes (N, or MIN:MAX with MIN = MAX; elastic ranges are not supported)")
+	f.StringVar(&o.nnodes, "nnodes", "1", "number of nodes: N, or MIN:MAX for an elastic job (with --rdzv-endpoint)")
 	f.IntVar(&o.nodeRank, "node-rank", 0, "this node's rank in [0, nnodes)")
 	f.StringVar(&o.masterAddr, "master-addr", launch.DefaultMasterAddr, "address of node 0, where rank 0 serves the rendezvous store")
 	f.IntVar(&o.masterPort, "master-port", launch.DefaultMasterPort, "port of the rendezvous store on master-addr")
@@ -126,8 +126,9 @@ func runConfig(f *pflag.FlagSet, o runFlags, args []string) (launch.Config, erro
 	if cfg.NProcPerNode, err = parseNProcPerNode(o.nprocPerNode); err != nil {
 		return cfg, badFlag("nproc-per-node", o.nprocPerNode, err.Error())
 	}
-	if cfg.NNodes, err = parseNNodes(o.nnodes); err != nil {
-		return cfg, badFlag("nnodes", o.nnodes, err.Error())
+	// An elastic job (elastic.go) passes as one node: its rounds place it.
+	if cfg.NNodes, err = elasticOpts.nnodes(f, o.nnodes, o.nodeRank); err != nil {
+		return cfg, err
 	}
 	addrErr := launch.CheckMasterAddr(o.masterAddr, cfg.NNodes, os.Getenv(launch.EnvAllowLoopback) == "1")
 	switch {
@@ -199,6 +200,11 @@ func runRun(cmd *cobra.Command, args []string) error {
 		}
 	}()
 
+	leave, err := elasticOpts.attach(ctx, cmd.Flags(), &cfg)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	warnBeforeStart(cfg)
 	code, err := launch.Run(ctx, cfg)
 	if err != nil && !errors.Is(err, launch.ErrInterrupted) {
