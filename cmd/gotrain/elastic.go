@@ -90,6 +90,8 @@ func (o *elasticFlags) nnodes(f *pflag.FlagSet, s string, nodeRank int) (int, er
 		return 0, flagNeeds("master-addr", "the rendezvous chooses the master in an elastic job; leave --master-addr and --master-port out")
 	case f.Changed("standalone"):
 		return 0, flagNeeds("standalone", "runs a single node on its own; it cannot join --rdzv-endpoint")
+	case !f.Changed("run-id"):
+		return 0, flagNeeds("rdzv-id", "an elastic job needs --rdzv-id ID, the same on every node and new for each job")
 	}
 	if o.backend == "" {
 		o.backend = "c10d"
@@ -168,9 +170,6 @@ func (o *elasticFlags) parseConf() error {
 func (o *elasticFlags) attach(ctx context.Context, f *pflag.FlagSet, cfg *launch.Config) (func(), error) {
 	if !o.on {
 		return func() {}, nil
-	}
-	if !f.Changed("run-id") {
-		return nil, flagNeeds("rdzv-id", "an elastic job needs --rdzv-id ID, the same on every node and new for each job")
 	}
 	env := orEnviron(cfg.Env)
 	token := lookup(env, launch.EnvToken)
