@@ -327,5 +327,3 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
-
-
