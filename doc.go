@@ -19,7 +19,8 @@
 //   - ddp: DistributedDataParallel over a process group.
 //   - checkpoint: safetensors files and resumable training state.
 //   - launch: starts and restarts the workers of a job on one node
-//     (torchrun).
+//     (torchrun); launch/rendezvous: the membership of elastic jobs, over
+//     a c10d store or etcd (launch/rendezvous/etcd).
 //   - progress: a training loop's progress, reported to the launcher's
 //     display (or drawn by the program itself when it runs alone).
 //

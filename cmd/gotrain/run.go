@@ -61,7 +61,9 @@ worker starts.
 
 PROGRAM is any executable; flags after it are its own. For several nodes run
 gotrain run on each with the same --nnodes, --nproc-per-node, --master-addr,
---master-port and GOTRAIN_TOKEN, and its own --node-rank.`,
+--master-port and GOTRAIN_TOKEN, and its own --node-rank. For an elastic
+job give every node --nnodes MIN:MAX, --rdzv-endpoint, --rdzv-id and the
+token instead: nodes may then leave and arrive, and the group re-forms.`,
 	Example: `  gotrain run --nproc-per-node 4 ./mytrainer --epochs 5
   gotrain run --standalone --nproc-per-node 2 -- sh -c 'echo $RANK of $WORLD_SIZE'
   GOTRAIN_TOKEN=$(openssl rand -hex 32) gotrain run --nnodes 2 --node-rank 0 \

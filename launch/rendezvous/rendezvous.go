@@ -279,7 +279,7 @@ func (r *Rendezvous) Next(ctx context.Context) (Round, error) {
 		}
 		ns, changed := join(s, me, alive, c.MaxNodes)
 		if !ns.Closed && lastCall.due(ns, time.Now(), c.MinNodes, c.LastCall) {
-			ns.Closed, ns.Waiting, changed = true, nil, true
+			ns, changed = closeRound(ns), true
 		}
 		if changed {
 			ok, err := r.swap(ctx, ver, ns)

@@ -327,3 +327,20 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// Closing a round keeps the last round's members in their order (node
+// rank 0 stays put) and puts newcomers after them, in join order.
+func TestCloseKeepsPreviousRanks(t *testing.T) {
+	m := func(id string) Member { return Member{ID: id} }
+	s := State{Closed: true, Members: []Member{m("x"), m("y"), m("z")}}
+	s = next(s, Failure, "z lost")
+	s.Members = []Member{m("new"), m("y"), m("x")}
+	s = closeRound(s)
+	var got []string
+	for _, mm := range s.Members {
+		got = append(got, mm.ID)
+	}
+	if want := []string{"x", "y", "new"}; !slices.Equal(got, want) || !s.Closed {
+		t.Fatalf("closed round's members %v (closed %v); want %v", got, s.Closed, want)
+	}
+}

@@ -26,9 +26,11 @@ type State struct {
 	// Failures counts the rounds that ended because a node or a worker
 	// failed (not because a node arrived): the group's restart count.
 	Failures int `json:"failures"`
-	// Members are the nodes of this round in join order; a node's index
-	// is its node rank once the round closes.
+	// Members are the nodes of this round, in join order while it is
+	// open; closing orders them by node rank (see closeRound).
 	Members []Member `json:"members,omitempty"`
+	// Previous are the ids of the last round's members by node rank.
+	Previous []string `json:"previous,omitempty"`
 	// Waiting are nodes that arrived after the round closed, asking the
 	// members to re-form a larger group.
 	Waiting []string `json:"waiting,omitempty"`
@@ -120,7 +122,13 @@ func assess(s State, alive func(string) bool, max int) (Reason, string) {
 // next is s with round s.Round ended for reason and round s.Round+1 open
 // and empty; every live node joins it afresh.
 func next(s State, reason Reason, why string) State {
-	n := State{Seq: s.Seq, Round: s.Round + 1, Failures: s.Failures, Ended: reason, Why: why}
+	n := State{Seq: s.Seq, Round: s.Round + 1, Failures: s.Failures, Ended: reason, Why: why, Previous: s.Previous}
+	if s.Closed {
+		n.Previous = nil
+		for _, m := range s.Members {
+			n.Previous = append(n.Previous, m.ID)
+		}
+	}
 	if reason == Failure {
 		n.Failures++
 	}
@@ -162,9 +170,26 @@ func join(s State, me Member, alive func(string) bool, max int) (State, bool) {
 		changed = true
 	}
 	if len(s.Members) >= max {
-		s.Closed, s.Waiting, changed = true, nil, true
+		s, changed = closeRound(s), true
 	}
 	return s, changed
+}
+
+// closeRound closes the open round s and gives its members their node
+// ranks: the last round's members keep their order, so node rank 0
+// stays where it was while that node lives (with its checkpoint, if the
+// nodes share no file system), and newcomers follow in join order.
+func closeRound(s State) State {
+	s = s.clone()
+	key := func(m Member) int {
+		if i := slices.Index(s.Previous, m.ID); i >= 0 {
+			return i
+		}
+		return len(s.Previous)
+	}
+	slices.SortStableFunc(s.Members, func(a, b Member) int { return key(a) - key(b) })
+	s.Closed, s.Waiting = true, nil
+	return s
 }
 
 // encode and decode are the state's bytes in a backend.
