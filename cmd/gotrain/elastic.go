@@ -68,6 +68,9 @@ func (o *elasticFlags) nnodes(f *pflag.FlagSet, s string, nodeRank int) (int, er
 		return 0, badFlag("rdzv-backend", o.backend, "must be static, c10d or etcd")
 	}
 	dynamic := o.endpoint != "" || o.backend == "c10d" || o.backend == "etcd"
+	if !dynamic && (f.Changed("rdzv-conf") || f.Changed("local-addr")) {
+		return 0, flagNeeds("rdzv-conf", "--rdzv-conf and --local-addr are for an elastic job, with --rdzv-endpoint")
+	}
 	if err1 != nil || err2 != nil || !dynamic && (!isRange || minN == maxN) {
 		n, err := parseNNodes(s)
 		if err != nil {

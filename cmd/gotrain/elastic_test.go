@@ -27,6 +27,8 @@ type elasticNode struct {
 	out  *testlog.Buffer
 	done chan struct{}
 	err  error
+	// stopped: the test sent the launcher SIGSTOP, so only SIGKILL ends it.
+	stopped bool
 }
 
 func (n *elasticNode) exited() bool {
@@ -68,7 +70,11 @@ func startNode(ctx context.Context, t *testing.T, name string, args []string) *e
 	}()
 	t.Cleanup(func() {
 		if !n.exited() {
-			cmd.Process.Signal(syscall.SIGTERM)
+			if n.stopped {
+				cmd.Process.Kill() // its reaper stops its worker
+			} else {
+				cmd.Process.Signal(syscall.SIGTERM)
+			}
 			<-n.done
 		}
 	})
@@ -308,8 +314,8 @@ func TestElasticEtcd(t *testing.T) {
 }
 
 // TestElasticC10d: two nodes meet at a c10d store that the first one
-// serves, a third arrives (world 3), then that third one is killed and
-// the first two finish from the checkpoint in a world of 2.
+// serves, a third arrives (world 3), then that third one hangs and the
+// first two finish from the checkpoint in a world of 2.
 func TestElasticC10d(t *testing.T) {
 	endpoint := testnet.FreeAddr(t)
 	ckpt := filepath.Join(t.TempDir(), "m.safetensors")
@@ -335,7 +341,11 @@ func TestElasticC10d(t *testing.T) {
 	}
 	step = waitStep(t, all, ckpt, step)
 
-	c.cmd.Process.Kill()
+	// A node that hangs: its launcher stopped, so no heartbeat, while its
+	// worker still runs; the others notice in keep_alive_interval ×
+	// keep_alive_max_attempts (2 s) and re-form without it.
+	c.stopped = true
+	c.cmd.Process.Signal(syscall.SIGSTOP)
 	ranks, restarts := waitRound(t, all, all[:2], 2, 2)
 	if restarts != 1 {
 		t.Fatalf("restart count %d after a node was lost; want 1:%s", restarts, dump(all))

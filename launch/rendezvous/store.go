@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -25,8 +26,9 @@ type storeBackend struct {
 	linger    time.Duration
 	now       func() time.Time
 
-	mu    sync.Mutex // guards beats
+	mu    sync.Mutex // guards beats and self
 	beats map[string]beatSeen
+	self  string // the node that beats through this backend
 }
 
 // beatSeen is the last value of a node's counter and when it changed.
@@ -38,6 +40,7 @@ type beatSeen struct {
 const (
 	stateKey = "state"
 	beatKey  = "alive/"
+	leftKey  = "left/" // set by a node's Close: it is gone, not dead
 )
 
 // NewStoreBackend returns a Backend over s under the keys of runID
@@ -159,6 +162,9 @@ func (b *storeBackend) Swap(ctx context.Context, version string, state []byte) (
 }
 
 func (b *storeBackend) Beat(ctx context.Context, node string) error {
+	b.mu.Lock()
+	b.self = node
+	b.mu.Unlock()
 	_, err := b.s.Add(ctx, beatKey+node, 1)
 	return err
 }
@@ -189,14 +195,59 @@ func (b *storeBackend) seen(node string, v int64) bool {
 	return now.Sub(last.since) < b.deadAfter
 }
 
+// Close says that this node left, and, if it serves the store, keeps
+// serving it until every other node of the state has left or is dead,
+// or linger passes: the others may still be finishing their round.
 func (b *storeBackend) Close() error {
+	b.mu.Lock()
+	self := b.self
+	b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), max(b.linger, time.Second))
+	defer cancel()
+	if self != "" {
+		_, _ = b.s.Add(ctx, leftKey+self, 1) // the store may be gone already
+	}
+	if b.server != nil {
+		b.waitOthersGone(ctx, self)
+	}
 	err := b.s.Close()
 	if b.server != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), b.linger)
-		defer cancel()
-		if serr := b.server.Shutdown(ctx); serr != nil {
-			slog.Warn("rendezvous: stopped serving the store with nodes still connected", "err", serr)
-		}
+		b.server.Close()
 	}
 	return err
+}
+
+// waitOthersGone waits until no node of the state but self is still
+// there (neither left nor dead), or ctx ends.
+func (b *storeBackend) waitOthersGone(ctx context.Context, self string) {
+	for {
+		v, err := b.s.Get(ctx, stateKey)
+		if err != nil {
+			return
+		}
+		s, err := decode(v)
+		if err != nil {
+			return
+		}
+		ids := slices.DeleteFunc(append(s.ids(), s.Previous...), func(id string) bool { return id == self })
+		alive, err := b.Alive(ctx, ids)
+		if err != nil {
+			return
+		}
+		there := 0
+		for _, id := range ids {
+			if n, err := b.s.Add(ctx, leftKey+id, 0); err == nil && n == 0 && alive[id] {
+				there++
+			}
+		}
+		if there == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			slog.Warn("rendezvous: stopped serving the store with nodes still using it", "nodes", there, "waited", b.linger)
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
