@@ -32,6 +32,8 @@ func (j *job) runElastic(ctx context.Context) (int, error) {
 		case errors.Is(err, rendezvous.ErrComplete):
 			j.log.Info("launch: the job is already complete; nothing to do", "run_id", j.cfg.RunID)
 			return 0, nil
+		case errors.Is(err, rendezvous.ErrFailed):
+			return 1, fmt.Errorf("launch: the job failed on another node, its group out of restarts (--max-restarts %d; that node reports why)", j.cfg.MaxRestarts)
 		case ctx.Err() != nil:
 			return j.interrupted(ctx, stopSignal(ctx))
 		case err != nil:
@@ -87,11 +89,18 @@ func (j *job) runElastic(ctx context.Context) (int, error) {
 			}
 			j.log.Info("launch: the group re-formed as the workers finished; joining the next round", "round", rd.Number)
 		default:
-			failures, err := rz.End(ctx, rd, true)
+			failures, complete, err := rz.End(ctx, rd, true)
 			if err != nil {
 				return 1, err
 			}
-			if failures > j.cfg.MaxRestarts {
+			if complete || failures > j.cfg.MaxRestarts {
+				// Out of restarts (the others stop too), or the other
+				// nodes finished the job while this one's workers failed.
+				if !complete {
+					if err := rz.Fail(ctx); err != nil {
+						j.log.Warn("launch: could not tell the other nodes that the job failed", "err", err)
+					}
+				}
 				j.reportFailure(j.failure(out.failed, rd.Failures))
 				return out.failed.code, nil
 			}

@@ -30,6 +30,9 @@ var (
 	// ErrJoinTimeout means fewer than MinNodes nodes joined within
 	// JoinTimeout.
 	ErrJoinTimeout = errors.New("rendezvous: join timeout")
+	// ErrFailed means a node marked the job failed (Fail): its group
+	// used up its restarts.
+	ErrFailed = errors.New("rendezvous: the job failed")
 )
 
 // Config is one node's view of an elastic job's rendezvous.
@@ -270,7 +273,15 @@ func (r *Rendezvous) Next(ctx context.Context) (Round, error) {
 		if err != nil {
 			return Round{}, err
 		}
-		if s.Complete {
+		// A member of the closed round runs it, even if a quicker member
+		// has already completed it.
+		if i := s.index(me.ID); s.Closed && i >= 0 && !s.Failed {
+			return r.round(s, i)
+		}
+		switch {
+		case s.Failed:
+			return Round{}, ErrFailed
+		case s.Complete:
 			return Round{}, ErrComplete
 		}
 		alive, err := r.alive(ctx, s)
@@ -359,7 +370,7 @@ func (r *Rendezvous) Watch(ctx context.Context, rd Round) (Change, error) {
 		if err != nil {
 			return Change{}, err
 		}
-		if s.Round != rd.Number {
+		if s.Round != rd.Number || s.Failed {
 			return Change{Reason: s.Ended, Why: s.Why}, nil
 		}
 		if s.Complete {
@@ -386,8 +397,9 @@ func (r *Rendezvous) Watch(ctx context.Context, rd Round) (Change, error) {
 
 // End ends round rd because failed (this node's workers failed) or not,
 // unless another node has already ended it, and returns the group's
-// failure count after it.
-func (r *Rendezvous) End(ctx context.Context, rd Round, failed bool) (failures int, err error) {
+// failure count after it; complete reports that another node's workers
+// had finished the job meanwhile (nothing is ended then).
+func (r *Rendezvous) End(ctx context.Context, rd Round, failed bool) (failures int, complete bool, err error) {
 	reason, why := Arrival, "node "+r.cfg.NodeID+" left"
 	if failed {
 		reason, why = Failure, "a worker on node "+r.cfg.NodeID+" failed"
@@ -395,18 +407,34 @@ func (r *Rendezvous) End(ctx context.Context, rd Round, failed bool) (failures i
 	for {
 		s, ver, err := r.load(ctx)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
-		if s.Round != rd.Number || s.Complete {
-			return s.Failures, nil
+		if s.Round != rd.Number || s.Complete || s.Failed {
+			return s.Failures, s.Complete, nil
 		}
 		ns := next(s, reason, why)
 		ok, err := r.swap(ctx, ver, ns)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		if ok {
-			return ns.Failures, nil
+			return ns.Failures, false, nil
+		}
+	}
+}
+
+// Fail marks the job failed, so that every node stops: this node's
+// workers failed and the group has no restart left.
+func (r *Rendezvous) Fail(ctx context.Context) error {
+	for {
+		s, ver, err := r.load(ctx)
+		if err != nil || s.Failed {
+			return err
+		}
+		s.Failed = true
+		ok, err := r.swap(ctx, ver, s)
+		if err != nil || ok {
+			return err
 		}
 	}
 }

@@ -220,7 +220,7 @@ func TestEndCountsOnce(t *testing.T) {
 	nodes := []*Rendezvous{node(t, b, fast("a", 2, 2)), node(t, b, fast("b", 2, 2))}
 	rounds := nextAll(t, nodes...)
 	for i, n := range nodes {
-		f, err := n.End(context.Background(), rounds[i], true)
+		f, _, err := n.End(context.Background(), rounds[i], true)
 		if err != nil || f != 1 {
 			t.Fatalf("End: failures %d, %v; want 1", f, err)
 		}

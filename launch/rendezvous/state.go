@@ -23,6 +23,9 @@ type State struct {
 	// Complete says a node's workers of the last round all finished: the
 	// job is done, and nodes that join now exit.
 	Complete bool `json:"complete,omitempty"`
+	// Failed says the group used up its restarts: the job is over, and
+	// every node stops.
+	Failed bool `json:"failed,omitempty"`
 	// Failures counts the rounds that ended because a node or a worker
 	// failed (not because a node arrived): the group's restart count.
 	Failures int `json:"failures"`
@@ -142,7 +145,7 @@ func next(s State, reason Reason, why string) State {
 // group is below max; else it is a spare and waits). It reports whether
 // s changed.
 func join(s State, me Member, alive func(string) bool, max int) (State, bool) {
-	if s.Complete {
+	if s.Complete || s.Failed {
 		return s, false
 	}
 	s = s.clone()
