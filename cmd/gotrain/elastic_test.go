@@ -305,6 +305,11 @@ func TestElasticEtcd(t *testing.T) {
 	if got := lastResume(final); got < step {
 		t.Errorf("after rank 0's node was killed the group resumed at step %d, before the checkpoint's step %d it had reached", got, step)
 	}
+	// The checkpoint of the world of 3 re-sharded for 2 (DistributedSampler
+	// and learning rate).
+	if !regexp.MustCompile(`\[rank0\]: .*resuming in a world of another size.* was=3 world=2`).MatchString(final.out.String()) {
+		t.Errorf("rank 0 of the last group did not resume the world of 3's checkpoint in a world of 2:%s", dump(all))
+	}
 	if !strings.Contains(final.out.String(), "world=2 epochs=1") {
 		t.Errorf("the last group's summary is not of a world of 2 that finished epoch 1:%s", dump(all))
 	}
