@@ -35,10 +35,6 @@ type elasticFlags struct {
 
 var elasticOpts elasticFlags
 
-// storeLinger bounds how long a launcher that serves the c10d store
-// waits, after its own workers, for the other nodes to leave it.
-const storeLinger = 30 * time.Second
-
 func init() {
 	f := runCmd.Flags()
 	o := &elasticOpts
@@ -193,7 +189,8 @@ func (o *elasticFlags) attach(ctx context.Context, f *pflag.FlagSet, cfg *launch
 	case "etcd":
 		b, err = etcd.Dial(ctx, strings.Split(o.endpoint, ","), cfg.RunID, o.rdzv.DeadAfter)
 	default:
-		b, err = rendezvous.StoreEndpoint(ctx, o.endpoint, []byte(token), cfg.RunID, o.isHost, o.rdzv.DeadAfter, storeLinger, cfg.Logger)
+		b, err = rendezvous.StoreEndpoint(ctx, rendezvous.StoreConfig{Endpoint: o.endpoint, Token: []byte(token),
+			RunID: cfg.RunID, Host: o.isHost, DeadAfter: o.rdzv.DeadAfter, Logger: cfg.Logger})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("run: rendezvous at %s: %w", o.endpoint, err)

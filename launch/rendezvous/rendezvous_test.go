@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -343,4 +344,69 @@ func TestCloseKeepsPreviousRanks(t *testing.T) {
 	if want := []string{"x", "y", "new"}; !slices.Equal(got, want) || !s.Closed {
 		t.Fatalf("closed round's members %v (closed %v); want %v", got, s.Closed, want)
 	}
+}
+
+// Two nodes on one machine given the same endpoint: the first serves
+// the store, the second finds the port taken and connects; they meet in
+// one round. The host, closing first, keeps serving until the other
+// node has left.
+func TestStoreEndpointHostAndClient(t *testing.T) {
+	ctx := context.Background()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := l.Addr().String()
+	l.Close()
+	var logs strings.Builder
+	var mu sync.Mutex
+	cfg := StoreConfig{Endpoint: ep, Token: []byte("secret"), RunID: "job", DeadAfter: time.Second, Linger: 5 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(&syncWriter{mu: &mu, w: &logs}, nil))}
+	hostB, err := StoreEndpoint(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientB, err := StoreEndpoint(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	served := strings.Count(logs.String(), "serving the c10d rendezvous store")
+	mu.Unlock()
+	if served != 1 {
+		t.Fatalf("%d nodes serve the store; want 1:\n%s", served, logs.String())
+	}
+	h, c := node(t, hostB, fast("h", 2, 2)), node(t, clientB, fast("c", 2, 2))
+	checkGroup(t, nextAll(t, h, c), 0, 2)
+
+	closed := make(chan time.Time, 1)
+	go func() {
+		h.Close()
+		closed <- time.Now()
+	}()
+	time.Sleep(300 * time.Millisecond)
+	left := time.Now()
+	if _, err := c.Complete(ctx, Round{Number: 0}); err != nil {
+		t.Fatalf("the other node lost the store while the host was closing: %v", err)
+	}
+	c.Close()
+	select {
+	case at := <-closed:
+		if at.Before(left) {
+			t.Fatal("the host stopped serving before the other node left")
+		}
+	case <-time.After(4 * time.Second):
+		t.Fatal("the host still serves 4s after the other node left")
+	}
+}
+
+type syncWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

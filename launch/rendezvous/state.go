@@ -66,6 +66,7 @@ const (
 	Failure
 )
 
+// String names the reason as the launcher's records do.
 func (r Reason) String() string {
 	switch r {
 	case Arrival:

@@ -58,30 +58,61 @@ func NewStoreBackend(ctx context.Context, s store.Store, runID string, deadAfter
 	return b, nil
 }
 
-// StoreEndpoint is a store for the c10d backend at endpoint (host:port).
-// If the endpoint is an address of this machine and free, this node
-// serves the store there (as torchrun's c10d backend does on the node
-// whose address it is); otherwise, or if another process already serves
-// it, it connects. host decides instead when not nil. The store's
-// connections authenticate with token. Closing the returned Backend stops
-// a store this node serves once every other node has disconnected, or
-// after linger.
-func StoreEndpoint(ctx context.Context, endpoint string, token []byte, runID string, host *bool, deadAfter, linger time.Duration, log *slog.Logger) (Backend, error) {
+// StoreConfig is where and how a node reaches the c10d backend's store.
+type StoreConfig struct {
+	// Endpoint is the store's host:port (torchrun --rdzv-endpoint).
+	Endpoint string
+	// Token authenticates the store's connections (GOTRAIN_TOKEN).
+	Token []byte
+	// RunID names the job; its keys are /gotrain/<RunID>/...
+	RunID string
+	// Host, if set, says whether this node serves the store (torchrun's
+	// is_host); nil decides by the endpoint's address (see StoreEndpoint).
+	Host *bool
+	// DeadAfter is how long a node's heartbeat may stand still before it
+	// counts as dead (0: DefaultDeadAfter).
+	DeadAfter time.Duration
+	// Linger bounds how long a node that serves the store keeps it, on
+	// Close, for the other nodes still using it (0: DefaultLinger).
+	Linger time.Duration
+	// Logger receives the serving node's records; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultLinger is StoreConfig.Linger's default.
+const DefaultLinger = 30 * time.Second
+
+// StoreEndpoint is the c10d backend at cfg.Endpoint. If the endpoint is
+// an address of this machine and free, this node serves the store there
+// (as torchrun's c10d backend does on the node whose address it is);
+// otherwise, or if another process already serves it, it connects,
+// waiting up to 60 s for the store to come up. Closing the Backend stops
+// a store this node serves once every other node has left or died, or
+// after cfg.Linger.
+func StoreEndpoint(ctx context.Context, cfg StoreConfig) (Backend, error) {
+	endpoint := cfg.Endpoint
+	if cfg.Linger == 0 {
+		cfg.Linger = DefaultLinger
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	h, _, err := net.SplitHostPort(endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: endpoint %q: want host:port: %w", endpoint, err)
 	}
 	serve := isLocalHost(h)
-	if host != nil {
-		serve = *host
+	if cfg.Host != nil {
+		serve = *cfg.Host
 	}
 	var srv *store.Server
 	if serve {
-		srv, err = store.Listen(endpoint, token)
+		srv, err = store.Listen(endpoint, cfg.Token)
 		switch {
 		case err == nil:
 			log.Info("rendezvous: serving the c10d rendezvous store", "endpoint", endpoint)
-		case errors.Is(err, syscall.EADDRINUSE) && host == nil:
+		case errors.Is(err, syscall.EADDRINUSE) && cfg.Host == nil:
 			srv = nil // another node on this machine serves it
 		default:
 			return nil, fmt.Errorf("rendezvous: serving the store at %s: %w", endpoint, err)
@@ -89,14 +120,14 @@ func StoreEndpoint(ctx context.Context, endpoint string, token []byte, runID str
 	}
 	dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	c, err := store.Dial(dctx, endpoint, token)
+	c, err := store.Dial(dctx, endpoint, cfg.Token)
 	if err != nil {
 		if srv != nil {
 			srv.Close()
 		}
 		return nil, fmt.Errorf("rendezvous: c10d store: %w", err)
 	}
-	b, err := NewStoreBackend(ctx, c, runID, deadAfter)
+	b, err := NewStoreBackend(ctx, c, cfg.RunID, cfg.DeadAfter)
 	if err != nil {
 		c.Close()
 		if srv != nil {
@@ -105,7 +136,7 @@ func StoreEndpoint(ctx context.Context, endpoint string, token []byte, runID str
 		return nil, err
 	}
 	sb := b.(*storeBackend)
-	sb.s, sb.server, sb.linger = &closingStore{Store: sb.s, c: c}, srv, linger
+	sb.s, sb.server, sb.linger = &closingStore{Store: sb.s, c: c}, srv, cfg.Linger
 	return sb, nil
 }
 
