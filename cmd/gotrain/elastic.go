@@ -49,9 +49,11 @@ var elasticKeys = []string{"last_call_timeout", "join_timeout", "keep_alive_inte
 
 // nnodes parses --nnodes and, for an elastic job (a MIN:MAX range, or
 // --rdzv-endpoint or a dynamic --rdzv-backend given), checks the
-// rendezvous flags and returns 1, so that the static checks pass: each
-// round sets the node's place. A static job gets parseNNodes's result.
-func (o *elasticFlags) nnodes(f *pflag.FlagSet, s string, nodeRank int) (int, error) {
+// rendezvous flags and returns 1, with run's static place reset, so that
+// the static checks pass: each round sets the node's place. A static job
+// gets parseNNodes's result.
+func (o *elasticFlags) nnodes(f *pflag.FlagSet, run *runFlags) (int, error) {
+	s, nodeRank := run.nnodes, run.nodeRank
 	lo, hi, isRange := strings.Cut(s, ":")
 	minN, err1 := strconv.Atoi(lo)
 	maxN, err2 := minN, error(nil)
@@ -83,9 +85,9 @@ func (o *elasticFlags) nnodes(f *pflag.FlagSet, s string, nodeRank int) (int, er
 		return 0, badFlag("rdzv-backend", o.backend, "cannot re-form a group; an elastic --nnodes MIN:MAX needs c10d or etcd")
 	case o.endpoint == "":
 		return 0, flagNeeds("nnodes", "an elastic job (--nnodes "+s+") needs --rdzv-endpoint HOST:PORT, where the nodes meet")
-	case f.Changed("node-rank"):
+	case typed(f, "node-rank"):
 		return 0, badFlag("node-rank", nodeRank, "the rendezvous assigns node ranks in an elastic job; leave it out")
-	case f.Changed("master-addr") || f.Changed("master-port"):
+	case typed(f, "master-addr") || typed(f, "master-port"):
 		return 0, flagNeeds("master-addr", "the rendezvous chooses the master in an elastic job; leave --master-addr and --master-port out")
 	case f.Changed("standalone"):
 		return 0, flagNeeds("standalone", "runs a single node on its own; it cannot join --rdzv-endpoint")
@@ -95,6 +97,8 @@ func (o *elasticFlags) nnodes(f *pflag.FlagSet, s string, nodeRank int) (int, er
 	if o.backend == "" {
 		o.backend = "c10d"
 	}
+	// A place from PET_ variables gives way to the rendezvous'.
+	run.nodeRank, run.masterAddr, run.masterPort = 0, launch.DefaultMasterAddr, launch.DefaultMasterPort
 	for _, ep := range strings.Split(o.endpoint, ",") {
 		if h, p, err := net.SplitHostPort(ep); err != nil || h == "" || p == "" {
 			return 0, badFlag("rdzv-endpoint", o.endpoint, "want HOST:PORT")
@@ -113,6 +117,15 @@ func (o *elasticFlags) nnodes(f *pflag.FlagSet, s string, nodeRank int) (int, er
 	}
 	o.on, o.rdzv.MinNodes, o.rdzv.MaxNodes = true, minN, maxN
 	return 1, nil
+}
+
+// typed reports whether flag name was given on the command line, not by
+// its PET_ variable: a Kubeflow operator may set PET_MASTER_ADDR or
+// PET_NODE_RANK beside an elastic job's PET_RDZV_ENDPOINT, and the
+// rendezvous' values win over them.
+func typed(f *pflag.FlagSet, name string) bool {
+	_, fromEnv := lookupEnv(petName(name))
+	return f.Changed(name) && !fromEnv
 }
 
 // parseConf reads --rdzv-conf into o.rdzv.

@@ -387,3 +387,17 @@ func TestElasticBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// A Kubeflow operator's PET_MASTER_ADDR and PET_NODE_RANK beside an
+// elastic job's rendezvous flags are overridden by the rendezvous, not
+// refused: the job gets as far as its rendezvous (here: no token).
+func TestElasticIgnoresPETPlace(t *testing.T) {
+	t.Setenv("PET_MASTER_ADDR", "10.0.0.1")
+	t.Setenv("PET_NODE_RANK", "1")
+	t.Setenv("GOTRAIN_TOKEN", "")
+	os.Unsetenv("GOTRAIN_TOKEN")
+	all, _, code := runGotrain(t, 30*time.Second, "run", "--nnodes", "1:3", "--rdzv-endpoint", "127.0.0.1:1", "--rdzv-id", "x", "true")
+	if code != 2 || !strings.Contains(all, "needs the same GOTRAIN_TOKEN") {
+		t.Fatalf("exit %d, %q; want the token refused, not the PET_ variables", code, all)
+	}
+}

@@ -129,7 +129,7 @@ func runConfig(f *pflag.FlagSet, o runFlags, args []string) (launch.Config, erro
 		return cfg, badFlag("nproc-per-node", o.nprocPerNode, err.Error())
 	}
 	// An elastic job (elastic.go) passes as one node: its rounds place it.
-	if cfg.NNodes, err = elasticOpts.nnodes(f, o.nnodes, o.nodeRank); err != nil {
+	if cfg.NNodes, err = elasticOpts.nnodes(f, &o); err != nil {
 		return cfg, err
 	}
 	addrErr := launch.CheckMasterAddr(o.masterAddr, cfg.NNodes, os.Getenv(launch.EnvAllowLoopback) == "1")
