@@ -64,9 +64,9 @@ type Config struct {
 	// run id, like torchrun --standalone. It requires NNodes ≤ 1.
 	Standalone bool
 	// Rendezvous, if set, makes the job elastic (torchrun --nnodes
-	// MIN:MAX with --rdzv-endpoint): each round of it gives the node's
-	// NNodes, NodeRank, MasterAddr and MasterPort, which are ignored
-	// here, and a change of membership re-forms the group (see
+	// MIN:MAX with --rdzv-endpoint): each of its rounds gives the node's
+	// place (the fields NNodes, NodeRank, MasterAddr and MasterPort are
+	// then ignored), and a change of membership re-forms the group (see
 	// elastic.go). The caller owns it and closes it after Run.
 	Rendezvous *rendezvous.Rendezvous
 
