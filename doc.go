@@ -22,7 +22,9 @@
 //   - checkpoint: safetensors files and resumable training state.
 //   - launch: starts and restarts the workers of a job on one node
 //     (torchrun); launch/fanout and launch/agent run a job on several
-//     machines over ssh, launch/hosts reads their list.
+//     machines over ssh, launch/hosts reads their list;
+//     launch/rendezvous: the membership of elastic jobs, over a c10d
+//     store or etcd (launch/rendezvous/etcd).
 //   - progress: a training loop's progress, reported to the launcher's
 //     display (or drawn by the program itself when it runs alone).
 //   - metrics: a training loop's per-step metrics and timeline, written

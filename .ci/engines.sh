@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The cluster engines the tests run gotrain's workers under: Slurm (with
-# munge), Open MPI and MPICH, side by side (mpirun.openmpi, mpiexec.hydra).
+# munge), Open MPI and MPICH, side by side (mpirun.openmpi, mpiexec.hydra),
+# and etcd for the elastic rendezvous (the test starts its own server on
+# loopback with a temporary data directory).
 # Installs only what is missing, so a second run costs nothing. It starts
 # no daemon and writes no configuration: the Slurm test starts munged,
 # slurmctld and slurmd itself, with its own configuration in a temporary
@@ -15,6 +17,7 @@ command -v slurmd >/dev/null || missing="$missing slurmd"
 command -v srun >/dev/null || missing="$missing slurm-client"
 command -v mpirun.openmpi >/dev/null || missing="$missing openmpi-bin"
 command -v mpiexec.hydra >/dev/null || missing="$missing mpich"
+command -v etcd >/dev/null || missing="$missing etcd-server"
 if [ -n "$missing" ]; then
   apt-get update
   # policy-rc.d: no service starts during the install.
@@ -25,4 +28,4 @@ if [ -n "$missing" ]; then
 fi
 # Open MPI installs the mpirun alternative; MPICH's launcher is
 # mpiexec.hydra. Both must be there.
-dpkg-query -W -f '${Package} ${Version}\n' slurmctld slurmd slurm-client munge openmpi-bin mpich
+dpkg-query -W -f '${Package} ${Version}\n' slurmctld slurmd slurm-client munge openmpi-bin mpich etcd-server

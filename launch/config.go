@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/gotrain/gotrain/launch/rendezvous"
 )
 
 // Defaults of the zero Config, as torchrun has them.
@@ -72,6 +74,12 @@ type Config struct {
 	// Standalone runs a single-node job on a free local port and a random
 	// run id, like torchrun --standalone. It requires NNodes ≤ 1.
 	Standalone bool
+	// Rendezvous, if set, makes the job elastic (torchrun --nnodes
+	// MIN:MAX with --rdzv-endpoint): each of its rounds gives the node's
+	// place (the fields NNodes, NodeRank, MasterAddr and MasterPort are
+	// then ignored), and a change of membership re-forms the group (see
+	// elastic.go). The caller owns it and closes it after Run.
+	Rendezvous *rendezvous.Rendezvous
 
 	// MaxRestarts is how many times the whole group of workers is restarted
 	// after a worker fails (0: the first failure ends the job).
@@ -235,6 +243,9 @@ func (c Config) validate() error {
 		env = os.Environ()
 	}
 	allow, _ := lookupEnv(env, EnvAllowLoopback)
+	if c.Rendezvous != nil {
+		return c.checkOutput() // each round's master address is checked as it closes
+	}
 	if err := CheckMasterAddr(c.MasterAddr, c.NNodes, allow == "1"); err != nil {
 		return fmt.Errorf("%w: master-addr %q: %w", ErrConfig, c.MasterAddr, err)
 	}

@@ -63,5 +63,16 @@
 // are per node: a failure on one node makes its peers' workers fail at their
 // next collective (the process group reports dead peers), so every node's
 // launcher restarts, and all of them must be given the same --max-restarts.
-// Elastic membership (--nnodes MIN:MAX with MIN < MAX) is not supported.
+//
+// # Elastic jobs
+//
+// With Config.Rendezvous (gotrain run --nnodes MIN:MAX --rdzv-endpoint
+// HOST:PORT --rdzv-id ID) the nodes meet in rounds of package rendezvous
+// instead: each round gives this node its node rank, the group's size and
+// node rank 0's address, and the workers run with them; when a node is
+// lost or arrives, or a worker fails, every node stops its workers and
+// the live ones re-form a group of the new size. Only failures count
+// against MaxRestarts, and the count is the group's. A program that
+// resumes from its checkpoint carries on in the new world (see
+// elastic.go).
 package launch

@@ -100,6 +100,11 @@ func Run(ctx context.Context, cfg Config) (exitCode int, err error) {
 			}
 		}
 	}
+	if cfg.Rendezvous != nil {
+		// The largest group decides whether the job is multi-node (and so
+		// needs a shared token); each round sets the node's place.
+		cfg.NNodes, cfg.NodeRank = cfg.Rendezvous.MaxNodes(), 0
+	}
 	je, err := newJobEnv(cfg, inherited)
 	if err != nil {
 		return 1, err
@@ -114,6 +119,7 @@ func Run(ctx context.Context, cfg Config) (exitCode int, err error) {
 		stdout: lockedWriter{&mu, orStd(cfg.Stdout, os.Stdout)},
 		stderr: lockedWriter{&mu, orStd(cfg.Stderr, os.Stderr)},
 		log:    cfg.Logger,
+		round:  -1,
 	}
 	if j.log == nil {
 		j.log = slog.New(slog.NewTextHandler(j.stderr, nil))
@@ -160,6 +166,7 @@ type job struct {
 	logRoot string                      // "" without LogDir
 	events  func(rank int, line []byte) // serialized cfg.Events, or nil
 	reaper  *reaper                     // stops the workers' groups if the launcher dies; may be nil
+	round   int                         // the rendezvous round of an elastic job, or -1
 }
 
 // outcome is how one attempt (a start of all workers) ended.
@@ -169,6 +176,9 @@ type outcome struct {
 }
 
 func (j *job) run(ctx context.Context) (int, error) {
+	if j.cfg.Rendezvous != nil {
+		return j.runElastic(ctx)
+	}
 	c := j.cfg
 	for restart := c.RestartCount; ; restart++ {
 		if ctx.Err() != nil {
@@ -219,6 +229,9 @@ func (j *job) attempt(ctx context.Context, restart int) (outcome, error) {
 	logDir := ""
 	if j.logRoot != "" {
 		logDir = filepath.Join(j.logRoot, "attempt_"+strconv.Itoa(restart))
+		if j.round >= 0 { // restarts repeat across an elastic job's rounds
+			logDir = filepath.Join(j.logRoot, "round_"+strconv.Itoa(j.round))
+		}
 	}
 	for local := range n {
 		w, err := startWorker(workerSpec{

@@ -44,9 +44,9 @@ func parseNProcPerNode(s string) (int, error) {
 	return n, nil
 }
 
-// parseNNodes parses torchrun's --nnodes: N, or MIN:MAX with MIN = MAX.
-// Elastic ranges (MIN < MAX) are refused: the launcher does static
-// rendezvous only.
+// parseNNodes parses torchrun's --nnodes for static rendezvous: N, or
+// MIN:MAX with MIN = MAX. Elastic ranges (MIN < MAX) are refused here:
+// they take the rendezvous flags (elastic.go).
 func parseNNodes(s string) (int, error) {
 	lo, hi, isRange := strings.Cut(s, ":")
 	parse := func(v string) (int, error) {
@@ -68,7 +68,7 @@ func parseNNodes(s string) (int, error) {
 		return 0, err
 	}
 	if minNodes != maxNodes {
-		return 0, valueError("elastic training (MIN < MAX) is not supported; use a fixed --nnodes N")
+		return 0, valueError("an elastic range (MIN < MAX) needs --rdzv-endpoint; for static rendezvous use a fixed --nnodes N")
 	}
 	return minNodes, nil
 }

@@ -49,7 +49,7 @@ func TestParseNNodes(t *testing.T) {
 		{"1", 1, ""},
 		{"4", 4, ""},
 		{"2:2", 2, ""},
-		{"1:4", 0, "elastic training"},
+		{"1:4", 0, "elastic range"},
 		{"0", 0, "at least 1"},
 		{"2:x", 0, "must be N or MIN:MAX"},
 		{"", 0, "must be N or MIN:MAX"},

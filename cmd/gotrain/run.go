@@ -63,7 +63,9 @@ PROGRAM is any executable; flags after it are its own. For several nodes run
 gotrain run on each with the same --nnodes, --nproc-per-node, --master-addr,
 --master-port and GOTRAIN_TOKEN, and its own --node-rank; or, from any
 machine, --hosts node0:2,node1:2 (or --hostfile) starts them all over ssh,
-checks every host first, and stops or restarts all of them together.`,
+checks every host first, and stops or restarts all of them together. For an elastic
+job give every node --nnodes MIN:MAX, --rdzv-endpoint, --rdzv-id and the
+token instead: nodes may then leave and arrive, and the group re-forms.`,
 	Example: `  gotrain run --nproc-per-node 4 ./mytrainer --epochs 5
   gotrain run --standalone --nproc-per-node 2 -- sh -c 'echo $RANK of $WORLD_SIZE'
   GOTRAIN_TOKEN=$(openssl rand -hex 32) gotrain run --nnodes 2 --node-rank 0 \
@@ -93,7 +95,7 @@ func init() {
 	})
 	o := &runOpts
 	f.StringVar(&o.nprocPerNode, "nproc-per-node", "1", "workers on this node: a number, or auto/cpu for one per CPU")
-	f.StringVar(&o.nnodes, "nnodes", "1", "number of nodes (N, or MIN:MAX with MIN = MAX; elastic ranges are not supported)")
+	f.StringVar(&o.nnodes, "nnodes", "1", "number of nodes: N, or MIN:MAX for an elastic job (with --rdzv-endpoint)")
 	f.IntVar(&o.nodeRank, "node-rank", 0, "this node's rank in [0, nnodes)")
 	f.StringVar(&o.masterAddr, "master-addr", launch.DefaultMasterAddr, "address of node 0, where rank 0 serves the rendezvous store")
 	f.IntVar(&o.masterPort, "master-port", launch.DefaultMasterPort, "port of the rendezvous store on master-addr")
@@ -129,8 +131,9 @@ func runConfig(f *pflag.FlagSet, o runFlags, args []string) (launch.Config, erro
 	if cfg.NProcPerNode, err = parseNProcPerNode(o.nprocPerNode); err != nil {
 		return cfg, badFlag("nproc-per-node", o.nprocPerNode, err.Error())
 	}
-	if cfg.NNodes, err = parseNNodes(o.nnodes); err != nil {
-		return cfg, badFlag("nnodes", o.nnodes, err.Error())
+	// An elastic job (elastic.go) passes as one node: its rounds place it.
+	if cfg.NNodes, err = elasticOpts.nnodes(f, &o); err != nil {
+		return cfg, err
 	}
 	addrErr := launch.CheckMasterAddr(o.masterAddr, cfg.NNodes, os.Getenv(launch.EnvAllowLoopback) == "1")
 	switch {
@@ -212,6 +215,11 @@ func runRun(cmd *cobra.Command, args []string) error {
 		}
 	}()
 
+	leave, err := elasticOpts.attach(ctx, cmd.Flags(), &cfg)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	warnBeforeStart(cfg)
 	code, err := launch.Run(ctx, cfg)
 	obs.done(code, err)

@@ -220,6 +220,15 @@ func (j *job) resume(ctx context.Context) error {
 	if err := j.sampler.Restore(j.extra.Sampler); err != nil {
 		return fmt.Errorf("mnistjob: resuming the sampler from %s: %w", j.cfg.Save, err)
 	}
+	// An elastic job resumes in a world of another size: the sampler has
+	// re-sharded the epoch's rest, and a learning rate scaled to the
+	// world follows it (the schedule's decay so far is kept).
+	if was := j.extra.Sampler.Replicas; was > 0 && was != j.world {
+		if lr := scaledLR(j.cfg, j.world) / scaledLR(j.cfg, was); lr != 1 {
+			j.opt.SetLR(j.opt.LR() * lr)
+		}
+		j.log.Info("resuming in a world of another size", "was", was, "world", j.world, "lr", j.opt.LR())
+	}
 	j.log.Info("resumed", "checkpoint", j.cfg.Save, "epoch", j.ckpt.Epoch, "step", j.ckpt.Step)
 	return nil
 }

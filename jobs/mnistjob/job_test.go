@@ -404,3 +404,18 @@ func TestRunRejectsMalformedEnv(t *testing.T) {
 		})
 	}
 }
+
+// A checkpoint of a 2-rank job resumed by one rank (an elastic job that
+// lost a node) re-shards the epoch's rest and halves the learning rate
+// that linear scaling doubled for two ranks.
+func TestResumeInSmallerWorldRescalesLR(t *testing.T) {
+	save := filepath.Join(t.TempDir(), "m.safetensors")
+	runRanks(t, Config{MaxSteps: 10, Save: save})
+	res, out := runLocal(t, Config{MaxSteps: 5, Save: save, Resume: true})
+	if !regexp.MustCompile(`resuming in a world of another size.* was=2 world=1 lr=0\.01\b`).MatchString(out) {
+		t.Fatalf("no rescaled learning rate logged on resume; output:\n%s", out)
+	}
+	if res.Steps != 5 || res.World != 1 {
+		t.Fatalf("resumed run: %d steps in world %d; want 5 in 1", res.Steps, res.World)
+	}
+}

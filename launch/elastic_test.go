@@ -1,0 +1,134 @@
+package launch_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gotrain/gotrain/launch"
+	"github.com/gotrain/gotrain/launch/rendezvous"
+)
+
+// elasticNode is one node's launch.Run of an elastic job over a shared
+// in-memory rendezvous.
+type elasticNode struct {
+	out, log bytes.Buffer
+	code     int
+	err      error
+}
+
+// runElasticNodes runs len(starts) nodes of the shell script, node i
+// starting after starts[i], and waits for all of them.
+func runElasticNodes(t *testing.T, minN, maxN, maxRestarts int, script string, starts []time.Duration) []*elasticNode {
+	t.Helper()
+	b := rendezvous.NewMemBackend()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	env := append(os.Environ(), "GOTRAIN_TOKEN=00112233445566778899aabbccddeeff", launch.EnvAllowLoopback+"=1")
+	nodes := make([]*elasticNode, len(starts))
+	var wg sync.WaitGroup
+	for i, after := range starts {
+		n := &elasticNode{}
+		nodes[i] = n
+		wg.Go(func() {
+			time.Sleep(after)
+			rz, err := rendezvous.New(ctx, b, rendezvous.Config{
+				RunID: "elastic-test", Addr: "127.0.0.1", MinNodes: minN, MaxNodes: maxN,
+				LastCall: 100 * time.Millisecond, HeartbeatInterval: 20 * time.Millisecond,
+				DeadAfter: 500 * time.Millisecond, PollInterval: 10 * time.Millisecond,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			})
+			if err != nil {
+				n.code, n.err = 1, err
+				return
+			}
+			defer rz.Close()
+			var mu sync.Mutex
+			lw := &lockedBuf{mu: &mu, b: &n.log}
+			n.code, n.err = launch.Run(ctx, launch.Config{
+				Program: "sh", Args: []string{"-c", script}, Env: env,
+				Rendezvous: rz, RunID: "elastic-test", MaxRestarts: maxRestarts,
+				MonitorInterval: 10 * time.Millisecond, StopTimeout: time.Second,
+				Stdout: &lockedBuf{mu: &mu, b: &n.out}, Stderr: lw,
+				Logger: slog.New(slog.NewTextHandler(lw, nil)),
+			})
+		})
+	}
+	wg.Wait()
+	return nodes
+}
+
+type lockedBuf struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func outputs(nodes []*elasticNode) string {
+	var s strings.Builder
+	for i, n := range nodes {
+		s.WriteString("--- node " + string(rune('a'+i)) + ":\n" + n.out.String() + n.log.String())
+	}
+	return s.String()
+}
+
+// Two nodes get dense ranks of one world of 2 from the rendezvous, with
+// node rank 0's address as the master.
+func TestElasticPlacesWorkers(t *testing.T) {
+	nodes := runElasticNodes(t, 2, 2, 0, `echo "place $RANK/$WORLD_SIZE/$GROUP_RANK/$GROUP_WORLD_SIZE/$TORCHELASTIC_RESTART_COUNT $MASTER_ADDR"`, []time.Duration{0, 0})
+	var places []string
+	for _, n := range nodes {
+		if n.code != 0 || n.err != nil {
+			t.Fatalf("a node exited %d, %v:\n%s", n.code, n.err, outputs(nodes))
+		}
+		_, p, _ := strings.Cut(n.out.String(), "place ")
+		places = append(places, strings.TrimSpace(p))
+	}
+	slices.Sort(places)
+	if want := []string{"0/2/0/2/0 127.0.0.1", "1/2/1/2/0 127.0.0.1"}; !slices.Equal(places, want) {
+		t.Fatalf("workers' places %q; want %q:\n%s", places, want, outputs(nodes))
+	}
+}
+
+// A node that arrives while the group of 2 runs makes it re-form as 3,
+// without counting a restart; the workers of the world of 3 finish.
+func TestElasticGrowsOnArrival(t *testing.T) {
+	script := `if [ "$WORLD_SIZE" = 3 ]; then echo "done $RANK restarts=$TORCHELASTIC_RESTART_COUNT"; exit 0; fi; exec sleep 30`
+	nodes := runElasticNodes(t, 2, 3, 0, script, []time.Duration{0, 0, time.Second})
+	for _, n := range nodes {
+		if n.code != 0 || n.err != nil || !strings.Contains(n.out.String(), "restarts=0") {
+			t.Fatalf("a node exited %d, %v, or its world of 3 did not finish with no restart:\n%s", n.code, n.err, outputs(nodes))
+		}
+	}
+}
+
+// Workers that keep failing use up --max-restarts for the group: two
+// rounds (restart 0 and 1), then the job fails with the worker's code.
+func TestElasticMaxRestarts(t *testing.T) {
+	nodes := runElasticNodes(t, 2, 2, 1, `exit 3`, []time.Duration{0, 0})
+	reported := false
+	for _, n := range nodes {
+		if n.code == 0 {
+			t.Fatalf("a node succeeded with failing workers:\n%s", outputs(nodes))
+		}
+		if strings.Contains(n.log.String(), "round=2") {
+			t.Fatalf("a third round started with --max-restarts 1:\n%s", outputs(nodes))
+		}
+		reported = reported || n.code == 3 && strings.Contains(n.log.String(), "exit status 3")
+	}
+	if !reported {
+		t.Fatalf("no node reported its worker's exit status 3:\n%s", outputs(nodes))
+	}
+}

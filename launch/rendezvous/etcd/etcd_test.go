@@ -1,0 +1,150 @@
+package etcd
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/testlog"
+)
+
+// startEtcd starts Debian's etcd on loopback on free ports with its own
+// data directory, killed by PID when the test ends; it skips without
+// etcd unless GOTRAIN_REQUIRE_ENGINES=1.
+func startEtcd(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		if os.Getenv("GOTRAIN_REQUIRE_ENGINES") == "1" {
+			t.Fatal("etcd not installed (apt-get install etcd-server) and GOTRAIN_REQUIRE_ENGINES=1")
+		}
+		t.Skip("etcd not installed (Debian etcd-server); skipping")
+	}
+	free := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	}
+	client, peer := free(), free()
+	cmd := exec.Command(bin, "--name", "t", "--data-dir", filepath.Join(t.TempDir(), "data"),
+		"--listen-client-urls", "http://"+client, "--advertise-client-urls", "http://"+client,
+		"--listen-peer-urls", "http://"+peer, "--initial-advertise-peer-urls", "http://"+peer,
+		"--initial-cluster", "t=http://"+peer, "--log-level", "error")
+	out := &testlog.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if c, err := net.DialTimeout("tcp", client, time.Second); err == nil {
+			c.Close()
+			return client
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcd not listening on %s:\n%s", client, out.String())
+		}
+	}
+}
+
+func TestBackend(t *testing.T) {
+	ep := startEtcd(t)
+	ctx := context.Background()
+	a, err := Dial(ctx, []string{ep}, "job", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Dial(ctx, []string{ep}, "job", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The state: absent, then changed only at the version read.
+	st, ver, err := a.Load(ctx)
+	if err != nil || st != nil || ver != "0" {
+		t.Fatalf("Load of a new job: %q, %q, %v; want nothing at version 0", st, ver, err)
+	}
+	if ok, err := a.Swap(ctx, ver, []byte("one")); !ok || err != nil {
+		t.Fatalf("Swap at the current version: %v, %v", ok, err)
+	}
+	if ok, err := b.Swap(ctx, ver, []byte("two")); ok || err != nil {
+		t.Fatalf("Swap at a stale version: %v, %v; want refused", ok, err)
+	}
+	if st, _, _ := b.Load(ctx); string(st) != "one" {
+		t.Fatalf("state %q; want one", st)
+	}
+	if other, _ := Dial(ctx, []string{ep}, "other-job", 0); other != nil {
+		if st, _, _ := other.Load(ctx); st != nil {
+			t.Fatalf("another run id sees state %q", st)
+		}
+		other.Close()
+	}
+
+	// Liveness: a beating node is alive; one that stops beating lapses
+	// with its lease; one that closes is gone at once.
+	for _, n := range []struct {
+		be *Backend
+		id string
+	}{{a, "a"}, {b, "b"}} {
+		if err := n.be.Beat(ctx, n.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, err := a.Alive(ctx, []string{"a", "b", "c"}); err != nil || !m["a"] || !m["b"] || m["c"] {
+		t.Fatalf("Alive: %v, %v; want a and b", m, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if err := a.Beat(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		m, err := a.Alive(ctx, []string{"a", "b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !m["a"] {
+			t.Fatal("a beating node lapsed")
+		}
+		if !m["b"] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a node that stopped beating is still alive after 10s (lease of 2s)")
+		}
+	}
+	b.Close()
+	c, err := Dial(ctx, []string{ep}, "job", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Beat(ctx, "c")
+	c.Close()
+	if m, _ := a.Alive(ctx, []string{"c"}); m["c"] {
+		t.Fatal("a node that closed is still alive")
+	}
+}
+
+func TestDialUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := Dial(ctx, []string{addr}, "job", 0); err == nil {
+		t.Fatal("Dial of an address with no etcd succeeded")
+	}
+}
