@@ -40,9 +40,10 @@ func parallelFor(n, minItems int, fn func(worker, lo, hi int)) int {
 // bounded by maxScratchBytes in total so an odd size cannot pin memory
 // without limit. Fresh large allocations cost zeroing and page faults.
 var scratch struct {
-	mu    sync.Mutex // guards free and bytes
+	mu    sync.Mutex // guards free, bytes and fresh
 	free  map[int][][]float32
 	bytes int
+	fresh int64 // bytes of poolable buffers allocated because none was free
 }
 
 const (
@@ -62,6 +63,7 @@ func getBuf(n int) []float32 {
 			scratch.mu.Unlock()
 			return b
 		}
+		scratch.fresh += 4 * int64(n)
 		scratch.mu.Unlock()
 	}
 	return make([]float32, n)
@@ -83,6 +85,25 @@ func putBuf(b []float32) {
 	}
 	scratch.free[n] = append(scratch.free[n], b[:n:n])
 	scratch.bytes += 4 * n
+}
+
+// poolStats reports the bytes the free lists hold and the bytes of
+// poolable buffers allocated so far because none was free; tests use it
+// (through tensorhook.PoolStats) to tell a bounded pool and a training
+// step that returns all it takes from ones that leak.
+func poolStats() (held, fresh int64) {
+	scratch.mu.Lock()
+	defer scratch.mu.Unlock()
+	return int64(scratch.bytes), scratch.fresh
+}
+
+// releasePool drops every buffer the pool holds, for the garbage
+// collector to reuse their memory for work of other sizes.
+func releasePool() {
+	scratch.mu.Lock()
+	defer scratch.mu.Unlock()
+	clear(scratch.free)
+	scratch.bytes = 0
 }
 
 // getIdx is getBuf for int32 indices (pooling argmax), sharing its free

@@ -139,3 +139,79 @@ func TestRecycledOpBuffersInterleaved(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolBoundedByBytes checks that the buffer pool never holds more
+// than maxScratchBytes, nor more than maxScratchPer buffers of one size,
+// however many buffers of however many sizes are handed back, and that
+// its byte count is the sum of what its free lists hold. The buffers are
+// slices of one backing array, so the test counts bytes without
+// allocating them.
+func TestPoolBoundedByBytes(t *testing.T) {
+	releasePool()
+	defer releasePool() // the aliased buffers must not reach other tests
+	backing := make([]float32, 1<<20)
+	for round := 0; round < 3; round++ {
+		for n := minScratchLen; n <= len(backing); n *= 2 {
+			for i := 0; i < 2*maxScratchPer; i++ {
+				putBuf(backing[:n])
+				putBuf(backing[:n-1]) // a second size per power of two
+			}
+		}
+	}
+	held, _ := poolStats()
+	sum := 0
+	scratch.mu.Lock()
+	for n, l := range scratch.free {
+		if len(l) > maxScratchPer {
+			t.Errorf("%d buffers of length %d kept, at most %d", len(l), n, maxScratchPer)
+		}
+		sum += 4 * n * len(l)
+	}
+	scratch.mu.Unlock()
+	if held > maxScratchBytes || int64(sum) != held {
+		t.Fatalf("pool holds %d bytes by its count, %d by its lists; the bound is %d", held, sum, maxScratchBytes)
+	}
+	if held < maxScratchBytes/2 {
+		t.Fatalf("pool holds only %d bytes: buffers were dropped below the bound %d", held, maxScratchBytes)
+	}
+	releasePool()
+	if held, _ := poolStats(); held != 0 {
+		t.Fatalf("releasePool left %d bytes", held)
+	}
+}
+
+// TestPoolSteadyState checks that repeating a training step whose
+// intermediates are recycled takes every buffer from the pool after the
+// first step: no fresh poolable bytes, and the same bytes held after each.
+func TestPoolSteadyState(t *testing.T) {
+	releasePool()
+	defer releasePool()
+	rng := NewRNG(7)
+	x := randT(rng, -1, 1, 64, 40)
+	w1 := randT(rng, -1, 1, 48, 40).SetRequiresGrad(true)
+	w2 := randT(rng, -1, 1, 32, 48).SetRequiresGrad(true)
+	var held0, fresh0 int64
+	for step := 1; step <= 5; step++ {
+		a := Linear(x, w1, nil) // [64, 48]: large enough to pool
+		h := GELU(a)
+		y := Linear(h, w2, nil)
+		sq := Mul(y, y)
+		for _, r := range []*Tensor{a, h, y, sq} {
+			r.freeWithGraph()
+		}
+		if err := Sum(sq, false).Backward(); err != nil {
+			t.Fatal(err)
+		}
+		held, fresh := poolStats()
+		if step == 1 {
+			held0, fresh0 = held, fresh
+			continue
+		}
+		if held != held0 || fresh != fresh0 {
+			t.Fatalf("step %d: pool holds %d bytes (%d after step 1) and took %d fresh bytes since", step, held, held0, fresh-fresh0)
+		}
+	}
+	if held0 == 0 {
+		t.Fatal("nothing was recycled")
+	}
+}

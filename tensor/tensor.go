@@ -172,6 +172,8 @@ func (t *Tensor) freeWithGraph() {
 
 func init() {
 	tensorhook.FreeWithGraph = func(t any) { t.(*Tensor).freeWithGraph() }
+	tensorhook.PoolStats = poolStats
+	tensorhook.ReleasePool = releasePool
 }
 
 // Detach returns a tensor sharing t's data with no autograd history.

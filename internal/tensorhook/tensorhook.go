@@ -19,3 +19,17 @@ package tensorhook
 // where it can prove the promise (see its Forward). Any other argument
 // type panics.
 var FreeWithGraph func(t any)
+
+// PoolStats reports the bytes package tensor's buffer pool holds for
+// reuse and the cumulative bytes of poolable buffers it had to allocate
+// because none of the size was free. A training loop in its steady state
+// allocates no fresh bytes per step: tests compare fresh across steps to
+// find results taken from the pool and never handed back.
+var PoolStats func() (held, fresh int64)
+
+// ReleasePool empties package tensor's buffer pool, leaving its buffers
+// to the garbage collector. A training loop calls it before work that
+// needs buffers of other sizes (an evaluation pass on smaller chunks), so
+// that the memory serves that work rather than sitting idle beside it;
+// the next training step refills the pool.
+var ReleasePool func()
