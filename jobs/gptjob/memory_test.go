@@ -25,7 +25,7 @@ func TestStepsReturnPoolBuffers(t *testing.T) {
 	var held0, fresh0 int64
 	step := 0
 	for b := range j.loader.Batches() {
-		if _, err := j.step(b); err != nil {
+		if _, err := j.step(&meter{}, b); err != nil {
 			t.Fatal(err)
 		}
 		step++
@@ -58,7 +58,7 @@ func TestEvaluateReleasesPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	for b := range j.loader.Batches() {
-		if _, err := j.step(b); err != nil {
+		if _, err := j.step(&meter{}, b); err != nil {
 			t.Fatal(err)
 		}
 		break
