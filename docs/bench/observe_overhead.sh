@@ -28,12 +28,26 @@ run() { # variant flags...
 	echo "$sps" >>"$tmp/$v"
 }
 
+variant() { # index flags...
+	k=$1
+	shift
+	case $k in
+	0) run none "$@" ;;
+	1) run metrics --metrics "$tmp/m.jsonl" "$@" ;;
+	2) run metrics+trace --metrics "$tmp/m.jsonl" --trace "$tmp/t.json" "$@" ;;
+	3) run all --metrics "$tmp/m.jsonl" --trace "$tmp/t.json" --metrics-addr 127.0.0.1:0 --dashboard 127.0.0.1:0 "$@" ;;
+	esac
+}
+
+# Each round starts with the next variant, so that no variant always runs
+# first (the first run of a round was measurably favoured).
 i=1
 while [ "$i" -le "$ROUNDS" ]; do
-	run none "$@"
-	run metrics --metrics "$tmp/m.jsonl" "$@"
-	run metrics+trace --metrics "$tmp/m.jsonl" --trace "$tmp/t.json" "$@"
-	run all --metrics "$tmp/m.jsonl" --trace "$tmp/t.json" --metrics-addr 127.0.0.1:0 --dashboard 127.0.0.1:0 "$@"
+	j=0
+	while [ "$j" -lt 4 ]; do
+		variant $(((i + j - 1) % 4)) "$@"
+		j=$((j + 1))
+	done
 	i=$((i + 1))
 done
 
