@@ -6,6 +6,7 @@
 package logging
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -74,12 +75,58 @@ func FromEnv(w io.Writer, format string) *slog.Logger {
 		format = Text
 	}
 	var attrs []slog.Attr
-	if r, err := strconv.Atoi(os.Getenv(envRank)); err == nil && r >= 0 {
+	r, err := strconv.Atoi(os.Getenv(envRank))
+	hasRank := err == nil && r >= 0
+	if hasRank {
 		attrs = append(attrs, slog.Int("rank", r))
 	}
 	l := New(w, format, attrs...)
+	if hasRank {
+		// Library code names the rank too, for loggers without it: say it
+		// once.
+		l = slog.New(oneRank{l.Handler(), int64(r)})
+	}
 	if bad != nil {
 		l.Warn("logging: ignoring the log format", "err", bad, "using", Text)
 	}
 	return l
+}
+
+// oneRank drops a record's "rank" attribute when it repeats the
+// process's rank, which the handler it wraps adds to every record.
+type oneRank struct {
+	slog.Handler
+	rank int64
+}
+
+func (h oneRank) same(a slog.Attr) bool {
+	v := a.Value.Resolve()
+	return a.Key == "rank" && v.Kind() == slog.KindInt64 && v.Int64() == h.rank
+}
+
+func (h oneRank) Handle(ctx context.Context, r slog.Record) error {
+	dup := false
+	r.Attrs(func(a slog.Attr) bool {
+		dup = dup || h.same(a)
+		return !dup
+	})
+	if !dup {
+		return h.Handler.Handle(ctx, r)
+	}
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		if !h.same(a) {
+			out.AddAttrs(a)
+		}
+		return true
+	})
+	return h.Handler.Handle(ctx, out)
+}
+
+func (h oneRank) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return oneRank{h.Handler.WithAttrs(attrs), h.rank}
+}
+
+func (h oneRank) WithGroup(name string) slog.Handler {
+	return oneRank{h.Handler.WithGroup(name), h.rank}
 }

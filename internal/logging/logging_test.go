@@ -42,6 +42,17 @@ func TestFromEnv(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &rec); err != nil || rec["rank"] != 3.0 {
 		t.Fatalf("record %q: %v; want JSON with rank 3", b.String(), err)
 	}
+	// A record naming this rank again says it once; another rank stays.
+	t.Setenv(EnvFormat, Text)
+	b.Reset()
+	l := FromEnv(&b, "")
+	l.Info("same", "rank", 3, "k", 1)
+	l.Info("peer", "rank", 5)
+	if got := b.String(); strings.Count(got, "rank=3") != 2 || !strings.Contains(got, "msg=same rank=3 k=1\n") ||
+		!strings.Contains(got, "msg=peer rank=3 rank=5\n") {
+		t.Fatalf("records %q; want rank=3 once on each, and the peer's rank=5 kept", got)
+	}
+	t.Setenv(EnvFormat, JSON)
 
 	t.Setenv(EnvFormat, "xml")
 	t.Setenv("RANK", "")
