@@ -169,15 +169,21 @@ if [ -f "$f" ] && [ -x "$f" ] && [ "$(h "$f")" = "$1" ]; then echo "present $f";
 
 // putScript writes stdin to a temporary file in the cache, checks its
 // hash, makes it executable and renames it to its final name, printing
-// that; a wrong hash removes it and fails.
+// that; a wrong hash removes it and fails. The hash is taken of the
+// bytes as they arrive, while tee writes them (a second read of the file
+// would cost a cold start as long again as hashing it), and tee's success,
+// recorded in a second temporary file, shows that every byte hashed
+// was written.
 const putScript = hashFn + `set -e
 umask 077
 d="$HOME/` + Dir + `/$1"
 mkdir -p "$d"
 t=$(mktemp "$d/.$2.XXXXXX")
-trap 'rm -f "$t"' EXIT
-cat > "$t"
-got=$(h "$t")
+w=$(mktemp "$d/.$2.XXXXXX")
+trap 'rm -f "$t" "$w"' EXIT
+got=$( { tee "$t" && echo written > "$w"; } | $hs | cut -c1-64)
+if [ ! -s "$w" ]; then echo "cannot write the copy $t" >&2; exit 1; fi
+rm -f "$w"
 if [ "$got" != "$1" ]; then echo "copy corrupted: sha256 $got on arrival, want $1" >&2; exit 1; fi
 chmod 700 "$t"
 mv -f "$t" "$d/$2"
