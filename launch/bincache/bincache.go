@@ -140,6 +140,58 @@ func Place(ctx context.Context, r Runner, host string, f File) (string, error) {
 	return path, nil
 }
 
+// Stage streams f to a new temporary file in host's cache, beside its
+// final name, without hashing it there, and returns the temporary file's
+// absolute path. It is for an executable that proves its own hash when it
+// runs (gotrain reports its build's sha256), which is faster than the
+// host's sha256sum: once it has, Commit gives it its final name; if it
+// has not, Discard removes it.
+func Stage(ctx context.Context, r Runner, host string, f File) (string, error) {
+	if !validName(f.Name) || len(f.SHA256) != 64 {
+		panic(fmt.Sprintf("bincache: Stage: bad file %+v (use Stat)", f))
+	}
+	src, err := os.Open(f.Path)
+	if err != nil {
+		return "", fmt.Errorf("bincache: %w", err)
+	}
+	defer src.Close()
+	h := sha256.New()
+	out, err := r.Run(ctx, host, io.TeeReader(src, h), "sh", "-c", stageScript, "gotrain-bincache", f.SHA256, f.Name)
+	if err != nil {
+		return "", fmt.Errorf("copy %s to host %s: %w", f.Name, host, err)
+	}
+	path := lastLine(out)
+	if !strings.HasPrefix(path, "/") {
+		return "", fmt.Errorf("copy %s to host %s: unexpected answer %q from the copy", f.Name, host, out)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != f.SHA256 {
+		_ = Discard(ctx, r, host, path)
+		return "", fmt.Errorf("copy %s to host %s: %s changed while it was being copied (sha256 %s, was %s)", f.Name, host, f.Path, got, f.SHA256)
+	}
+	return path, nil
+}
+
+// Commit renames the file Stage placed at staged on host, once its hash
+// is proven to be f's, to its final name, and returns that.
+func Commit(ctx context.Context, r Runner, host string, f File, staged string) (string, error) {
+	final := filepath.Join(filepath.Dir(staged), f.Name)
+	if filepath.Base(filepath.Dir(staged)) != f.SHA256 || !strings.HasPrefix(filepath.Base(staged), "."+f.Name+".") {
+		panic(fmt.Sprintf("bincache: Commit: %s is not a staged copy of %+v", staged, f))
+	}
+	if _, err := r.Run(ctx, host, nil, "mv", "-f", staged, final); err != nil {
+		return "", fmt.Errorf("copy %s to host %s: %w", f.Name, host, err)
+	}
+	return final, nil
+}
+
+// Discard removes the file Stage placed at staged on host.
+func Discard(ctx context.Context, r Runner, host, staged string) error {
+	if _, err := r.Run(ctx, host, nil, "rm", "-f", staged); err != nil {
+		return fmt.Errorf("remove %s on host %s: %w", staged, host, err)
+	}
+	return nil
+}
+
 // lastLine is the last line of out: the script's answer, after anything
 // the host's shell start-up files printed.
 func lastLine(out []byte) string {
@@ -189,6 +241,20 @@ chmod 700 "$t"
 mv -f "$t" "$d/$2"
 trap - EXIT
 echo "$d/$2"
+`
+
+// stageScript writes stdin to a new executable temporary file in the
+// cache and prints its path; a failed transfer removes it.
+const stageScript = `set -e
+umask 077
+d="$HOME/` + Dir + `/$1"
+mkdir -p "$d"
+t=$(mktemp "$d/.$2.XXXXXX")
+trap 'rm -f "$t"' EXIT
+cat > "$t"
+chmod 700 "$t"
+trap - EXIT
+echo "$t"
 `
 
 // Static reports whether the file at path is a statically linked ELF

@@ -396,6 +396,9 @@ func TestCheckCopyRunsTheCachedCopy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("first Prepare: %v", err)
 	}
+	if ents, err := os.ReadDir(filepath.Dir(first[0].Gotrain)); err != nil || len(ents) != 1 {
+		t.Fatalf("the cache holds %v (%v); want only the copy", ents, err)
+	}
 	again, err := Prepare(context.Background(), c.ssh, p)
 	if err != nil {
 		t.Fatalf("second Prepare: %v", err)
