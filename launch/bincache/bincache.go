@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -155,8 +156,14 @@ func Stage(ctx context.Context, r Runner, host string, f File) (string, error) {
 		return "", fmt.Errorf("bincache: %w", err)
 	}
 	defer src.Close()
+	st, err := src.Stat()
+	if err != nil {
+		return "", fmt.Errorf("bincache: %w", err)
+	}
 	h := sha256.New()
-	out, err := r.Run(ctx, host, io.TeeReader(src, h), "sh", "-c", stageScript, "gotrain-bincache", f.SHA256, f.Name)
+	// The size lets the host tell a whole copy from one cut short (a
+	// launcher killed mid-transfer ends the stream early, not with an error).
+	out, err := r.Run(ctx, host, io.TeeReader(src, h), "sh", "-c", stageScript, "gotrain-bincache", f.SHA256, f.Name, strconv.FormatInt(st.Size(), 10))
 	if err != nil {
 		return "", fmt.Errorf("copy %s to host %s: %w", f.Name, host, err)
 	}
@@ -244,7 +251,8 @@ echo "$d/$2"
 `
 
 // stageScript writes stdin to a new executable temporary file in the
-// cache and prints its path; a failed transfer removes it.
+// cache and prints its path; a failed or short transfer removes it. $3 is
+// the file's size.
 const stageScript = `set -e
 umask 077
 d="$HOME/` + Dir + `/$1"
@@ -252,6 +260,8 @@ mkdir -p "$d"
 t=$(mktemp "$d/.$2.XXXXXX")
 trap 'rm -f "$t"' EXIT
 cat > "$t"
+n=$(wc -c < "$t")
+if [ "$n" -ne "$3" ]; then echo "copy truncated: $n bytes arrived, want $3" >&2; exit 1; fi
 chmod 700 "$t"
 trap - EXIT
 echo "$t"

@@ -291,7 +291,25 @@ func TestStageCommitDiscard(t *testing.T) {
 	if _, err := os.Stat(other); !os.IsNotExist(err) {
 		t.Fatalf("discarded copy still there: %v", err)
 	}
+	short := &truncating{r: r}
+	if _, err := bincache.Stage(ctx, short, "node1", f); err == nil || !strings.Contains(err.Error(), "copy truncated") {
+		t.Fatalf("Stage of a stream cut short: %v; want it refused", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("the cache holds %v; want only the committed copy", ents)
+	}
 	if _, err := bincache.Stage(ctx, r, "down", f); err == nil || !strings.Contains(err.Error(), "host down") {
 		t.Fatalf("Stage to an unreachable host: %v; want an error naming it", err)
 	}
+}
+
+// truncating is a Runner whose transfers end early, as a killed
+// launcher's do.
+type truncating struct{ r bincache.Runner }
+
+func (c *truncating) Run(ctx context.Context, host string, stdin io.Reader, argv ...string) ([]byte, error) {
+	if stdin != nil {
+		stdin = io.LimitReader(stdin, 1000)
+	}
+	return c.r.Run(ctx, host, stdin, argv...)
 }
