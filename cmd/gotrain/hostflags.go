@@ -256,6 +256,14 @@ func launchOnHosts(ctx context.Context, cfg fanout.Config, h hostFlags, output o
 		}
 	}()
 
+	// Every session to a host (pre-flight, the cache, the agent) reuses
+	// its first one's connection: one ssh handshake per host.
+	ssh, endSSH, err := cfg.SSH.Multiplex()
+	if err != nil {
+		return err
+	}
+	defer endSSH()
+	cfg.SSH = ssh
 	if err := preflightHosts(ctx, &cfg, h, checkProgram); err != nil {
 		return err
 	}

@@ -91,6 +91,10 @@ type Client struct {
 	// -o OPTION ahead of gotrain's defaults, so that they win (ssh keeps
 	// the first value it is given for a setting).
 	Options []string
+
+	// mux, when set (Multiplex), shares one connection per host among
+	// the client's sessions.
+	mux *mux
 }
 
 // defaults are gotrain's settings: never prompt (a prompt would hang a
@@ -113,6 +117,7 @@ func (c Client) Args(host string, argv ...string) []string {
 	for _, o := range defaults {
 		args = append(args, "-o", o)
 	}
+	args = append(args, c.mux.options(c.Options, host)...)
 	args = append(args, "--", host)
 	if len(argv) > 0 {
 		args = append(args, Quote(argv...))
@@ -123,14 +128,18 @@ func (c Client) Args(host string, argv ...string) []string {
 // Command returns the command that runs argv on host. Its process is
 // ended when ctx is.
 func (c Client) Command(ctx context.Context, host string, argv ...string) *exec.Cmd {
-	prog := c.Program
-	if prog == "" {
-		prog = os.Getenv(EnvSSH)
+	return exec.CommandContext(ctx, c.program(), c.Args(host, argv...)...)
+}
+
+// program is the ssh client to run.
+func (c Client) program() string {
+	if c.Program != "" {
+		return c.Program
 	}
-	if prog == "" {
-		prog = "ssh"
+	if p := os.Getenv(EnvSSH); p != "" {
+		return p
 	}
-	return exec.CommandContext(ctx, prog, c.Args(host, argv...)...)
+	return "ssh"
 }
 
 // Run runs argv on host with stdin as its input and returns its

@@ -90,3 +90,40 @@ func TestRunReturnsStdout(t *testing.T) {
 		t.Fatalf("Run = %q, %v", out, err)
 	}
 }
+
+func TestMultiplexSharesOneConnectionPerHost(t *testing.T) {
+	c, end, err := Client{Options: []string{"Port=2222"}}.Multiplex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := c.mux.dir
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("socket directory %s: %v, %v; want a private directory", dir, st, err)
+	}
+	args := strings.Join(c.Args("node1", "true"), " ")
+	for _, want := range []string{"-o Port=2222 ", "-o ControlMaster=auto ", "-o ControlPath=" + filepath.Join(dir, "%C") + " ", "-o ControlPersist=5 "} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %q", args, want)
+		}
+	}
+	// No master runs for node1: ending it fails, and the directory must
+	// still be removed.
+	end()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("socket directory %s left behind: %v", dir, err)
+	}
+}
+
+func TestMultiplexLeavesTheUsersControlSettings(t *testing.T) {
+	for _, o := range []string{"ControlMaster=no", "controlpath=/tmp/mine-%C", "ControlPersist=60"} {
+		c, end, err := Client{Options: []string{o}}.Multiplex()
+		if err != nil {
+			t.Fatal(err)
+		}
+		end()
+		args := strings.Join(c.Args("node1", "true"), " ")
+		if strings.Count(strings.ToLower(args), "control") != 1 {
+			t.Errorf("with -o %s: args %q; want only the user's control setting", o, args)
+		}
+	}
+}

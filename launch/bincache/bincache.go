@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -140,6 +141,64 @@ func Place(ctx context.Context, r Runner, host string, f File) (string, error) {
 	return path, nil
 }
 
+// Stage streams f to a new temporary file in host's cache, beside its
+// final name, without hashing it there, and returns the temporary file's
+// absolute path. It is for an executable that proves its own hash when it
+// runs (gotrain reports its build's sha256), which is faster than the
+// host's sha256sum: once it has, Commit gives it its final name; if it
+// has not, Discard removes it.
+func Stage(ctx context.Context, r Runner, host string, f File) (string, error) {
+	if !validName(f.Name) || len(f.SHA256) != 64 {
+		panic(fmt.Sprintf("bincache: Stage: bad file %+v (use Stat)", f))
+	}
+	src, err := os.Open(f.Path)
+	if err != nil {
+		return "", fmt.Errorf("bincache: %w", err)
+	}
+	defer src.Close()
+	st, err := src.Stat()
+	if err != nil {
+		return "", fmt.Errorf("bincache: %w", err)
+	}
+	h := sha256.New()
+	// The size lets the host tell a whole copy from one cut short (a
+	// launcher killed mid-transfer ends the stream early, not with an error).
+	out, err := r.Run(ctx, host, io.TeeReader(src, h), "sh", "-c", stageScript, "gotrain-bincache", f.SHA256, f.Name, strconv.FormatInt(st.Size(), 10))
+	if err != nil {
+		return "", fmt.Errorf("copy %s to host %s: %w", f.Name, host, err)
+	}
+	path := lastLine(out)
+	if !strings.HasPrefix(path, "/") {
+		return "", fmt.Errorf("copy %s to host %s: unexpected answer %q from the copy", f.Name, host, out)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != f.SHA256 {
+		_ = Discard(ctx, r, host, path)
+		return "", fmt.Errorf("copy %s to host %s: %s changed while it was being copied (sha256 %s, was %s)", f.Name, host, f.Path, got, f.SHA256)
+	}
+	return path, nil
+}
+
+// Commit renames the file Stage placed at staged on host, once its hash
+// is proven to be f's, to its final name, and returns that.
+func Commit(ctx context.Context, r Runner, host string, f File, staged string) (string, error) {
+	final := filepath.Join(filepath.Dir(staged), f.Name)
+	if filepath.Base(filepath.Dir(staged)) != f.SHA256 || !strings.HasPrefix(filepath.Base(staged), "."+f.Name+".") {
+		panic(fmt.Sprintf("bincache: Commit: %s is not a staged copy of %+v", staged, f))
+	}
+	if _, err := r.Run(ctx, host, nil, "mv", "-f", staged, final); err != nil {
+		return "", fmt.Errorf("copy %s to host %s: %w", f.Name, host, err)
+	}
+	return final, nil
+}
+
+// Discard removes the file Stage placed at staged on host.
+func Discard(ctx context.Context, r Runner, host, staged string) error {
+	if _, err := r.Run(ctx, host, nil, "rm", "-f", staged); err != nil {
+		return fmt.Errorf("remove %s on host %s: %w", staged, host, err)
+	}
+	return nil
+}
+
 // lastLine is the last line of out: the script's answer, after anything
 // the host's shell start-up files printed.
 func lastLine(out []byte) string {
@@ -169,20 +228,43 @@ if [ -f "$f" ] && [ -x "$f" ] && [ "$(h "$f")" = "$1" ]; then echo "present $f";
 
 // putScript writes stdin to a temporary file in the cache, checks its
 // hash, makes it executable and renames it to its final name, printing
-// that; a wrong hash removes it and fails.
+// that; a wrong hash removes it and fails. The hash is taken of the
+// bytes as they arrive, while tee writes them (a second read of the file
+// would cost a cold start as long again as hashing it), and tee's success,
+// recorded in a second temporary file, shows that every byte hashed
+// was written.
 const putScript = hashFn + `set -e
+umask 077
+d="$HOME/` + Dir + `/$1"
+mkdir -p "$d"
+t=$(mktemp "$d/.$2.XXXXXX")
+w=$(mktemp "$d/.$2.XXXXXX")
+trap 'rm -f "$t" "$w"' EXIT
+got=$( { tee "$t" && echo written > "$w"; } | $hs | cut -c1-64)
+if [ ! -s "$w" ]; then echo "cannot write the copy $t" >&2; exit 1; fi
+rm -f "$w"
+if [ "$got" != "$1" ]; then echo "copy corrupted: sha256 $got on arrival, want $1" >&2; exit 1; fi
+chmod 700 "$t"
+mv -f "$t" "$d/$2"
+trap - EXIT
+echo "$d/$2"
+`
+
+// stageScript writes stdin to a new executable temporary file in the
+// cache and prints its path; a failed or short transfer removes it. $3 is
+// the file's size.
+const stageScript = `set -e
 umask 077
 d="$HOME/` + Dir + `/$1"
 mkdir -p "$d"
 t=$(mktemp "$d/.$2.XXXXXX")
 trap 'rm -f "$t"' EXIT
 cat > "$t"
-got=$(h "$t")
-if [ "$got" != "$1" ]; then echo "copy corrupted: sha256 $got on arrival, want $1" >&2; exit 1; fi
+n=$(wc -c < "$t")
+if [ "$n" -ne "$3" ]; then echo "copy truncated: $n bytes arrived, want $3" >&2; exit 1; fi
 chmod 700 "$t"
-mv -f "$t" "$d/$2"
 trap - EXIT
-echo "$d/$2"
+echo "$t"
 `
 
 // Static reports whether the file at path is a statically linked ELF

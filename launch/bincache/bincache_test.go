@@ -250,3 +250,66 @@ func TestStatic(t *testing.T) {
 		t.Error("Static of a missing file: no error")
 	}
 }
+
+// TestStageCommitDiscard: Stage leaves an executable copy beside the
+// final name, not at it; Commit moves it there; a discarded one is gone.
+func TestStageCommitDiscard(t *testing.T) {
+	r, homes, local := setup(t)
+	ctx := context.Background()
+	f, err := bincache.Stat(local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(homes, "node1", bincache.Dir, f.SHA256)
+	staged, err := bincache.Stage(ctx, r, "node1", f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Dir(staged) != dir || !strings.HasPrefix(filepath.Base(staged), ".trainer.") {
+		t.Fatalf("staged at %s; want a temporary file in %s", staged, dir)
+	}
+	if st, err := os.Stat(staged); err != nil || st.Mode().Perm()&0o100 == 0 || sum(t, staged) != f.SHA256 {
+		t.Fatalf("staged copy %v, %v; want an executable copy", st, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "trainer")); !os.IsNotExist(err) {
+		t.Fatalf("a staged copy is at the final name before Commit: %v", err)
+	}
+	final, err := bincache.Commit(ctx, r, "node1", f, staged)
+	if err != nil || final != filepath.Join(dir, "trainer") || sum(t, final) != f.SHA256 {
+		t.Fatalf("Commit = %s, %v", final, err)
+	}
+	if _, err := os.Stat(staged); !os.IsNotExist(err) {
+		t.Fatalf("staged copy still there after Commit: %v", err)
+	}
+	other, err := bincache.Stage(ctx, r, "node1", f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bincache.Discard(ctx, r, "node1", other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(other); !os.IsNotExist(err) {
+		t.Fatalf("discarded copy still there: %v", err)
+	}
+	short := &truncating{r: r}
+	if _, err := bincache.Stage(ctx, short, "node1", f); err == nil || !strings.Contains(err.Error(), "copy truncated") {
+		t.Fatalf("Stage of a stream cut short: %v; want it refused", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("the cache holds %v; want only the committed copy", ents)
+	}
+	if _, err := bincache.Stage(ctx, r, "down", f); err == nil || !strings.Contains(err.Error(), "host down") {
+		t.Fatalf("Stage to an unreachable host: %v; want an error naming it", err)
+	}
+}
+
+// truncating is a Runner whose transfers end early, as a killed
+// launcher's do.
+type truncating struct{ r bincache.Runner }
+
+func (c *truncating) Run(ctx context.Context, host string, stdin io.Reader, argv ...string) ([]byte, error) {
+	if stdin != nil {
+		stdin = io.LimitReader(stdin, 1000)
+	}
+	return c.r.Run(ctx, host, stdin, argv...)
+}

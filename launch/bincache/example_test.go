@@ -49,3 +49,31 @@ func ExampleEnsure() {
 	// /.cache/gotrain/bin/7d1121afa96fef83a2970a5546dc359d7df13f3919a3663339a753901ac05a1e/trainer
 	// training
 }
+
+func ExampleStage() {
+	dir, _ := os.MkdirTemp("", "bincache-example")
+	defer os.RemoveAll(dir)
+	prog := filepath.Join(dir, "trainer")
+	os.WriteFile(prog, []byte("#!/bin/sh\necho training\n"), 0o755)
+	f, _ := bincache.Stat(prog)
+	ctx := context.Background()
+
+	staged, err := bincache.Stage(ctx, home(dir), "node1", f)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// Here the staged file proves its hash by running; gotrain reports
+	// its own sha256.
+	out, _ := exec.Command(staged).Output()
+	fmt.Print(string(out))
+	path, err := bincache.Commit(ctx, home(dir), "node1", f, staged)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(strings.TrimPrefix(path, dir))
+	// Output:
+	// training
+	// /.cache/gotrain/bin/7d1121afa96fef83a2970a5546dc359d7df13f3919a3663339a753901ac05a1e/trainer
+}

@@ -26,6 +26,7 @@ type nodeMsg struct {
 
 // node is one host's agent, reached through its ssh process.
 type node struct {
+	ssh    sshcmd.Client // to end a shared connection to host
 	index  int
 	host   string
 	pgid   int
@@ -43,7 +44,7 @@ type node struct {
 // Messages from the agent go to msgs; ssh's own stderr lines go there too,
 // as output naming the host.
 func startNode(c sshcmd.Client, index int, host string, argv []string, job agent.Job, msgs chan<- nodeMsg, stderr io.Writer) (*node, error) {
-	n := &node{index: index, host: host, in: make(chan []byte, 64), done: make(chan struct{}), seen: time.Now()}
+	n := &node{ssh: c, index: index, host: host, in: make(chan []byte, 64), done: make(chan struct{}), seen: time.Now()}
 	// Not tied to a context: the launcher ends it by closing its stdin,
 	// so the agent can stop its workers and report.
 	cmd := c.Command(context.Background(), host, argv...)
@@ -143,6 +144,7 @@ func (n *node) abandon() {
 	n.gone = true
 	n.closeInput()
 	_ = syscall.Kill(-n.pgid, syscall.SIGKILL)
+	go n.ssh.Disconnect(n.host) // a shared connection would outlive ssh
 }
 
 // wait waits for the ssh process until deadline, then kills it.
@@ -153,6 +155,7 @@ func (n *node) wait(deadline time.Time) {
 	case <-time.After(time.Until(deadline)):
 	}
 	_ = syscall.Kill(-n.pgid, syscall.SIGKILL)
+	n.ssh.Disconnect(n.host)
 	<-n.done
 }
 

@@ -130,6 +130,9 @@ func probeSelf(req request) probe {
 	if err != nil {
 		p.BuildErr = err.Error()
 	}
+	if exe, err := os.Executable(); err == nil {
+		p.Executable = exe
+	}
 	if req.Program != "" {
 		p.ProgramPath, p.ProgramSHA256, p.ProgramMissing, err = findProgram(req.Program)
 		if err != nil {

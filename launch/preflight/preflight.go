@@ -363,14 +363,28 @@ func (c *checker) run(ctx context.Context) {
 	for i := range alive {
 		alive[i] = true
 	}
-	if p.Copy && !c.place(ctx, want, local, alive) {
+	// With a session that stays open, --copy first runs the gotrain
+	// already in each host's cache, whose own hash (it reports its build)
+	// proves it intact: a warm host then costs one session, and only a
+	// host without it pays for the copy.
+	st, streaming := c.r.(Starter)
+	var cached *bincache.File
+	if p.Copy && streaming {
+		gotrain, program, ok := c.copyFiles(want, local)
+		if !ok {
+			return
+		}
+		cached = &gotrain
+		if program != nil && !c.placeAll(ctx, nil, program, alive) {
+			return
+		}
+	} else if p.Copy && !c.place(ctx, want, local, alive) {
 		return
 	}
 
 	sessions := make([]*session, n)
 	probes := make([]*probe, n)
 	var wg sync.WaitGroup
-	st, streaming := c.r.(Starter)
 	for i, h := range p.Hosts {
 		if !alive[i] {
 			continue
@@ -385,9 +399,12 @@ func (c *checker) run(ctx context.Context) {
 		}
 		wg.Go(func() {
 			var err error
-			if streaming {
-				sessions[i], probes[i], err = startSession(ctx, st, h.Name, c.places[i].Gotrain, req)
-			} else {
+			switch {
+			case cached != nil:
+				sessions[i], probes[i], err = c.startCached(ctx, st, i, *cached, req)
+			case streaming:
+				sessions[i], probes[i], err = startSession(ctx, st, h.Name, []string{c.places[i].Gotrain, NodeCommand}, req)
+			default:
 				probes[i], err = runProbe(ctx, c.r, h.Name, c.places[i].Gotrain, req)
 			}
 			if err != nil {
@@ -431,44 +448,123 @@ func (c *checker) localBuild() (distributed.Build, error) {
 	return distributed.Build{SHA256: f.SHA256}, err
 }
 
+// startCached starts host i's node from the gotrain in its cache and
+// returns its session when that is gotrain's intact copy; otherwise (none
+// there, a different or damaged file) it copies gotrain there with
+// bincache and starts the node from the copy.
+func (c *checker) startCached(ctx context.Context, st Starter, i int, gotrain bincache.File, req request) (*session, *probe, error) {
+	host := c.plan.Hosts[i].Name
+	// The host's shell finds its home; the node reports where that is.
+	argv := []string{"sh", "-c", `exec "$HOME/` + bincache.Dir + `/$1/$2" ` + NodeCommand, "gotrain-cached", gotrain.SHA256, gotrain.Name}
+	s, pr, err := startSession(ctx, st, host, argv, req)
+	if err == nil && pr.BuildErr == "" && pr.Build.SHA256 == gotrain.SHA256 && filepath.IsAbs(pr.Executable) {
+		c.places[i].Gotrain = pr.Executable
+		return s, pr, nil
+	}
+	if s != nil {
+		s.close()
+	}
+	var se *sshcmd.Error
+	if errors.As(err, &se) || ctx.Err() != nil {
+		return nil, nil, err // the host cannot be reached: a copy would not be either
+	}
+	if s, pr, ok := c.startStaged(ctx, st, i, gotrain, req); ok {
+		return s, pr, nil
+	}
+	// The node from the staged copy did not prove it: bincache's own
+	// check decides, and names what is wrong.
+	path, err := bincache.Place(ctx, c.r, host, gotrain)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.places[i].Gotrain = path
+	return startSession(ctx, st, host, []string{path, NodeCommand}, req)
+}
+
+// startStaged streams gotrain to host i's cache and starts the node from
+// the new file, which hashes itself as it starts (in Go, much faster than
+// the host's sha256sum would); a node that reports gotrain's hash gives
+// the copy its final name. It reports false, having removed the file,
+// when the node did not start or reported another hash.
+func (c *checker) startStaged(ctx context.Context, st Starter, i int, gotrain bincache.File, req request) (*session, *probe, bool) {
+	host := c.plan.Hosts[i].Name
+	staged, err := bincache.Stage(ctx, c.r, host, gotrain)
+	if err != nil {
+		return nil, nil, false
+	}
+	s, pr, err := startSession(ctx, st, host, []string{staged, NodeCommand}, req)
+	if err == nil && pr.BuildErr == "" && pr.Build.SHA256 == gotrain.SHA256 {
+		if final, err := bincache.Commit(ctx, c.r, host, gotrain, staged); err == nil {
+			c.places[i].Gotrain = final
+			return s, pr, true
+		}
+	}
+	if s != nil {
+		s.close()
+	}
+	_ = bincache.Discard(ctx, c.r, host, staged)
+	return nil, nil, false
+}
+
 // place copies gotrain (whose build is want) and the program (local,
 // when it is a static executable) to every host; hosts it fails on are no
 // longer alive. It reports whether any host is left.
 func (c *checker) place(ctx context.Context, want distributed.Build, local *bincache.File, alive []bool) bool {
+	gotrain, program, ok := c.copyFiles(want, local)
+	if !ok {
+		return false
+	}
+	return c.placeAll(ctx, &gotrain, program, alive)
+}
+
+// copyFiles are the local files --copy carries: gotrain (whose build is
+// want) and the program (local) when it is a static executable. It
+// records a failure and reports false when they cannot be read.
+func (c *checker) copyFiles(want distributed.Build, local *bincache.File) (gotrain bincache.File, program *bincache.File, ok bool) {
 	p := c.plan
-	var gotrain bincache.File
 	if p.LocalGotrain == "" {
 		// This executable, hashed already for its build identity.
 		exe, err := os.Executable()
 		if err != nil {
 			c.failLocal("--copy: cannot find the local gotrain: %v", err)
-			return false
+			return gotrain, nil, false
 		}
 		gotrain = bincache.File{Path: exe, Name: filepath.Base(exe), SHA256: want.SHA256}
 	} else {
 		var err error
 		if gotrain, err = bincache.Stat(p.LocalGotrain); err != nil {
 			c.failLocal("--copy: %v", err)
-			return false
+			return gotrain, nil, false
 		}
 	}
-	var program *bincache.File
 	if local != nil {
 		static, err := bincache.Static(local.Path)
 		if err != nil {
 			c.failLocal("--copy: %v", err)
-			return false
+			return gotrain, nil, false
 		}
 		if static {
 			program = local
 		}
 	}
+	return gotrain, program, true
+}
+
+// placeAll copies gotrain (unless nil) and program (unless nil) to every
+// alive host; hosts it fails on are no longer alive. It reports whether
+// any host is left.
+func (c *checker) placeAll(ctx context.Context, gotrain, program *bincache.File, alive []bool) bool {
 	var wg sync.WaitGroup
-	for i, h := range p.Hosts {
+	for i, h := range c.plan.Hosts {
+		if !alive[i] {
+			continue
+		}
 		// gotrain and the program at once: each costs a session or two.
 		var gerr, perr error
 		var hw sync.WaitGroup
-		hw.Go(func() { c.places[i].Gotrain, gerr = bincache.Place(ctx, c.r, h.Name, gotrain) })
+		if gotrain != nil {
+			hw.Go(func() { c.places[i].Gotrain, gerr = bincache.Place(ctx, c.r, h.Name, *gotrain) })
+		}
 		if program != nil {
 			hw.Go(func() { c.places[i].Program, perr = bincache.Place(ctx, c.r, h.Name, *program) })
 		}
@@ -796,10 +892,10 @@ type session struct {
 	waitErr error
 }
 
-// startSession starts the node on host, sends req and waits for its
+// startSession starts the node (argv) on host, sends req and waits for its
 // probe.
-func startSession(ctx context.Context, st Starter, host, gotrain string, req request) (*session, *probe, error) {
-	cmd := st.Command(ctx, host, gotrain, NodeCommand)
+func startSession(ctx context.Context, st Starter, host string, argv []string, req request) (*session, *probe, error) {
+	cmd := st.Command(ctx, host, argv...)
 	s := &session{host: host, cmd: cmd, lines: make(chan []byte, 4), done: make(chan struct{})}
 	cmd.Stderr = &s.stderr
 	cmd.WaitDelay = 2 * time.Second

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"github.com/gotrain/gotrain/launch/bincache"
 	"io"
 	"log/slog"
 	"net"
@@ -382,4 +383,50 @@ func TestCheckCopyDoesNotStart(t *testing.T) {
 	wantLines(t, lines(t, Check(context.Background(), c.ssh, p)),
 		[]string{"host node0: the copy of gotrain (" + c.home("node0") + "/.cache/gotrain/bin/", "does not start there", "CGO_ENABLED=0"},
 	)
+}
+
+// TestCheckCopyRunsTheCachedCopy: with Copy, a second check runs gotrain
+// from the host's cache; a cached copy damaged since (it still starts,
+// but its hash is not this build's) is replaced with an intact one.
+func TestCheckCopyRunsTheCachedCopy(t *testing.T) {
+	c := newCluster(t)
+	p := testPlan(t, "node0=127.0.0.1")
+	p.Gotrain, p.Copy = "gotrain", true
+	first, err := Prepare(context.Background(), c.ssh, p)
+	if err != nil {
+		t.Fatalf("first Prepare: %v", err)
+	}
+	if ents, err := os.ReadDir(filepath.Dir(first[0].Gotrain)); err != nil || len(ents) != 1 {
+		t.Fatalf("the cache holds %v (%v); want only the copy", ents, err)
+	}
+	again, err := Prepare(context.Background(), c.ssh, p)
+	if err != nil {
+		t.Fatalf("second Prepare: %v", err)
+	}
+	if again[0].Gotrain != first[0].Gotrain {
+		t.Fatalf("second check runs gotrain from %s; want the cached copy %s", again[0].Gotrain, first[0].Gotrain)
+	}
+	f, err := os.OpenFile(first[0].Gotrain, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("damage"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	places, err := Prepare(context.Background(), c.ssh, p)
+	if err != nil {
+		t.Fatalf("Prepare with a damaged copy: %v", err)
+	}
+	got, err := bincache.Stat(places[0].Gotrain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := bincache.Stat(self(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.SHA256 != want.SHA256 {
+		t.Fatalf("the damaged copy %s was not replaced: sha256 %s, want %s", places[0].Gotrain, got.SHA256, want.SHA256)
+	}
 }

@@ -26,6 +26,9 @@ type request struct {
 type probe struct {
 	Build    distributed.Build `json:"build"`
 	BuildErr string            `json:"build_err,omitempty"`
+	// Executable is the node's own path, where the launcher ran it from
+	// the cache without knowing its home directory.
+	Executable string `json:"executable,omitempty"`
 
 	ProgramPath    string `json:"program_path,omitempty"`
 	ProgramSHA256  string `json:"program_sha256,omitempty"`
