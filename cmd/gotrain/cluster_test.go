@@ -389,11 +389,18 @@ func TestClusterHostnameLoopback(t *testing.T) {
 // then every rank is training.
 func startTraining(t *testing.T, c *testcluster.Cluster, slots int, flags ...string) (*os.Process, *testlog.Buffer, <-chan int, string) {
 	t.Helper()
+	return startTrainingEnv(t, c, nil, slots, flags...)
+}
+
+// startTrainingEnv is startTraining with env added to the launcher's
+// environment (whose GOTRAIN_* variables reach every host's workers).
+func startTrainingEnv(t *testing.T, c *testcluster.Cluster, env []string, slots int, flags ...string) (*os.Process, *testlog.Buffer, <-chan int, string) {
+	t.Helper()
 	save := filepath.Join(t.TempDir(), "model.safetensors")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	args := mnistOnHosts(c, slots, append([]string{"--epochs", "20", "--save", save, "--save-every", "5"}, flags...)...)
-	p, out, code := startGotrain(t, ctx, nil, args...)
+	p, out, code := startGotrain(t, ctx, env, args...)
 	if _, ok := waitFor(40*time.Second, func() bool {
 		_, err := os.Stat(checkpoint.TrainingPath(save))
 		return err == nil
@@ -405,10 +412,14 @@ func startTraining(t *testing.T, c *testcluster.Cluster, slots int, flags ...str
 
 // TestClusterLinkDown: host 1's link goes down mid-training: rank 0
 // fails naming its peer within 10 s, host 1's workers are gone within
-// 10 s, and the launcher exits non-zero within 15 s.
+// 10 s, and the launcher exits non-zero within 15 s. The peers' silence
+// bound is 3 s here (15 s by default), so that rank 0 finds the lost
+// peer itself before the launcher gives up on host 1's agent (5 s) and
+// stops it: otherwise whether its last line names the peer depends on
+// where the stop finds it.
 func TestClusterLinkDown(t *testing.T) {
 	c := newCluster(t, 2, testcluster.Options{})
-	_, out, code, _ := startTraining(t, c, 1)
+	_, out, code, _ := startTrainingEnv(t, c, []string{"GOTRAIN_HEARTBEAT_TIMEOUT=3s"}, 1)
 	cut := time.Now()
 	c.Hosts[1].LinkDown(t)
 	if d, ok := waitFor(10*time.Second, func() bool {
