@@ -164,24 +164,8 @@ func (h hostFlags) fanoutConfig(f *pflag.FlagSet, o runFlags, hs []hosts.Host, a
 	if cfg.NProcPerNode, err = h.nproc(f, o.nprocPerNode); err != nil {
 		return cfg, err
 	}
-	switch {
-	case o.masterPort <= 0 || o.masterPort > 65535:
-		return cfg, badFlag("master-port", o.masterPort, "must be in [1, 65535]")
-	case o.maxRestarts < 0:
-		return cfg, badFlag("max-restarts", o.maxRestarts, "must be at least 0")
-	case o.timeout.check(f) != nil:
-		return cfg, o.timeout.check(f)
-	}
-	if cfg.MonitorInterval, err = parseInterval(o.monitorInterval); err != nil {
-		return cfg, badFlag("monitor-interval", o.monitorInterval, err.Error())
-	}
-	if cfg.StopTimeout, err = parseInterval(o.stopTimeout); err != nil {
-		return cfg, badFlag("stop-timeout", o.stopTimeout, err.Error())
-	}
-	if o.logDir != "" {
-		if err := checkWritableDir("log-dir", o.logDir); err != nil {
-			return cfg, err
-		}
+	if cfg.MonitorInterval, cfg.StopTimeout, err = o.checkLauncher(f); err != nil {
+		return cfg, err
 	}
 	// The output flags name local ranks that every host must have.
 	probe := launch.Config{NProcPerNode: slices.Min(cfg.Workers()), LogDir: o.logDir}

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -113,6 +114,32 @@ func init() {
 	rootCmd.AddCommand(runCmd)
 }
 
+// checkLauncher checks the flags a launcher takes on one node or on
+// several, and returns the monitor interval and stop timeout they give.
+func (o runFlags) checkLauncher(f *pflag.FlagSet) (monitor, stop time.Duration, err error) {
+	switch {
+	case o.masterPort <= 0 || o.masterPort > 65535:
+		return 0, 0, badFlag("master-port", o.masterPort, "must be in [1, 65535]")
+	case o.maxRestarts < 0:
+		return 0, 0, badFlag("max-restarts", o.maxRestarts, "must be at least 0")
+	}
+	if err := o.timeout.check(f); err != nil {
+		return 0, 0, err
+	}
+	if monitor, err = parseInterval(o.monitorInterval); err != nil {
+		return 0, 0, badFlag("monitor-interval", o.monitorInterval, err.Error())
+	}
+	if stop, err = parseInterval(o.stopTimeout); err != nil {
+		return 0, 0, badFlag("stop-timeout", o.stopTimeout, err.Error())
+	}
+	if o.logDir != "" {
+		if err := checkWritableDir("log-dir", o.logDir); err != nil {
+			return 0, 0, err
+		}
+	}
+	return monitor, stop, nil
+}
+
 // runConfig turns the flags and arguments into a launch.Config, refusing
 // with a usage error any value the launcher would not run with.
 func runConfig(f *pflag.FlagSet, o runFlags, args []string) (launch.Config, error) {
@@ -145,23 +172,9 @@ func runConfig(f *pflag.FlagSet, o runFlags, args []string) (launch.Config, erro
 		return cfg, badFlag("master-addr", o.masterAddr, "must be a host name or IP address")
 	case addrErr != nil:
 		return cfg, badFlag("master-addr", o.masterAddr, addrErr.Error())
-	case o.masterPort <= 0 || o.masterPort > 65535:
-		return cfg, badFlag("master-port", o.masterPort, "must be in [1, 65535]")
-	case o.maxRestarts < 0:
-		return cfg, badFlag("max-restarts", o.maxRestarts, "must be at least 0")
-	case o.timeout.check(f) != nil:
-		return cfg, o.timeout.check(f)
 	}
-	if cfg.MonitorInterval, err = parseInterval(o.monitorInterval); err != nil {
-		return cfg, badFlag("monitor-interval", o.monitorInterval, err.Error())
-	}
-	if cfg.StopTimeout, err = parseInterval(o.stopTimeout); err != nil {
-		return cfg, badFlag("stop-timeout", o.stopTimeout, err.Error())
-	}
-	if o.logDir != "" {
-		if err := checkWritableDir("log-dir", o.logDir); err != nil {
-			return cfg, err
-		}
+	if cfg.MonitorInterval, cfg.StopTimeout, err = o.checkLauncher(f); err != nil {
+		return cfg, err
 	}
 	if err := o.output.apply(f, &cfg); err != nil {
 		return cfg, err
