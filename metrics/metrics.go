@@ -56,7 +56,7 @@ const EnvObserve = "GOTRAIN_OBSERVE"
 
 // Event kinds a recorder sends to its launcher (see progress.Reporter.Emit).
 const (
-	KindRow   = "metrics" // Data is a Row
+	KindRow   = "metrics" // Data is a JSON array of Rows, in step order
 	KindTrace = "trace"   // Data is a []TraceEvent
 )
 
@@ -137,7 +137,18 @@ type Recorder struct {
 	sent     []int64 // BytesSent at the last step's end
 	sentNow  []int64
 	last     Row
+
+	// Rows for the launcher wait in pend, a JSON array's elements, and go
+	// in one event per sendPeriod: one pipe write a step would wake the
+	// launcher hundreds of times a second on cores the workers need.
+	pend     []byte
+	pendN    int
+	pendSent time.Time
 }
+
+// sendRowBytes is the most encoded rows one event to the launcher carries
+// (its lines may be 64 KiB).
+const sendRowBytes = 32 << 10
 
 // New makes a recorder; its errors are the files'.
 func New(cfg Config) (*Recorder, error) {
@@ -150,7 +161,7 @@ func New(cfg Config) (*Recorder, error) {
 	case cfg.Rank == 0:
 		cfg.Rank, _ = strconv.Atoi(os.Getenv("RANK"))
 	}
-	r := &Recorder{cfg: cfg, dataFrom: time.Now(), flushed: time.Now()}
+	r := &Recorder{cfg: cfg, dataFrom: time.Now(), flushed: time.Now(), pendSent: time.Now()}
 	r.restart, _ = strconv.Atoi(os.Getenv("GOTRAIN_RESTART_COUNT"))
 	observe := os.Getenv(EnvObserve)
 	launched := cfg.Reporter != nil && cfg.Reporter.Launched() && observe != ""
@@ -312,23 +323,52 @@ func (r *Recorder) emit() error {
 		row.Loss = -1 // JSON has no NaN; a diverged loss is no row to lose
 	}
 	r.last = row
+	if r.rep == nil && r.w == nil {
+		return nil
+	}
+	b, err := json.Marshal(row)
+	if err != nil {
+		return fmt.Errorf("metrics: encoding a row: %w", err)
+	}
+	now := time.Now()
 	if r.rep != nil {
-		if err := r.rep.Emit(KindRow, row); err != nil {
-			return err
+		if len(r.pend)+len(b) > sendRowBytes {
+			if err := r.sendRows(now); err != nil {
+				return err
+			}
+		}
+		r.pend = append(append(r.pend, ','), b...)
+		r.pendN++
+		if now.Sub(r.pendSent) >= sendPeriod {
+			if err := r.sendRows(now); err != nil {
+				return err
+			}
 		}
 	}
 	if r.w != nil {
-		b, err := json.Marshal(row)
-		if err != nil {
-			return fmt.Errorf("metrics: encoding a row: %w", err)
-		}
 		_, _ = r.w.Write(append(b, '\n'))
-		if now := time.Now(); now.Sub(r.flushed) >= time.Second {
+		if now.Sub(r.flushed) >= time.Second {
 			r.flushed = now
 			if err := r.w.Flush(); err != nil {
 				return fmt.Errorf("metrics: writing %s: %w", r.cfg.File, err)
 			}
 		}
+	}
+	return nil
+}
+
+// sendRows sends the pending rows to the launcher as one event.
+func (r *Recorder) sendRows(now time.Time) error {
+	r.pendSent = now
+	if r.pendN == 0 {
+		return nil
+	}
+	r.pend[0] = '[' // the first element's comma
+	r.pend = append(r.pend, ']')
+	err := r.rep.Emit(KindRow, json.RawMessage(r.pend))
+	r.pend, r.pendN = r.pend[:0], 0
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
 	}
 	return nil
 }
@@ -359,6 +399,9 @@ func (r *Recorder) Close() error {
 	}
 	if r.accN > 0 {
 		keep(r.emit())
+	}
+	if r.rep != nil {
+		keep(r.sendRows(time.Now()))
 	}
 	if r.file != nil {
 		keep(r.w.Flush())

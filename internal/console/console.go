@@ -248,6 +248,11 @@ func (c *Console) barSeq(line string) string { return "\r" + line + "\x1b[K" }
 // rank sent. Lines that are not events are ignored: the pipe carries what
 // a program writes to it.
 func (c *Console) Event(rank int, line []byte) {
+	switch EventKind(line) {
+	case "epoch", "step", "done":
+	default:
+		return // a row or span for another consumer: not worth decoding
+	}
 	var ev event
 	if err := json.Unmarshal(line, &ev); err != nil || ev.Epoch < 1 ||
 		ev.Kind != "epoch" && ev.Kind != "step" && ev.Kind != "done" {

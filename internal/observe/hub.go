@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/console"
 	"github.com/gotrain/gotrain/metrics"
 )
 
@@ -170,45 +171,41 @@ func (h *Hub) Wrap(next func(rank int, line []byte)) func(rank int, line []byte)
 	}
 }
 
-// event is the part of a progress event the hub reads.
-type event struct {
-	Kind string          `json:"kind"`
-	Data json.RawMessage `json:"data"`
-}
-
 // Event takes one event line from rank's pipe; lines of other kinds, or
-// not events at all, are ignored.
+// not events at all, are ignored. Each line is decoded once, into the
+// type its kind names.
 func (h *Hub) Event(rank int, line []byte) {
-	var ev event
-	if json.Unmarshal(line, &ev) != nil || len(ev.Data) == 0 {
-		return
-	}
-	switch ev.Kind {
+	switch console.EventKind(line) {
 	case metrics.KindRow:
-		var row metrics.Row
-		if json.Unmarshal(ev.Data, &row) != nil {
+		var ev struct{ Data []metrics.Row }
+		if json.Unmarshal(line, &ev) != nil {
 			return
 		}
-		row.Rank = rank
-		h.row(row, ev.Data)
+		h.mu.Lock()
+		for _, row := range ev.Data {
+			row.Rank = rank // a rank's rows are its own, whatever they claim
+			h.row(row)
+		}
+		h.mu.Unlock()
 	case metrics.KindTrace:
-		var spans []metrics.TraceEvent
-		if json.Unmarshal(ev.Data, &spans) != nil {
+		var ev struct{ Data []span }
+		if json.Unmarshal(line, &ev) != nil {
 			return
 		}
-		for i := range spans {
-			spans[i].PID = rank // a rank's spans are its own, whatever it claims
+		for i := range ev.Data {
+			ev.Data[i].PID = rank // a rank's spans are its own, whatever it claims
 		}
 		h.mu.Lock()
 		if h.trace != nil {
-			h.trace.add(rank, spans)
+			h.trace.add(rank, ev.Data)
 		}
 		h.mu.Unlock()
 	case metrics.KindHello:
-		var hello metrics.Hello
-		if json.Unmarshal(ev.Data, &hello) != nil {
+		var ev struct{ Data *metrics.Hello }
+		if json.Unmarshal(line, &ev) != nil || ev.Data == nil {
 			return
 		}
+		hello := ev.Data
 		h.mu.Lock()
 		rs := h.rank(rank)
 		rs.Host, rs.PID, rs.Restart = hello.Host, hello.PID, hello.Restart
@@ -230,10 +227,8 @@ func (h *Hub) rank(r int) *rankState {
 	return rs
 }
 
-// row records one metrics row of a rank.
-func (h *Hub) row(row metrics.Row, raw []byte) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+// row records one metrics row of a rank; h.mu is held.
+func (h *Hub) row(row metrics.Row) {
 	rs := h.rank(row.Rank)
 	rs.Last = &row
 	rs.Restart = row.Restart

@@ -17,7 +17,7 @@ func rowEvent(rank, step int, loss float64) []byte {
 	row := metrics.Row{Rank: 99, Step: step, Steps: 1, Epoch: 1, Loss: loss, LR: 0.1, Samples: 64, SamplesPerSec: 1000,
 		StepMS: 10, ForwardMS: 4, BackwardMS: 5, ExposedWaitMS: 2, OptimizerMS: 1, BytesSent: map[string]int64{fmt.Sprint(1 - rank): 4096}}
 	data, _ := json.Marshal(row)
-	line, _ := json.Marshal(map[string]any{"kind": metrics.KindRow, "rank": rank, "epoch": 0, "data": json.RawMessage(data)})
+	line, _ := json.Marshal(map[string]any{"kind": metrics.KindRow, "rank": rank, "epoch": 0, "data": json.RawMessage("[" + string(data) + "]")})
 	return line
 }
 
@@ -40,7 +40,7 @@ func TestHub(t *testing.T) {
 		events(0, rowEvent(0, step, 2))
 		events(1, rowEvent(1, step, 3))
 	}
-	events(1, []byte(`{"kind":"trace","rank":1,"data":[{"name":"forward","ph":"X","ts":10,"dur":5,"pid":7,"tid":0}]}`))
+	events(1, []byte(`{"kind":"trace","rank":1,"data":[{"name":"forward","ph":"X","ts":10,"dur":5,"pid":7,"tid":0,"args":{"bucket":3,"bytes":4096}}]}`))
 	events(1, []byte(`not json`))
 	events(1, []byte(`{"kind":"step","epoch":1}`))
 	if passed != 10 {
@@ -96,7 +96,7 @@ func TestHub(t *testing.T) {
 		t.Fatalf("trace: %v\n%s", err, b)
 	}
 	last := tr.TraceEvents[len(tr.TraceEvents)-1]
-	if last.Name != "forward" || last.PID != 1 || tr.TraceEvents[0].Name != "process_name" {
+	if last.Name != "forward" || last.PID != 1 || last.Args["bucket"] != 3.0 || last.Args["bytes"] != 4096.0 || tr.TraceEvents[0].Name != "process_name" {
 		t.Fatalf("trace %+v", tr.TraceEvents)
 	}
 }

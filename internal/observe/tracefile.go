@@ -29,38 +29,47 @@ func newTraceFile(path string) (*traceFile, error) {
 	return t, nil
 }
 
-// add writes rank's spans; the hub's events are never concurrent.
-func (t *traceFile) add(rank int, spans []metrics.TraceEvent) {
-	if !t.named[rank] {
-		t.named[rank] = true
-		var names []metrics.TraceEvent
-		for _, e := range metrics.TrackNames(rank) {
-			names = append(names, e)
-		}
-		t.write(names)
-	}
-	var keep []metrics.TraceEvent
-	for _, e := range spans {
-		if e.Ph != "M" { // the hub names the tracks itself, once
-			keep = append(keep, e)
-		}
-	}
-	t.write(keep)
+// span is a metrics.TraceEvent whose arguments stay encoded: the hub
+// passes them through, and decoding them into maps would cost it more
+// than all the rest of a span.
+type span struct {
+	Name string          `json:"name"`
+	Cat  string          `json:"cat,omitempty"`
+	Ph   string          `json:"ph"`
+	TS   float64         `json:"ts"`
+	Dur  float64         `json:"dur,omitempty"`
+	PID  int             `json:"pid"`
+	TID  int             `json:"tid"`
+	Args json.RawMessage `json:"args,omitempty"`
 }
 
-func (t *traceFile) write(spans []metrics.TraceEvent) {
-	for i := range spans {
-		b, err := json.Marshal(&spans[i])
-		if err != nil {
-			continue
+// add writes rank's spans; the hub's events are never concurrent.
+func (t *traceFile) add(rank int, spans []span) {
+	if !t.named[rank] {
+		t.named[rank] = true
+		for _, e := range metrics.TrackNames(rank) {
+			t.write(&e)
 		}
-		if t.n > 0 {
-			_ = t.w.WriteByte(',')
-		}
-		t.n++
-		_, _ = t.w.Write(b)
-		_ = t.w.WriteByte('\n')
 	}
+	for i := range spans {
+		if spans[i].Ph != "M" { // the hub names the tracks itself, once
+			t.write(&spans[i])
+		}
+	}
+}
+
+// write adds one event to the file.
+func (t *traceFile) write(e any) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return
+	}
+	if t.n > 0 {
+		_ = t.w.WriteByte(',')
+	}
+	t.n++
+	_, _ = t.w.Write(b)
+	_ = t.w.WriteByte('\n')
 }
 
 func (t *traceFile) close() error {
