@@ -119,9 +119,11 @@ func hasTorch() bool {
 // BenchmarkClusterAllreduce: `gotrain bench allreduce` (each host one
 // rank, started as a scheduler starts them) and PyTorch's gloo on the
 // same two hosts, at 16 and 64 MiB, on plain veth and on the shaped link.
-// Metrics: busbw in GB/s of each, gotrain/gloo, and on the shaped link
-// gotrain's busbw as a fraction of the link rate (target ≥ 0.9; ≥ 2×
-// gloo on veth).
+// Metrics: busbw in GB/s of each, gotrain/gloo, the link's own ceiling
+// (both ends sending and receiving the same bytes on one TCP connection,
+// nothing else: a two-rank allreduce cannot beat it) and gotrain's share
+// of it, and on the shaped link gotrain's busbw as a fraction of the link
+// rate (target ≥ 0.9; ≥ 2× gloo on veth).
 func BenchmarkClusterAllreduce(b *testing.B) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -155,6 +157,7 @@ func BenchmarkClusterAllreduce(b *testing.B) {
 						return append(rankEnv(c, r, 29500), testproc.Env("gotrain"), benchWorkerEnv+"=1")
 					})
 				mine := busbw(b, outs[0])
+				ceiling := tcpCeiling(b, c, exe, sizeArgs)
 				var theirs map[int]float64
 				if gloo {
 					outs := onHosts(b, c, 5*time.Minute,
@@ -168,6 +171,8 @@ func BenchmarkClusterAllreduce(b *testing.B) {
 						b.Fatalf("gotrain bench printed no result for %d bytes:\n%s", s, outs[0])
 					}
 					b.ReportMetric(mine[s], fmt.Sprintf("gotrain_busbw_GBps_%dMiB", mib))
+					b.ReportMetric(ceiling[s], fmt.Sprintf("tcp_duplex_GBps_%dMiB", mib))
+					b.ReportMetric(mine[s]/ceiling[s], fmt.Sprintf("gotrain_over_tcp_%dMiB", mib))
 					if link == "shaped" {
 						b.ReportMetric(mine[s]*8e9/shapedRate, fmt.Sprintf("link_fraction_%dMiB", mib))
 					}
