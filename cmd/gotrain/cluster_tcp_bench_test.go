@@ -130,4 +130,3 @@ func tcpCeiling(b *testing.B, c *testcluster.Cluster, exe string, sizes []string
 	}
 	return m
 }
-
