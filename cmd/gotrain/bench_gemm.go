@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -35,10 +36,7 @@ var gemmCases = []gemmCase{
 // cnnStepGemms are the GEMMs of one training step of the MNIST Net at
 // batch 64 as tensor runs them (per image for the convolutions: count 64),
 // for the GEMM-rate bound of the step.
-var cnnStepGemms = []struct {
-	gemmCase
-	count int
-}{
+var cnnStepGemms = []stepGemm{
 	{gemmCase{32, 676, 9, false, false}, 64},   // conv1 forward W·col
 	{gemmCase{32, 9, 676, false, true}, 64},    // conv1 dW = g·colᵀ
 	{gemmCase{64, 576, 288, false, false}, 64}, // conv2 forward
@@ -50,6 +48,66 @@ var cnnStepGemms = []struct {
 	{gemmCase{64, 10, 128, false, true}, 1},    // fc2 forward
 	{gemmCase{64, 128, 10, false, false}, 1},   // fc2 dX
 	{gemmCase{10, 128, 64, true, false}, 1},    // fc2 dW
+}
+
+// gptStepGemms are the GEMMs of one training step of the default GPT of
+// `gotrain train gpt` (4 layers, n_embd 128, 4 heads, block 128, batch
+// 32, a byte vocabulary of 256 with lm_head tied to wte): the linear
+// layers over the batch's 4096 tokens (forward, dX, dW), and attention's
+// products per sequence and head (count 128), at the half of the T×T
+// scores a causal mask leaves.
+var gptStepGemms = func() []stepGemm {
+	const tokens, c, layers, heads, t, vocab = 4096, 128, 4, 4, 128, 256
+	const hd, seqHeads = c / heads, 32 * heads
+	linear := func(out, in, count int) []stepGemm {
+		return []stepGemm{
+			{gemmCase{tokens, out, in, false, true}, count},  // forward x·Wᵀ
+			{gemmCase{tokens, in, out, false, false}, count}, // dX = g·W
+			{gemmCase{out, in, tokens, true, false}, count},  // dW = gᵀ·x
+		}
+	}
+	var g []stepGemm
+	g = append(g, linear(3*c, c, layers)...) // attn.c_attn
+	g = append(g, linear(c, c, layers)...)   // attn.c_proj
+	g = append(g, linear(4*c, c, layers)...) // mlp.c_fc
+	g = append(g, linear(c, 4*c, layers)...) // mlp.c_proj
+	g = append(g, linear(vocab, c, 1)...)    // lm_head
+	// Attention: S = Q·Kᵀ and O = P·V forward; dV = Pᵀ·dO, dP = dO·Vᵀ,
+	// dQ = dS·K, dK = dSᵀ·Q backward; a causal kernel needs half of each.
+	half := seqHeads * layers / 2
+	g = append(g,
+		stepGemm{gemmCase{t, t, hd, false, true}, half},  // S = Q·Kᵀ
+		stepGemm{gemmCase{t, hd, t, false, false}, half}, // O = P·V
+		stepGemm{gemmCase{t, hd, t, true, false}, half},  // dV = Pᵀ·dO
+		stepGemm{gemmCase{t, t, hd, false, true}, half},  // dP = dO·Vᵀ
+		stepGemm{gemmCase{t, hd, t, false, false}, half}, // dQ = dS·K
+		stepGemm{gemmCase{t, hd, t, true, false}, half})  // dK = dSᵀ·Q
+	return g
+}()
+
+// stepGemm is one GEMM shape of a training step and how many times the
+// step runs it.
+type stepGemm struct {
+	gemmCase
+	count int
+}
+
+// stepBound returns a step's GEMM work in FLOPs and the seconds it takes
+// with every GEMM at the rate measured for its shape.
+func stepBound(ctx context.Context, gemms []stepGemm, minTime time.Duration, round bool) (flops, secs float64, err error) {
+	rates := map[gemmCase]float64{}
+	for _, c := range gemms {
+		if err := ctx.Err(); err != nil {
+			return 0, 0, fmt.Errorf("bench gemm: %w", err)
+		}
+		if _, ok := rates[c.gemmCase]; !ok {
+			rates[c.gemmCase] = benchGemmCase(c.gemmCase, minTime, round)
+		}
+		f := float64(c.count) * c.flops()
+		flops += f
+		secs += f / (rates[c.gemmCase] * 1e9)
+	}
+	return flops, secs, nil
 }
 
 func init() {
@@ -64,11 +122,15 @@ and CNN, printing one line per case. Each case runs for --min-time split into
 repeated batches; the best batch is reported, which is the robust figure on a
 shared, noisy machine.
 
-The last line is the GEMM-rate bound of a CNN training step (the MNIST Net,
-batch 64): its GEMM work, and the samples/s it would train at if every one of
-its GEMMs ran at the rate measured for that shape and nothing else took time:
+The last two lines are the GEMM-rate bounds of a training step of the CNN (the
+MNIST Net, batch 64) and of the default GPT of "gotrain train gpt" (batch 32 of
+128 tokens; attention counted at the half of its scores a causal mask keeps):
+its GEMM work, and the samples (tokens) per second it would train at if every
+one of its GEMMs ran at the rate measured for that shape and nothing else took
+time:
 
   step=cnn gflop_per_step= gemm_seconds_per_step= bound_samples_per_s=
+  step=gpt gflop_per_step= gemm_seconds_per_step= bound_tokens_per_s=
 
 --precision bf16 multiplies bf16 operands on a bf16 kernel (refused where
 there is none); bf16-emulated rounds both operands to bf16 before each float32
@@ -97,16 +159,17 @@ SGEMM, so it measures the cost of emulation, not a bf16 kernel.`,
 				gf := benchGemmCase(c, minTime, precision != "fp32")
 				fmt.Fprintf(out, "m=%d n=%d k=%d trans=%s precision=%s gflops=%.1f\n", c.m, c.n, c.k, transName(c.transA, c.transB), precision, gf)
 			}
-			var flops, secs float64
-			for _, c := range cnnStepGemms {
-				if err := ctx.Err(); err != nil {
-					return fmt.Errorf("bench gemm: %w", err)
-				}
-				f := float64(c.count) * c.flops()
-				flops += f
-				secs += f / (benchGemmCase(c.gemmCase, minTime, precision != "fp32") * 1e9)
+			round := precision != "fp32"
+			flops, secs, err := stepBound(ctx, cnnStepGemms, minTime, round)
+			if err != nil {
+				return err
 			}
 			fmt.Fprintf(out, "step=cnn precision=%s gflop_per_step=%.3f gemm_seconds_per_step=%.5f bound_samples_per_s=%.0f\n", precision, flops/1e9, secs, 64/secs)
+			flops, secs, err = stepBound(ctx, gptStepGemms, minTime, round)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "step=gpt precision=%s gflop_per_step=%.3f gemm_seconds_per_step=%.5f bound_tokens_per_s=%.0f\n", precision, flops/1e9, secs, 4096/secs)
 			return nil
 		},
 	}

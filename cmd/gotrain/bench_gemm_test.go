@@ -9,8 +9,8 @@ import (
 )
 
 // TestBenchGemmBound runs `gotrain bench gemm` briefly and checks its last
-// line: the CNN step's GEMM work (fixed by the model) and a bound
-// consistent with the measured time.
+// lines: the CNN's and the GPT's GEMM work per step (fixed by the models)
+// and bounds consistent with the measured times.
 func TestBenchGemmBound(t *testing.T) {
 	for _, precision := range []string{"fp32", "bf16-emulated"} {
 		out, _, code := runGotrain(t, 60*time.Second, "bench", "gemm", "--min-time", "1ms", "--threads", "1", "--precision", precision)
@@ -18,20 +18,30 @@ func TestBenchGemmBound(t *testing.T) {
 			t.Fatalf("bench gemm --precision %s: exit %d:\n%s", precision, code, out)
 		}
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if len(lines) != len(gemmCases)+1 {
-			t.Fatalf("bench gemm: %d lines, want %d:\n%s", len(lines), len(gemmCases)+1, out)
+		if len(lines) != len(gemmCases)+2 {
+			t.Fatalf("bench gemm: %d lines, want %d:\n%s", len(lines), len(gemmCases)+2, out)
 		}
-		m := regexp.MustCompile(`^step=cnn precision=(\S+) gflop_per_step=([0-9.]+) gemm_seconds_per_step=([0-9.]+) bound_samples_per_s=([0-9]+)$`).FindStringSubmatch(lines[len(lines)-1])
-		if m == nil {
-			t.Fatalf("bench gemm: last line %q", lines[len(lines)-1])
-		}
-		if m[1] != precision || m[2] != "4.580" {
-			t.Errorf("bench gemm: %q, want precision %s and 4.580 GFLOP per step", lines[len(lines)-1], precision)
-		}
-		secs, _ := strconv.ParseFloat(m[3], 64)
-		bound, _ := strconv.ParseFloat(m[4], 64)
-		if secs <= 0 || bound <= 0 || bound*secs < 63 || bound*secs > 65 {
-			t.Errorf("bench gemm: bound %v samples/s inconsistent with %v s per 64-sample step", bound, secs)
+		// The GEMM work is fixed by each model: 4.580 GFLOP for 64 images;
+		// 4·(3+1+4+4)·2·4096·128²·3 + 2·4096·256·128·3 + 6·256·2·128²·32
+		// = 21.743 GFLOP for 4096 tokens.
+		for i, want := range []struct {
+			step, gflop, unit string
+			per               float64
+		}{
+			{"cnn", "4.580", "samples", 64}, {"gpt", "21.743", "tokens", 4096}} {
+			line := lines[len(lines)-2+i]
+			m := regexp.MustCompile(`^step=(\S+) precision=(\S+) gflop_per_step=([0-9.]+) gemm_seconds_per_step=([0-9.]+) bound_` + want.unit + `_per_s=([0-9]+)$`).FindStringSubmatch(line)
+			if m == nil {
+				t.Fatalf("bench gemm: line %q", line)
+			}
+			if m[1] != want.step || m[2] != precision || m[3] != want.gflop {
+				t.Errorf("bench gemm: %q, want step %s, precision %s and %s GFLOP per step", line, want.step, precision, want.gflop)
+			}
+			secs, _ := strconv.ParseFloat(m[4], 64)
+			bound, _ := strconv.ParseFloat(m[5], 64)
+			if secs <= 0 || bound <= 0 || bound*secs < want.per*0.99 || bound*secs > want.per*1.01 {
+				t.Errorf("bench gemm: bound %v %s/s inconsistent with %v s per step of %v", bound, want.unit, secs, want.per)
+			}
 		}
 	}
 }
