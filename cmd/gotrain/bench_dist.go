@@ -12,9 +12,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gotrain/gotrain/distributed"
+	"github.com/gotrain/gotrain/internal/sshcmd"
 	"github.com/gotrain/gotrain/launch"
+	"github.com/gotrain/gotrain/launch/fanout"
 )
 
 // benchWorkerEnv marks a process started by `gotrain bench <collective>`
@@ -25,11 +28,14 @@ func init() {
 	for _, op := range []string{"allreduce", "broadcast", "allgather"} {
 		var nproc int
 		var sizes, algo string
+		var hf hostFlags
 		cmd := &cobra.Command{
 			Use:   op,
-			Short: "Measure " + op + " bandwidth between local worker processes",
+			Short: "Measure " + op + " bandwidth between worker processes, on this machine or several",
 			Long: "Starts --nproc local workers (this binary, under the launcher of 'gotrain run\n" +
-				"--standalone') and prints one line per size:\n" +
+				"--standalone'), or with --hosts/--hostfile workers on those machines over ssh\n" +
+				"(one per slot, or --nproc per host, as 'gotrain run --hosts'), and prints one\n" +
+				"line per size:\n" +
 				"op= world= bytes= median_s= algbw_GBps= busbw_GBps= (nccl-tests definitions).",
 			Args: noArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
@@ -46,12 +52,16 @@ func init() {
 				if os.Getenv(benchWorkerEnv) == "1" {
 					return benchWorker(cmd.Context(), op, sz, algo, cmd.OutOrStdout())
 				}
+				if hf.applies(cmd.Flags()) {
+					return benchOnHosts(cmd.Context(), cmd.Flags(), hf, nproc)
+				}
 				return benchLaunch(cmd.Context(), nproc, cmd.OutOrStdout())
 			},
 		}
 		cmd.Flags().IntVar(&nproc, "nproc", 2, "number of local worker processes")
 		cmd.Flags().StringVar(&sizes, "sizes", "4096,65536,1048576,16777216,67108864", "comma-separated message sizes in bytes")
 		cmd.Flags().StringVar(&algo, "algo", "", "force an allreduce algorithm: ring, recursive-doubling or shm (default auto)")
+		hf.registerTrain(cmd.Flags())
 		benchCmd.AddCommand(cmd)
 	}
 }
@@ -91,6 +101,34 @@ func benchLaunch(ctx context.Context, nproc int, out io.Writer) error {
 		return exitCodeError(code)
 	}
 	return nil
+}
+
+// benchOnHosts re-runs this command as workers on the hosts of h (slots
+// per host, or --nproc when given) and prints rank 0's results.
+func benchOnHosts(ctx context.Context, f *pflag.FlagSet, h hostFlags, nproc int) error {
+	hs, err := h.check(f)
+	if err != nil {
+		return err
+	}
+	n := 0
+	if f.Changed("nproc") {
+		n = nproc // checked by the caller
+	}
+	if h.masterPort <= 0 || h.masterPort > 65535 {
+		return badFlag("master-port", h.masterPort, "must be in [1, 65535]")
+	}
+	program := h.remoteGotrain
+	if program == "" {
+		if program, err = os.Executable(); err != nil {
+			return fmt.Errorf("bench: find this executable: %w", err)
+		}
+	}
+	cfg := fanout.Config{
+		Hosts: hs, SSH: sshcmd.Client{Options: h.sshOptions}, Gotrain: h.remoteGotrain,
+		Program: program, Args: os.Args[1:], NProcPerNode: n, MasterPort: h.masterPort, ExitWait: h.exitWait,
+	}
+	results := func(w io.Writer) io.Writer { return rankZeroLines{w} }
+	return launchOnHosts(ctx, cfg, h, outputFlags{}, 10*time.Second, false, results, benchWorkerEnv+"=1")
 }
 
 // rankZeroLines passes on rank 0's lines without the launcher's

@@ -116,8 +116,9 @@ func hasTorch() bool {
 	return exec.Command("/usr/bin/python3", "-c", "import torch.distributed").Run() == nil
 }
 
-// BenchmarkClusterAllreduce: `gotrain bench allreduce` (each host one
-// rank, started as a scheduler starts them) and PyTorch's gloo on the
+// BenchmarkClusterAllreduce: `gotrain bench allreduce --hosts` (one rank
+// per host, over ssh) and PyTorch's gloo (started as a scheduler starts
+// it) on the
 // same two hosts, at 16 and 64 MiB, on plain veth and on the shaped link.
 // Metrics: busbw in GB/s of each, gotrain/gloo, the link's own ceiling
 // (both ends sending and receiving the same bytes on one TCP connection,
@@ -142,21 +143,25 @@ func BenchmarkClusterAllreduce(b *testing.B) {
 	if !gloo {
 		b.Log("no torch for /usr/bin/python3: gloo is not measured")
 	}
+	bin := buildGotrain(b)
 	for _, link := range []string{"veth", "shaped"} {
 		b.Run(link, func(b *testing.B) {
-			c := testcluster.New(b, testcluster.Options{Hosts: 2, NoSSH: true})
+			c := testcluster.New(b, testcluster.Options{Hosts: 2})
 			if link == "shaped" {
 				shapeLink(b, c)
 			}
 			for i := 0; i < b.N; i++ {
-				outs := onHosts(b, c, 5*time.Minute,
-					func(int) []string {
-						return []string{exe, "bench", "allreduce", "--sizes", strings.Join(sizeArgs, ",")}
-					},
-					func(r int) []string {
-						return append(rankEnv(c, r, 29500), testproc.Env("gotrain"), benchWorkerEnv+"=1")
-					})
-				mine := busbw(b, outs[0])
+				// As a user runs it: from this machine, over ssh.
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				args := append([]string{"bench", "allreduce", "--hosts", hostList(c, 1), "--sizes", strings.Join(sizeArgs, ",")}, c.SSHFlags()...)
+				cmd := exec.CommandContext(ctx, bin, args...)
+				cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, testproc.WorkerEnv+"=") })
+				out, err := cmd.CombinedOutput()
+				cancel()
+				if err != nil {
+					b.Fatalf("gotrain bench allreduce --hosts: %v\n%s", err, out)
+				}
+				mine := busbw(b, string(out))
 				ceiling := tcpCeiling(b, c, exe, sizeArgs)
 				var theirs map[int]float64
 				if gloo {
@@ -168,7 +173,7 @@ func BenchmarkClusterAllreduce(b *testing.B) {
 				for _, s := range sizes {
 					mib := s >> 20
 					if _, ok := mine[s]; !ok {
-						b.Fatalf("gotrain bench printed no result for %d bytes:\n%s", s, outs[0])
+						b.Fatalf("gotrain bench printed no result for %d bytes:\n%s", s, out)
 					}
 					b.ReportMetric(mine[s], fmt.Sprintf("gotrain_busbw_GBps_%dMiB", mib))
 					b.ReportMetric(ceiling[s], fmt.Sprintf("tcp_duplex_GBps_%dMiB", mib))

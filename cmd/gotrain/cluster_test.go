@@ -518,3 +518,25 @@ func lastRank0Line(out string) string {
 	}
 	return last
 }
+
+// TestClusterBenchAllreduce: `gotrain bench allreduce --hosts` runs one
+// rank per host over ssh and prints rank 0's results, one line per
+// size, and nothing of rank 1's.
+func TestClusterBenchAllreduce(t *testing.T) {
+	c := newCluster(t, 2, testcluster.Options{})
+	args := append([]string{"bench", "allreduce", "--hosts", hostList(c, 1), "--sizes", "4096,1048576"}, c.SSHFlags()...)
+	all, stdout, code := runGotrain(t, 60*time.Second, args...)
+	if code != 0 {
+		t.Fatalf("exit code %d:\n%s", code, all)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("stdout has %d lines, want one per size:\n%s", len(lines), stdout)
+	}
+	for i, size := range []string{"4096", "1048576"} {
+		f := strings.Fields(lines[i])
+		if len(f) != 6 || f[0] != "op=allreduce" || f[1] != "world=2" || f[2] != "bytes="+size || !strings.HasPrefix(f[5], "busbw_GBps=") {
+			t.Errorf("line %d: %q, want op=allreduce world=2 bytes=%s … busbw_GBps=", i, lines[i], size)
+		}
+	}
+}

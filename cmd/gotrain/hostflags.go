@@ -202,9 +202,10 @@ func runOnHosts(ctx context.Context, f *pflag.FlagSet, o runFlags, h hostFlags, 
 
 // launchOnHosts checks every host (pre-flight, and --copy), then runs the
 // job there with the console showing every rank; checkProgram is false
-// when the program is gotrain itself; sum, if not nil, sees the workers'
-// stdout lines first; env is added to the workers'.
-func launchOnHosts(ctx context.Context, cfg fanout.Config, h hostFlags, output outputFlags, every time.Duration, checkProgram bool, sum *summaryCatcher, env ...string) error {
+// when the program is gotrain itself; stdout, if not nil, wraps where
+// the workers' stdout lines go ("[rankN]: " and the line); env is added to
+// the workers'.
+func launchOnHosts(ctx context.Context, cfg fanout.Config, h hostFlags, output outputFlags, every time.Duration, checkProgram bool, stdout func(io.Writer) io.Writer, env ...string) error {
 	format := output.format()
 	cfg.LogFormat = format
 	world := 0
@@ -214,8 +215,8 @@ func launchOnHosts(ctx context.Context, cfg fanout.Config, h hostFlags, output o
 	cons := console.New(console.Options{Out: os.Stderr, LogEvery: every, Ranks: world})
 	defer cons.Close()
 	cfg.Stdout = cons.LineWriter(os.Stdout)
-	if sum != nil {
-		sum.w, cfg.Stdout = cfg.Stdout, sum
+	if stdout != nil {
+		cfg.Stdout = stdout(cfg.Stdout)
 	}
 	cfg.Stderr = &syncWriter{w: cons.Writer()}
 	cfg.Events = cons.Event
@@ -368,7 +369,7 @@ func trainMNISTOnHosts(ctx context.Context, f *pflag.FlagSet, fl trainMNISTFlags
 	// Rank 0 prints the summary on its host; it is printed here last and
 	// unprefixed, as with local workers.
 	sum := &summaryCatcher{}
-	err = launchOnHosts(ctx, cfg, h, fl.output, every, false, sum, trainWorkerEnv+"=1")
+	err = launchOnHosts(ctx, cfg, h, fl.output, every, false, sum.wrap, trainWorkerEnv+"=1")
 	if err == nil && sum.line != "" {
 		fmt.Println(sum.line)
 	}
@@ -380,6 +381,12 @@ func trainMNISTOnHosts(ctx context.Context, f *pflag.FlagSet, fl trainMNISTFlags
 type summaryCatcher struct {
 	w    io.Writer
 	line string
+}
+
+// wrap makes s pass its lines on to w.
+func (s *summaryCatcher) wrap(w io.Writer) io.Writer {
+	s.w = w
+	return s
 }
 
 // summaryPrefix starts rank 0's summary line as the launcher prints it.
