@@ -128,7 +128,7 @@ func benchOnHosts(ctx context.Context, f *pflag.FlagSet, h hostFlags, nproc int)
 		Program: program, Args: os.Args[1:], NProcPerNode: n, MasterPort: h.masterPort, ExitWait: h.exitWait,
 	}
 	results := func(w io.Writer) io.Writer { return rankZeroLines{w} }
-	return launchOnHosts(ctx, cfg, h, outputFlags{}, 10*time.Second, false, results, benchWorkerEnv+"=1")
+	return launchOnHosts(ctx, cfg, h, outputFlags{}, nil, 10*time.Second, false, results, benchWorkerEnv+"=1")
 }
 
 // rankZeroLines passes on rank 0's lines without the launcher's

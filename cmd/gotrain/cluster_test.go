@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -538,5 +539,91 @@ func TestClusterBenchAllreduce(t *testing.T) {
 		if len(f) != 6 || f[0] != "op=allreduce" || f[1] != "world=2" || f[2] != "bytes="+size || !strings.HasPrefix(f[5], "busbw_GBps=") {
 			t.Errorf("line %d: %q, want op=allreduce world=2 bytes=%s … busbw_GBps=", i, lines[i], size)
 		}
+	}
+}
+
+// TestClusterMetricsAndTrace: `train mnist --hosts … --metrics --trace`
+// writes one metrics file and one timeline on the launching machine,
+// merged from every rank of both hosts.
+func TestClusterMetricsAndTrace(t *testing.T) {
+	c := newCluster(t, 2, testcluster.Options{})
+	dir := t.TempDir()
+	file, trace := filepath.Join(dir, "m.jsonl"), filepath.Join(dir, "t.json")
+	args := append([]string{"train", "mnist", "--hosts", hostList(c, 2)}, c.SSHFlags()...)
+	args = append(args, "--max-steps", "6", "--metrics", file, "--trace", trace)
+	all, _, code := runGotrain(t, 60*time.Second, args...)
+	if code != 0 {
+		t.Fatalf("exit code %d:\n%s", code, all)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("the launcher wrote no metrics file: %v\n%s", err, all)
+	}
+	steps := map[int]int{}
+	for l := range strings.Lines(string(b)) {
+		var row struct{ Rank, Step int }
+		if err := json.Unmarshal([]byte(l), &row); err != nil {
+			t.Fatalf("metrics line %q: %v", l, err)
+		}
+		steps[row.Rank]++
+	}
+	for r := range 4 {
+		if steps[r] != 6 {
+			t.Errorf("rank %d has %d rows in the merged file, want 6 (all: %v)", r, steps[r], steps)
+		}
+	}
+	b, err = os.ReadFile(trace)
+	if err != nil {
+		t.Fatalf("the launcher wrote no trace: %v", err)
+	}
+	var tr struct {
+		TraceEvents []struct {
+			Name string
+			PID  int
+		}
+	}
+	if err := json.Unmarshal(b, &tr); err != nil {
+		t.Fatalf("the trace is not trace-event JSON: %v", err)
+	}
+	reduced := map[int]bool{}
+	for _, e := range tr.TraceEvents {
+		if strings.HasPrefix(e.Name, "allreduce bucket") {
+			reduced[e.PID] = true
+		}
+	}
+	if len(reduced) != 4 {
+		t.Errorf("allreduce spans of ranks %v in the merged trace, want all 4", reduced)
+	}
+}
+
+// TestClusterTrainGPT: `train gpt --hosts` on 2 hosts × 1 worker ends
+// with the losses of 2 local workers with the same seed.
+func TestClusterTrainGPT(t *testing.T) {
+	c := newCluster(t, 2, testcluster.Options{})
+	job := []string{"--max-steps", "4", "--n-layer", "1", "--n-embd", "32", "--block-size", "32", "--batch-size", "4",
+		"--eval-every", "4", "--eval-batches", "2", "--progress=false"}
+	args := append(append([]string{"train", "gpt", "--hosts", hostList(c, 1)}, c.SSHFlags()...), job...)
+	all, stdout, code := runGotrain(t, 90*time.Second, args...)
+	if code != 0 {
+		t.Fatalf("--hosts: exit code %d:\n%s", code, all)
+	}
+	localAll, local, code := runGotrain(t, 90*time.Second, append([]string{"train", "gpt", "--nproc-per-node", "2"}, job...)...)
+	if code != 0 {
+		t.Fatalf("2 local workers: exit code %d:\n%s", code, localAll)
+	}
+	losses := func(out string) string {
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		var keep []string
+		for _, f := range strings.Fields(lines[len(lines)-1]) {
+			if strings.HasPrefix(f, "model=") || strings.HasPrefix(f, "world=") || strings.HasPrefix(f, "steps=") ||
+				strings.HasPrefix(f, "train_loss=") || strings.HasPrefix(f, "val_loss=") {
+				keep = append(keep, f)
+			}
+		}
+		return strings.Join(keep, " ")
+	}
+	got, want := losses(stdout), losses(local)
+	if !strings.Contains(got, "model=gpt world=2 steps=4") || got != want {
+		t.Fatalf("--hosts summary %q, want the local workers' %q\n%s", got, want, all)
 	}
 }

@@ -197,15 +197,20 @@ func runOnHosts(ctx context.Context, f *pflag.FlagSet, o runFlags, h hostFlags, 
 		return err
 	}
 	o.timeout.export()
-	return launchOnHosts(ctx, cfg, h, o.output, every, true, nil)
+	if err := runObserve.check(f, false, 2, true); err != nil { // the launcher serves even one worker
+		return err
+	}
+	return launchOnHosts(ctx, cfg, h, o.output, &runObserve, every, true, nil)
 }
 
 // launchOnHosts checks every host (pre-flight, and --copy), then runs the
 // job there with the console showing every rank; checkProgram is false
-// when the program is gotrain itself; stdout, if not nil, wraps where
+// when the program is gotrain itself; obs, if not nil, says what the
+// launcher observes (the rows, spans and endpoints of every host's
+// ranks); stdout, if not nil, wraps where
 // the workers' stdout lines go ("[rankN]: " and the line); env is added to
 // the workers'.
-func launchOnHosts(ctx context.Context, cfg fanout.Config, h hostFlags, output outputFlags, every time.Duration, checkProgram bool, stdout func(io.Writer) io.Writer, env ...string) error {
+func launchOnHosts(ctx context.Context, cfg fanout.Config, h hostFlags, output outputFlags, obs *observeFlags, every time.Duration, checkProgram bool, stdout func(io.Writer) io.Writer, env ...string) (err error) {
 	format := output.format()
 	cfg.LogFormat = format
 	world := 0
@@ -225,6 +230,17 @@ func launchOnHosts(ctx context.Context, cfg fanout.Config, h hostFlags, output o
 	cfg.Logger = log
 	if format == logging.Text {
 		cfg.OnFailure = launch.WriteFailure(cfg.Stderr)
+	}
+	if obs != nil {
+		o, obsEnv, err := obs.attachHosts(&cfg, log)
+		if err != nil {
+			return err
+		}
+		env = append(env, obsEnv...)
+		if o != nil {
+			// An exit code other than 0 comes back as an error here.
+			defer func() { o.done(0, err) }()
+		}
 	}
 	cfg.Env = append(append(fanout.ForwardEnv(os.Environ()), logging.EnvFormat+"="+format), env...)
 
@@ -331,6 +347,8 @@ func trainMNISTOnHosts(ctx context.Context, f *pflag.FlagSet, fl trainMNISTFlags
 		func() error { return checkAtLeast("max-restarts", fl.launch.MaxRestarts, 0) },
 		func() error { return fl.checkTraining(f) },
 		func() error { return fl.checkFiles(f) },
+		// The launcher serves the endpoints even for one worker.
+		func() error { return fl.observe.check(f, true, 2, fl.job.Progress) },
 	} {
 		if err := check(); err != nil {
 			return err
@@ -369,7 +387,7 @@ func trainMNISTOnHosts(ctx context.Context, f *pflag.FlagSet, fl trainMNISTFlags
 	// Rank 0 prints the summary on its host; it is printed here last and
 	// unprefixed, as with local workers.
 	sum := &summaryCatcher{}
-	err = launchOnHosts(ctx, cfg, h, fl.output, every, false, sum.wrap, trainWorkerEnv+"=1")
+	err = launchOnHosts(ctx, cfg, h, fl.output, &fl.observe, every, false, sum.wrap, trainWorkerEnv+"=1")
 	if err == nil && sum.line != "" {
 		fmt.Println(sum.line)
 	}

@@ -4,14 +4,17 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 
 	"github.com/spf13/pflag"
 
 	"github.com/gotrain/gotrain/internal/observe"
 	"github.com/gotrain/gotrain/launch"
+	"github.com/gotrain/gotrain/launch/fanout"
 )
 
 // observeFlags are the flags that watch a run from its launcher: the
@@ -131,6 +134,51 @@ func (o *observeFlags) attach(cfg *launch.Config) (*observer, error) {
 	}
 	cfg.Env = append(cfg.Env, hub.Env()...)
 	return &observer{hub}, nil
+}
+
+// any reports whether the flags ask the launcher to observe the job.
+func (o *observeFlags) any() bool {
+	return o.metrics != "" || o.trace != "" || o.metricsAddr != "" || o.dashboard != ""
+}
+
+// attachHosts makes the hub for a job fanned out to several hosts (nil
+// if the flags ask for none): every rank's rows and spans come back over
+// ssh and are merged here, labelled with their node. It returns the
+// variables the workers need. --flight-dir is where each worker dumps on
+// its own host; SIGUSR1 is not forwarded to other machines.
+func (o *observeFlags) attachHosts(cfg *fanout.Config, log *slog.Logger) (*observer, []string, error) {
+	var env []string
+	if o.flightDir != "" {
+		env = append(env, "GOTRAIN_FLIGHT_DIR="+o.flightDir)
+	}
+	if !o.any() {
+		return nil, env, nil
+	}
+	if cfg.RunID == "" {
+		b := make([]byte, 6)
+		_, _ = rand.Read(b)
+		cfg.RunID = hex.EncodeToString(b)
+	}
+	var firsts []int // each node's first global rank
+	world := 0
+	for _, n := range cfg.Workers() {
+		firsts = append(firsts, world)
+		world += n
+	}
+	nodeOf := func(rank int) string {
+		i, found := slices.BinarySearch(firsts, rank)
+		if !found {
+			i--
+		}
+		return strconv.Itoa(i)
+	}
+	hub, err := observe.New(observe.Options{RunID: cfg.RunID, NodeOf: nodeOf, Ranks: world,
+		MetricsFile: o.metrics, TraceFile: o.trace, MetricsAddr: o.metricsAddr, DashboardAddr: o.dashboard, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.Events = hub.Wrap(cfg.Events)
+	return &observer{hub}, append(env, hub.Env()...), nil
 }
 
 // done records how the job ended and closes the hub, reporting an

@@ -29,7 +29,10 @@ import (
 type Options struct {
 	RunID string // the run_id label
 	Node  string // the node label (the launcher's node rank)
-	Ranks int    // the ranks this launcher starts (for the dashboard)
+	// NodeOf, if set, gives each rank's node label instead (a launcher
+	// that starts ranks on several nodes).
+	NodeOf func(rank int) string
+	Ranks  int // the ranks this launcher starts (for the dashboard)
 
 	MetricsFile   string // write every rank's rows here ("" for none)
 	TraceFile     string // write the merged timeline here ("" for none)
@@ -100,7 +103,7 @@ func New(opt Options) (*Hub, error) {
 		h.trace = t
 	}
 	if opt.MetricsAddr != "" {
-		h.prom = newPromMetrics(opt.RunID, opt.Node)
+		h.prom = newPromMetrics(opt.RunID, opt.Node, opt.NodeOf)
 		if err := h.serve("metrics", "/metrics", opt.MetricsAddr, h.prom.handler()); err != nil {
 			h.Close()
 			return nil, err

@@ -124,3 +124,31 @@ func TestBadAddress(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// TestNodeOf labels each rank with its own node when the launcher starts
+// ranks on several.
+func TestNodeOf(t *testing.T) {
+	h, err := New(Options{RunID: "r2", NodeOf: func(rank int) string { return fmt.Sprint(rank / 2) }, MetricsAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for rank := range 4 {
+		h.Event(rank, rowEvent(rank%2, 1, 2))
+	}
+	resp, err := http.Get("http://" + h.Addr("metrics") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`gotrain_steps_total{node="0",rank="1",run_id="r2"} 1`,
+		`gotrain_steps_total{node="1",rank="2",run_id="r2"} 1`,
+		`gotrain_steps_total{node="1",rank="3",run_id="r2"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}

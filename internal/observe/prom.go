@@ -16,13 +16,14 @@ import (
 type promMetrics struct {
 	reg                  *prometheus.Registry
 	runID, node          string
+	nodeOf               func(rank int) string
 	step, phase, sps     *prometheus.GaugeVec
 	exposed, loss, lr    *prometheus.GaugeVec
 	restart              *prometheus.GaugeVec
 	steps, samples, sent *prometheus.CounterVec
 }
 
-func newPromMetrics(runID, node string) *promMetrics {
+func newPromMetrics(runID, node string, nodeOf func(int) string) *promMetrics {
 	l := []string{"run_id", "node", "rank"}
 	gauge := func(name, help string, extra ...string) *prometheus.GaugeVec {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gotrain_" + name, Help: help}, append(l[:3:3], extra...))
@@ -30,7 +31,7 @@ func newPromMetrics(runID, node string) *promMetrics {
 	counter := func(name, help string, extra ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gotrain_" + name, Help: help}, append(l[:3:3], extra...))
 	}
-	p := &promMetrics{reg: prometheus.NewRegistry(), runID: runID, node: node,
+	p := &promMetrics{reg: prometheus.NewRegistry(), runID: runID, node: node, nodeOf: nodeOf,
 		step:    gauge("step_seconds", "Time of the rank's last step (data, forward, backward, optimizer)."),
 		phase:   gauge("step_phase_seconds", "Time of each phase of the rank's last step.", "phase"),
 		sps:     gauge("samples_per_second", "The rank's samples per second over its last step."),
@@ -53,7 +54,11 @@ func (p *promMetrics) handler() http.Handler {
 }
 
 func (p *promMetrics) labels(rank int) prometheus.Labels {
-	return prometheus.Labels{"run_id": p.runID, "node": p.node, "rank": strconv.Itoa(rank)}
+	node := p.node
+	if p.nodeOf != nil {
+		node = p.nodeOf(rank)
+	}
+	return prometheus.Labels{"run_id": p.runID, "node": node, "rank": strconv.Itoa(rank)}
 }
 
 // observe updates the series from one row.
