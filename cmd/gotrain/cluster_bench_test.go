@@ -229,12 +229,13 @@ func BenchmarkClusterMLPCommHook(b *testing.B) {
 	}
 }
 
-// buildGotrain builds gotrain as users get it (static, CGO_ENABLED=0) into
-// a directory of its own, and returns its path.
-func buildGotrain(b *testing.B) string {
+// buildGotrain builds gotrain as users get it (static, CGO_ENABLED=0),
+// with more go build flags, into a directory of its own, and returns its
+// path.
+func buildGotrain(b *testing.B, flags ...string) string {
 	b.Helper()
 	bin := filepath.Join(b.TempDir(), "gotrain")
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), append(append([]string{"build", "-o", bin}, flags...), ".")...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		b.Skipf("cannot build gotrain: %v: %s", err, out)
@@ -248,7 +249,21 @@ func buildGotrain(b *testing.B) string {
 // (the static gotrain binary is streamed to both), then with the caches
 // filled. Target ≤ 2 s.
 func BenchmarkClusterFirstStep(b *testing.B) {
-	bin := buildGotrain(b)
+	// As built with plain go build, and stripped of its symbol table and
+	// debug information (what the README suggests for --copy).
+	for _, build := range []struct {
+		name  string
+		flags []string
+	}{{"plain", nil}, {"stripped", []string{"-trimpath", "-ldflags=-s -w"}}} {
+		b.Run(build.name, func(b *testing.B) { benchFirstStep(b, buildGotrain(b, build.flags...)) })
+	}
+}
+
+// benchFirstStep is BenchmarkClusterFirstStep with the gotrain binary bin.
+func benchFirstStep(b *testing.B, bin string) {
+	if st, err := os.Stat(bin); err == nil {
+		b.ReportMetric(float64(st.Size())/1e6, "binary_MB")
+	}
 	c := testcluster.New(b, testcluster.Options{Hosts: 2, Hide: []string{filepath.Dir(bin)}})
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, testproc.WorkerEnv+"=") })
 	firstStep := func() time.Duration {
