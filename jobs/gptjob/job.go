@@ -6,6 +6,13 @@
 // stepped per batch, gradient clipping, a validation loss every few
 // steps, and a sample of generated text at the end.
 //
+// Config.Precision "bf16" (or "bf16-emulated") runs the forward passes of
+// training, evaluation and sampling under tensor.Autocast, as nanoGPT runs
+// them under torch.autocast: the matmuls (every Linear, the lm_head
+// included, and the attention's products) take bf16 operands with
+// float32 sums; the embeddings, LayerNorm, softmax, GELU, the loss, the
+// weights and AdamW's moments stay float32.
+//
 // Run reads as its steps: join the group, build the model, wrap it in
 // DDP, load the data, make the optimizer and schedule, resume, train
 // (train.go), each a method of job named for what it does.
