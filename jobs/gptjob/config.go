@@ -43,7 +43,7 @@ type Config struct {
 	WeightDecay float64 // on weight matrices only; default 0.1; negative means 0
 	GradClip    float64 // max total gradient norm; default 1.0; negative means no clipping
 	// Precision of the matmuls (every Linear, the lm_head included, and
-	// attention's products), training, evaluation and sampling: "fp32"
+	// attention's q, k and v), training, evaluation and sampling: "fp32"
 	// (default), "bf16" (tensor.Autocast on a native bf16 kernel; refused
 	// on CPUs without one) or "bf16-emulated" (the same numerics in
 	// software, slower than fp32: for accuracy studies). Embeddings,

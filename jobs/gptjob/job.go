@@ -9,7 +9,7 @@
 // Config.Precision "bf16" (or "bf16-emulated") runs the forward passes of
 // training, evaluation and sampling under tensor.Autocast, as nanoGPT runs
 // them under torch.autocast: the matmuls (every Linear, the lm_head
-// included, and the attention's products) take bf16 operands with
+// included, and attention's q, k and v) take bf16 operands with
 // float32 sums; the embeddings, LayerNorm, softmax, GELU, the loss, the
 // weights and AdamW's moments stay float32.
 //
