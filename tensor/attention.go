@@ -32,6 +32,9 @@ const (
 // skipped. Heads spread over kernels.NumThreads goroutines. It panics,
 // naming both shapes, when the operands do not fit together.
 func ScaledDotProductAttention(q, k, v *Tensor, causal bool) *Tensor {
+	if y, ok := attentionAutocast(q, k, v, causal); ok { // bf16 operands under Autocast
+		return y
+	}
 	a := newAttnGeom("ScaledDotProductAttention", q, k, v, causal)
 	out := &Tensor{data: getBuf(len(q.data)), shape: append([]int(nil), q.shape...)}
 	lse := make([]float32, a.heads*a.tq)

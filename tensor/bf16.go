@@ -103,11 +103,12 @@ func CheckPrecision(p Precision) error {
 // here; if not, it can only run emulated (see SetBF16Emulation).
 func BF16Native() bool { return kernels.NativeBF16() }
 
-// Autocast runs f with matmuls (MatMul, Linear) and convolutions (Conv2d)
-// in precision p, like torch.autocast("cpu", dtype=torch.bfloat16): their
-// operands are rounded to p forward, and backward rounds the incoming
-// gradient and reuses the rounded operands for the input and weight
-// gradients; sums stay float32, and so do results, gradients and weights.
+// Autocast runs f with matmuls (MatMul, Linear, ScaledDotProductAttention's
+// q, k and v) and convolutions (Conv2d) in precision p, like
+// torch.autocast("cpu", dtype=torch.bfloat16): their operands are rounded
+// to p forward, and backward rounds the incoming gradient and reuses the
+// rounded operands for the input and weight gradients; sums stay float32,
+// and so do results, gradients and weights.
 // An op records the precision it ran in, so backward may run after f
 // returns. If p cannot run here (see CheckPrecision), f is not run and
 // the error is returned. The setting is process-wide; nested calls

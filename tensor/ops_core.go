@@ -145,6 +145,8 @@ func batchedMatMul(a, b *Tensor, transA, transB bool) *Tensor {
 	}
 	shape := append(append([]int(nil), batch...), m, n)
 	out := Zeros(shape...)
+	cast := newBF16Cast() // rounded operands under bf16 autocast
+	ad, bd := cast.of(a.data), cast.of(b.data)
 	mats := func(fn func(i int, gemm func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int))) {
 		// Many small products: one per goroutine; few large ones: each
 		// spread by the GEMM itself.
@@ -161,16 +163,21 @@ func batchedMatMul(a, b *Tensor, transA, transB bool) *Tensor {
 		}
 	}
 	mats(func(i int, gemm func(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int)) {
-		gemm(transA, transB, m, n, k, 1, a.data[offA[i]:], ca, b.data[offB[i]:], cb, 0, out.data[i*m*n:], n)
+		gemm(transA, transB, m, n, k, 1, ad[offA[i]:], ca, bd[offB[i]:], cb, 0, out.data[i*m*n:], n)
 	})
 	// An operand broadcast over the batch gets several products added into
 	// one gradient matrix: those must not run concurrently.
 	broadcastA, broadcastB := numel(batchA) != nb, numel(batchB) != nb
-	return record(out, "matmul", func(g []float32) {
+	y := record(out, "matmul", func(g []float32) {
+		defer cast.release()
+		if cast == nil {
+			ad, bd = a.data, b.data
+		}
+		g = cast.of(g)
 		if a.needsGrad() {
 			ga := a.accGrad()
 			gradA := func(i int, gemm func(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int)) {
-				gi, bi := g[i*m*n:], b.data[offB[i]:]
+				gi, bi := g[i*m*n:], bd[offB[i]:]
 				if !transA {
 					gemm(false, !transB, m, k, n, 1, gi, n, bi, cb, 1, ga[offA[i]:], k)
 				} else {
@@ -188,7 +195,7 @@ func batchedMatMul(a, b *Tensor, transA, transB bool) *Tensor {
 		if b.needsGrad() {
 			gb := b.accGrad()
 			gradB := func(i int, gemm func(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int)) {
-				gi, ai := g[i*m*n:], a.data[offA[i]:]
+				gi, ai := g[i*m*n:], ad[offA[i]:]
 				if !transB {
 					gemm(!transA, false, k, n, m, 1, ai, ca, gi, n, 1, gb[offB[i]:], n)
 				} else {
@@ -204,4 +211,8 @@ func batchedMatMul(a, b *Tensor, transA, transB bool) *Tensor {
 			}
 		}
 	}, a, b)
+	if y.node == nil { // no backward will release them
+		cast.release()
+	}
+	return y
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +11,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/internal/kernels"
 	"github.com/gotrain/gotrain/nn/models"
+	"github.com/gotrain/gotrain/tensor"
 )
 
 // tinyGPT are the flags of a GPT small enough for a CLI test.
@@ -34,8 +37,8 @@ func TestTrainGPT(t *testing.T) {
 				t.Fatalf("exit code %d; output:\n%s", code, all)
 			}
 			kv := summary(t, stdout)
-			if kv["model"] != "gpt" || kv["world"] != tc.world || kv["steps"] != "10" {
-				t.Fatalf("summary %v: want model=gpt world=%s steps=10", kv, tc.world)
+			if kv["model"] != "gpt" || kv["world"] != tc.world || kv["steps"] != "10" || kv["precision"] != "fp32" {
+				t.Fatalf("summary %v: want model=gpt world=%s steps=10 precision=fp32", kv, tc.world)
 			}
 			// From ln 256 = 5.55 at the start.
 			for _, key := range []string{"train_loss", "val_loss"} {
@@ -58,6 +61,38 @@ func TestTrainGPT(t *testing.T) {
 	}
 }
 
+// TestTrainGPTPrecision: --precision bf16-emulated reaches the job, in
+// this process and in each worker, which logs that bf16 is emulated, and
+// the summary names it.
+func TestTrainGPTPrecision(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		world string
+	}{
+		{"single-process", nil, "1"},
+		{"two-workers", []string{"--nproc-per-node", "2"}, "2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(append(append([]string(nil), tinyGPT...), "--progress=false", "--precision", "bf16-emulated"), tc.args...)
+			all, stdout, code := runGotrain(t, 60*time.Second, args...)
+			if code != 0 {
+				t.Fatalf("exit code %d; output:\n%s", code, all)
+			}
+			kv := summary(t, stdout)
+			if kv["world"] != tc.world || kv["steps"] != "10" || kv["precision"] != "bf16-emulated" {
+				t.Fatalf("summary %v: want world=%s steps=10 precision=bf16-emulated", kv, tc.world)
+			}
+			if l := num(t, kv, "val_loss"); !(l > 1 && l < 5.4) {
+				t.Fatalf("val_loss=%v after 10 steps", l)
+			}
+			if n := len(linesWith(all, "bf16 emulated")); strconv.Itoa(n) != tc.world {
+				t.Fatalf("want the notice that bf16 is emulated (once per worker); output:\n%s", all)
+			}
+		})
+	}
+}
+
 // TestTrainGPTBadInput: every mistake is one line from the launching
 // process and exit status 2, before any worker starts.
 func TestTrainGPTBadInput(t *testing.T) {
@@ -74,7 +109,7 @@ func TestTrainGPTBadInput(t *testing.T) {
 	short := write("short.txt", []byte("package main\n"))
 	notGPT := write("weights.safetensors", []byte("not a safetensors file"))
 	gpt := func(args ...string) []string { return append([]string{"train", "gpt"}, args...) }
-	for _, tc := range []struct {
+	cases := []struct {
 		args []string
 		want string
 	}{
@@ -96,7 +131,25 @@ func TestTrainGPTBadInput(t *testing.T) {
 		{gpt("--save-every", "5"), "gotrain: --save-every 5: needs --save"},
 		{gpt("--log-dir", dir), "gotrain: --log-dir " + dir + ": applies only with --nproc-per-node > 1"},
 		{gpt("--nproc-per-node", "2", "--block-size", "0"), "gotrain: --block-size 0: must be at least 1"},
-	} {
+		{gpt("--precision", "fp16"), "gotrain: --precision fp16: must be fp32, bf16 or bf16-emulated"},
+		{gpt("--precision", "BF16"), "gotrain: --precision BF16: must be fp32, bf16 or bf16-emulated"},
+		{gpt("--nproc-per-node", "2", "--precision", ""), `gotrain: --precision "": must be fp32, bf16 or bf16-emulated`},
+	}
+	if !tensor.BF16Native() {
+		// Refused, naming the CPU feature bf16 needs, not silently
+		// emulated; with two workers too, from the launching process.
+		want := "gotrain: --precision bf16: this CPU lacks AVX512_BF16 and AMX_BF16, which bf16 needs (--precision bf16-emulated runs the same numerics in software, slower than fp32)"
+		if f := kernels.BF16Features(); len(f) > 0 {
+			want = "gotrain: --precision bf16: this CPU has " + strings.Join(f, " and ") + " but this gotrain has no bf16 kernel for it"
+		}
+		for _, args := range [][]string{gpt("--precision", "bf16"), gpt("--nproc-per-node", "2", "--precision", "bf16")} {
+			cases = append(cases, struct {
+				args []string
+				want string
+			}{args, want})
+		}
+	}
+	for _, tc := range cases {
 		all, _, code := runGotrain(t, 30*time.Second, tc.args...)
 		out := strings.TrimSuffix(all, "\n")
 		switch {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/gotrain/gotrain/progress"
+	"github.com/gotrain/gotrain/tensor"
 )
 
 // Config is one training run. The zero value of each field means the
@@ -41,6 +42,14 @@ type Config struct {
 	Beta2       float64 // AdamW β2; default 0.95; negative means 0
 	WeightDecay float64 // on weight matrices only; default 0.1; negative means 0
 	GradClip    float64 // max total gradient norm; default 1.0; negative means no clipping
+	// Precision of the matmuls (every Linear, the lm_head included, and
+	// attention's q, k and v), training, evaluation and sampling: "fp32"
+	// (default), "bf16" (tensor.Autocast on a native bf16 kernel; refused
+	// on CPUs without one) or "bf16-emulated" (the same numerics in
+	// software, slower than fp32: for accuracy studies). Embeddings,
+	// LayerNorm, softmax, GELU and the loss stay float32, and so do the
+	// master weights and AdamW's moments.
+	Precision string
 
 	EvalEvery   int     // validation loss every N steps and at the end; default 100
 	EvalBatches int     // batches of BatchSize windows the validation loss averages; default 20
@@ -134,6 +143,9 @@ func (cfg *Config) defaults() {
 	if cfg.GradClip == 0 {
 		cfg.GradClip = 1
 	}
+	if cfg.Precision == "" {
+		cfg.Precision = "fp32"
+	}
 	if cfg.Out == nil {
 		cfg.Out = os.Stderr
 	}
@@ -170,6 +182,10 @@ func (cfg *Config) validate() error {
 		err = fmt.Errorf("MinLR %v, WeightDecay %v, GradClip %v, Temperature %v: want finite numbers", cfg.MinLR, cfg.WeightDecay, cfg.GradClip, cfg.Temperature)
 	case !(cfg.Beta1 < 1 && cfg.Beta2 < 1) || !finite(cfg.Beta1) || !finite(cfg.Beta2):
 		err = fmt.Errorf("Beta1 %v, Beta2 %v: want numbers below 1", cfg.Beta1, cfg.Beta2)
+	case cfg.Precision != "" && cfg.Precision != "fp32" && cfg.Precision != "bf16" && cfg.Precision != "bf16-emulated":
+		err = fmt.Errorf("Precision %q: want fp32, bf16 or bf16-emulated", cfg.Precision)
+	case cfg.Precision == "bf16" && tensor.CheckPrecision(tensor.BF16) != nil:
+		err = fmt.Errorf("Precision bf16: %w", tensor.CheckPrecision(tensor.BF16))
 	case cfg.Rank < 0 || cfg.WorldSize < 0 || cfg.WorldSize > 0 && cfg.Rank >= cfg.WorldSize:
 		err = fmt.Errorf("Rank %d of WorldSize %d: want 0 <= rank < world size", cfg.Rank, cfg.WorldSize)
 	case cfg.Resume && cfg.Save == "":

@@ -6,6 +6,13 @@
 // stepped per batch, gradient clipping, a validation loss every few
 // steps, and a sample of generated text at the end.
 //
+// Config.Precision "bf16" (or "bf16-emulated") runs the forward passes of
+// training, evaluation and sampling under tensor.Autocast, as nanoGPT runs
+// them under torch.autocast: the matmuls (every Linear, the lm_head
+// included, and attention's q, k and v) take bf16 operands with
+// float32 sums; the embeddings, LayerNorm, softmax, GELU, the loss, the
+// weights and AdamW's moments stay float32.
+//
 // Run reads as its steps: join the group, build the model, wrap it in
 // DDP, load the data, make the optimizer and schedule, resume, train
 // (train.go), each a method of job named for what it does.
@@ -33,6 +40,7 @@ import (
 type Result struct {
 	World        int
 	Rank         int
+	Precision    string  // what the matmuls ran in: fp32, bf16 or bf16-emulated
 	Steps        int     // taken in this run (after a resume: since it)
 	TokensPerSec float64 // all ranks, over the steps after the first 5
 	TrainLoss    float64 // mean over the ranks' steps of the last evaluation interval
@@ -43,8 +51,8 @@ type Result struct {
 
 // Summary is the `key=value` line the CLI and the example print last.
 func (r Result) Summary() string {
-	return fmt.Sprintf("model=gpt world=%d steps=%d tokens_per_s=%.0f train_loss=%.4f val_loss=%.4f peak_rss_mib=%.0f",
-		r.World, r.Steps, r.TokensPerSec, r.TrainLoss, r.ValLoss, r.PeakRSSMiB)
+	return fmt.Sprintf("model=gpt world=%d steps=%d tokens_per_s=%.0f train_loss=%.4f val_loss=%.4f peak_rss_mib=%.0f precision=%s",
+		r.World, r.Steps, r.TokensPerSec, r.TrainLoss, r.ValLoss, r.PeakRSSMiB, r.Precision)
 }
 
 // job is one run's state, built up by Run's steps.
@@ -86,6 +94,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	defer j.close()
+	if j.cfg.Precision == "bf16-emulated" {
+		defer tensor.SetBF16Emulation(tensor.SetBF16Emulation(true))
+		j.log.Info("bf16 emulated: matmul and attention operands rounded to bf16 in software, multiplied in float32 (bf16 numerics at below-fp32 speed)")
+	}
 	if err := j.loadData(); err != nil {
 		return Result{}, err
 	}
@@ -167,6 +179,21 @@ func (j *job) wrapDDP(ctx context.Context) error {
 	return nil
 }
 
+// inPrecision runs f with the matmuls in the job's precision
+// (Config.Precision, checked by validate): under tensor.Autocast for bf16,
+// whose ops record it, so that their backward, run after f returns,
+// rounds as their forward did.
+func (j *job) inPrecision(f func()) {
+	if j.cfg.Precision != "bf16" && j.cfg.Precision != "bf16-emulated" {
+		f()
+		return
+	}
+	if err := tensor.Autocast(tensor.BF16, f); err != nil {
+		// validate and Run made BF16 available; losing it is a bug.
+		panic(fmt.Sprintf("gptjob: %v", err))
+	}
+}
+
 // close releases DDP, then the group.
 func (j *job) close() {
 	if j.dm != nil {
@@ -198,7 +225,7 @@ func (j *job) loadData() error {
 		return fmt.Errorf("gptjob: %s has %d training windows for %d ranks, fewer than one batch of %d each", name, j.train.Len(), j.world, j.cfg.BatchSize)
 	}
 	j.log.Info("data", "corpus", name, "bytes", len(corpus), "train_windows", j.train.Len(), "valid_windows", j.valid.Len(),
-		"params", j.model.NumParams(false))
+		"params", j.model.NumParams(false), "precision", j.cfg.Precision)
 	return nil
 }
 

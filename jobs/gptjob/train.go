@@ -22,7 +22,7 @@ func (j *job) run(ctx context.Context) (Result, error) {
 	if err := m.openMetrics(j); err != nil {
 		return Result{}, err
 	}
-	res := Result{World: j.world, Rank: j.rank}
+	res := Result{World: j.world, Rank: j.rank, Precision: j.cfg.Precision}
 	nn.SetTrain(j.model, true)
 	for epoch := j.ckpt.Epoch; int(j.ckpt.Step) < j.cfg.MaxSteps; epoch++ {
 		j.ckpt.Epoch = epoch
@@ -102,8 +102,12 @@ func (j *job) step(m *meter, b data.Batch) (float64, error) {
 		return 0, fmt.Errorf("gptjob: %w", err)
 	}
 	j.opt.ZeroGrad()
-	logits := j.forward(nn.IDTensor(b.Inputs, B, T))
-	loss := tensor.CrossEntropyIgnore(logits, b.Targets, models.IgnoreIndex, "mean")
+	var logits, loss *tensor.Tensor
+	// The loss, like every op but the matmuls, is float32 under autocast.
+	j.inPrecision(func() {
+		logits = j.forward(nn.IDTensor(b.Inputs, B, T))
+		loss = tensor.CrossEntropyIgnore(logits, b.Targets, models.IgnoreIndex, "mean")
+	})
 	m.forwarded()
 	// Nothing but the graph reads the logits: Backward hands their
 	// storage (the largest activation) back to the buffer pool rather
@@ -168,22 +172,24 @@ func (j *job) evaluate() float64 {
 	var sum float64
 	n := 0
 	tensor.NoGrad(func() {
-		for b := range loader.Batches() {
-			T, batch := b.T, 0.0
-			for lo := 0; lo < b.Len(); lo += evalChunk {
-				hi := min(lo+evalChunk, b.Len())
-				_, loss := j.model.Loss(b.Inputs[lo*T:hi*T], b.Targets[lo*T:hi*T], hi-lo, T)
-				batch += float64(loss.Item()) * float64(hi-lo)
-				// Nothing is recycled without a backward pass: collect
-				// the pass's garbage now rather than when the heap has
-				// doubled (the garbage collector's default pace).
-				runtime.GC()
+		j.inPrecision(func() {
+			for b := range loader.Batches() {
+				T, batch := b.T, 0.0
+				for lo := 0; lo < b.Len(); lo += evalChunk {
+					hi := min(lo+evalChunk, b.Len())
+					_, loss := j.model.Loss(b.Inputs[lo*T:hi*T], b.Targets[lo*T:hi*T], hi-lo, T)
+					batch += float64(loss.Item()) * float64(hi-lo)
+					// Nothing is recycled without a backward pass: collect
+					// the pass's garbage now rather than when the heap has
+					// doubled (the garbage collector's default pace).
+					runtime.GC()
+				}
+				sum += batch / float64(b.Len())
+				if n++; n == j.cfg.EvalBatches {
+					break
+				}
 			}
-			sum += batch / float64(b.Len())
-			if n++; n == j.cfg.EvalBatches {
-				break
-			}
-		}
+		})
 	})
 	return sum / float64(n)
 }
@@ -196,7 +202,9 @@ func (j *job) generate(n int) (string, error) {
 	if temperature <= 0 {
 		temperature, topK = 1, 1 // the top one alone: greedy
 	}
-	ids, err := j.model.Generate([]int{'\n'}, n, temperature, topK, tensor.NewRNG(j.cfg.Seed+1))
+	var ids []int
+	var err error
+	j.inPrecision(func() { ids, err = j.model.Generate([]int{'\n'}, n, temperature, topK, tensor.NewRNG(j.cfg.Seed+1)) })
 	if err == nil {
 		var s string
 		if s, err = j.tok.Decode(ids[1:]); err == nil {

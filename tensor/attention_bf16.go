@@ -1,0 +1,76 @@
+package tensor
+
+import "github.com/gotrain/gotrain/internal/kernels"
+
+// attentionAutocast is ScaledDotProductAttention under bf16 autocast
+// (ok is false, and nothing done, outside it). PyTorch's CPU autocast
+// runs scaled_dot_product_attention in bf16; here, as for MatMul, the
+// operands of its products are rounded: q, k and v forward, and the
+// incoming gradient backward, then the fused float32 op runs on them.
+// The blocks the op forms inside (scores, probabilities and their
+// gradients) stay float32, and so do its softmax and its sums: the
+// probabilities are not rounded before P·V as PyTorch's bf16 kernel
+// rounds them, so the op is, if anything, slightly more exact than
+// PyTorch's. The gradients reaching q, k and v are float32, the rounding
+// counted as the identity (as the gradient of autocast's cast is).
+func attentionAutocast(q, k, v *Tensor, causal bool) (y *Tensor, ok bool) {
+	if AutocastPrecision() != BF16 {
+		return nil, false
+	}
+	rq, rk, rv := bf16Operand(q), bf16Operand(k), bf16Operand(v)
+	// The op itself in float32: autocast's rounding is done.
+	prev := Precision(autocast.Swap(int32(FP32)))
+	inner := ScaledDotProductAttention(rq, rk, rv, causal)
+	autocast.Store(int32(prev))
+	y = bf16RoundedGrad(inner)
+	if y.node == nil { // no backward will read them
+		for _, t := range []*Tensor{rq, rk, rv, inner} {
+			putBuf(t.data)
+			t.data = nil
+		}
+		return y, true
+	}
+	// Only attention's backward reads its output: y is a copy, which the
+	// caller may recycle (nn does) before that backward has run.
+	inner.freeWithGraph()
+	return y, true
+}
+
+// bf16Operand returns x rounded to bf16 in a pooled buffer, recorded so
+// that x's gradient is the rounded tensor's, unchanged. The buffer goes
+// back to the pool once the backward of the op reading it has run (that
+// op comes later in the graph); without a graph the caller hands it back.
+func bf16Operand(x *Tensor) *Tensor {
+	r := &Tensor{data: getBuf(len(x.data)), shape: append([]int(nil), x.shape...)}
+	kernels.RoundBF16(r.data, x.data)
+	r = record(r, "bf16_round", func(g []float32) { passGradOn(x, r, g) }, x)
+	r.freeWithGraph()
+	return r
+}
+
+// bf16RoundedGrad returns a copy of x whose backward rounds the incoming
+// gradient to bf16 before handing it to x: the gradient operand of x's
+// products, rounded as autocast's MatMul rounds its own.
+func bf16RoundedGrad(x *Tensor) *Tensor {
+	y := &Tensor{data: getBuf(len(x.data)), shape: append([]int(nil), x.shape...)}
+	copy(y.data, x.data)
+	return record(y, "bf16_round_grad", func(g []float32) {
+		kernels.RoundBF16(g, g) // g is y's own pass-local gradient: nothing reads it after this
+		passGradOn(x, y, g)
+	}, x)
+}
+
+// passGradOn adds g, the gradient of out, into in's gradient, handing
+// out's pass-local buffer on to in when g is it and in has none yet (as
+// Reshape does) instead of copying it.
+func passGradOn(in, out *Tensor, g []float32) {
+	if in.node != nil && in.passGrad == nil && len(g) > 0 && len(out.passGrad) > 0 && &out.passGrad[0] == &g[0] {
+		in.passGrad, out.passGrad = g, nil
+		return
+	}
+	if gi, fresh := in.gradDst(); fresh {
+		copy(gi, g)
+	} else {
+		kernels.Add(gi, g)
+	}
+}
