@@ -73,8 +73,15 @@ type tracer struct {
 	err     error
 }
 
+// newTracer makes a tracer that sends to rep, or else writes path. A
+// launcher names a rank's tracks itself, and takes its spans as they
+// come: each carries the rank as its PID.
 func newTracer(rank int, rep *progress.Reporter, path string) *tracer {
-	return &tracer{rank: rank, rep: rep, path: path, sent: time.Now(), pending: TrackNames(rank)}
+	t := &tracer{rank: rank, rep: rep, path: path, sent: time.Now()}
+	if rep == nil {
+		t.pending = TrackNames(rank)
+	}
+	return t
 }
 
 func us(t time.Time) float64 { return float64(t.UnixNano()) / 1e3 }

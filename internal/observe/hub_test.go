@@ -40,11 +40,13 @@ func TestHub(t *testing.T) {
 		events(0, rowEvent(0, step, 2))
 		events(1, rowEvent(1, step, 3))
 	}
-	events(1, []byte(`{"kind":"trace","rank":1,"data":[{"name":"forward","ph":"X","ts":10,"dur":5,"pid":7,"tid":0,"args":{"bucket":3,"bytes":4096}}]}`))
+	events(1, []byte(`{"kind":"trace","rank":1,"data":[{"name":"forward","ph":"X","ts":10,"dur":5,"pid":1,"tid":0,"args":{"bucket":3,"bytes":4096}}]}`))
+	events(1, []byte(`{"kind":"trace","rank":1,"data":[{"name":"cut short"`)) // not JSON: dropped
+	events(1, []byte(`{"kind":"trace","rank":1,"data":[]}`))                  // nothing to write
 	events(1, []byte(`not json`))
 	events(1, []byte(`{"kind":"step","epoch":1}`))
-	if passed != 10 {
-		t.Fatalf("%d events passed on to the console, want all 10", passed)
+	if passed != 12 {
+		t.Fatalf("%d events passed on to the console, want all 12", passed)
 	}
 
 	resp, err := http.Get("http://" + h.Addr("metrics") + "/metrics")
