@@ -329,27 +329,50 @@ func preflightHosts(ctx context.Context, cfg *fanout.Config, h hostFlags, checkP
 	return nil
 }
 
-// trainMNISTOnHosts is `gotrain train mnist --hosts`: the job's workers,
-// this gotrain re-run on every host, print rank 0's summary last.
+// trainMNISTOnHosts is `gotrain train mnist --hosts`.
 func trainMNISTOnHosts(ctx context.Context, f *pflag.FlagSet, fl trainMNISTFlags) error {
-	h := fl.hosts
+	return demoJobOnHosts(ctx, f, demoJob{
+		hosts: fl.hosts, nproc: fl.nproc, logEvery: fl.logEvery, launch: fl.launch,
+		output: fl.output, timeout: fl.timeout, observe: fl.observe, progress: fl.job.Progress,
+		checks: []func() error{func() error { return fl.checkTraining(f) }, func() error { return fl.checkFiles(f) }},
+	})
+}
+
+// demoJob is what a demo job's flags give its launch on several hosts.
+type demoJob struct {
+	hosts    hostFlags
+	nproc    string
+	logEvery string
+	launch   launch.Config // MaxRestarts and LogDir
+	output   outputFlags
+	timeout  timeoutFlag
+	observe  observeFlags
+	progress bool
+	checks   []func() error // the job's own flags
+}
+
+// demoJobOnHosts is `gotrain train mnist|gpt --hosts`: the job's
+// workers, this gotrain re-run on every host, print rank 0's summary
+// last.
+func demoJobOnHosts(ctx context.Context, f *pflag.FlagSet, j demoJob) error {
+	h := j.hosts
 	hs, err := h.check(f)
 	if err != nil {
 		return err
 	}
-	n, err := h.nproc(f, fl.nproc)
+	n, err := h.nproc(f, j.nproc)
 	if err != nil {
 		return err
 	}
-	for _, check := range []func() error{
-		fl.output.checkFormat,
-		func() error { return fl.timeout.check(f) },
-		func() error { return checkAtLeast("max-restarts", fl.launch.MaxRestarts, 0) },
-		func() error { return fl.checkTraining(f) },
-		func() error { return fl.checkFiles(f) },
-		// The launcher serves the endpoints even for one worker.
-		func() error { return fl.observe.check(f, true, 2, fl.job.Progress) },
-	} {
+	checks := []func() error{
+		j.output.checkFormat,
+		func() error { return j.timeout.check(f) },
+		func() error { return checkAtLeast("max-restarts", j.launch.MaxRestarts, 0) },
+	}
+	checks = append(checks, j.checks...)
+	// The launcher serves the endpoints even for one worker.
+	checks = append(checks, func() error { return j.observe.check(f, true, 2, j.progress) })
+	for _, check := range checks {
 		if err := check(); err != nil {
 			return err
 		}
@@ -357,17 +380,17 @@ func trainMNISTOnHosts(ctx context.Context, f *pflag.FlagSet, fl trainMNISTFlags
 	if h.masterPort <= 0 || h.masterPort > 65535 {
 		return badFlag("master-port", h.masterPort, "must be in [1, 65535]")
 	}
-	if fl.launch.LogDir != "" {
-		if err := checkWritableDir("log-dir", fl.launch.LogDir); err != nil {
+	if j.launch.LogDir != "" {
+		if err := checkWritableDir("log-dir", j.launch.LogDir); err != nil {
 			return err
 		}
 	}
 	// The output flags name local ranks that every host must have.
-	probe := launch.Config{NProcPerNode: slices.Min(fanout.Config{Hosts: hs, NProcPerNode: n}.Workers()), LogDir: fl.launch.LogDir}
-	if err := fl.output.apply(f, &probe); err != nil {
+	probe := launch.Config{NProcPerNode: slices.Min(fanout.Config{Hosts: hs, NProcPerNode: n}.Workers()), LogDir: j.launch.LogDir}
+	if err := j.output.apply(f, &probe); err != nil {
 		return err
 	}
-	every, err := logEvery(fl.logEvery)
+	every, err := logEvery(j.logEvery)
 	if err != nil {
 		return err
 	}
@@ -380,14 +403,14 @@ func trainMNISTOnHosts(ctx context.Context, f *pflag.FlagSet, fl trainMNISTFlags
 	cfg := fanout.Config{
 		Hosts: hs, SSH: sshcmd.Client{Options: h.sshOptions}, Gotrain: h.remoteGotrain,
 		Program: program, Args: os.Args[1:], NProcPerNode: n, MasterPort: h.masterPort,
-		MaxRestarts: fl.launch.MaxRestarts, ExitWait: h.exitWait, LogDir: fl.launch.LogDir,
+		MaxRestarts: j.launch.MaxRestarts, ExitWait: h.exitWait, LogDir: j.launch.LogDir,
 		Redirects: probe.Redirects, Tee: probe.Tee, LocalRanksFilter: probe.LocalRanksFilter,
 	}
-	fl.timeout.export()
+	j.timeout.export()
 	// Rank 0 prints the summary on its host; it is printed here last and
 	// unprefixed, as with local workers.
 	sum := &summaryCatcher{}
-	err = launchOnHosts(ctx, cfg, h, fl.output, &fl.observe, every, false, sum.wrap, trainWorkerEnv+"=1")
+	err = launchOnHosts(ctx, cfg, h, j.output, &j.observe, every, false, sum.wrap, trainWorkerEnv+"=1")
 	if err == nil && sum.line != "" {
 		fmt.Println(sum.line)
 	}

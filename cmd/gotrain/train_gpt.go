@@ -330,3 +330,12 @@ func (fl *trainGPTFlags) checkFiles(f *pflag.FlagSet) error {
 	}
 	return nil
 }
+// trainGPTOnHosts is `gotrain train gpt --hosts`; rank 0 prints the
+// sample (when asked for) as it ends, the summary comes last.
+func trainGPTOnHosts(ctx context.Context, f *pflag.FlagSet, fl trainGPTFlags) error {
+	return demoJobOnHosts(ctx, f, demoJob{
+		hosts: fl.hosts, nproc: fl.nproc, logEvery: fl.logEvery, launch: fl.launch,
+		output: fl.output, timeout: fl.timeout, observe: fl.observe, progress: fl.job.Progress,
+		checks: []func() error{fl.checkModel, fl.checkTraining, func() error { return fl.checkFiles(f) }},
+	})
+}

@@ -49,12 +49,7 @@ func TestHub(t *testing.T) {
 		t.Fatalf("%d events passed on to the console, want all 12", passed)
 	}
 
-	resp, err := http.Get("http://" + h.Addr("metrics") + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := scrape(t, h)
 	for _, want := range []string{
 		`gotrain_steps_total{node="0",rank="1",run_id="r1"} 3`,
 		`gotrain_loss{node="0",rank="0",run_id="r1"} 2`,
@@ -64,7 +59,7 @@ func TestHub(t *testing.T) {
 		`gotrain_restarts{node="0",rank="0",run_id="r1"} 0`, // the rows' restart count wins over the hello's
 		`gotrain_step_phase_seconds{node="0",phase="backward",rank="0",run_id="r1"} 0.005`,
 	} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
@@ -73,7 +68,7 @@ func TestHub(t *testing.T) {
 	if st.State != "running" || len(st.Workers) != 2 || st.Workers[0].PID != 123 || st.Workers[0].Host != "a" || len(st.Series[1]) != 3 || st.Series[1][2][2] != 3 {
 		t.Fatalf("snapshot %+v", st)
 	}
-	resp, err = http.Get("http://" + h.Addr("dashboard") + "/")
+	resp, err := http.Get("http://" + h.Addr("dashboard") + "/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,19 +133,29 @@ func TestNodeOf(t *testing.T) {
 	for rank := range 4 {
 		h.Event(rank, rowEvent(rank%2, 1, 2))
 	}
-	resp, err := http.Get("http://" + h.Addr("metrics") + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := scrape(t, h)
 	for _, want := range []string{
 		`gotrain_steps_total{node="0",rank="1",run_id="r2"} 1`,
 		`gotrain_steps_total{node="1",rank="2",run_id="r2"} 1`,
 		`gotrain_steps_total{node="1",rank="3",run_id="r2"} 1`,
 	} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+}
+
+// scrape returns the hub's /metrics page.
+func scrape(t *testing.T, h *Hub) string {
+	t.Helper()
+	resp, err := http.Get("http://" + h.Addr("metrics") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
 }
