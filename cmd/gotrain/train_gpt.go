@@ -330,6 +330,7 @@ func (fl *trainGPTFlags) checkFiles(f *pflag.FlagSet) error {
 	}
 	return nil
 }
+
 // trainGPTOnHosts is `gotrain train gpt --hosts`; rank 0 prints the
 // sample (when asked for) as it ends, the summary comes last.
 func trainGPTOnHosts(ctx context.Context, f *pflag.FlagSet, fl trainGPTFlags) error {
