@@ -86,7 +86,10 @@ func (c Client) Multiplex() (Client, func(), error) {
 	if len(base) > 40 {
 		base = "/tmp"
 	}
-	dir, err := os.MkdirTemp(base, "gotrain-ssh-")
+	// The pid in the name lets a later launcher remove the directory of
+	// one that was killed before it could (removeStale).
+	removeStale(base)
+	dir, err := os.MkdirTemp(base, fmt.Sprintf("gotrain-ssh-%d-", os.Getpid()))
 	if err != nil {
 		return c, nil, fmt.Errorf("ssh connection sharing: %w", err)
 	}
