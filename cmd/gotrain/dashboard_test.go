@@ -1,31 +1,15 @@
 package main
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-)
 
-// chromium returns the Chromium binary, or skips the test without one
-// (fails it with GOTRAIN_REQUIRE_ENGINES=1).
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("GOTRAIN_REQUIRE_ENGINES") == "1" {
-		t.Fatal("chromium is not installed (apt-get install chromium) and GOTRAIN_REQUIRE_ENGINES=1")
-	}
-	t.Skip("chromium is not installed (apt-get install chromium); skipping the dashboard browser test")
-	return ""
-}
+	"github.com/gotrain/gotrain/internal/testbrowser"
+)
 
 // pageState is what the test reads of the dashboard's page.
 type pageState struct {
@@ -55,19 +39,10 @@ const readPage = `(() => {
 // then grow as the run goes on; the page is saved as a screenshot
 // (to $GOTRAIN_DASHBOARD_SCREENSHOT if set, for the README).
 func TestDashboardInChromium(t *testing.T) {
-	exe := chromium(t)
+	ctx := testbrowser.Context(t, 90*time.Second)
 	g := startWatched(t, 120*time.Second, nil, "train", "mnist", "--nproc-per-node", "2", "--max-steps", "100000",
 		"--dashboard", "127.0.0.1:0")
 	base := g.waitLine(servingRe("dashboard"), 30*time.Second)[1]
-
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.WindowSize(1280, 900), chromedp.UserDataDir(t.TempDir()))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelT()
 
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/"), chromedp.WaitReady("#steptime polyline")); err != nil {
 		t.Fatalf("the dashboard drew no step-time curve: %v; output:\n%s", err, g.all.String())

@@ -1,0 +1,44 @@
+// Package testbrowser gives tests a headless Chromium to drive with
+// chromedp, or skips them when none is installed (fails them when
+// GOTRAIN_REQUIRE_ENGINES=1, as in CI).
+package testbrowser
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// Chromium returns the Chromium binary, or skips t without one (fails it
+// with GOTRAIN_REQUIRE_ENGINES=1).
+func Chromium(t testing.TB) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("GOTRAIN_REQUIRE_ENGINES") == "1" {
+		t.Fatal("chromium is not installed (apt-get install chromium) and GOTRAIN_REQUIRE_ENGINES=1")
+	}
+	t.Skip("chromium is not installed (apt-get install chromium); skipping the browser test")
+	return ""
+}
+
+// Context starts a headless Chromium window of 1280×900 for t, ended
+// when t ends, and returns a chromedp context on it bounded by limit.
+func Context(t testing.TB, limit time.Duration) context.Context {
+	t.Helper()
+	exe := Chromium(t)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1280, 900), chromedp.UserDataDir(t.TempDir()))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, cancelT := context.WithTimeout(ctx, limit)
+	t.Cleanup(func() { cancelT(); cancel(); cancelAlloc() })
+	return ctx
+}
