@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -149,12 +150,36 @@ func ckptStep(ckpt string) (step, epoch int) {
 	return step, epoch
 }
 
+// ckptWorld is the world size that wrote the training checkpoint (its
+// sampler's replicas), or -1.
+func ckptWorld(ckpt string) int {
+	_, meta, err := checkpoint.ReadTensorsFile(checkpoint.TrainingPath(ckpt))
+	if err != nil {
+		return -1
+	}
+	var extra struct {
+		Sampler struct{ Replicas int }
+	}
+	if json.Unmarshal([]byte(meta["extra"]), &extra) != nil {
+		return -1
+	}
+	return extra.Sampler.Replicas
+}
+
 // waitStep waits until the checkpoint is past step and returns its step.
 func waitStep(t *testing.T, all []*elasticNode, ckpt string, step int) int {
 	t.Helper()
+	return waitStepOf(t, all, ckpt, step, 0)
+}
+
+// waitStepOf waits until the checkpoint is past step, written by a world
+// of world ranks (any, if 0), and returns its step: a group that has just
+// re-formed may still see the last save of the group before it land.
+func waitStepOf(t *testing.T, all []*elasticNode, ckpt string, step, world int) int {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if s, _ := ckptStep(ckpt); s > step {
+		if s, _ := ckptStep(ckpt); s > step && (world == 0 || ckptWorld(ckpt) == world) {
 			return s
 		}
 		if time.Now().After(deadline) {
@@ -289,7 +314,7 @@ func TestElasticEtcd(t *testing.T) {
 	if restarts != 1 {
 		t.Fatalf("restart count %d after a node arrived; want still 1:%s", restarts, dump(all))
 	}
-	step = waitStep(t, all, ckpt, step)
+	step = waitStepOf(t, all, ckpt, step, 3)
 
 	zero := rankZero(ranks)
 	zero.cmd.Process.Kill()
@@ -344,7 +369,7 @@ func TestElasticC10d(t *testing.T) {
 	if restarts != 0 {
 		t.Fatalf("restart count %d after an arrival; want 0:%s", restarts, dump(all))
 	}
-	step = waitStep(t, all, ckpt, step)
+	step = waitStepOf(t, all, ckpt, step, 3)
 
 	// A node that hangs: its launcher stopped, so no heartbeat, while its
 	// worker still runs; the others notice in keep_alive_interval ×
