@@ -100,10 +100,7 @@ func (a attnGeom) run(out, q, k, v *Tensor) *Tensor {
 			s := getBuf(2 * attnBr * attnBc)
 			d := make([]float32, a.tq)
 			for h := lo; h < hi; h++ {
-				if fresh {
-					a.clearHead(h, dq)
-				}
-				a.backwardHead(h, q.data, k.data, v.data, out.data, g, lse, dq, dk, dv, s, d)
+				a.backwardHead(h, q.data, k.data, v.data, out.data, g, lse, dq, dk, dv, s, d, fresh)
 			}
 			putBuf(s)
 		})
@@ -178,17 +175,6 @@ func (a attnGeom) oOff(h int) int {
 	return h * a.tq * a.dh
 }
 
-// clearHead zeroes head h's rows of a packed qkv gradient (its queries',
-// keys' and values' columns), so that backwardHead can add into a fresh
-// buffer; the heads together cover every element.
-func (a attnGeom) clearHead(h int, dqkv []float32) {
-	for _, off := range [3]int{a.qOff(h), a.kOff(h), a.vOff(h)} {
-		for t := range a.tq {
-			clear(dqkv[off+t*a.ldq : off+t*a.ldq+a.dh])
-		}
-	}
-}
-
 // keysFor returns how many keys (from 0) query row i may see.
 func (a attnGeom) keysFor(i int) int {
 	if a.causal {
@@ -223,9 +209,10 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
 					clear(row)
 					continue
 				}
-				mx := max(mrow[r], kernels.MaxOf(row[:lim]))
-				sum := kernels.ExpShiftSum(row[:lim], row[:lim], mx)
-				clear(row[lim:])
+				lim8 := padMasked(row, lim)
+				mx := max(mrow[r], kernels.MaxOf(row[:lim8]))
+				sum := kernels.ExpShiftSum(row[:lim8], row[:lim8], mx)
+				clear(row[lim8:])
 				// Rescale what earlier blocks summed (nothing yet in the
 				// first block, where the running max is −Inf).
 				if mrow[r] != mx && !math.IsInf(float64(mrow[r]), -1) {
@@ -255,8 +242,11 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
 
 // backwardHead accumulates one head's gradients into dq, dk and dv (each
 // nil when not wanted). s holds a score block and its gradient, d the
-// rows' Σ dO·O.
-func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []float32) {
+// rows' Σ dO·O. With fresh (the packed layout's fresh gradient buffer,
+// whose contents are unspecified) each block of rows is written, not
+// added to, the first time: every query block sees key block 0, and each
+// key block's first query block comes first, since Tq = Tk there.
+func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []float32, fresh bool) {
 	dh, ldq, ldkv, ldo := a.dh, a.ldq, a.ldkv, a.ldo
 	at := func(x []float32, off int) []float32 {
 		if x == nil {
@@ -273,21 +263,28 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 	p, dp := s[:attnBr*a.bc], s[attnBr*a.bc:]
 	for j0 := 0; j0 < a.tk; j0 += a.bc {
 		bc := min(a.bc, a.tk-j0)
-		i0 := 0
+		first := 0
 		if a.causal { // the first query block that sees key j0
-			i0 = j0 / attnBr * attnBr
+			first = j0 / attnBr * attnBr
 		}
-		for ; i0 < a.tq; i0 += attnBr {
+		for i0 := first; i0 < a.tq; i0 += attnBr {
+			betaQ, betaKV := float32(1), float32(1)
+			if fresh && j0 == 0 {
+				betaQ = 0
+			}
+			if fresh && i0 == first {
+				betaKV = 0
+			}
 			br := min(attnBr, a.tq-i0)
 			kernels.SgemmSerial(false, true, br, bc, dh, a.scale, qh[i0*ldq:], ldq, kh[j0*ldkv:], ldkv, 0, p, a.bc)
 			for r := range br {
 				row := p[r*a.bc : r*a.bc+bc]
-				lim := min(bc, max(a.keysFor(i0+r)-j0, 0))
-				kernels.ExpShiftSum(row[:lim], row[:lim], lh[i0+r]) // P = e^(S − lse)
-				clear(row[lim:])
+				lim8 := padMasked(row, min(bc, max(a.keysFor(i0+r)-j0, 0)))
+				kernels.ExpShiftSum(row[:lim8], row[:lim8], lh[i0+r]) // P = e^(S − lse)
+				clear(row[lim8:])
 			}
 			if dvh != nil { // dV_j += Pᵀ·dO_i
-				kernels.SgemmSerial(true, false, bc, dh, br, 1, p, a.bc, gh[i0*ldo:], ldo, 1, dvh[j0*ldkv:], ldkv)
+				kernels.SgemmSerial(true, false, bc, dh, br, 1, p, a.bc, gh[i0*ldo:], ldo, betaKV, dvh[j0*ldkv:], ldkv)
 			}
 			if dqh == nil && dkh == nil {
 				continue
@@ -299,11 +296,26 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 				kernels.SubMul(dp[r*a.bc:r*a.bc+bc], p[r*a.bc:], d[i0+r])
 			}
 			if dqh != nil { // dQ_i += scale·dS·K_j
-				kernels.SgemmSerial(false, false, br, dh, bc, a.scale, dp, a.bc, kh[j0*ldkv:], ldkv, 1, dqh[i0*ldq:], ldq)
+				kernels.SgemmSerial(false, false, br, dh, bc, a.scale, dp, a.bc, kh[j0*ldkv:], ldkv, betaQ, dqh[i0*ldq:], ldq)
 			}
 			if dkh != nil { // dK_j += scale·dSᵀ·Q_i
-				kernels.SgemmSerial(true, false, bc, dh, br, a.scale, dp, a.bc, qh[i0*ldq:], ldq, 1, dkh[j0*ldkv:], ldkv)
+				kernels.SgemmSerial(true, false, bc, dh, br, a.scale, dp, a.bc, qh[i0*ldq:], ldq, betaKV, dkh[j0*ldkv:], ldkv)
 			}
 		}
 	}
+}
+
+// padMasked sets the masked scores of row from lim up to the next
+// multiple of 8 (at most len(row)) to −Inf and returns that length, so
+// that the row kernels take whole vectors: the padding's exponentials
+// are 0 and do not change the row's maximum or sum.
+func padMasked(row []float32, lim int) int {
+	lim8 := min(len(row), (lim+7)&^7)
+	if lim == 0 {
+		return 0
+	}
+	for i := lim; i < lim8; i++ {
+		row[i] = float32(math.Inf(-1))
+	}
+	return lim8
 }

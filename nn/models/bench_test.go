@@ -2,6 +2,7 @@ package models
 
 import (
 	"testing"
+	"time"
 
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/optim"
@@ -63,10 +64,11 @@ func BenchmarkGPTStep(b *testing.B) {
 	step()
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPUTime()
 	for b.Loop() {
 		step()
 	}
-	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tokens/s")
+	reportTokens(b, n, cpu0)
 }
 
 // BenchmarkGPTTrainStep times one whole training step of the default GPT
@@ -108,8 +110,21 @@ func BenchmarkGPTTrainStep(b *testing.B) {
 	step()
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPUTime()
 	for b.Loop() {
 		step()
 	}
-	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tokens/s")
+	reportTokens(b, n, cpu0)
+}
+
+// reportTokens reports tokens/s of wall time and, since the machines these
+// run on are shared, cpu-tokens/s and cpu-ms/op of this process's CPU time
+// (which other processes move much less; with GOMAXPROCS=1 and one thread
+// it is the step's work plus the garbage collector's).
+func reportTokens(b *testing.B, perOp int, cpu0 time.Duration) {
+	b.ReportMetric(float64(perOp*b.N)/b.Elapsed().Seconds(), "tokens/s")
+	if cpu := processCPUTime() - cpu0; cpu > 0 {
+		b.ReportMetric(float64(perOp*b.N)/cpu.Seconds(), "cpu-tokens/s")
+		b.ReportMetric(cpu.Seconds()*1e3/float64(b.N), "cpu-ms/op")
+	}
 }
