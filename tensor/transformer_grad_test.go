@@ -180,6 +180,46 @@ func TestGradCrossEntropyIgnore(t *testing.T) {
 	}
 }
 
+// TestCrossEntropyIgnoreFreshGradient checks the backward pass that
+// writes a fresh gradient buffer (logits computed by an op, large enough
+// for pooled buffers whose contents are left over from earlier use)
+// against the one that adds into a leaf's gradient, ignored rows included.
+func TestCrossEntropyIgnoreFreshGradient(t *testing.T) {
+	rng := NewRNG(14)
+	const n, c = 300, 37
+	leaf := randT(rng, -3, 3, n, c)
+	target := make([]int, n)
+	for i := range target {
+		target[i] = rng.Intn(c)
+		if i%7 == 3 {
+			target[i] = -1
+		}
+	}
+	leaf.SetRequiresGrad(true)
+	if err := CrossEntropyIgnore(leaf, target, -1, "mean").Backward(); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]float32(nil), leaf.grad.data...)
+	for range 2 {
+		y := leaf.Detach()
+		y.SetRequiresGrad(true)
+		// Leaves pooled buffers of n·c full of non-zero gradients.
+		if err := Sum(MulScalar(y, 3), false).Backward(); err != nil {
+			t.Fatal(err)
+		}
+		y.SetGrad(nil)
+		l := MulScalar(y, 1)
+		if err := CrossEntropyIgnore(l, target, -1, "mean").Backward(); err != nil {
+			t.Fatal(err)
+		}
+		for i, g := range y.grad.data {
+			if math.Abs(float64(g-want[i])) > 1e-6 {
+				t.Fatalf("fresh-buffer gradient[%d] = %v, leaf's %v", i, g, want[i])
+			}
+		}
+	}
+}
+
 // TestPermuteViews checks that a permutation moving only size-1
 // dimensions is a view, and that others copy with the right values.
 func TestPermuteViews(t *testing.T) {
