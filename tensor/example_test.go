@@ -101,7 +101,7 @@ func ExampleScaledDotProductAttention() {
 func ExampleSelfAttentionQKV() {
 	rng := tensor.NewRNG(1)
 	qkv := tensor.Randn(rng, 1, 5, 3*8).SetRequiresGrad(true) // B=1, T=5, C=8
-	y := tensor.SelfAttentionQKV(qkv, 2, true)                 // 2 heads of 4
+	y := tensor.SelfAttentionQKV(qkv, 2, true)                // 2 heads of 4
 	fmt.Println(y.Shape(), fmt.Sprint(y.Data()[:8]) == fmt.Sprint(qkv.Data()[16:24]))
 	if err := tensor.Sum(y, false).Backward(); err != nil {
 		fmt.Println(err)
