@@ -6,28 +6,17 @@ import "math"
 // exponentials go through Exp in runs of this length.
 const geluChunk = 256
 
-// GELUBias is GELU of x + bias: out[i] = GELU(x[i] + bias[i]) and
-// deriv[i] = GELU'(x[i] + bias[i]), a Linear layer's bias added in the
-// same pass. out, deriv and bias must be at least as long as x.
-func GELUBias(out, deriv, x, bias []float32) {
-	geluBias(out, deriv, x, bias[:len(x)])
-}
-
-// geluGeneric is GELUBias without assembly; a nil bias adds nothing.
-func geluGeneric(out, deriv, x, bias []float32) {
+// geluGeneric is GELU without assembly.
+func geluGeneric(out, deriv, x []float32) {
 	var ps [geluChunk]float32
 	for a := 0; a < len(x); a += geluChunk {
 		b := min(a+geluChunk, len(x))
-		var bb []float32
-		if bias != nil {
-			bb = bias[a:b]
-		}
-		geluRun(out[a:b], deriv[a:b], x[a:b], bb, ps[:b-a])
+		geluRun(out[a:b], deriv[a:b], x[a:b], ps[:b-a])
 	}
 }
 
-// geluRun sets out = GELU(x + bias) and deriv = GELU'(x + bias) (bias nil:
-// none) for one run of at most geluChunk elements; p is scratch of len(x). erf(z), z = x/√2, is
+// geluRun sets out = GELU(x) and deriv = GELU'(x) for one run of at most
+// geluChunk elements; p is scratch of len(x). erf(z), z = x/√2, is
 // |z|·P(z²) below 0.9 and 1 − e^(−z²)·R(1/|z|) above (R taken at
 // min(|z|, 4), where erf rounds to 1), with z's sign. e^(−z²) = e^(−x²/2)
 // is also φ's exponential, so one exponential per element serves both.
@@ -38,19 +27,13 @@ func geluGeneric(out, deriv, x, bias []float32) {
 // masks), since a mispredicted branch per element costs more than
 // evaluating both polynomials; the exponentials go through the vector
 // kernel.
-func geluRun(out, deriv, x, bias, p []float32) {
+func geluRun(out, deriv, x, p []float32) {
 	const invSqrt2, invSqrt2Pi = 0.7071067811865476, 0.3989422804014327
 	for i, v := range x {
-		if bias != nil {
-			v += bias[i]
-		}
 		p[i] = -0.5 * v * v
 	}
 	Exp(p, p)
 	for i, v := range x {
-		if bias != nil {
-			v += bias[i]
-		}
 		bits := math.Float32bits(v)
 		a := math.Float32frombits(bits&0x7fffffff) * invSqrt2 // |z|
 		s := a * a

@@ -305,20 +305,17 @@ DATA geluK<>+1208(SB)/4, $0xc1a00000
 DATA geluK<>+1212(SB)/4, $0xc1a00000
 GLOBL geluK<>(SB), RODATA|NOPTR, $1216
 
-// func geluAVX2(out, deriv, x, bias *float32, bstep, n int)
+// func geluAVX2(out, deriv, x *float32, n int)
 // n must be a multiple of 8.
-TEXT ·geluAVX2(SB), NOSPLIT, $0-48
+TEXT ·geluAVX2(SB), NOSPLIT, $0-32
 	MOVQ out+0(FP), DI
 	MOVQ deriv+8(FP), DX
 	MOVQ x+16(FP), SI
-	MOVQ bias+24(FP), BX
-	MOVQ bstep+32(FP), R8
-	MOVQ n+40(FP), CX
+	MOVQ n+24(FP), CX
 	SHRQ $3, CX
 	JZ   done
 loop:
-	VMOVUPS (SI), Y0
-	VADDPS (BX), Y0, Y0 // v = x + bias
+	VMOVUPS (SI), Y0 // v
 	VMULPS geluK<>+0(SB), Y0, Y1
 	VANDPS geluK<>+32(SB), Y1, Y1 // a = |v|/√2
 	VMULPS Y1, Y1, Y2 // a²
@@ -385,7 +382,6 @@ loop:
 	ADDQ $32, SI
 	ADDQ $32, DI
 	ADDQ $32, DX
-	ADDQ R8, BX
 	DECQ CX
 	JNZ  loop
 	VZEROUPPER

@@ -5,8 +5,4 @@ package kernels
 // GELU sets out[i] = x[i]·Φ(x[i]), the exact (erf) GELU, and deriv[i] =
 // Φ(x[i]) + x[i]·φ(x[i]), its derivative, in float32 (erf to about 2e-7).
 // out and deriv must be at least as long as x.
-func GELU(out, deriv, x []float32) { geluGeneric(out[:len(x)], deriv[:len(x)], x, nil) }
-
-func geluBias(out, deriv, x, bias []float32) {
-	geluGeneric(out[:len(x)], deriv[:len(x)], x, bias)
-}
+func GELU(out, deriv, x []float32) { geluGeneric(out[:len(x)], deriv[:len(x)], x) }

@@ -47,7 +47,7 @@ func TestGELU(t *testing.T) {
 	out, deriv := make([]float32, n), make([]float32, n)
 	GELU(out, deriv, x)
 	check(x, out, deriv)
-	geluGeneric(out, deriv, x, nil)
+	geluGeneric(out, deriv, x)
 	check(x, out, deriv)
 	edge := []float32{float32(math.NaN()), float32(math.Inf(1)), 0, -0.9, 0.9, 2.828427, -2.828427, 5.6, -5.7, 30, -30}
 	for l := 0; l <= 40; l++ {
@@ -71,31 +71,4 @@ func BenchmarkGELU(b *testing.B) {
 		GELU(o, d, x)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(x)), "ns/elem")
-}
-
-// TestGELUBias checks that GELUBias(x, b) is GELU(x + b) exactly (the
-// sum rounded to float32 first), vector body and Go tail, at every length
-// up to 40 and at 1000.
-func TestGELUBias(t *testing.T) {
-	lengths := []int{1000}
-	for n := 0; n <= 40; n++ {
-		lengths = append(lengths, n)
-	}
-	for _, n := range lengths {
-		x, b, sum := make([]float32, n), make([]float32, n), make([]float32, n)
-		for i := range x {
-			x[i] = float32(-6 + 12*float64(i%97)/97)
-			b[i] = float32(-1 + 2*float64(i%13)/13)
-			sum[i] = x[i] + b[i]
-		}
-		out, deriv := make([]float32, n), make([]float32, n)
-		wout, wderiv := make([]float32, n), make([]float32, n)
-		GELUBias(out, deriv, x, b)
-		GELU(wout, wderiv, sum)
-		for i := range x {
-			if out[i] != wout[i] || deriv[i] != wderiv[i] {
-				t.Fatalf("n=%d: GELUBias(%v + %v) = %v, %v; GELU(%v) = %v, %v", n, x[i], b[i], out[i], deriv[i], sum[i], wout[i], wderiv[i])
-			}
-		}
-	}
 }
