@@ -22,7 +22,7 @@
 // # Transformers
 //
 // Embedding, LayerNorm, CausalSelfAttention (nanoGPT's, on the fused
-// tensor.ScaledDotProductAttention), ModuleList and ModuleDict build
+// tensor.SelfAttentionQKV), ModuleList and ModuleDict build
 // GPT-style models with PyTorch's names; models.GPT is nanoGPT's. Modules
 // whose input is token ids take them as []int (Lookup) or, through
 // Forward, as a float32 tensor of whole numbers (IDTensor). A parameter

@@ -291,19 +291,21 @@ func (a *CausalSelfAttentionLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 	b, t, c := s[0], s[1], s[2]
 	h, dh := a.NHead, c/a.NHead
 	qkv := a.CAttn.Forward(x)
-	heads := tensor.Permute(qkv.Reshape(b, t, 3, h, dh), 2, 0, 3, 1, 4)
-	parts := tensor.Unbind(heads, 0) // views: 3 × [B, H, T, Dh]
-	var y *tensor.Tensor
 	if a.Training() && a.AttnDropout.P > 0 {
-		y = a.attendWithDropout(parts[0], parts[1], parts[2])
-	} else {
-		y = tensor.ScaledDotProductAttention(parts[0], parts[1], parts[2], true)
+		heads := tensor.Permute(qkv.Reshape(b, t, 3, h, dh), 2, 0, 3, 1, 4)
+		parts := tensor.Unbind(heads, 0) // views: 3 × [B, H, T, Dh]
+		y := a.attendWithDropout(parts[0], parts[1], parts[2])
+		merged := tensor.Permute(y, 0, 2, 1, 3)
+		// These results own their storage and only the graph reads them:
+		// Backward hands it back for the next step (see tensorhook).
+		recycle(qkv, heads, y, merged)
+		return a.ResidDropout.Forward(a.CProj.Forward(merged.Reshape(b, t, c)))
 	}
-	merged := tensor.Permute(y, 0, 2, 1, 3)
-	// These results own their storage and only the graph reads them:
-	// Backward hands it back for the next step (see tensorhook).
-	recycle(qkv, heads, y, merged)
-	return a.ResidDropout.Forward(a.CProj.Forward(merged.Reshape(b, t, c)))
+	// The fused attention reads the heads straight out of qkv and writes
+	// them side by side in [B, T, C]: no head split or merge copies.
+	y := tensor.SelfAttentionQKV(qkv, h, true)
+	recycle(qkv, y)
+	return a.ResidDropout.Forward(a.CProj.Forward(y))
 }
 
 // attendWithDropout is causal attention with dropout on the probabilities,

@@ -42,16 +42,14 @@ func ClipGradNorm(params []*tensor.Tensor, maxNorm float64) float64 {
 	return norm
 }
 
-// sumSquares is Σx², accumulated in float64 blocks of float32 sums: the
-// float32 partial sums stay short enough to keep their precision.
+// sumSquares is Σx², accumulated in float64 blocks of float32 sums (the
+// vector dot product's): the float32 partial sums stay short enough to
+// keep their precision.
 func sumSquares(x []float32) float64 {
 	var total float64
 	for lo := 0; lo < len(x); lo += 256 {
-		var s float32
-		for _, v := range x[lo:min(lo+256, len(x))] {
-			s += v * v
-		}
-		total += float64(s)
+		b := x[lo:min(lo+256, len(x))]
+		total += float64(kernels.Dot(b, b))
 	}
 	return total
 }

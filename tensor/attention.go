@@ -37,6 +37,42 @@ func ScaledDotProductAttention(q, k, v *Tensor, causal bool) *Tensor {
 	}
 	a := newAttnGeom("ScaledDotProductAttention", q, k, v, causal)
 	out := &Tensor{data: getBuf(len(q.data)), shape: append([]int(nil), q.shape...)}
+	return a.run(out, q, k, v)
+}
+
+// SelfAttentionQKV is ScaledDotProductAttention over the heads of a fused
+// query-key-value projection, laid out as a Linear to 3·C produces it
+// (nanoGPT's c_attn): qkv is [B, T, 3·C], queries in columns 0..C, keys
+// in C..2C and values in 2C..3C, each split into heads of C/heads
+// columns. The result is [B, T, C] with the heads side by side, the
+// layout of nanoGPT's y.transpose(1, 2).view(B, T, C). It equals
+// splitting qkv into [B, H, T, Dh] heads with Permute, attending and
+// merging the heads back with Permute, but reads the heads in place with
+// row strides and writes the output and the gradient in place: no copy is
+// made in either direction. It panics, naming the shape, when qkv is not
+// [B, T, 3·C] with C a multiple of heads.
+func SelfAttentionQKV(qkv *Tensor, heads int, causal bool) *Tensor {
+	s := qkv.shape
+	if len(s) != 3 || heads <= 0 || s[2]%(3*heads) != 0 {
+		panic(fmt.Sprintf("tensor: SelfAttentionQKV: qkv %v is not [B, T, 3·C] with C a multiple of %d heads", s, heads))
+	}
+	b, t, c := s[0], s[1], s[2]/3
+	dh := c / heads
+	a := attnGeom{
+		heads: b * heads, nh: heads, tq: t, tk: t, dh: dh, bc: attnBc, causal: causal,
+		packed: true, ldq: 3 * c, ldkv: 3 * c, ldo: c,
+	}
+	if causal {
+		a.bc = attnBcCausal
+	}
+	a.scale = float32(1 / math.Sqrt(float64(max(dh, 1))))
+	out := &Tensor{data: getBuf(b * t * c), shape: []int{b, t, c}}
+	return a.run(out, qkv, qkv, qkv)
+}
+
+// run computes the attention into out and records its backward pass; in
+// the packed layout q, k and v are the one qkv tensor.
+func (a attnGeom) run(out, q, k, v *Tensor) *Tensor {
 	lse := make([]float32, a.heads*a.tq)
 	parallelFor(a.heads, 1, func(_, lo, hi int) {
 		s := getBuf(attnBr * attnBc)
@@ -46,34 +82,52 @@ func ScaledDotProductAttention(q, k, v *Tensor, causal bool) *Tensor {
 		}
 		putBuf(s)
 	})
-	return record(out, "scaled_dot_product_attention", func(g []float32) {
+	backward := func(g []float32) {
 		var dq, dk, dv []float32
-		if q.needsGrad() {
-			dq = q.accGrad()
-		}
-		if k.needsGrad() {
-			dk = k.accGrad()
-		}
-		if v.needsGrad() {
-			dv = v.accGrad()
+		fresh := false // packed: dqkv not yet holding anything
+		if a.packed {
+			dq, fresh = q.gradDst()
+			dk, dv = dq, dq
+		} else {
+			if q.needsGrad() {
+				dq = q.accGrad()
+			}
+			if k.needsGrad() {
+				dk = k.accGrad()
+			}
+			if v.needsGrad() {
+				dv = v.accGrad()
+			}
 		}
 		parallelFor(a.heads, 1, func(_, lo, hi int) {
 			s := getBuf(2 * attnBr * attnBc)
 			d := make([]float32, a.tq)
 			for h := lo; h < hi; h++ {
-				a.backwardHead(h, q.data, k.data, v.data, out.data, g, lse, dq, dk, dv, s, d)
+				a.backwardHead(h, q.data, k.data, v.data, out.data, g, lse, dq, dk, dv, s, d, fresh)
 			}
 			putBuf(s)
 		})
-	}, q, k, v)
+	}
+	if a.packed {
+		return record(out, "self_attention_qkv", backward, q)
+	}
+	return record(out, "scaled_dot_product_attention", backward, q, k, v)
 }
 
-// attnGeom is the shape of one attention call.
+// attnGeom is the shape and memory layout of one attention call. Row t of
+// head h's queries starts at qOff(h) + t·ldq (keys and values alike, with
+// ldkv; the output and its gradient with ldo); gradients share the layout
+// of what they are gradients of.
 type attnGeom struct {
 	heads, tq, tk, dh int
+	nh                int // heads per batch element (packed layout)
 	bc                int // keys per block
 	scale             float32
 	causal            bool
+	// packed: q, k and v are column blocks of one [B, T, 3·C] tensor and
+	// the output is [B, T, C]; otherwise each is [B, H, T, Dh].
+	packed         bool
+	ldq, ldkv, ldo int
 }
 
 func newAttnGeom(op string, q, k, v *Tensor, causal bool) attnGeom {
@@ -85,12 +139,43 @@ func newAttnGeom(op string, q, k, v *Tensor, causal bool) attnGeom {
 		panic(fmt.Sprintf("tensor: %s: q %v, k %v and v %v do not fit: k and v must be [%d, %d, Tk, %d]",
 			op, qs, ks, vs, qs[0], qs[1], qs[3]))
 	}
-	a := attnGeom{heads: qs[0] * qs[1], tq: qs[2], tk: ks[2], dh: qs[3], bc: attnBc, causal: causal}
+	a := attnGeom{heads: qs[0] * qs[1], nh: qs[1], tq: qs[2], tk: ks[2], dh: qs[3], bc: attnBc, causal: causal}
+	a.ldq, a.ldkv, a.ldo = a.dh, a.dh, a.dh
 	if causal {
 		a.bc = attnBcCausal
 	}
 	a.scale = float32(1 / math.Sqrt(float64(max(a.dh, 1))))
 	return a
+}
+
+// qOff, kOff, vOff and oOff return where head h's first row of queries,
+// keys, values and output starts.
+func (a attnGeom) qOff(h int) int {
+	if a.packed {
+		return h/a.nh*a.tq*a.ldq + h%a.nh*a.dh
+	}
+	return h * a.tq * a.dh
+}
+
+func (a attnGeom) kOff(h int) int {
+	if a.packed {
+		return a.qOff(h) + a.ldo
+	}
+	return h * a.tk * a.dh
+}
+
+func (a attnGeom) vOff(h int) int {
+	if a.packed {
+		return a.qOff(h) + 2*a.ldo
+	}
+	return h * a.tk * a.dh
+}
+
+func (a attnGeom) oOff(h int) int {
+	if a.packed {
+		return h/a.nh*a.tq*a.ldo + h%a.nh*a.dh
+	}
+	return h * a.tq * a.dh
 }
 
 // keysFor returns how many keys (from 0) query row i may see.
@@ -104,23 +189,22 @@ func (a attnGeom) keysFor(i int) int {
 // forwardHead computes one head's output rows and their log-sum-exp. s is
 // the score block, st holds the running max and sum of each row.
 func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
-	dh := a.dh
-	qh, kh, vh := q[h*a.tq*dh:(h+1)*a.tq*dh], k[h*a.tk*dh:(h+1)*a.tk*dh], v[h*a.tk*dh:(h+1)*a.tk*dh]
-	oh := o[h*a.tq*dh : (h+1)*a.tq*dh]
+	dh, ldq, ldkv, ldo := a.dh, a.ldq, a.ldkv, a.ldo
+	qh, kh, vh, oh := q[a.qOff(h):], k[a.kOff(h):], v[a.vOff(h):], o[a.oOff(h):]
 	lh := lse[h*a.tq : (h+1)*a.tq]
 	mrow, lrow := st[:attnBr], st[attnBr:]
 	for i0 := 0; i0 < a.tq; i0 += attnBr {
 		br := min(attnBr, a.tq-i0)
-		oi := oh[i0*dh : (i0+br)*dh]
-		clear(oi)
+		oi := oh[i0*ldo:]
 		for r := range br {
+			clear(oi[r*ldo : r*ldo+dh])
 			mrow[r] = float32(math.Inf(-1))
 			lrow[r] = 0
 		}
 		jEnd := a.keysFor(i0 + br - 1)
 		for j0 := 0; j0 < jEnd; j0 += a.bc {
 			bc := min(a.bc, jEnd-j0)
-			kernels.SgemmSerial(false, true, br, bc, dh, a.scale, qh[i0*dh:], dh, kh[j0*dh:], dh, 0, s, a.bc)
+			kernels.SgemmSerial(false, true, br, bc, dh, a.scale, qh[i0*ldq:], ldq, kh[j0*ldkv:], ldkv, 0, s, a.bc)
 			for r := range br {
 				row := s[r*a.bc : r*a.bc+bc]
 				lim := min(bc, max(a.keysFor(i0+r)-j0, 0))
@@ -128,29 +212,32 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
 					clear(row)
 					continue
 				}
-				mx := max(mrow[r], rowMax(row[:lim]))
-				kernels.Axpy(-mx, attnOnes[:lim], row) // row −= mx
-				kernels.Exp(row[:lim], row[:lim])
-				sum := kernels.Sum(row[:lim])
-				clear(row[lim:])
-				if alpha := kernels.Exp32(mrow[r] - mx); mrow[r] != mx {
+				lim8 := padMasked(row, lim)
+				mx := max(mrow[r], kernels.MaxOf(row[:lim8]))
+				sum := kernels.ExpShiftSum(row[:lim8], row[:lim8], mx)
+				clear(row[lim8:])
+				// Rescale what earlier blocks summed (nothing yet in the
+				// first block, where the running max is −Inf).
+				if mrow[r] != mx && !math.IsInf(float64(mrow[r]), -1) {
+					alpha := kernels.Exp32(mrow[r] - mx)
 					lrow[r] *= alpha
-					kernels.Scale(alpha, oi[r*dh:(r+1)*dh])
+					kernels.Scale(alpha, oi[r*ldo:r*ldo+dh])
 				}
 				lrow[r] += sum
 				mrow[r] = mx
 			}
-			kernels.SgemmSerial(false, false, br, dh, bc, 1, s, a.bc, vh[j0*dh:], dh, 1, oi, dh)
+			kernels.SgemmSerial(false, false, br, dh, bc, 1, s, a.bc, vh[j0*ldkv:], ldkv, 1, oi, ldo)
 		}
 		for r := range br {
+			or := oi[r*ldo : r*ldo+dh]
 			if lrow[r] == 0 { // no key visible (Tk = 0): PyTorch gives NaN
 				lh[i0+r] = float32(math.Inf(1))
-				for c := range dh {
-					oi[r*dh+c] = float32(math.NaN())
+				for c := range or {
+					or[c] = float32(math.NaN())
 				}
 				continue
 			}
-			kernels.Scale(1/lrow[r], oi[r*dh:(r+1)*dh])
+			kernels.Scale(1/lrow[r], or)
 			lh[i0+r] = mrow[r] + float32(math.Log(float64(lrow[r])))
 		}
 	}
@@ -158,87 +245,80 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
 
 // backwardHead accumulates one head's gradients into dq, dk and dv (each
 // nil when not wanted). s holds a score block and its gradient, d the
-// rows' Σ dO·O.
-func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []float32) {
-	dh := a.dh
-	span := func(x []float32, t int) []float32 {
+// rows' Σ dO·O. With fresh (the packed layout's fresh gradient buffer,
+// whose contents are unspecified) each block of rows is written, not
+// added to, the first time: every query block sees key block 0, and each
+// key block's first query block comes first, since Tq = Tk there.
+func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []float32, fresh bool) {
+	dh, ldq, ldkv, ldo := a.dh, a.ldq, a.ldkv, a.ldo
+	at := func(x []float32, off int) []float32 {
 		if x == nil {
 			return nil
 		}
-		return x[h*t*dh : (h+1)*t*dh]
+		return x[off:]
 	}
-	qh, kh, vh, oh, gh := span(q, a.tq), span(k, a.tk), span(v, a.tk), span(o, a.tq), span(g, a.tq)
-	dqh, dkh, dvh := span(dq, a.tq), span(dk, a.tk), span(dv, a.tk)
+	qh, kh, vh, oh, gh := q[a.qOff(h):], k[a.kOff(h):], v[a.vOff(h):], o[a.oOff(h):], g[a.oOff(h):]
+	dqh, dkh, dvh := at(dq, a.qOff(h)), at(dk, a.kOff(h)), at(dv, a.vOff(h))
 	lh := lse[h*a.tq : (h+1)*a.tq]
 	for i := range a.tq {
-		var sum float32
-		gi, oi := gh[i*dh:(i+1)*dh], oh[i*dh:(i+1)*dh]
-		for c := range dh {
-			sum += gi[c] * oi[c]
-		}
-		d[i] = sum
+		d[i] = kernels.Dot(gh[i*ldo:i*ldo+dh], oh[i*ldo:])
 	}
 	p, dp := s[:attnBr*a.bc], s[attnBr*a.bc:]
 	for j0 := 0; j0 < a.tk; j0 += a.bc {
 		bc := min(a.bc, a.tk-j0)
-		i0 := 0
+		first := 0
 		if a.causal { // the first query block that sees key j0
-			i0 = j0 / attnBr * attnBr
+			first = j0 / attnBr * attnBr
 		}
-		for ; i0 < a.tq; i0 += attnBr {
+		for i0 := first; i0 < a.tq; i0 += attnBr {
+			betaQ, betaKV := float32(1), float32(1)
+			if fresh && j0 == 0 {
+				betaQ = 0
+			}
+			if fresh && i0 == first {
+				betaKV = 0
+			}
 			br := min(attnBr, a.tq-i0)
-			kernels.SgemmSerial(false, true, br, bc, dh, a.scale, qh[i0*dh:], dh, kh[j0*dh:], dh, 0, p, a.bc)
+			kernels.SgemmSerial(false, true, br, bc, dh, a.scale, qh[i0*ldq:], ldq, kh[j0*ldkv:], ldkv, 0, p, a.bc)
 			for r := range br {
 				row := p[r*a.bc : r*a.bc+bc]
-				lim := min(bc, max(a.keysFor(i0+r)-j0, 0))
-				kernels.Axpy(-lh[i0+r], attnOnes[:lim], row) // row −= lse
-				kernels.Exp(row[:lim], row[:lim])
-				clear(row[lim:])
+				lim8 := padMasked(row, min(bc, max(a.keysFor(i0+r)-j0, 0)))
+				kernels.ExpShiftSum(row[:lim8], row[:lim8], lh[i0+r]) // P = e^(S − lse)
+				clear(row[lim8:])
 			}
 			if dvh != nil { // dV_j += Pᵀ·dO_i
-				kernels.SgemmSerial(true, false, bc, dh, br, 1, p, a.bc, gh[i0*dh:], dh, 1, dvh[j0*dh:], dh)
+				kernels.SgemmSerial(true, false, bc, dh, br, 1, p, a.bc, gh[i0*ldo:], ldo, betaKV, dvh[j0*ldkv:], ldkv)
 			}
 			if dqh == nil && dkh == nil {
 				continue
 			}
 			// dP = dO_i·V_jᵀ, then dS = P∘(dP − D); the products below
 			// apply the scale.
-			kernels.SgemmSerial(false, true, br, bc, dh, 1, gh[i0*dh:], dh, vh[j0*dh:], dh, 0, dp, a.bc)
+			kernels.SgemmSerial(false, true, br, bc, dh, 1, gh[i0*ldo:], ldo, vh[j0*ldkv:], ldkv, 0, dp, a.bc)
 			for r := range br {
-				pr, dr := p[r*a.bc:r*a.bc+bc], dp[r*a.bc:r*a.bc+bc]
-				kernels.Axpy(-d[i0+r], attnOnes[:bc], dr)
-				kernels.Mul(dr, pr)
+				kernels.SubMul(dp[r*a.bc:r*a.bc+bc], p[r*a.bc:], d[i0+r])
 			}
 			if dqh != nil { // dQ_i += scale·dS·K_j
-				kernels.SgemmSerial(false, false, br, dh, bc, a.scale, dp, a.bc, kh[j0*dh:], dh, 1, dqh[i0*dh:], dh)
+				kernels.SgemmSerial(false, false, br, dh, bc, a.scale, dp, a.bc, kh[j0*ldkv:], ldkv, betaQ, dqh[i0*ldq:], ldq)
 			}
 			if dkh != nil { // dK_j += scale·dSᵀ·Q_i
-				kernels.SgemmSerial(true, false, bc, dh, br, a.scale, dp, a.bc, qh[i0*dh:], dh, 1, dkh[j0*dh:], dh)
+				kernels.SgemmSerial(true, false, bc, dh, br, a.scale, dp, a.bc, qh[i0*ldq:], ldq, betaKV, dkh[j0*ldkv:], ldkv)
 			}
 		}
 	}
 }
 
-// attnOnes is a row of ones, for subtracting a constant from a row of
-// scores with the vector Axpy.
-var attnOnes = func() []float32 {
-	o := make([]float32, max(attnBc, attnBcCausal))
-	for i := range o {
-		o[i] = 1
+// padMasked sets the masked scores of row from lim up to the next
+// multiple of 8 (at most len(row)) to −Inf and returns that length, so
+// that the row kernels take whole vectors: the padding's exponentials
+// are 0 and do not change the row's maximum or sum.
+func padMasked(row []float32, lim int) int {
+	lim8 := min(len(row), (lim+7)&^7)
+	if lim == 0 {
+		return 0
 	}
-	return o
-}()
-
-// rowMax returns the largest element of x (−Inf for none), with four
-// independent comparisons in flight.
-func rowMax(x []float32) float32 {
-	m0, m1, m2, m3 := float32(math.Inf(-1)), float32(math.Inf(-1)), float32(math.Inf(-1)), float32(math.Inf(-1))
-	i := 0
-	for ; i+4 <= len(x); i += 4 {
-		m0, m1, m2, m3 = max(m0, x[i]), max(m1, x[i+1]), max(m2, x[i+2]), max(m3, x[i+3])
+	for i := lim; i < lim8; i++ {
+		row[i] = float32(math.Inf(-1))
 	}
-	for ; i < len(x); i++ {
-		m0 = max(m0, x[i])
-	}
-	return max(max(m0, m1), max(m2, m3))
+	return lim8
 }

@@ -72,3 +72,45 @@ func reportRates(b *testing.B, flops float64, cpu0 time.Duration) {
 		b.ReportMetric(flops*float64(b.N)/cpu.Seconds()/1e9, "GFLOP/cpu-s")
 	}
 }
+
+// BenchmarkGPTAttention times the attention of one layer of the default
+// GPT (batch 32, T = 128, 4 heads of 32, causal) forward and backward on
+// one thread, from the fused [B, T, 3·C] projection to [B, T, C]: "qkv"
+// with SelfAttentionQKV's strided heads, "permuted" with the head split
+// and merge copies around ScaledDotProductAttention. Reports ms of CPU
+// time per op next to ns/op.
+func BenchmarkGPTAttention(b *testing.B) {
+	defer kernels.SetNumThreads(kernels.SetNumThreads(1))
+	const batch, t, heads, dh = 32, 128, 4, 32
+	c := heads * dh
+	for _, v := range []struct {
+		name string
+		f    func(*Tensor) *Tensor
+	}{
+		{"qkv", func(x *Tensor) *Tensor { return SelfAttentionQKV(x, heads, true) }},
+		{"permuted", func(x *Tensor) *Tensor {
+			parts := Unbind(Permute(x.Reshape(batch, t, 3, heads, dh), 2, 0, 3, 1, 4), 0)
+			y := ScaledDotProductAttention(parts[0], parts[1], parts[2], true)
+			return Permute(y, 0, 2, 1, 3).Reshape(batch, t, c)
+		}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			rng := NewRNG(3)
+			qkv, g := randT(rng, -1, 1, batch, t, 3*c), randT(rng, -1, 1, batch, t, c)
+			qkv.SetRequiresGrad(true)
+			step := func() {
+				qkv.ZeroGrad()
+				if err := v.f(MulScalar(qkv, 1)).BackwardWith(g); err != nil {
+					b.Fatal(err)
+				}
+			}
+			step()
+			b.ResetTimer()
+			cpu0 := processCPUTime()
+			for b.Loop() {
+				step()
+			}
+			b.ReportMetric((processCPUTime()-cpu0).Seconds()*1e3/float64(b.N), "cpu-ms/op")
+		})
+	}
+}

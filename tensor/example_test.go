@@ -95,6 +95,23 @@ func ExampleScaledDotProductAttention() {
 	// [1 2 5 4]
 }
 
+// SelfAttentionQKV attends over the heads of a fused [B, T, 3·C]
+// projection and returns [B, T, C]: the first position's output is its
+// own value, the columns 2C..3C of its row.
+func ExampleSelfAttentionQKV() {
+	rng := tensor.NewRNG(1)
+	qkv := tensor.Randn(rng, 1, 5, 3*8).SetRequiresGrad(true) // B=1, T=5, C=8
+	y := tensor.SelfAttentionQKV(qkv, 2, true)                // 2 heads of 4
+	fmt.Println(y.Shape(), fmt.Sprint(y.Data()[:8]) == fmt.Sprint(qkv.Data()[16:24]))
+	if err := tensor.Sum(y, false).Backward(); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println(qkv.Grad().Shape())
+	// Output:
+	// [1 5 8] true
+	// [1 5 24]
+}
+
 // Embedding picks rows of a weight by token id; CrossEntropyIgnore scores
 // [B, T, V] logits against per-position targets, skipping ignore_index.
 func ExampleEmbedding() {

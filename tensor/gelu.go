@@ -33,6 +33,19 @@ func GELU(x *Tensor) *Tensor {
 		return out
 	}
 	return record(out, "gelu", func(g []float32) {
+		if x.node != nil && x.passGrad == nil && len(g) > 0 && len(out.passGrad) > 0 && &out.passGrad[0] == &g[0] {
+			// x's gradient is g·GELU' and nothing else has added to it:
+			// multiply out's pass-local buffer in place and hand it on to
+			// x (as Reshape does), one stream less than writing a third
+			// buffer.
+			parallelFor(n, elemMinItems, func(_, lo, hi int) {
+				kernels.Mul(g[lo:hi], deriv[lo:hi])
+			})
+			x.passGrad, out.passGrad = g, nil
+			putBuf(deriv)
+			deriv = nil
+			return
+		}
 		gx, fresh := x.gradDst()
 		parallelFor(n, elemMinItems, func(_, lo, hi int) {
 			if fresh {

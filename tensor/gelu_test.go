@@ -53,3 +53,17 @@ func BenchmarkGELU(b *testing.B) {
 	}
 	b.ReportMetric(float64((processCPUTime()-cpu0).Nanoseconds())/float64(b.N*x.Len()), "cpu-ns/elem")
 }
+
+// TestGradGELUOfIntermediate checks GELU's backward where it multiplies
+// its output's gradient buffer in place and hands it on (the input is an
+// intermediate result nothing else has added to), and where the input's
+// gradient already holds another use's contribution.
+func TestGradGELUOfIntermediate(t *testing.T) {
+	rng := NewRNG(21)
+	x := randT(rng, -3, 3, 3, 50)
+	gradCheck(t, "gelu_intermediate", defaultGC, func() *Tensor { return GELU(MulScalar(x, 2)) }, x)
+	gradCheck(t, "gelu_intermediate_shared", defaultGC, func() *Tensor {
+		h := MulScalar(x, 2)
+		return Add(GELU(h), h)
+	}, x)
+}

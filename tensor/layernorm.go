@@ -35,46 +35,20 @@ func LayerNorm(x, weight, bias *Tensor, eps float32) *Tensor {
 	}
 	out := &Tensor{data: getBuf(len(x.data)), shape: append([]int(nil), x.shape...)}
 	stats := make([]float32, 2*rows) // mean, 1/σ per row
-	var w, b []float32
-	if weight != nil {
-		w = weight.data
-	}
-	if bias != nil {
-		b = bias.data
-	}
+	// The row kernels take a weight and a bias: ones and zeros stand in
+	// for missing ones.
+	w, b := layerNormAffine(weight, bias, d)
 	parallelFor(rows, layerNormMinRows, func(_, lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xr, or := x.data[r*d:(r+1)*d], out.data[r*d:(r+1)*d]
-			// Sums in float32 with several partial sums (kernels.Sum, and
-			// four accumulators here), as PyTorch's kernel keeps; one
-			// sequential float64 chain per row was the cost of the op.
+			// Sums in float32 with several partial sums (the vector
+			// kernels), as PyTorch's kernel keeps; one sequential float64
+			// chain per row was the cost of the op.
 			m := kernels.Sum(xr) / float32(d)
-			var s0, s1, s2, s3 float32
-			j := 0
-			for ; j+4 <= d; j += 4 {
-				a, b, c, e := xr[j]-m, xr[j+1]-m, xr[j+2]-m, xr[j+3]-m
-				s0 += a * a
-				s1 += b * b
-				s2 += c * c
-				s3 += e * e
-			}
-			for ; j < d; j++ {
-				a := xr[j] - m
-				s0 += a * a
-			}
-			ss := (s0 + s1) + (s2 + s3)
+			ss := kernels.SumSqDev(xr, m)
 			rstd := float32(1 / math.Sqrt(float64(ss)/float64(d)+float64(eps)))
 			stats[2*r], stats[2*r+1] = m, rstd
-			for j, v := range xr {
-				y := (v - m) * rstd
-				if w != nil {
-					y *= w[j]
-				}
-				if b != nil {
-					y += b[j]
-				}
-				or[j] = y
-			}
+			kernels.LayerNormAffine(or, xr, w, b, m, rstd)
 		}
 	})
 	return record(out, "layer_norm", func(g []float32) {
@@ -96,38 +70,13 @@ func LayerNorm(x, weight, bias *Tensor, eps float32) *Tensor {
 		used := parallelFor(rows, layerNormMinRows, func(wk, lo, hi int) {
 			pw, pb := make([]float32, d), make([]float32, d)
 			partW[wk], partB[wk] = pw, pb
-			gh := make([]float32, d)
+			inv := 1 / float32(d)
 			for r := lo; r < hi; r++ {
 				xr, gr := x.data[r*d:(r+1)*d], g[r*d:(r+1)*d]
 				m, rstd := stats[2*r], stats[2*r+1]
-				var sg, sgx float32
-				for j, gv := range gr {
-					xh := (xr[j] - m) * rstd
-					pw[j] += gv * xh
-					pb[j] += gv
-					if w != nil {
-						gv *= w[j]
-					}
-					gh[j] = gv
-					sg += gv
-					sgx += gv * xh
-				}
-				if gx == nil {
-					continue
-				}
-				sg /= float32(d)
-				sgx /= float32(d)
-				dx := gx[r*d : (r+1)*d]
-				if fresh {
-					for j := range dx {
-						xh := (xr[j] - m) * rstd
-						dx[j] = (gh[j] - sg - xh*sgx) * rstd
-					}
-					continue
-				}
-				for j := range dx {
-					xh := (xr[j] - m) * rstd
-					dx[j] += (gh[j] - sg - xh*sgx) * rstd
+				sg, sgx := kernels.LayerNormGradStats(pw, pb, xr, gr, w, m, rstd)
+				if gx != nil {
+					kernels.LayerNormGradInput(gx[r*d:(r+1)*d], xr, gr, w, m, rstd, sg*inv, sgx*inv, !fresh)
 				}
 			}
 		})
@@ -140,4 +89,23 @@ func LayerNorm(x, weight, bias *Tensor, eps float32) *Tensor {
 			}
 		}
 	}, x, weight, bias)
+}
+
+// layerNormAffine returns the data of weight and bias, with ones for a
+// missing weight and zeros for a missing bias.
+func layerNormAffine(weight, bias *Tensor, d int) (w, b []float32) {
+	if weight != nil {
+		w = weight.data
+	} else {
+		w = make([]float32, d)
+		for i := range w {
+			w[i] = 1
+		}
+	}
+	if bias != nil {
+		b = bias.data
+	} else {
+		b = make([]float32, d)
+	}
+	return w, b
 }

@@ -178,15 +178,8 @@ func CrossEntropyIgnore(logits *Tensor, target []int, ignoreIndex int, reduction
 				continue
 			}
 			row := logits.data[i*c : (i+1)*c]
-			m := float32(math.Inf(-1))
-			for _, v := range row {
-				m = max(m, v)
-			}
-			for j, v := range row {
-				tmp[j] = v - m
-			}
-			kernels.Exp(tmp, tmp)
-			l := m + float32(math.Log(float64(kernels.Sum(tmp))))
+			m := kernels.MaxOf(row)
+			l := m + float32(math.Log(float64(kernels.ExpShiftSum(tmp, row, m))))
 			lse[i] = l
 			total += float64(l) - float64(row[target[i]])
 		}
@@ -199,20 +192,29 @@ func CrossEntropyIgnore(logits *Tensor, target []int, ignoreIndex int, reduction
 	out := Scalar(float32(total) * scale)
 	return record(out, "cross_entropy", func(g []float32) {
 		gs := g[0] * scale
-		gx := logits.accGrad()
+		// A fresh gradient buffer (the logits of a model) is written
+		// row by row, not cleared and added to.
+		gx, fresh := logits.gradDst()
 		parallelFor(n, 256, func(_, lo, hi int) {
-			tmp := make([]float32, c)
+			var tmp []float32
+			if !fresh {
+				tmp = make([]float32, c)
+			}
 			for i := lo; i < hi; i++ {
+				row, gr := logits.data[i*c:(i+1)*c], gx[i*c:(i+1)*c]
 				if target[i] == ignoreIndex {
+					if fresh {
+						clear(gr)
+					}
 					continue
 				}
-				row, gr := logits.data[i*c:(i+1)*c], gx[i*c:(i+1)*c]
-				l := lse[i]
-				for j, v := range row {
-					tmp[j] = v - l
+				if fresh { // gr = gs·softmax(row)
+					kernels.ExpShiftSum(gr, row, lse[i])
+					kernels.Scale(gs, gr)
+				} else {
+					kernels.ExpShiftSum(tmp, row, lse[i])
+					kernels.Axpy(gs, tmp, gr)
 				}
-				kernels.Exp(tmp, tmp)
-				kernels.Axpy(gs, tmp, gr)
 				gr[target[i]] -= gs
 			}
 		})

@@ -13,7 +13,7 @@
 // TransposeDims, Unbind, Narrow, Cat), MatMul over broadcast batches, and
 // fused layer primitives with hand-written backward passes (Linear,
 // Conv2d, MaxPool2d, AvgPool2d, BatchNorm, LayerNorm, Embedding of integer
-// token ids, ScaledDotProductAttention, Dropout, CrossEntropy,
+// token ids, ScaledDotProductAttention, SelfAttentionQKV, Dropout, CrossEntropy,
 // CrossEntropyIgnore). Only primitives have
 // derivatives; composites such as Mean and Var are built from them. Large
 // ops spread over up to kernels.NumThreads goroutines (GOTRAIN_NUM_THREADS).

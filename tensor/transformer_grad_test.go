@@ -180,6 +180,46 @@ func TestGradCrossEntropyIgnore(t *testing.T) {
 	}
 }
 
+// TestCrossEntropyIgnoreFreshGradient checks the backward pass that
+// writes a fresh gradient buffer (logits computed by an op, large enough
+// for pooled buffers whose contents are left over from earlier use)
+// against the one that adds into a leaf's gradient, ignored rows included.
+func TestCrossEntropyIgnoreFreshGradient(t *testing.T) {
+	rng := NewRNG(14)
+	const n, c = 300, 37
+	leaf := randT(rng, -3, 3, n, c)
+	target := make([]int, n)
+	for i := range target {
+		target[i] = rng.Intn(c)
+		if i%7 == 3 {
+			target[i] = -1
+		}
+	}
+	leaf.SetRequiresGrad(true)
+	if err := CrossEntropyIgnore(leaf, target, -1, "mean").Backward(); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]float32(nil), leaf.grad.data...)
+	for range 2 {
+		y := leaf.Detach()
+		y.SetRequiresGrad(true)
+		// Leaves pooled buffers of n·c full of non-zero gradients.
+		if err := Sum(MulScalar(y, 3), false).Backward(); err != nil {
+			t.Fatal(err)
+		}
+		y.SetGrad(nil)
+		l := MulScalar(y, 1)
+		if err := CrossEntropyIgnore(l, target, -1, "mean").Backward(); err != nil {
+			t.Fatal(err)
+		}
+		for i, g := range y.grad.data {
+			if math.Abs(float64(g-want[i])) > 1e-6 {
+				t.Fatalf("fresh-buffer gradient[%d] = %v, leaf's %v", i, g, want[i])
+			}
+		}
+	}
+}
+
 // TestPermuteViews checks that a permutation moving only size-1
 // dimensions is a view, and that others copy with the right values.
 func TestPermuteViews(t *testing.T) {
@@ -195,4 +235,73 @@ func TestPermuteViews(t *testing.T) {
 	rng := NewRNG(14)
 	y := randT(rng, -1, 1, 1, 3, 1, 2)
 	gradCheck(t, "permute_view", defaultGC, func() *Tensor { return Mul(Permute(y, 2, 1, 0, 3), Permute(y, 0, 2, 1, 3)) }, y)
+}
+
+// attentionQKVRef is SelfAttentionQKV by way of copies: the heads split
+// out of qkv with Permute, ScaledDotProductAttention, and merged back.
+func attentionQKVRef(qkv *Tensor, heads int, causal bool) *Tensor {
+	b, t, c := qkv.Size(0), qkv.Size(1), qkv.Size(2)/3
+	parts := Unbind(Permute(qkv.Reshape(b, t, 3, heads, c/heads), 2, 0, 3, 1, 4), 0)
+	y := ScaledDotProductAttention(parts[0], parts[1], parts[2], causal)
+	return Permute(y, 0, 2, 1, 3).Reshape(b, t, c)
+}
+
+// TestSelfAttentionQKVMatchesPermuted compares the strided attention on a
+// fused qkv tensor with the permuted copies it replaces, values and
+// gradients, at T within one tile, across tiles (not a multiple of the
+// tile) and with odd head widths, with and without the causal mask; the
+// gradient buffer is fresh in one call and added to in another.
+func TestSelfAttentionQKVMatchesPermuted(t *testing.T) {
+	rng := NewRNG(12)
+	for _, c := range []struct{ b, t, heads, dh int }{
+		{2, 5, 3, 4}, {1, 70, 2, 5}, {2, 130, 4, 8}, {1, 129, 1, 32},
+	} {
+		for _, causal := range []bool{false, true} {
+			name := fmt.Sprintf("B=%d T=%d H=%d Dh=%d causal=%v", c.b, c.t, c.heads, c.dh, causal)
+			qkv := randT(rng, -2, 2, c.b, c.t, 3*c.heads*c.dh)
+			w := randT(rng, -1, 1, c.b, c.t, c.heads*c.dh)
+			run := func(f func(*Tensor) *Tensor, twice bool) (out, grad []float32) {
+				qkv.SetRequiresGrad(true)
+				qkv.SetGrad(nil)
+				// Through an op first, so that qkv's gradient is a
+				// pass-local buffer (fresh, or added to with twice).
+				x := MulScalar(qkv, 1)
+				o := f(x)
+				y := o
+				if twice {
+					y = Add(o, f(x))
+				}
+				if err := y.BackwardWith(w); err != nil {
+					t.Fatal(err)
+				}
+				return o.data, qkv.grad.data
+			}
+			for _, twice := range []bool{false, true} {
+				o1, g1 := run(func(x *Tensor) *Tensor { return SelfAttentionQKV(x, c.heads, causal) }, twice)
+				o2, g2 := run(func(x *Tensor) *Tensor { return attentionQKVRef(x, c.heads, causal) }, twice)
+				for i := range o2 {
+					if d := math.Abs(float64(o1[i] - o2[i])); d > 1e-5*(1+math.Abs(float64(o2[i]))) {
+						t.Fatalf("%s: out[%d] = %v, permuted %v", name, i, o1[i], o2[i])
+					}
+				}
+				for i := range g2 {
+					if d := math.Abs(float64(g1[i] - g2[i])); d > 1e-5*(1+math.Abs(float64(g2[i]))) {
+						t.Fatalf("%s twice=%v: dqkv[%d] = %v, permuted %v", name, twice, i, g1[i], g2[i])
+					}
+				}
+			}
+		}
+	}
+	qkv := randT(rng, -1, 1, 2, 6, 3*2*3)
+	gradCheck(t, "self_attention_qkv", defaultGC, func() *Tensor { return SelfAttentionQKV(qkv, 2, true) }, qkv)
+}
+
+func TestSelfAttentionQKVShape(t *testing.T) {
+	defer func() {
+		r := recover()
+		if r == nil || !strings.Contains(r.(string), "[2 4 20]") || !strings.Contains(r.(string), "3 heads") {
+			t.Fatalf("panic %v, want one naming the shape and the heads", r)
+		}
+	}()
+	SelfAttentionQKV(Zeros(2, 4, 20), 3, true)
 }

@@ -93,3 +93,75 @@ DATA expInf<>+20(SB)/4, $0x7f800000
 DATA expInf<>+24(SB)/4, $0x7f800000
 DATA expInf<>+28(SB)/4, $0x7f800000
 GLOBL expInf<>(SB), RODATA|NOPTR, $32
+
+// func expShiftSumAVX2(dst, src *float32, n int, m float32) float32
+// dst[i] = e^(src[i] − m) as expF32AVX2 computes e^x, and returns the sum
+// of the results (eight partial sums). n must be a multiple of 8.
+TEXT ·expShiftSumAVX2(SB), NOSPLIT, $0-36
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS m+24(FP), Y13
+	VXORPS       Y14, Y14, Y14   // the sum
+	SHRQ         $3, CX
+	JZ           shiftdone
+	VBROADCASTSS expConsts<>+0(SB), Y6   // log2e
+	VBROADCASTSS expConsts<>+4(SB), Y7   // magic
+	VBROADCASTSS expConsts<>+8(SB), Y8   // ln2hi
+	VBROADCASTSS expConsts<>+12(SB), Y9  // ln2lo
+	VBROADCASTSS expConsts<>+16(SB), Y10 // c0
+	VBROADCASTSS expConsts<>+20(SB), Y11 // c1
+	VBROADCASTSS expConsts<>+24(SB), Y12 // c2
+
+shiftloop:
+	VMOVUPS      (SI), Y0
+	VSUBPS       Y13, Y0, Y0                // t = x − m
+	VBROADCASTSS expConsts<>+44(SB), Y15    // hi
+	VCMPPS       $0x1E, Y15, Y0, Y4         // Y4 = t > hi (GT_OQ)
+	VBROADCASTSS expConsts<>+48(SB), Y15    // lo
+	VCMPPS       $0x1D, Y15, Y0, Y3         // Y3 = t ≥ lo (GE_OQ; false for NaN)
+	VMAXPS       Y15, Y0, Y1
+	VBROADCASTSS expConsts<>+44(SB), Y15
+	VMINPS       Y15, Y1, Y1                // Y1 = clamp(t)
+	VMOVAPS      Y1, Y2
+	VFMADD213PS  Y7, Y6, Y2                 // Y2 = t*log2e + magic
+	VSUBPS       Y7, Y2, Y5                 // Y5 = n
+	VFNMADD231PS Y8, Y5, Y1
+	VFNMADD231PS Y9, Y5, Y1                 // Y1 = r
+	VMOVAPS      Y10, Y5
+	VFMADD213PS  Y11, Y1, Y5
+	VFMADD213PS  Y12, Y1, Y5
+	VBROADCASTSS expConsts<>+28(SB), Y15    // c3
+	VFMADD213PS  Y15, Y1, Y5
+	VBROADCASTSS expConsts<>+32(SB), Y15    // c4
+	VFMADD213PS  Y15, Y1, Y5
+	VBROADCASTSS expConsts<>+36(SB), Y15    // c5
+	VFMADD213PS  Y15, Y1, Y5
+	VMULPS       Y1, Y1, Y15                // r²
+	VFMADD213PS  Y1, Y15, Y5                // p = p*r² + r
+	VBROADCASTSS expConsts<>+40(SB), Y15
+	VADDPS       Y15, Y5, Y5                // p += 1
+	VPBROADCASTD expConsts<>+52(SB), Y15
+	VPSUBD       Y15, Y2, Y2
+	VPSLLD       $23, Y2, Y2                // 2^n
+	VMULPS       Y2, Y5, Y5
+	VANDPS       Y3, Y5, Y5                 // 0 below lo
+	VCMPPS       $0x03, Y0, Y0, Y2          // isNaN(t)
+	VBLENDVPS    Y2, Y0, Y5, Y5             // NaN in, NaN out
+	VMOVUPS      expInf<>(SB), Y15
+	VBLENDVPS    Y4, Y15, Y5, Y5            // +Inf above hi
+	VMOVUPS      Y5, (DI)
+	VADDPS       Y5, Y14, Y14
+	ADDQ         $32, SI
+	ADDQ         $32, DI
+	DECQ         CX
+	JNZ          shiftloop
+
+shiftdone:
+	VEXTRACTF128 $1, Y14, X15
+	VADDPS       X15, X14, X14
+	VHADDPS      X14, X14, X14
+	VHADDPS      X14, X14, X14
+	VZEROUPPER
+	MOVSS        X14, ret+32(FP)
+	RET

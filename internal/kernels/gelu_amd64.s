@@ -95,78 +95,70 @@ DATA geluK<>+336(SB)/4, $0x40800000
 DATA geluK<>+340(SB)/4, $0x40800000
 DATA geluK<>+344(SB)/4, $0x40800000
 DATA geluK<>+348(SB)/4, $0x40800000
-DATA geluK<>+352(SB)/4, $0x35d81ed7 // q0
-DATA geluK<>+356(SB)/4, $0x35d81ed7
-DATA geluK<>+360(SB)/4, $0x35d81ed7
-DATA geluK<>+364(SB)/4, $0x35d81ed7
-DATA geluK<>+368(SB)/4, $0x35d81ed7
-DATA geluK<>+372(SB)/4, $0x35d81ed7
-DATA geluK<>+376(SB)/4, $0x35d81ed7
-DATA geluK<>+380(SB)/4, $0x35d81ed7
-DATA geluK<>+384(SB)/4, $0xb83ee49c // q1
-DATA geluK<>+388(SB)/4, $0xb83ee49c
-DATA geluK<>+392(SB)/4, $0xb83ee49c
-DATA geluK<>+396(SB)/4, $0xb83ee49c
-DATA geluK<>+400(SB)/4, $0xb83ee49c
-DATA geluK<>+404(SB)/4, $0xb83ee49c
-DATA geluK<>+408(SB)/4, $0xb83ee49c
-DATA geluK<>+412(SB)/4, $0xb83ee49c
-DATA geluK<>+416(SB)/4, $0x3a1b367d // q2
-DATA geluK<>+420(SB)/4, $0x3a1b367d
-DATA geluK<>+424(SB)/4, $0x3a1b367d
-DATA geluK<>+428(SB)/4, $0x3a1b367d
-DATA geluK<>+432(SB)/4, $0x3a1b367d
-DATA geluK<>+436(SB)/4, $0x3a1b367d
-DATA geluK<>+440(SB)/4, $0x3a1b367d
-DATA geluK<>+444(SB)/4, $0x3a1b367d
-DATA geluK<>+448(SB)/4, $0xbb9b3851 // q3
-DATA geluK<>+452(SB)/4, $0xbb9b3851
-DATA geluK<>+456(SB)/4, $0xbb9b3851
-DATA geluK<>+460(SB)/4, $0xbb9b3851
-DATA geluK<>+464(SB)/4, $0xbb9b3851
-DATA geluK<>+468(SB)/4, $0xbb9b3851
-DATA geluK<>+472(SB)/4, $0xbb9b3851
-DATA geluK<>+476(SB)/4, $0xbb9b3851
-DATA geluK<>+480(SB)/4, $0x3cd7e69f // q4
-DATA geluK<>+484(SB)/4, $0x3cd7e69f
-DATA geluK<>+488(SB)/4, $0x3cd7e69f
-DATA geluK<>+492(SB)/4, $0x3cd7e69f
-DATA geluK<>+496(SB)/4, $0x3cd7e69f
-DATA geluK<>+500(SB)/4, $0x3cd7e69f
-DATA geluK<>+504(SB)/4, $0x3cd7e69f
-DATA geluK<>+508(SB)/4, $0x3cd7e69f
-DATA geluK<>+512(SB)/4, $0xbde13319 // q5
-DATA geluK<>+516(SB)/4, $0xbde13319
-DATA geluK<>+520(SB)/4, $0xbde13319
-DATA geluK<>+524(SB)/4, $0xbde13319
-DATA geluK<>+528(SB)/4, $0xbde13319
-DATA geluK<>+532(SB)/4, $0xbde13319
-DATA geluK<>+536(SB)/4, $0xbde13319
-DATA geluK<>+540(SB)/4, $0xbde13319
-DATA geluK<>+544(SB)/4, $0xbf21c7e3 // q6
-DATA geluK<>+548(SB)/4, $0xbf21c7e3
-DATA geluK<>+552(SB)/4, $0xbf21c7e3
-DATA geluK<>+556(SB)/4, $0xbf21c7e3
-DATA geluK<>+560(SB)/4, $0xbf21c7e3
-DATA geluK<>+564(SB)/4, $0xbf21c7e3
-DATA geluK<>+568(SB)/4, $0xbf21c7e3
-DATA geluK<>+572(SB)/4, $0xbf21c7e3
-DATA geluK<>+576(SB)/4, $0xbf90a8ec // q7
-DATA geluK<>+580(SB)/4, $0xbf90a8ec
-DATA geluK<>+584(SB)/4, $0xbf90a8ec
-DATA geluK<>+588(SB)/4, $0xbf90a8ec
-DATA geluK<>+592(SB)/4, $0xbf90a8ec
-DATA geluK<>+596(SB)/4, $0xbf90a8ec
-DATA geluK<>+600(SB)/4, $0xbf90a8ec
-DATA geluK<>+604(SB)/4, $0xbf90a8ec
-DATA geluK<>+608(SB)/4, $0x399d6c42 // q8
-DATA geluK<>+612(SB)/4, $0x399d6c42
-DATA geluK<>+616(SB)/4, $0x399d6c42
-DATA geluK<>+620(SB)/4, $0x399d6c42
-DATA geluK<>+624(SB)/4, $0x399d6c42
-DATA geluK<>+628(SB)/4, $0x399d6c42
-DATA geluK<>+632(SB)/4, $0x399d6c42
-DATA geluK<>+636(SB)/4, $0x399d6c42
+DATA geluK<>+352(SB)/4, $0xbc949e06 // r0
+DATA geluK<>+356(SB)/4, $0xbc949e06
+DATA geluK<>+360(SB)/4, $0xbc949e06
+DATA geluK<>+364(SB)/4, $0xbc949e06
+DATA geluK<>+368(SB)/4, $0xbc949e06
+DATA geluK<>+372(SB)/4, $0xbc949e06
+DATA geluK<>+376(SB)/4, $0xbc949e06
+DATA geluK<>+380(SB)/4, $0xbc949e06
+DATA geluK<>+384(SB)/4, $0x3df97f99 // r1
+DATA geluK<>+388(SB)/4, $0x3df97f99
+DATA geluK<>+392(SB)/4, $0x3df97f99
+DATA geluK<>+396(SB)/4, $0x3df97f99
+DATA geluK<>+400(SB)/4, $0x3df97f99
+DATA geluK<>+404(SB)/4, $0x3df97f99
+DATA geluK<>+408(SB)/4, $0x3df97f99
+DATA geluK<>+412(SB)/4, $0x3df97f99
+DATA geluK<>+416(SB)/4, $0xbeb64667 // r2
+DATA geluK<>+420(SB)/4, $0xbeb64667
+DATA geluK<>+424(SB)/4, $0xbeb64667
+DATA geluK<>+428(SB)/4, $0xbeb64667
+DATA geluK<>+432(SB)/4, $0xbeb64667
+DATA geluK<>+436(SB)/4, $0xbeb64667
+DATA geluK<>+440(SB)/4, $0xbeb64667
+DATA geluK<>+444(SB)/4, $0xbeb64667
+DATA geluK<>+448(SB)/4, $0x3f13c2f1 // r3
+DATA geluK<>+452(SB)/4, $0x3f13c2f1
+DATA geluK<>+456(SB)/4, $0x3f13c2f1
+DATA geluK<>+460(SB)/4, $0x3f13c2f1
+DATA geluK<>+464(SB)/4, $0x3f13c2f1
+DATA geluK<>+468(SB)/4, $0x3f13c2f1
+DATA geluK<>+472(SB)/4, $0x3f13c2f1
+DATA geluK<>+476(SB)/4, $0x3f13c2f1
+DATA geluK<>+480(SB)/4, $0xbf01a8d2 // r4
+DATA geluK<>+484(SB)/4, $0xbf01a8d2
+DATA geluK<>+488(SB)/4, $0xbf01a8d2
+DATA geluK<>+492(SB)/4, $0xbf01a8d2
+DATA geluK<>+496(SB)/4, $0xbf01a8d2
+DATA geluK<>+500(SB)/4, $0xbf01a8d2
+DATA geluK<>+504(SB)/4, $0xbf01a8d2
+DATA geluK<>+508(SB)/4, $0xbf01a8d2
+DATA geluK<>+512(SB)/4, $0x3d51573a // r5
+DATA geluK<>+516(SB)/4, $0x3d51573a
+DATA geluK<>+520(SB)/4, $0x3d51573a
+DATA geluK<>+524(SB)/4, $0x3d51573a
+DATA geluK<>+528(SB)/4, $0x3d51573a
+DATA geluK<>+532(SB)/4, $0x3d51573a
+DATA geluK<>+536(SB)/4, $0x3d51573a
+DATA geluK<>+540(SB)/4, $0x3d51573a
+DATA geluK<>+544(SB)/4, $0x3f0ec7dc // r6
+DATA geluK<>+548(SB)/4, $0x3f0ec7dc
+DATA geluK<>+552(SB)/4, $0x3f0ec7dc
+DATA geluK<>+556(SB)/4, $0x3f0ec7dc
+DATA geluK<>+560(SB)/4, $0x3f0ec7dc
+DATA geluK<>+564(SB)/4, $0x3f0ec7dc
+DATA geluK<>+568(SB)/4, $0x3f0ec7dc
+DATA geluK<>+572(SB)/4, $0x3f0ec7dc
+DATA geluK<>+576(SB)/4, $0x39b7034c // r7
+DATA geluK<>+580(SB)/4, $0x39b7034c
+DATA geluK<>+584(SB)/4, $0x39b7034c
+DATA geluK<>+588(SB)/4, $0x39b7034c
+DATA geluK<>+592(SB)/4, $0x39b7034c
+DATA geluK<>+596(SB)/4, $0x39b7034c
+DATA geluK<>+600(SB)/4, $0x39b7034c
+DATA geluK<>+604(SB)/4, $0x39b7034c
 DATA geluK<>+640(SB)/4, $0x3f800000 // one
 DATA geluK<>+644(SB)/4, $0x3f800000
 DATA geluK<>+648(SB)/4, $0x3f800000
@@ -334,47 +326,8 @@ loop:
 	VFMADD213PS geluK<>+224(SB), Y2, Y3
 	VFMADD213PS geluK<>+256(SB), Y2, Y3
 	VMULPS Y1, Y3, Y3 // small = a·P(a²)
-	VMAXPS geluK<>+288(SB), Y1, Y4
-	VMINPS geluK<>+320(SB), Y4, Y4 // min(max(a, 0.9), 4)
-	VMOVUPS geluK<>+352(SB), Y5
-	VFMADD213PS geluK<>+384(SB), Y4, Y5
-	VFMADD213PS geluK<>+416(SB), Y4, Y5
-	VFMADD213PS geluK<>+448(SB), Y4, Y5
-	VFMADD213PS geluK<>+480(SB), Y4, Y5
-	VFMADD213PS geluK<>+512(SB), Y4, Y5
-	VFMADD213PS geluK<>+544(SB), Y4, Y5
-	VFMADD213PS geluK<>+576(SB), Y4, Y5
-	VFMADD213PS geluK<>+608(SB), Y4, Y5
-	VMOVAPS Y5, Y6
-	VMOVUPS geluK<>+768(SB), Y7
-	VFMADD213PS geluK<>+800(SB), Y7, Y6 // x·log2e + magic
-	VSUBPS geluK<>+800(SB), Y6, Y7 // n
-	VFNMADD231PS geluK<>+832(SB), Y7, Y5
-	VFNMADD231PS geluK<>+864(SB), Y7, Y5 // r
-	VMOVUPS geluK<>+896(SB), Y7
-	VFMADD213PS geluK<>+928(SB), Y5, Y7
-	VFMADD213PS geluK<>+960(SB), Y5, Y7
-	VFMADD213PS geluK<>+992(SB), Y5, Y7
-	VFMADD213PS geluK<>+1024(SB), Y5, Y7
-	VFMADD213PS geluK<>+1056(SB), Y5, Y7
-	VMULPS Y5, Y5, Y8 // r²
-	VFMADD213PS Y5, Y8, Y7
-	VADDPS geluK<>+640(SB), Y7, Y7
-	VPSUBD geluK<>+1120(SB), Y6, Y6
-	VPSLLD $23, Y6, Y6 // 2^n
-	VMULPS Y6, Y7, Y5
-	VMOVUPS geluK<>+640(SB), Y6
-	VSUBPS Y5, Y6, Y6 // large = 1 − exp(Q)
-	VCMPPS $0x11, geluK<>+288(SB), Y1, Y7 // a < 0.9 (LT_OQ)
-	VBLENDVPS Y7, Y3, Y6, Y6 // erf(|z|)
-	VANDPS geluK<>+64(SB), Y0, Y7
-	VORPS Y7, Y6, Y6 // erf(z)
-	VMOVUPS geluK<>+672(SB), Y7
-	VFMADD213PS geluK<>+672(SB), Y7, Y6 // cdf = 0.5·erf + 0.5
-	VMULPS Y6, Y0, Y7
-	VMOVUPS Y7, (DI) // out = v·cdf
 	VMULPS Y0, Y0, Y5
-	VMULPS geluK<>+704(SB), Y5, Y5 // −v²/2
+	VMULPS geluK<>+704(SB), Y5, Y5 // −v²/2 = −a²
 	VCMPPS $0x1D, geluK<>+1088(SB), Y5, Y9 // ≥ lo (GE_OQ)
 	VMAXPS geluK<>+1088(SB), Y5, Y5
 	VMOVAPS Y5, Y10
@@ -395,7 +348,30 @@ loop:
 	VPSUBD geluK<>+1120(SB), Y10, Y10
 	VPSLLD $23, Y10, Y10 // 2^n
 	VMULPS Y10, Y11, Y5
-	VANDPS Y9, Y5, Y5 // exp(−v²/2), 0 below lo
+	VANDPS Y9, Y5, Y5 // E = exp(−v²/2), 0 below lo
+	VMAXPS geluK<>+288(SB), Y1, Y4
+	VMINPS geluK<>+320(SB), Y4, Y4 // min(max(a, 0.9), 4)
+	VMOVUPS geluK<>+640(SB), Y6
+	VDIVPS Y4, Y6, Y4 // t = 1/a
+	VMOVUPS geluK<>+352(SB), Y6
+	VFMADD213PS geluK<>+384(SB), Y4, Y6
+	VFMADD213PS geluK<>+416(SB), Y4, Y6
+	VFMADD213PS geluK<>+448(SB), Y4, Y6
+	VFMADD213PS geluK<>+480(SB), Y4, Y6
+	VFMADD213PS geluK<>+512(SB), Y4, Y6
+	VFMADD213PS geluK<>+544(SB), Y4, Y6
+	VFMADD213PS geluK<>+576(SB), Y4, Y6 // R(t)
+	VMULPS Y5, Y6, Y6 // erfc = E·R
+	VMOVUPS geluK<>+640(SB), Y7
+	VSUBPS Y6, Y7, Y6 // large = 1 − E·R
+	VCMPPS $0x11, geluK<>+288(SB), Y1, Y7 // a < 0.9 (LT_OQ)
+	VBLENDVPS Y7, Y3, Y6, Y6 // erf(|z|)
+	VANDPS geluK<>+64(SB), Y0, Y7
+	VORPS Y7, Y6, Y6 // erf(z)
+	VMOVUPS geluK<>+672(SB), Y7
+	VFMADD213PS geluK<>+672(SB), Y7, Y6 // cdf = 0.5·erf + 0.5
+	VMULPS Y6, Y0, Y7
+	VMOVUPS Y7, (DI) // out = v·cdf
 	VMOVUPS geluK<>+1152(SB), Y11
 	VMINPS Y0, Y11, Y10 // (NaN in the second operand stays)
 	VMOVUPS geluK<>+1184(SB), Y11

@@ -2,8 +2,10 @@ package models
 
 import (
 	"testing"
+	"time"
 
 	"github.com/gotrain/gotrain/nn"
+	"github.com/gotrain/gotrain/optim"
 	"github.com/gotrain/gotrain/tensor"
 )
 
@@ -62,8 +64,67 @@ func BenchmarkGPTStep(b *testing.B) {
 	step()
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPUTime()
 	for b.Loop() {
 		step()
 	}
-	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tokens/s")
+	reportTokens(b, n, cpu0)
+}
+
+// BenchmarkGPTTrainStep times one whole training step of the default GPT
+// as `gotrain train gpt` takes it at batch 32: zero the gradients,
+// forward, cross-entropy (the logits recycled), backward, gradient
+// clipping at 1.0 and AdamW with weight decay on the matrices only.
+// Reports tokens/s; GOTRAIN_NUM_THREADS sets the threads.
+func BenchmarkGPTTrainStep(b *testing.B) {
+	cfg := DefaultGPTConfig()
+	const batch = 32
+	m := GPT(cfg)
+	rng := tensor.NewRNG(1)
+	n := batch * cfg.BlockSize
+	ids, targets := make([]int, n), make([]int, n)
+	for i := range ids {
+		ids[i], targets[i] = rng.Intn(cfg.VocabSize), rng.Intn(cfg.VocabSize)
+	}
+	params := nn.Parameters(m)
+	var decay, noDecay []*tensor.Tensor
+	for _, p := range params {
+		if p.Dim() >= 2 {
+			decay = append(decay, p)
+		} else {
+			noDecay = append(noDecay, p)
+		}
+	}
+	opt := optim.NewAdamW(decay, 1e-3, optim.Betas(0.9, 0.95), optim.WeightDecay(0.1))
+	opt.AddParamGroup(noDecay, optim.WeightDecay(0))
+	step := func() {
+		opt.ZeroGrad()
+		logits, loss := m.Loss(ids, targets, batch, cfg.BlockSize)
+		nn.Recycle(logits)
+		if err := loss.Backward(); err != nil {
+			b.Fatal(err)
+		}
+		optim.ClipGradNorm(params, 1)
+		opt.Step()
+	}
+	step()
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := processCPUTime()
+	for b.Loop() {
+		step()
+	}
+	reportTokens(b, n, cpu0)
+}
+
+// reportTokens reports tokens/s of wall time and, since the machines these
+// run on are shared, cpu-tokens/s and cpu-ms/op of this process's CPU time
+// (which other processes move much less; with GOMAXPROCS=1 and one thread
+// it is the step's work plus the garbage collector's).
+func reportTokens(b *testing.B, perOp int, cpu0 time.Duration) {
+	b.ReportMetric(float64(perOp*b.N)/b.Elapsed().Seconds(), "tokens/s")
+	if cpu := processCPUTime() - cpu0; cpu > 0 {
+		b.ReportMetric(float64(perOp*b.N)/cpu.Seconds(), "cpu-tokens/s")
+		b.ReportMetric(cpu.Seconds()*1e3/float64(b.N), "cpu-ms/op")
+	}
 }

@@ -1,0 +1,21 @@
+//go:build !noasm
+
+package kernels
+
+// rowAsm reports whether the AVX2/FMA row kernels (layernorm_amd64.s,
+// softmax_amd64.s) run.
+func rowAsm() bool { return hasAVX2 }
+
+// n is a positive multiple of 8 in all of these.
+
+//go:noescape
+func sumSqDevAVX2(x *float32, n int, m float32) float32
+
+//go:noescape
+func layerNormAffineAVX2(out, x, w, b *float32, n int, m, rstd float32)
+
+//go:noescape
+func layerNormGradStatsAVX2(pw, pb, x, gr, w *float32, n int, m, rstd float32) (sg, sgx float32)
+
+//go:noescape
+func layerNormGradInputAVX2(dx, x, gr, w *float32, n int, m, rstd, a, c float32, add int)
