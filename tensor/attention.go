@@ -56,6 +56,9 @@ func SelfAttentionQKV(qkv *Tensor, heads int, causal bool) *Tensor {
 	if len(s) != 3 || heads <= 0 || s[2]%(3*heads) != 0 {
 		panic(fmt.Sprintf("tensor: SelfAttentionQKV: qkv %v is not [B, T, 3·C] with C a multiple of %d heads", s, heads))
 	}
+	if y, ok := selfAttentionAutocast(qkv, heads, causal); ok { // bf16 operands under Autocast
+		return y
+	}
 	b, t, c := s[0], s[1], s[2]/3
 	dh := c / heads
 	a := attnGeom{

@@ -14,23 +14,44 @@ import "github.com/gotrain/gotrain/internal/kernels"
 // PyTorch's. The gradients reaching q, k and v are float32, the rounding
 // counted as the identity (as the gradient of autocast's cast is).
 func attentionAutocast(q, k, v *Tensor, causal bool) (y *Tensor, ok bool) {
+	return autocastRounded([]*Tensor{q, k, v}, func(r []*Tensor) *Tensor {
+		return ScaledDotProductAttention(r[0], r[1], r[2], causal)
+	})
+}
+
+// selfAttentionAutocast is SelfAttentionQKV under bf16 autocast, rounded
+// as attentionAutocast is: the one qkv projection forward, the incoming
+// gradient backward.
+func selfAttentionAutocast(qkv *Tensor, heads int, causal bool) (y *Tensor, ok bool) {
+	return autocastRounded([]*Tensor{qkv}, func(r []*Tensor) *Tensor {
+		return SelfAttentionQKV(r[0], heads, causal)
+	})
+}
+
+// autocastRounded runs op in float32 on ins rounded to bf16, and rounds
+// the gradient reaching its output; ok is false, and nothing done,
+// outside bf16 autocast.
+func autocastRounded(ins []*Tensor, op func(rounded []*Tensor) *Tensor) (y *Tensor, ok bool) {
 	if AutocastPrecision() != BF16 {
 		return nil, false
 	}
-	rq, rk, rv := bf16Operand(q), bf16Operand(k), bf16Operand(v)
+	rs := make([]*Tensor, len(ins))
+	for i, x := range ins {
+		rs[i] = bf16Operand(x)
+	}
 	// The op itself in float32: autocast's rounding is done.
 	prev := Precision(autocast.Swap(int32(FP32)))
-	inner := ScaledDotProductAttention(rq, rk, rv, causal)
+	inner := op(rs)
 	autocast.Store(int32(prev))
 	y = bf16RoundedGrad(inner)
 	if y.node == nil { // no backward will read them
-		for _, t := range []*Tensor{rq, rk, rv, inner} {
+		for _, t := range append(rs, inner) {
 			putBuf(t.data)
 			t.data = nil
 		}
 		return y, true
 	}
-	// Only attention's backward reads its output: y is a copy, which the
+	// Only the op's backward reads its output: y is a copy, which the
 	// caller may recycle (nn does) before that backward has run.
 	inner.freeWithGraph()
 	return y, true

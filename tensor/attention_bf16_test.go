@@ -73,6 +73,19 @@ func TestAutocastAttention(t *testing.T) {
 	}})
 }
 
+// TestAutocastSelfAttentionQKV: the fused self-attention over one qkv
+// projection rounds that projection and the incoming gradient, causal or
+// not.
+func TestAutocastSelfAttentionQKV(t *testing.T) {
+	rng := NewRNG(19)
+	for _, causal := range []bool{false, true} {
+		qkv := randT(rng, -1, 1, 2, 70, 3*3*8)
+		checkAutocastBitExact(t, rng, autocastCase{"self-attention qkv", []*Tensor{qkv}, func(in []*Tensor) *Tensor {
+			return SelfAttentionQKV(in[0], 3, causal)
+		}})
+	}
+}
+
 // TestAutocastBatchedMatMul: batched products (attention with dropout
 // multiplies [B, H, T, T] scores by hand) round like 2-D MatMul, with a
 // broadcast operand too.
