@@ -55,6 +55,11 @@ func main() {
 	transposePack8(&g)
 	write("gemm_amd64.s", &g)
 
+	var cv asm
+	cv.header()
+	convKernels(&cv)
+	write("conv_amd64.s", &cv)
+
 	var v asm
 	v.header()
 	vecOps(&v)
@@ -1605,4 +1610,173 @@ func reluMaskKernels(w *asm) {
 		w.f("\tVZEROUPPER")
 		w.f("\tRET")
 	}
+}
+
+// convKernels emits the implicit-GEMM convolution micro-kernels (see
+// conv.go): AVX2 6×16 tiles, and every smaller row count for the edges,
+// whose A or B rows sit at arbitrary offsets instead of one stride.
+func convKernels(w *asm) {
+	for mr := 6; mr >= 1; mr-- {
+		gemmKernelOffsets(w, mr, false)
+	}
+	for mr := 6; mr >= 1; mr-- {
+		gemmKernelOffsets(w, mr, true)
+	}
+}
+
+// gemmKernelOffsets emits an AVX2 mr×16 kernel like gemmKernel's whose
+// operand rows are listed as byte offsets. With aOffsets false it is
+// sgemmKernel{mr}x16BOffAVX2:
+//
+//	c[i*ldc+j] = alpha·Σ_p a[i*aRow+p*aCol]·b[boff[p]/4+j] + beta·c[i*ldc+j]
+//
+// (B's k rows anywhere: an image's rows shifted by a kernel tap). With
+// aOffsets true it is sgemmKernel{mr}x16AOffAVX2:
+//
+//	c[i*ldc+j] = alpha·Σ_p a[aoff[i]/4+p]·b[p*bRow+j] + beta·c[i*ldc+j]
+//
+// (A's mr rows anywhere, each contiguous along k). A beta of ±0 does not
+// read C.
+func gemmKernelOffsets(w *asm, mr int, aOffsets bool) {
+	const nv, bBase = 2, 12
+	name := fmt.Sprintf("sgemmKernel%dx16BOffAVX2", mr)
+	if aOffsets {
+		name = fmt.Sprintf("sgemmKernel%dx16AOffAVX2", mr)
+	}
+	acc := func(i, v int) string { return fmt.Sprintf("Y%d", i*nv+v) }
+	bv := func(v int) string { return fmt.Sprintf("Y%d", bBase+v) }
+	bc0, bc1 := "Y14", "Y15"
+	// A's rows: strided (R8=aRow, R9=3·aRow, R10=5·aRow bytes) or, with
+	// offsets, one register each.
+	aAddr := [...]string{"(AX)", "(AX)(R8*1)", "(AX)(R8*2)", "(AX)(R9*1)", "(AX)(R8*4)", "(AX)(R10*1)"}
+	offRegs := [...]string{"R8", "R9", "R10", "R11", "R12", "DI"}
+	var alphaOff, betaOff int
+	w.f("")
+	if aOffsets {
+		w.f("// func %s(k int, a *float32, aoff *int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)", name)
+		w.f("TEXT ·%s(SB), NOSPLIT, $0-64", name)
+		w.f("\tMOVQ k+0(FP), CX")
+		w.f("\tMOVQ a+8(FP), AX")
+		w.f("\tMOVQ aoff+16(FP), BX")
+		for i := 0; i < mr; i++ {
+			w.f("\tMOVQ %d(BX), %s", 8*i, offRegs[i])
+			aAddr[i] = fmt.Sprintf("(AX)(%s*1)", offRegs[i])
+		}
+		w.f("\tMOVQ b+24(FP), BX")
+		w.f("\tMOVQ bRow+32(FP), R13")
+		w.f("\tSHLQ $2, R13")
+		w.f("\tMOVQ c+40(FP), DX")
+		w.f("\tMOVQ ldc+48(FP), SI")
+		alphaOff, betaOff = 56, 60
+	} else {
+		w.f("// func %s(k int, a *float32, aRow, aCol int, b *float32, boff *int, c *float32, ldc int, alpha, beta float32)", name)
+		w.f("TEXT ·%s(SB), NOSPLIT, $0-72", name)
+		w.f("\tMOVQ k+0(FP), CX")
+		w.f("\tMOVQ a+8(FP), AX")
+		w.f("\tMOVQ aRow+16(FP), R8")
+		w.f("\tSHLQ $2, R8")
+		w.f("\tMOVQ aCol+24(FP), R11")
+		w.f("\tSHLQ $2, R11")
+		w.f("\tLEAQ (R8)(R8*2), R9")
+		w.f("\tLEAQ (R8)(R8*4), R10")
+		w.f("\tMOVQ b+32(FP), BX")
+		w.f("\tMOVQ boff+40(FP), R13")
+		w.f("\tMOVQ c+48(FP), DX")
+		w.f("\tMOVQ ldc+56(FP), SI")
+		alphaOff, betaOff = 64, 68
+	}
+	w.f("\tSHLQ $2, SI")
+	for i := 0; i < mr*nv; i++ {
+		w.f("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
+	}
+	// Prefetch the C tile: it is written at the end and usually cold.
+	cp := "R12"
+	if aOffsets {
+		cp = "R14" // R12 holds an A offset
+	}
+	w.f("\tMOVQ DX, %s", cp)
+	for i := 0; i < mr; i++ {
+		w.f("\tPREFETCHT0 (%s)", cp)
+		w.f("\tPREFETCHT0 60(%s)", cp)
+		if i < mr-1 {
+			w.f("\tADDQ SI, %s", cp)
+		}
+	}
+	step := func() {
+		if aOffsets {
+			for v := 0; v < nv; v++ {
+				w.f("\tVMOVUPS %d(BX), %s", 32*v, bv(v))
+			}
+		} else {
+			w.f("\tMOVQ (R13), R12")
+			for v := 0; v < nv; v++ {
+				w.f("\tVMOVUPS %d(BX)(R12*1), %s", 32*v, bv(v))
+			}
+		}
+		for i := 0; i < mr; i++ {
+			bc := bc0
+			if i%2 == 1 {
+				bc = bc1
+			}
+			w.f("\tVBROADCASTSS %s, %s", aAddr[i], bc)
+			for v := 0; v < nv; v++ {
+				w.f("\tVFMADD231PS %s, %s, %s", bv(v), bc, acc(i, v))
+			}
+		}
+		if aOffsets {
+			w.f("\tADDQ $4, AX")
+			w.f("\tADDQ R13, BX")
+		} else {
+			w.f("\tADDQ R11, AX")
+			w.f("\tADDQ $8, R13")
+		}
+	}
+	w.f("\tMOVQ CX, R14")
+	w.f("\tSHRQ $2, R14")
+	w.f("\tJZ %s_tail", name)
+	w.f("%s_loop4:", name)
+	for u := 0; u < 4; u++ {
+		step()
+	}
+	w.f("\tDECQ R14")
+	w.f("\tJNZ %s_loop4", name)
+	w.f("%s_tail:", name)
+	w.f("\tANDQ $3, CX")
+	w.f("\tJZ %s_store", name)
+	w.f("%s_loop1:", name)
+	step()
+	w.f("\tDECQ CX")
+	w.f("\tJNZ %s_loop1", name)
+	w.f("%s_store:", name)
+	w.f("\tVBROADCASTSS alpha+%d(FP), %s", alphaOff, bc0)
+	for i := 0; i < mr*nv; i++ {
+		w.f("\tVMULPS %s, Y%d, Y%d", bc0, i, i)
+	}
+	// beta == ±0 must not read C: test the bits without the sign.
+	w.f("\tMOVL beta+%d(FP), R9", betaOff)
+	w.f("\tSHLL $1, R9")
+	w.f("\tJZ %s_beta0", name)
+	w.f("\tVBROADCASTSS beta+%d(FP), %s", betaOff, bc1)
+	for i := 0; i < mr; i++ {
+		for v := 0; v < nv; v++ {
+			w.f("\tVFMADD231PS %d(DX), %s, %s", 32*v, bc1, acc(i, v))
+			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), 32*v)
+		}
+		if i < mr-1 {
+			w.f("\tADDQ SI, DX")
+		}
+	}
+	w.f("\tVZEROUPPER")
+	w.f("\tRET")
+	w.f("%s_beta0:", name)
+	for i := 0; i < mr; i++ {
+		for v := 0; v < nv; v++ {
+			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), 32*v)
+		}
+		if i < mr-1 {
+			w.f("\tADDQ SI, DX")
+		}
+	}
+	w.f("\tVZEROUPPER")
+	w.f("\tRET")
 }

@@ -1,0 +1,146 @@
+package kernels
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// uniformSlice returns n uniform values in [−1, 1).
+func uniformSlice(rng *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = 2*rng.Float32() - 1
+	}
+	return x
+}
+
+// closeTo fails unless got and want agree to float32 rounding of sums
+// of k products of magnitude ≤ 1.
+func closeTo(t *testing.T, what string, got, want []float32, k int) {
+	t.Helper()
+	tol := 3e-6 * float64(k+1)
+	for i := range want {
+		if d := math.Abs(float64(got[i] - want[i])); d > tol || math.IsNaN(float64(got[i])) {
+			t.Fatalf("%s: element %d = %v, want %v", what, i, got[i], want[i])
+		}
+	}
+}
+
+// TestSgemmOffsetB checks the B-offset product against the plain loop at
+// sizes with row and column edges, k past one block, and both betas; the
+// C columns beyond n must stay untouched.
+func TestSgemmOffsetB(t *testing.T) {
+	if !ImplicitConv() {
+		t.Skip("no implicit-GEMM kernels on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, sz := range [][3]int{{1, 1, 1}, {6, 16, 4}, {7, 17, 9}, {64, 622, 288}, {32, 676, 576}, {150, 35, 300}, {5, 3, 513}} {
+		m, n, k := sz[0], sz[1], sz[2]
+		for _, beta := range []float32{0, 1} {
+			lda, ldc := k+3, n+5
+			a := uniformSlice(rng, m*lda)
+			b := uniformSlice(rng, 4*k+n+n*k/2+OffsetBSlack)
+			offs := make([]int, k)
+			for p := range offs {
+				offs[p] = rng.IntN(len(b) - n - OffsetBSlack + 1)
+			}
+			c := uniformSlice(rng, m*ldc)
+			want := append([]float32(nil), c...)
+			for i := 0; i < m; i++ {
+				for j := 0; j < n; j++ {
+					var s float64
+					for p := 0; p < k; p++ {
+						s += float64(a[i*lda+p]) * float64(b[offs[p]+j])
+					}
+					want[i*ldc+j] = float32(s) + beta*want[i*ldc+j]
+				}
+			}
+			SgemmOffsetB(m, n, k, a, lda, b, NewRowOffsets(offs), beta, c, ldc)
+			closeTo(t, "SgemmOffsetB", c, want, k)
+		}
+	}
+}
+
+// TestSgemmOffsetBBits checks that with B's rows at one stride the
+// product has Sgemm's bits: the implicit convolution's forward pass is
+// then that of im2col.
+func TestSgemmOffsetBBits(t *testing.T) {
+	if !ImplicitConv() {
+		t.Skip("no implicit-GEMM kernels on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	m, n, k := 64, 100, 288
+	a, b := uniformSlice(rng, m*k), uniformSlice(rng, k*n+OffsetBSlack)
+	offs := make([]int, k)
+	for p := range offs {
+		offs[p] = p * n
+	}
+	want, got := make([]float32, m*n), make([]float32, m*n)
+	SgemmSerial(false, false, m, n, k, 1, a, k, b, n, 0, want, n)
+	SgemmOffsetB(m, n, k, a, k, b, NewRowOffsets(offs), 0, got, n)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("element %d = %v, Sgemm gives %v", i, got[i], want[i])
+		}
+	}
+}
+
+// TestSgemmOffsetA checks the A-offset product C = A·Bᵀ + beta·C against
+// the plain loop.
+func TestSgemmOffsetA(t *testing.T) {
+	if !ImplicitConv() {
+		t.Skip("no implicit-GEMM kernels on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, sz := range [][3]int{{1, 1, 1}, {6, 16, 4}, {7, 17, 9}, {288, 64, 622}, {9, 32, 700}, {150, 35, 300}} {
+		m, n, k := sz[0], sz[1], sz[2]
+		for _, beta := range []float32{0, 1} {
+			ldb, ldc := k+2, n+3
+			a := uniformSlice(rng, 3*m+k+5)
+			offs := make([]int, m)
+			for i := range offs {
+				offs[i] = rng.IntN(len(a) - k + 1)
+			}
+			b := uniformSlice(rng, n*ldb)
+			c := uniformSlice(rng, m*ldc)
+			want := append([]float32(nil), c...)
+			for i := 0; i < m; i++ {
+				for j := 0; j < n; j++ {
+					var s float64
+					for p := 0; p < k; p++ {
+						s += float64(a[offs[i]+p]) * float64(b[j*ldb+p])
+					}
+					want[i*ldc+j] = float32(s) + beta*want[i*ldc+j]
+				}
+			}
+			SgemmOffsetA(m, n, k, a, NewRowOffsets(offs), b, ldb, beta, c, ldc)
+			closeTo(t, "SgemmOffsetA", c, want, k)
+		}
+	}
+}
+
+// TestSgemmOffsetBounds checks that operands too short for the product
+// are refused before any kernel reads them.
+func TestSgemmOffsetBounds(t *testing.T) {
+	if !ImplicitConv() {
+		t.Skip("no implicit-GEMM kernels on this CPU")
+	}
+	mustPanic := func(name string, f func()) {
+		t.Helper()
+		defer func() {
+			if recover() == nil {
+				t.Errorf("%s: no panic", name)
+			}
+		}()
+		f()
+	}
+	a, c := make([]float32, 4*8), make([]float32, 4*20)
+	mustPanic("B without slack", func() {
+		SgemmOffsetB(4, 20, 8, a, 8, make([]float32, 20+8), NewRowOffsets([]int{0, 1, 2, 3, 4, 5, 6, 8}), 0, c, 20)
+	})
+	mustPanic("A row past the end", func() {
+		SgemmOffsetA(4, 20, 8, a, NewRowOffsets([]int{0, 1, 2, 25}), make([]float32, 20*8), 8, 0, c, 20)
+	})
+	mustPanic("negative offset", func() { NewRowOffsets([]int{-1}) })
+}
