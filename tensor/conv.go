@@ -328,6 +328,10 @@ func conv2dForward(g convGeom, xd, wd []float32, b *Tensor, ep convEpilogue, out
 	}
 	perImage := 2 * g.o * ckk * p
 	minItems := convMinFlops/max(perImage, 1) + 1
+	if g.implicit(minItems) {
+		conv2dForwardImplicit(g, minItems, xd, wd, b, ep, out, mask, arg)
+		return
+	}
 	g = g.withGemm(minItems)
 	parallelFor(g.n, minItems, func(_, lo, hi int) {
 		// One block of an image's columns at a time (see blockRows), in a
@@ -424,6 +428,10 @@ func (g convGeom) outputGrad(ep convEpilogue, grad, out []float32, mask []byte, 
 // gradient, a sum).
 func conv2dBackward(g convGeom, x, w, b *Tensor, xd, wd []float32, cast *bf16Cast, gradOf func(i int, buf []float32) []float32, bufLen int) {
 	ckk, p := g.ckk(), g.plane()
+	if minItems := convMinFlops/max(4*g.o*ckk*p, 1) + 1; g.implicit(minItems) {
+		conv2dBackwardImplicit(g, minItems, x, w, b, xd, wd, cast, gradOf, bufLen)
+		return
+	}
 	needX, needW, needB := x.needsGrad(), w.needsGrad(), b.needsGrad()
 	var gx, gw, gb []float32
 	// A fresh input gradient buffer is cleared an image at a time, just
