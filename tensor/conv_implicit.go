@@ -128,20 +128,11 @@ func conv2dForwardImplicit(g convGeom, minItems int, xd, wd []float32, b *Tensor
 				// The wanted columns, with the bias added as the im2col
 				// path adds it (y + b, one rounding).
 				for oc := range og {
-					dst := yi[(grp*og+oc)*p:][:p]
-					rows := raw[oc*t.cols:]
+					dst, rows := yi[(grp*og+oc)*p:][:p], raw[oc*t.cols:]
 					if b == nil {
-						for y := range g.oh {
-							copy(dst[y*g.ow:(y+1)*g.ow], rows[y*t.wp:])
-						}
-						continue
-					}
-					bv := b.data[grp*og+oc]
-					for y := range g.oh {
-						d, s := dst[y*g.ow:(y+1)*g.ow], rows[y*t.wp:][:g.ow]
-						for x, v := range s {
-							d[x] = v + bv
-						}
+						kernels.CopyRows(false, dst, g.ow, rows, t.wp, g.oh, g.ow)
+					} else {
+						kernels.RowsBias(dst, g.ow, rows, t.wp, g.oh, g.ow, b.data[grp*og+oc])
 					}
 				}
 			}

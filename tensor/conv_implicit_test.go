@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -148,3 +149,56 @@ func TestConv2dImplicitSkipsInputGrad(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkConvLayers times the CNN's two convolutions (batch 64; conv2
+// with ReLU and pooling fused) forward and backward on one thread, by the
+// implicit GEMM and by im2col, alternately so that load on a shared
+// machine hits both alike: `go test -run XXX -bench ConvLayers ./tensor`.
+func BenchmarkConvLayers(b *testing.B) {
+	defer kernels.SetNumThreads(kernels.SetNumThreads(1))
+	defer func(v bool) { implicitConv = v }(implicitConv)
+	rng := NewRNG(73)
+	x1 := randT(rng, 0, 1, 64, 1, 28, 28)
+	x2 := randT(rng, 0, 1, 64, 32, 26, 26).SetRequiresGrad(true)
+	w1, b1 := randT(rng, -0.3, 0.3, 32, 1, 3, 3).SetRequiresGrad(true), randT(rng, -0.3, 0.3, 32).SetRequiresGrad(true)
+	w2, b2 := randT(rng, -0.06, 0.06, 64, 32, 3, 3).SetRequiresGrad(true), randT(rng, -0.06, 0.06, 64).SetRequiresGrad(true)
+	one, zero := [2]int{1, 1}, [2]int{0, 0}
+	layers := []struct {
+		name string
+		f    func() *Tensor
+	}{
+		{"conv1", func() *Tensor { return Conv2d(x1, w1, b1, one, zero, PostReLU) }},
+		{"conv2", func() *Tensor { return Conv2d(x2, w2, b2, one, zero, PostReLU, PostMaxPool2x2) }},
+	}
+	for round := range benchRounds {
+		for _, l := range layers {
+			for _, implicit := range []bool{true, false} {
+				name := "im2col"
+				if implicit {
+					name = "implicit"
+				}
+				for _, pass := range []string{"forward", "step"} {
+					b.Run(fmt.Sprintf("%s/%s/%s/%d", l.name, pass, name, round), func(b *testing.B) {
+						implicitConv = implicit
+						cpu0 := processCPUTime()
+						for b.Loop() {
+							out := l.f()
+							if pass == "step" {
+								if err := Sum(out, false).Backward(); err != nil {
+									b.Fatal(err)
+								}
+							}
+						}
+						// CPU time is steadier than wall time when other
+						// processes share the cores.
+						b.ReportMetric(float64(processCPUTime()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
+					})
+				}
+			}
+		}
+	}
+}
+
+// benchRounds is how many times BenchmarkConvLayers alternates the two
+// paths; compare the fastest run of each.
+const benchRounds = 5

@@ -24,7 +24,15 @@ type offsetGemm struct {
 	bOff   [7]bOffKernel
 	aOff   [7]aOffKernel
 	packBT func(dst, scratch, b []float32, ldb, p0, kc, j0, cols, nr int)
+	// rowKern[r] is the SGEMM's kernel for r rows.
+	rowKern [7]microKernel
+	// packRows gathers k rows of 16 floats from their byte offsets.
+	packRows func(dst, b *float32, boff *int, k int)
+	// rowsBias is RowsBias's kernel on rows the caller has checked.
+	rowsBias func(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int, bias float32)
 }
+
+var packOffsetB = true
 
 // offGemm is nil where the CPU has no such kernels.
 var offGemm *offsetGemm
@@ -86,6 +94,10 @@ func SgemmOffsetB(m, n, k int, a []float32, lda int, b []float32, rows RowOffset
 	}
 	if width := roundUp(n, offNR); rows.max+width > len(b) {
 		panic(fmt.Sprintf("kernels: SgemmOffsetB: a B row at %d (+%d columns read) outside %d elements", rows.max, width, len(b)))
+	}
+	if packOffsetB {
+		og.offsetBPacked(m, n, k, a, lda, b, rows, beta, c, ldc)
+		return
 	}
 	offs := rows.bytes
 	var tile [offMR * offNR]float32
@@ -173,4 +185,69 @@ func SgemmOffsetA(m, n, k int, a []float32, rows RowOffsets, b []float32, ldb in
 			}
 		}
 	}
+}
+
+// offsetBPacked is SgemmOffsetB packing each B micro-panel (kc×16) from
+// the offsets into a contiguous buffer that stays in L1 while every A
+// micro-panel runs over it with the SGEMM's own kernels.
+func (og *offsetGemm) offsetBPacked(m, n, k int, a []float32, lda int, b []float32, rows RowOffsets, beta float32, c []float32, ldc int) {
+	ws := getWorkspace()
+	defer putWorkspace(ws)
+	ws.b = grow(ws.b, min(og.kc, k)*offNR)
+	pk := ws.b
+	var tile [offMR * offNR]float32
+	for pc := 0; pc < k; pc += og.kc {
+		kc := min(og.kc, k-pc)
+		betaEff := beta
+		if pc > 0 {
+			betaEff = 1
+		}
+		for jr := 0; jr < n; jr += offNR {
+			cols := min(offNR, n-jr)
+			og.packRows(&pk[0], &b[jr], &rows.bytes[pc], kc)
+			for ir := 0; ir < m; ir += offMR {
+				mrEff := min(offMR, m-ir)
+				kern := og.rowKern[mrEff]
+				ap := &a[ir*lda+pc]
+				ci := ir*ldc + jr
+				if cols == offNR {
+					kern(kc, ap, lda, 1, &pk[0], offNR, &c[ci], ldc, 1, betaEff, allColumns)
+					continue
+				}
+				kern(kc, ap, lda, 1, &pk[0], offNR, &tile[0], offNR, 1, 0, allColumns)
+				mergeTile(tile[:], offNR, mrEff, cols, 1, betaEff, c[ci:], ldc)
+			}
+		}
+	}
+}
+
+// RowsBias sets dst[r·dstStride+j] = src[r·srcStride+j] + bias for r <
+// rows, j < cols: a convolution's wanted columns out of its implicit
+// product, with the bias rounded in as Axpy(bias, ones, y) would.
+func RowsBias(dst []float32, dstStride int, src []float32, srcStride int, rows, cols int, bias float32) {
+	if rows <= 0 || cols <= 0 {
+		return
+	}
+	if dstStride < cols || srcStride < cols || len(dst) < (rows-1)*dstStride+cols || len(src) < (rows-1)*srcStride+cols {
+		panic(fmt.Sprintf("kernels: RowsBias: %d rows of %d do not fit", rows, cols))
+	}
+	if og := offGemm; og != nil {
+		og.rowsBias(&dst[0], dstStride, &src[0], srcStride, rows, cols, bias)
+		return
+	}
+	for r := range rows {
+		d, s := dst[r*dstStride:][:cols], src[r*srcStride:][:cols]
+		for j, v := range s {
+			d[j] = v + bias
+		}
+	}
+}
+
+// CopyRows sets dst[r·dstStride+j] = src[r·srcStride+j] for r < rows,
+// j < cols (add false) or adds to it (add true), with vector kernels.
+func CopyRows(add bool, dst []float32, dstStride int, src []float32, srcStride int, rows, cols int) {
+	if rows > 0 && cols > 0 && (dstStride < cols || srcStride < cols) {
+		panic(fmt.Sprintf("kernels: CopyRows: strides %d, %d below %d columns", dstStride, srcStride, cols))
+	}
+	copyRows(add, dst, dstStride, src, srcStride, rows, cols)
 }

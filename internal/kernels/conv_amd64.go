@@ -40,6 +40,12 @@ func sgemmKernel2x16AOffAVX2(k int, a *float32, aoff *int, b *float32, bRow int,
 //go:noescape
 func sgemmKernel1x16AOffAVX2(k int, a *float32, aoff *int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)
 
+//go:noescape
+func packOffsetRows16AVX2(dst, b *float32, boff *int, k int)
+
+//go:noescape
+func rowsBiasAVX2(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int, bias float32)
+
 // The implicit-GEMM kernels are AVX2 6×16 tiles: they serve the AVX2
 // SGEMM's CPUs only (an AVX-512 CPU keeps its wider im2col products).
 func init() {
@@ -54,4 +60,7 @@ func init() {
 			sgemmKernel4x16AOffAVX2, sgemmKernel5x16AOffAVX2, sgemmKernel6x16AOffAVX2},
 		packBT: packBTransAVX2,
 	}
+	copy(offGemm.rowKern[:], avx2Gemm.kernels)
+	offGemm.packRows = packOffsetRows16AVX2
+	offGemm.rowsBias = rowsBiasAVX2
 }

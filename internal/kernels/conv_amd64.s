@@ -1974,3 +1974,69 @@ sgemmKernel1x16AOffAVX2_beta0:
 	VMOVUPS Y1, 32(DX)
 	VZEROUPPER
 	RET
+
+// func packOffsetRows16AVX2(dst, b *float32, boff *int, k int)
+TEXT ·packOffsetRows16AVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ b+8(FP), SI
+	MOVQ boff+16(FP), BX
+	MOVQ k+24(FP), CX
+	TESTQ CX, CX
+	JZ packOffsetRows16AVX2_done
+packOffsetRows16AVX2_loop:
+	MOVQ (BX), AX
+	VMOVUPS (SI)(AX*1), Y0
+	VMOVUPS 32(SI)(AX*1), Y1
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ $8, BX
+	ADDQ $64, DI
+	DECQ CX
+	JNZ packOffsetRows16AVX2_loop
+	VZEROUPPER
+packOffsetRows16AVX2_done:
+	RET
+
+// func rowsBiasAVX2(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int, bias float32)
+TEXT ·rowsBiasAVX2(SB), NOSPLIT, $0-52
+	MOVQ dst+0(FP), DI
+	MOVQ dstStride+8(FP), R12
+	SHLQ $2, R12
+	MOVQ src+16(FP), SI
+	MOVQ srcStride+24(FP), R13
+	SHLQ $2, R13
+	MOVQ rows+32(FP), DX
+	MOVQ cols+40(FP), BX
+	VBROADCASTSS bias+48(FP), Y1
+	TESTQ DX, DX
+	JZ rowsBiasAVX2_done
+rowsBiasAVX2_row:
+	MOVQ SI, R10
+	MOVQ DI, R11
+	MOVQ BX, R8
+rowsBiasAVX2_col:
+	CMPQ R8, $8
+	JL rowsBiasAVX2_tail
+	VADDPS (R10), Y1, Y0
+	VMOVUPS Y0, (R11)
+	ADDQ $32, R10
+	ADDQ $32, R11
+	SUBQ $8, R8
+	JMP rowsBiasAVX2_col
+rowsBiasAVX2_tail:
+	TESTQ R8, R8
+	JZ rowsBiasAVX2_next
+	VADDSS (R10), X1, X0
+	VMOVSS X0, (R11)
+	ADDQ $4, R10
+	ADDQ $4, R11
+	DECQ R8
+	JMP rowsBiasAVX2_tail
+rowsBiasAVX2_next:
+	ADDQ R13, SI
+	ADDQ R12, DI
+	DECQ DX
+	JNZ rowsBiasAVX2_row
+rowsBiasAVX2_done:
+	VZEROUPPER
+	RET

@@ -144,3 +144,26 @@ func TestSgemmOffsetBounds(t *testing.T) {
 	})
 	mustPanic("negative offset", func() { NewRowOffsets([]int{-1}) })
 }
+
+// TestRowsBias checks the strided copy with bias, odd widths and the
+// vector/tail split included, against the loop, bit for bit.
+func TestRowsBias(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, cols := range []int{1, 7, 8, 9, 24, 26, 33} {
+		rows, ss, ds := 5, cols+3, cols+1
+		src := uniformSlice(rng, rows*ss)
+		dst := uniformSlice(rng, rows*ds)
+		want := append([]float32(nil), dst...)
+		for r := range rows {
+			for j := range cols {
+				want[r*ds+j] = src[r*ss+j] + 0.37
+			}
+		}
+		RowsBias(dst, ds, src, ss, rows, cols, 0.37)
+		for i := range want {
+			if dst[i] != want[i] {
+				t.Fatalf("cols %d: element %d = %v, want %v", cols, i, dst[i], want[i])
+			}
+		}
+	}
+}

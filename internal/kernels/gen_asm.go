@@ -1622,6 +1622,89 @@ func convKernels(w *asm) {
 	for mr := 6; mr >= 1; mr-- {
 		gemmKernelOffsets(w, mr, true)
 	}
+	packOffsetRowsKernel(w)
+	rowsBiasKernel(w)
+}
+
+// packOffsetRowsKernel emits packOffsetRows16AVX2(dst, b *float32, boff
+// *int, k int): for p < k, dst[16p : 16p+16] = the 16 floats boff[p]
+// bytes after b (a B micro-panel gathered from its rows' offsets).
+func packOffsetRowsKernel(w *asm) {
+	const name = "packOffsetRows16AVX2"
+	w.f("")
+	w.f("// func %s(dst, b *float32, boff *int, k int)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+	w.f("\tMOVQ dst+0(FP), DI")
+	w.f("\tMOVQ b+8(FP), SI")
+	w.f("\tMOVQ boff+16(FP), BX")
+	w.f("\tMOVQ k+24(FP), CX")
+	w.f("\tTESTQ CX, CX")
+	w.f("\tJZ %s_done", name)
+	w.f("%s_loop:", name)
+	w.f("\tMOVQ (BX), AX")
+	w.f("\tVMOVUPS (SI)(AX*1), Y0")
+	w.f("\tVMOVUPS 32(SI)(AX*1), Y1")
+	w.f("\tVMOVUPS Y0, (DI)")
+	w.f("\tVMOVUPS Y1, 32(DI)")
+	w.f("\tADDQ $8, BX")
+	w.f("\tADDQ $64, DI")
+	w.f("\tDECQ CX")
+	w.f("\tJNZ %s_loop", name)
+	w.f("\tVZEROUPPER")
+	w.f("%s_done:", name)
+	w.f("\tRET")
+}
+
+// rowsBiasKernel emits rowsBiasAVX2(dst *float32, dstStride int, src
+// *float32, srcStride int, rows, cols int, bias float32): like
+// rowsKernelAVX2's copy with bias added to every element (one rounding,
+// as Axpy(bias, ones, y) adds it).
+func rowsBiasKernel(w *asm) {
+	const name = "rowsBiasAVX2"
+	w.f("")
+	w.f("// func %s(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int, bias float32)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-52", name)
+	w.f("\tMOVQ dst+0(FP), DI")
+	w.f("\tMOVQ dstStride+8(FP), R12")
+	w.f("\tSHLQ $2, R12")
+	w.f("\tMOVQ src+16(FP), SI")
+	w.f("\tMOVQ srcStride+24(FP), R13")
+	w.f("\tSHLQ $2, R13")
+	w.f("\tMOVQ rows+32(FP), DX")
+	w.f("\tMOVQ cols+40(FP), BX")
+	w.f("\tVBROADCASTSS bias+48(FP), Y1")
+	w.f("\tTESTQ DX, DX")
+	w.f("\tJZ %s_done", name)
+	w.f("%s_row:", name)
+	w.f("\tMOVQ SI, R10")
+	w.f("\tMOVQ DI, R11")
+	w.f("\tMOVQ BX, R8")
+	w.f("%s_col:", name)
+	w.f("\tCMPQ R8, $8")
+	w.f("\tJL %s_tail", name)
+	w.f("\tVADDPS (R10), Y1, Y0")
+	w.f("\tVMOVUPS Y0, (R11)")
+	w.f("\tADDQ $32, R10")
+	w.f("\tADDQ $32, R11")
+	w.f("\tSUBQ $8, R8")
+	w.f("\tJMP %s_col", name)
+	w.f("%s_tail:", name)
+	w.f("\tTESTQ R8, R8")
+	w.f("\tJZ %s_next", name)
+	w.f("\tVADDSS (R10), X1, X0")
+	w.f("\tVMOVSS X0, (R11)")
+	w.f("\tADDQ $4, R10")
+	w.f("\tADDQ $4, R11")
+	w.f("\tDECQ R8")
+	w.f("\tJMP %s_tail", name)
+	w.f("%s_next:", name)
+	w.f("\tADDQ R13, SI")
+	w.f("\tADDQ R12, DI")
+	w.f("\tDECQ DX")
+	w.f("\tJNZ %s_row", name)
+	w.f("%s_done:", name)
+	w.f("\tVZEROUPPER")
+	w.f("\tRET")
 }
 
 // gemmKernelOffsets emits an AVX2 mr×16 kernel like gemmKernel's whose
