@@ -13,7 +13,9 @@ import "github.com/gotrain/gotrain/internal/kernels"
 // folding the column gradient back with col2im:
 //
 //   - forward: Y[og, n'] = W[og, ckk] · X(taps), then the wanted columns
-//     are copied out with the bias (kernels.SgemmOffsetB);
+//     are copied out with the bias (kernels.SgemmOffsetB); output rows of
+//     16 pixels or more are gathered without the dropped columns instead,
+//     straight into the output (kernels.SgemmOffsetBGrid);
 //   - weight gradient: dWᵀ[ckk, og] += X(taps) · G'ᵀ, where G' is the
 //     output gradient on the same wp-wide columns, zero in the dropped
 //     ones (kernels.SgemmOffsetA);
@@ -124,6 +126,19 @@ func conv2dForwardImplicit(g convGeom, minItems int, xd, wd []float32, b *Tensor
 			}
 			for grp := range g.groups {
 				x := t.source(g, xd, i, grp, need, src)
+				if g.ow >= 16 {
+					// Output rows of at least a panel: the product skips
+					// the dropped columns and writes the output itself.
+					yg := yi[grp*og*p : (grp+1)*og*p]
+					kernels.SgemmOffsetBGrid(og, p, ckk, wd[grp*og*ckk:], ckk, x, t.taps, g.ow, t.wp, 0, yg, p)
+					if b != nil {
+						for oc := range og {
+							plane := yg[oc*p : (oc+1)*p]
+							kernels.RowsBias(plane, p, plane, p, 1, p, b.data[grp*og+oc])
+						}
+					}
+					continue
+				}
 				kernels.SgemmOffsetB(og, t.cols, ckk, wd[grp*og*ckk:], ckk, x, t.taps, 0, raw, t.cols)
 				// The wanted columns, with the bias added as the im2col
 				// path adds it (y + b, one rounding).

@@ -4,13 +4,10 @@ import "fmt"
 
 // Implicit-GEMM convolution: products whose operand rows are an image's
 // rows shifted by each kernel tap, given as a table of offsets, so the
-// im2col matrix is never written. The tile kernels are those of the AVX2
-// SGEMM with one operand's rows looked up in the table (see
-// gemmKernelOffsets in gen_asm.go).
-
-// bOffKernel computes an mr×16 tile of C = alpha·A·B + beta·C, row p of B
-// starting boff[p] bytes after b.
-type bOffKernel func(k int, a *float32, aRow, aCol int, b *float32, boff *int, c *float32, ldc int, alpha, beta float32)
+// im2col matrix is never written. SgemmOffsetB gathers each 16-column B
+// panel from the table into an L1 buffer and runs the AVX2 SGEMM's own
+// kernels on it; SgemmOffsetA reads A's rows in place through
+// sgemmKernel*x16AOffAVX2 (gemmKernelAOffsets in gen_asm.go).
 
 // aOffKernel computes an mr×16 tile of C = alpha·A·B + beta·C, row i of A
 // starting aoff[i] bytes after a and contiguous along k; B is a packed
@@ -18,21 +15,21 @@ type bOffKernel func(k int, a *float32, aRow, aCol int, b *float32, boff *int, c
 type aOffKernel func(k int, a *float32, aoff *int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)
 
 // offsetGemm is the implicit-GEMM implementation: 6×16 tiles (and their
-// row edges) and the blocking of the SGEMM they come from.
+// row edges) and the SGEMM's kernels and k blocking.
 type offsetGemm struct {
-	kc, mc int
-	bOff   [7]bOffKernel
+	mc     int // rows of A per block, as the SGEMM's
 	aOff   [7]aOffKernel
 	packBT func(dst, scratch, b []float32, ldb, p0, kc, j0, cols, nr int)
 	// rowKern[r] is the SGEMM's kernel for r rows.
 	rowKern [7]microKernel
 	// packRows gathers k rows of 16 floats from their byte offsets.
 	packRows func(dst, b *float32, boff *int, k int)
+	// packRows2 is packRows with lane l from p1 where mask[l] ≥ 0, else
+	// from p2.
+	packRows2 func(dst, p1, p2 *float32, boff *int, k int, mask *int32)
 	// rowsBias is RowsBias's kernel on rows the caller has checked.
 	rowsBias func(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int, bias float32)
 }
-
-var packOffsetB = true
 
 // offGemm is nil where the CPU has no such kernels.
 var offGemm *offsetGemm
@@ -74,9 +71,9 @@ const OffsetBSlack = offNR - 1
 // SgemmOffsetB computes C = A·B + beta·C on one goroutine, where A is
 // m×k row-major (row stride lda), C is m×n (row stride ldc) and row p of
 // B is b[rows[p] : rows[p]+n]. It reads up to OffsetBSlack elements past
-// the end of each row of B, which b must hold. Each element is summed in
-// the order of Sgemm's AVX2 products (k in blocks of 256), so it has
-// their bits. It panics if ImplicitConv is false.
+// the end of each row of B, which b must hold. Each element is one FMA
+// chain over k in blocks of blockK(k). It panics if ImplicitConv is
+// false.
 func SgemmOffsetB(m, n, k int, a []float32, lda int, b []float32, rows RowOffsets, beta float32, c []float32, ldc int) {
 	og := offGemm
 	if og == nil {
@@ -95,37 +92,7 @@ func SgemmOffsetB(m, n, k int, a []float32, lda int, b []float32, rows RowOffset
 	if width := roundUp(n, offNR); rows.max+width > len(b) {
 		panic(fmt.Sprintf("kernels: SgemmOffsetB: a B row at %d (+%d columns read) outside %d elements", rows.max, width, len(b)))
 	}
-	if packOffsetB {
-		og.offsetBPacked(m, n, k, a, lda, b, rows, beta, c, ldc)
-		return
-	}
-	offs := rows.bytes
-	var tile [offMR * offNR]float32
-	for pc := 0; pc < k; pc += og.kc {
-		kc := min(og.kc, k-pc)
-		betaEff := beta
-		if pc > 0 {
-			betaEff = 1
-		}
-		for ic := 0; ic < m; ic += og.mc {
-			mc := min(og.mc, m-ic)
-			for jr := 0; jr < n; jr += offNR {
-				cols := min(offNR, n-jr)
-				for ir := 0; ir < mc; ir += offMR {
-					mrEff := min(offMR, mc-ir)
-					kern := og.bOff[mrEff]
-					ap := &a[(ic+ir)*lda+pc]
-					ci := (ic+ir)*ldc + jr
-					if cols == offNR {
-						kern(kc, ap, lda, 1, &b[jr], &offs[pc], &c[ci], ldc, 1, betaEff)
-						continue
-					}
-					kern(kc, ap, lda, 1, &b[jr], &offs[pc], &tile[0], offNR, 1, 0)
-					mergeTile(tile[:], offNR, mrEff, cols, 1, betaEff, c[ci:], ldc)
-				}
-			}
-		}
-	}
+	og.offsetBPacked(m, n, k, a, lda, b, rows, beta, c, ldc)
 }
 
 // SgemmOffsetA computes C = A·Bᵀ + beta·C on one goroutine, where row i
@@ -153,12 +120,12 @@ func SgemmOffsetA(m, n, k int, a []float32, rows RowOffsets, b []float32, ldb in
 	offs := rows.bytes
 	ws := getWorkspace()
 	defer putWorkspace(ws)
-	kcMax := min(og.kc, k)
+	kcMax := blockK(k)
 	ws.b = grow(ws.b, kcMax*roundUp(n, offNR))
 	ws.scratch = grow(ws.scratch, 16*kcMax)
 	var tile [offMR * offNR]float32
-	for pc := 0; pc < k; pc += og.kc {
-		kc := min(og.kc, k-pc)
+	for pc := 0; pc < k; pc += kcMax {
+		kc := min(kcMax, k-pc)
 		betaEff := beta
 		if pc > 0 {
 			betaEff = 1
@@ -171,20 +138,42 @@ func SgemmOffsetA(m, n, k int, a []float32, rows RowOffsets, b []float32, ldb in
 			for jr := 0; jr < n; jr += offNR {
 				cols := min(offNR, n-jr)
 				bp := &ws.b[jr*kc]
-				for ir := 0; ir < mc; ir += offMR {
-					mrEff := min(offMR, mc-ir)
+				for ir := 0; ir < mc; {
+					mrEff := tileRows(mc - ir)
 					kern := og.aOff[mrEff]
 					ci := (ic+ir)*ldc + jr
 					if cols == offNR {
 						kern(kc, &a[pc], &offs[ic+ir], bp, offNR, &c[ci], ldc, 1, betaEff)
-						continue
+					} else {
+						kern(kc, &a[pc], &offs[ic+ir], bp, offNR, &tile[0], offNR, 1, 0)
+						mergeTile(tile[:], offNR, mrEff, cols, 1, betaEff, c[ci:], ldc)
 					}
-					kern(kc, &a[pc], &offs[ic+ir], bp, offNR, &tile[0], offNR, 1, 0)
-					mergeTile(tile[:], offNR, mrEff, cols, 1, betaEff, c[ci:], ldc)
+					ir += mrEff
 				}
 			}
 		}
 	}
+}
+
+// blockK is the k block of the implicit products: at most 320 steps (a
+// packed 16-column B panel of 20 KiB stays in L1 beside A's rows), split
+// evenly, so that a convolution's 288 or 576 steps are not cut into 256
+// and a short remainder whose tiles would pay their fixed cost (C's loads
+// and stores, the call) over few steps.
+func blockK(k int) int {
+	const maxKC = 320
+	blocks := (k + maxKC - 1) / maxKC
+	return (k + blocks - 1) / blocks
+}
+
+// tileRows is the height of the next tile when rows remain: 6, except
+// that 7 and 8 go as 4 then 3 or 4: a 1- or 2-row tile has too few
+// accumulators to hide the FMA latency and runs at half speed or less.
+func tileRows(rows int) int {
+	if rows == 7 || rows == 8 {
+		return 4
+	}
+	return min(offMR, rows)
 }
 
 // offsetBPacked is SgemmOffsetB packing each B micro-panel (kc×16) from
@@ -193,11 +182,12 @@ func SgemmOffsetA(m, n, k int, a []float32, rows RowOffsets, b []float32, ldb in
 func (og *offsetGemm) offsetBPacked(m, n, k int, a []float32, lda int, b []float32, rows RowOffsets, beta float32, c []float32, ldc int) {
 	ws := getWorkspace()
 	defer putWorkspace(ws)
-	ws.b = grow(ws.b, min(og.kc, k)*offNR)
+	kcMax := blockK(k)
+	ws.b = grow(ws.b, kcMax*offNR)
 	pk := ws.b
 	var tile [offMR * offNR]float32
-	for pc := 0; pc < k; pc += og.kc {
-		kc := min(og.kc, k-pc)
+	for pc := 0; pc < k; pc += kcMax {
+		kc := min(kcMax, k-pc)
 		betaEff := beta
 		if pc > 0 {
 			betaEff = 1
@@ -205,17 +195,18 @@ func (og *offsetGemm) offsetBPacked(m, n, k int, a []float32, lda int, b []float
 		for jr := 0; jr < n; jr += offNR {
 			cols := min(offNR, n-jr)
 			og.packRows(&pk[0], &b[jr], &rows.bytes[pc], kc)
-			for ir := 0; ir < m; ir += offMR {
-				mrEff := min(offMR, m-ir)
+			for ir := 0; ir < m; {
+				mrEff := tileRows(m - ir)
 				kern := og.rowKern[mrEff]
 				ap := &a[ir*lda+pc]
 				ci := ir*ldc + jr
 				if cols == offNR {
 					kern(kc, ap, lda, 1, &pk[0], offNR, &c[ci], ldc, 1, betaEff, allColumns)
-					continue
+				} else {
+					kern(kc, ap, lda, 1, &pk[0], offNR, &tile[0], offNR, 1, 0, allColumns)
+					mergeTile(tile[:], offNR, mrEff, cols, 1, betaEff, c[ci:], ldc)
 				}
-				kern(kc, ap, lda, 1, &pk[0], offNR, &tile[0], offNR, 1, 0, allColumns)
-				mergeTile(tile[:], offNR, mrEff, cols, 1, betaEff, c[ci:], ldc)
+				ir += mrEff
 			}
 		}
 	}
@@ -250,4 +241,88 @@ func CopyRows(add bool, dst []float32, dstStride int, src []float32, srcStride i
 		panic(fmt.Sprintf("kernels: CopyRows: strides %d, %d below %d columns", dstStride, srcStride, cols))
 	}
 	copyRows(add, dst, dstStride, src, srcStride, rows, cols)
+}
+
+// SgemmOffsetBGrid is SgemmOffsetB with B's columns on a grid: column q
+// of row p is b[rows[p] + (q/seg)·segStride + q%seg], seg ≥ 16 columns
+// out of every segStride (a convolution's output rows of ow pixels on
+// input rows of wp). It reads up to 15 elements past each segment's last
+// wanted one, which b must hold after the last.
+func SgemmOffsetBGrid(m, n, k int, a []float32, lda int, b []float32, rows RowOffsets, seg, segStride int, beta float32, c []float32, ldc int) {
+	og := offGemm
+	if og == nil {
+		panic("kernels: SgemmOffsetBGrid: no implicit-GEMM kernels on this CPU (see ImplicitConv)")
+	}
+	if seg < offNR || segStride < seg {
+		panic(fmt.Sprintf("kernels: SgemmOffsetBGrid: segments of %d every %d (want 16 ≤ seg ≤ stride)", seg, segStride))
+	}
+	if m <= 0 || n <= 0 {
+		return
+	}
+	if k <= 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	if rows.Len() < k || lda < k || len(a) < (m-1)*lda+k || ldc < n || len(c) < (m-1)*ldc+n {
+		panic(fmt.Sprintf("kernels: SgemmOffsetBGrid: operands too short for %d×%d×%d", m, n, k))
+	}
+	// A panel reads 16 elements from its first column on, and one that
+	// runs into the next segment 16 more, ending 16−l past its start.
+	end := 0
+	for jr := 0; jr < n; jr += offNR {
+		y, x0 := jr/seg, jr%seg
+		end = max(end, y*segStride+x0+offNR)
+		if l := seg - x0; l < min(offNR, n-jr) {
+			end = max(end, (y+1)*segStride+offNR-l)
+		}
+	}
+	if rows.max+end > len(b) {
+		panic(fmt.Sprintf("kernels: SgemmOffsetBGrid: B reads up to %d, outside %d elements", rows.max+end, len(b)))
+	}
+	ws := getWorkspace()
+	defer putWorkspace(ws)
+	kcMax := blockK(k)
+	ws.b = grow(ws.b, kcMax*offNR)
+	pk := ws.b
+	var tile [offMR * offNR]float32
+	var mask [offNR]int32
+	for pc := 0; pc < k; pc += kcMax {
+		kc := min(kcMax, k-pc)
+		betaEff := beta
+		if pc > 0 {
+			betaEff = 1
+		}
+		for jr := 0; jr < n; jr += offNR {
+			cols := min(offNR, n-jr)
+			y, x0 := jr/seg, jr%seg
+			s1 := y*segStride + x0
+			if l := seg - x0; l >= cols {
+				og.packRows(&pk[0], &b[s1], &rows.bytes[pc], kc)
+			} else {
+				// Lanes l.. continue at the next segment's start: read
+				// from there shifted back by l (never before b's start,
+				// as l < 16 ≤ segStride).
+				for i := range mask {
+					mask[i] = 0
+					if i >= l {
+						mask[i] = -1
+					}
+				}
+				og.packRows2(&pk[0], &b[s1], &b[(y+1)*segStride-l], &rows.bytes[pc], kc, &mask[0])
+			}
+			for ir := 0; ir < m; {
+				mrEff := tileRows(m - ir)
+				kern := og.rowKern[mrEff]
+				ap := &a[ir*lda+pc]
+				ci := ir*ldc + jr
+				if cols == offNR {
+					kern(kc, ap, lda, 1, &pk[0], offNR, &c[ci], ldc, 1, betaEff, allColumns)
+				} else {
+					kern(kc, ap, lda, 1, &pk[0], offNR, &tile[0], offNR, 1, 0, allColumns)
+					mergeTile(tile[:], offNR, mrEff, cols, 1, betaEff, c[ci:], ldc)
+				}
+				ir += mrEff
+			}
+		}
+	}
 }

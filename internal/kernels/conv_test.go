@@ -28,14 +28,15 @@ func closeTo(t *testing.T, what string, got, want []float32, k int) {
 }
 
 // TestSgemmOffsetB checks the B-offset product against the plain loop at
-// sizes with row and column edges, k past one block, and both betas; the
-// C columns beyond n must stay untouched.
+// sizes with row edges (7 and 8 rows go as 4+3 and 4+4), column edges, k
+// past one and two blocks, and both betas; the C columns beyond n (the
+// row padding of ldc) are checked untouched too.
 func TestSgemmOffsetB(t *testing.T) {
 	if !ImplicitConv() {
 		t.Skip("no implicit-GEMM kernels on this CPU")
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, sz := range [][3]int{{1, 1, 1}, {6, 16, 4}, {7, 17, 9}, {64, 622, 288}, {32, 676, 576}, {150, 35, 300}, {5, 3, 513}} {
+	for _, sz := range [][3]int{{1, 1, 1}, {6, 16, 4}, {7, 17, 9}, {8, 33, 321}, {14, 16, 640}, {64, 622, 288}, {32, 676, 576}, {150, 35, 300}, {5, 3, 513}} {
 		m, n, k := sz[0], sz[1], sz[2]
 		for _, beta := range []float32{0, 1} {
 			lda, ldc := k+3, n+5
@@ -62,30 +63,6 @@ func TestSgemmOffsetB(t *testing.T) {
 	}
 }
 
-// TestSgemmOffsetBBits checks that with B's rows at one stride the
-// product has Sgemm's bits: the implicit convolution's forward pass is
-// then that of im2col.
-func TestSgemmOffsetBBits(t *testing.T) {
-	if !ImplicitConv() {
-		t.Skip("no implicit-GEMM kernels on this CPU")
-	}
-	rng := rand.New(rand.NewPCG(3, 4))
-	m, n, k := 64, 100, 288
-	a, b := uniformSlice(rng, m*k), uniformSlice(rng, k*n+OffsetBSlack)
-	offs := make([]int, k)
-	for p := range offs {
-		offs[p] = p * n
-	}
-	want, got := make([]float32, m*n), make([]float32, m*n)
-	SgemmSerial(false, false, m, n, k, 1, a, k, b, n, 0, want, n)
-	SgemmOffsetB(m, n, k, a, k, b, NewRowOffsets(offs), 0, got, n)
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("element %d = %v, Sgemm gives %v", i, got[i], want[i])
-		}
-	}
-}
-
 // TestSgemmOffsetA checks the A-offset product C = A·Bᵀ + beta·C against
 // the plain loop.
 func TestSgemmOffsetA(t *testing.T) {
@@ -93,7 +70,7 @@ func TestSgemmOffsetA(t *testing.T) {
 		t.Skip("no implicit-GEMM kernels on this CPU")
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
-	for _, sz := range [][3]int{{1, 1, 1}, {6, 16, 4}, {7, 17, 9}, {288, 64, 622}, {9, 32, 700}, {150, 35, 300}} {
+	for _, sz := range [][3]int{{1, 1, 1}, {6, 16, 4}, {7, 17, 9}, {8, 31, 321}, {13, 16, 33}, {288, 64, 622}, {9, 32, 700}, {150, 35, 300}} {
 		m, n, k := sz[0], sz[1], sz[2]
 		for _, beta := range []float32{0, 1} {
 			ldb, ldc := k+2, n+3
@@ -164,6 +141,42 @@ func TestRowsBias(t *testing.T) {
 			if dst[i] != want[i] {
 				t.Fatalf("cols %d: element %d = %v, want %v", cols, i, dst[i], want[i])
 			}
+		}
+	}
+}
+
+// TestSgemmOffsetBGrid checks the grid product against the plain loop:
+// segments of 16 to 26 columns every 16 to 30, panels inside one
+// segment and across two, n not a multiple of the segment.
+func TestSgemmOffsetBGrid(t *testing.T) {
+	if !ImplicitConv() {
+		t.Skip("no implicit-GEMM kernels on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, sz := range [][5]int{{64, 576, 288, 24, 26}, {32, 676, 9, 26, 28}, {7, 50, 20, 16, 16}, {13, 61, 300, 17, 30}, {8, 1, 5, 20, 23}} {
+		m, n, k, seg, stride := sz[0], sz[1], sz[2], sz[3], sz[4]
+		for _, beta := range []float32{0, 1} {
+			lda, ldc := k+1, n+2
+			a := uniformSlice(rng, m*lda)
+			span := (n-1)/seg*stride + seg + 16
+			b := uniformSlice(rng, 3*k+span)
+			offs := make([]int, k)
+			for p := range offs {
+				offs[p] = rng.IntN(len(b) - span + 1)
+			}
+			c := uniformSlice(rng, m*ldc)
+			want := append([]float32(nil), c...)
+			for i := 0; i < m; i++ {
+				for j := 0; j < n; j++ {
+					var s float64
+					for p := 0; p < k; p++ {
+						s += float64(a[i*lda+p]) * float64(b[offs[p]+j/seg*stride+j%seg])
+					}
+					want[i*ldc+j] = float32(s) + beta*want[i*ldc+j]
+				}
+			}
+			SgemmOffsetBGrid(m, n, k, a, lda, b, NewRowOffsets(offs), seg, stride, beta, c, ldc)
+			closeTo(t, "SgemmOffsetBGrid", c, want, k)
 		}
 	}
 }

@@ -1612,18 +1612,165 @@ func reluMaskKernels(w *asm) {
 	}
 }
 
-// convKernels emits the implicit-GEMM convolution micro-kernels (see
-// conv.go): AVX2 6×16 tiles, and every smaller row count for the edges,
-// whose A or B rows sit at arbitrary offsets instead of one stride.
+// convKernels emits the implicit-GEMM convolution kernels (see conv.go):
+// AVX2 6×16 tiles, and every smaller row count for the edges, whose A rows
+// sit at arbitrary offsets; the gathering of B panels from row offsets;
+// the strided copy with bias.
 func convKernels(w *asm) {
 	for mr := 6; mr >= 1; mr-- {
-		gemmKernelOffsets(w, mr, false)
-	}
-	for mr := 6; mr >= 1; mr-- {
-		gemmKernelOffsets(w, mr, true)
+		gemmKernelAOffsets(w, mr)
 	}
 	packOffsetRowsKernel(w)
+	packOffsetRows2Kernel(w)
 	rowsBiasKernel(w)
+}
+
+// packOffsetRows2Kernel emits packOffsetRows2AVX2(dst, p1, p2 *float32,
+// boff *int, k int, mask *int32): packOffsetRows16AVX2 where lane l of
+// each row comes from p1 if mask[l] ≥ 0, else from p2 (both boff[p]
+// bytes on): a B panel whose 16 columns run from the end of one image
+// row into the start of the next.
+func packOffsetRows2Kernel(w *asm) {
+	const name = "packOffsetRows2AVX2"
+	w.f("")
+	w.f("// func %s(dst, p1, p2 *float32, boff *int, k int, mask *int32)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+	w.f("\tMOVQ dst+0(FP), DI")
+	w.f("\tMOVQ p1+8(FP), SI")
+	w.f("\tMOVQ p2+16(FP), DX")
+	w.f("\tMOVQ boff+24(FP), BX")
+	w.f("\tMOVQ k+32(FP), CX")
+	w.f("\tMOVQ mask+40(FP), AX")
+	w.f("\tVMOVUPS (AX), Y4")
+	w.f("\tVMOVUPS 32(AX), Y5")
+	w.f("\tTESTQ CX, CX")
+	w.f("\tJZ %s_done", name)
+	w.f("%s_loop:", name)
+	w.f("\tMOVQ (BX), AX")
+	w.f("\tVMOVUPS (SI)(AX*1), Y0")
+	w.f("\tVMOVUPS 32(SI)(AX*1), Y1")
+	w.f("\tVMOVUPS (DX)(AX*1), Y2")
+	w.f("\tVMOVUPS 32(DX)(AX*1), Y3")
+	w.f("\tVBLENDVPS Y4, Y2, Y0, Y0")
+	w.f("\tVBLENDVPS Y5, Y3, Y1, Y1")
+	w.f("\tVMOVUPS Y0, (DI)")
+	w.f("\tVMOVUPS Y1, 32(DI)")
+	w.f("\tADDQ $8, BX")
+	w.f("\tADDQ $64, DI")
+	w.f("\tDECQ CX")
+	w.f("\tJNZ %s_loop", name)
+	w.f("\tVZEROUPPER")
+	w.f("%s_done:", name)
+	w.f("\tRET")
+}
+
+// gemmKernelAOffsets emits sgemmKernel{mr}x16AOffAVX2, gemmKernel's AVX2
+// mr×16 tile with A's rows listed as byte offsets:
+//
+//	c[i*ldc+j] = alpha·Σ_p a[aoff[i]/4+p]·b[p*bRow+j] + beta·c[i*ldc+j]
+//
+// (A's mr rows anywhere, each contiguous along k: an image's rows shifted
+// by a kernel tap). A beta of ±0 does not read C.
+func gemmKernelAOffsets(w *asm, mr int) {
+	const nv, bBase = 2, 12
+	name := fmt.Sprintf("sgemmKernel%dx16AOffAVX2", mr)
+	acc := func(i, v int) string { return fmt.Sprintf("Y%d", i*nv+v) }
+	bv := func(v int) string { return fmt.Sprintf("Y%d", bBase+v) }
+	bc0, bc1 := "Y14", "Y15"
+	// One register per row's offset.
+	offRegs := [...]string{"R8", "R9", "R10", "R11", "R12", "DI"}
+	w.f("")
+	w.f("// func %s(k int, a *float32, aoff *int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-64", name)
+	w.f("\tMOVQ k+0(FP), CX")
+	w.f("\tMOVQ a+8(FP), AX")
+	w.f("\tMOVQ aoff+16(FP), BX")
+	for i := 0; i < mr; i++ {
+		w.f("\tMOVQ %d(BX), %s", 8*i, offRegs[i])
+	}
+	w.f("\tMOVQ b+24(FP), BX")
+	w.f("\tMOVQ bRow+32(FP), R13")
+	w.f("\tSHLQ $2, R13")
+	w.f("\tMOVQ c+40(FP), DX")
+	w.f("\tMOVQ ldc+48(FP), SI")
+	w.f("\tSHLQ $2, SI")
+	for i := 0; i < mr*nv; i++ {
+		w.f("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
+	}
+	// Prefetch the C tile: it is written at the end and usually cold.
+	w.f("\tMOVQ DX, R14")
+	for i := 0; i < mr; i++ {
+		w.f("\tPREFETCHT0 (R14)")
+		w.f("\tPREFETCHT0 60(R14)")
+		if i < mr-1 {
+			w.f("\tADDQ SI, R14")
+		}
+	}
+	step := func() {
+		for v := 0; v < nv; v++ {
+			w.f("\tVMOVUPS %d(BX), %s", 32*v, bv(v))
+		}
+		for i := 0; i < mr; i++ {
+			bc := bc0
+			if i%2 == 1 {
+				bc = bc1
+			}
+			w.f("\tVBROADCASTSS (AX)(%s*1), %s", offRegs[i], bc)
+			for v := 0; v < nv; v++ {
+				w.f("\tVFMADD231PS %s, %s, %s", bv(v), bc, acc(i, v))
+			}
+		}
+		w.f("\tADDQ $4, AX")
+		w.f("\tADDQ R13, BX")
+	}
+	w.f("\tMOVQ CX, R14")
+	w.f("\tSHRQ $2, R14")
+	w.f("\tJZ %s_tail", name)
+	w.f("%s_loop4:", name)
+	for u := 0; u < 4; u++ {
+		step()
+	}
+	w.f("\tDECQ R14")
+	w.f("\tJNZ %s_loop4", name)
+	w.f("%s_tail:", name)
+	w.f("\tANDQ $3, CX")
+	w.f("\tJZ %s_store", name)
+	w.f("%s_loop1:", name)
+	step()
+	w.f("\tDECQ CX")
+	w.f("\tJNZ %s_loop1", name)
+	w.f("%s_store:", name)
+	w.f("\tVBROADCASTSS alpha+56(FP), %s", bc0)
+	for i := 0; i < mr*nv; i++ {
+		w.f("\tVMULPS %s, Y%d, Y%d", bc0, i, i)
+	}
+	// beta == ±0 must not read C: test the bits without the sign.
+	w.f("\tMOVL beta+60(FP), R9")
+	w.f("\tSHLL $1, R9")
+	w.f("\tJZ %s_beta0", name)
+	w.f("\tVBROADCASTSS beta+60(FP), %s", bc1)
+	for i := 0; i < mr; i++ {
+		for v := 0; v < nv; v++ {
+			w.f("\tVFMADD231PS %d(DX), %s, %s", 32*v, bc1, acc(i, v))
+			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), 32*v)
+		}
+		if i < mr-1 {
+			w.f("\tADDQ SI, DX")
+		}
+	}
+	w.f("\tVZEROUPPER")
+	w.f("\tRET")
+	w.f("%s_beta0:", name)
+	for i := 0; i < mr; i++ {
+		for v := 0; v < nv; v++ {
+			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), 32*v)
+		}
+		if i < mr-1 {
+			w.f("\tADDQ SI, DX")
+		}
+	}
+	w.f("\tVZEROUPPER")
+	w.f("\tRET")
 }
 
 // packOffsetRowsKernel emits packOffsetRows16AVX2(dst, b *float32, boff
