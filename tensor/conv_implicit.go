@@ -19,13 +19,15 @@ import "github.com/gotrain/gotrain/internal/kernels"
 //   - weight gradient: dWᵀ[ckk, og] += X(taps) · G'ᵀ, where G' is the
 //     output gradient on the same wp-wide columns, zero in the dropped
 //     ones (kernels.SgemmOffsetA);
-//   - input gradient: the transposed convolution dX[cg, hp·wp] = W'[cg,
-//     og·kh·kw] · G'(taps), G' read at the taps' negated offsets with zero
-//     margins around it, so no col2im pass and no clearing of dX.
+//   - input gradient: the column gradient W'ᵀ[(i, j, c), og] · G' on the
+//     wp-wide columns, each row added as it is stored into the (padded)
+//     input gradient at its tap's offset (kernels.SgemmAddOffsetC): col2im
+//     without the column matrix; the dropped columns add G's zeros.
 //
-// The forward pass has im2col's bits (same products, same order); the
-// gradients differ from im2col's in rounding only (their sums run in
-// another order).
+// Results differ from the im2col path's in rounding only: the forward
+// sums run in the same order but in other k blocks (one of 288 steps, not
+// 256 and 32), the gradients' in another order. The fused and unfused ops
+// take the same path, so they still agree bit for bit.
 
 // implicitConv switches the implicit-GEMM path on where it applies; the
 // tests turn it off to compare with the im2col path.
@@ -46,18 +48,14 @@ func (g convGeom) implicit(minItems int) bool {
 
 // tapGeom is the layout of the implicit products of one convolution.
 type tapGeom struct {
-	hp, wp int // padded plane
-	cols   int // columns n' = (oh−1)·wp + ow of the forward product
-	margin int // the largest tap offset within a plane, (kh−1)·dh·wp + (kw−1)·dw
-	gLen   int // one output channel's row of G': margin, hp·wp, slack
-	taps   kernels.RowOffsets
+	hp, wp int                // padded plane
+	cols   int                // columns n' = (oh−1)·wp + ow of the implicit products
+	taps   kernels.RowOffsets // row (c, i, j): c·hp·wp + i·dh·wp + j·dw
 }
 
 func (g convGeom) tapGeom() tapGeom {
 	t := tapGeom{hp: g.h + 2*g.ph, wp: g.w + 2*g.pw}
 	t.cols = (g.oh-1)*t.wp + g.ow
-	t.margin = (g.kh-1)*g.dh*t.wp + (g.kw-1)*g.dw
-	t.gLen = t.margin + t.hp*t.wp + kernels.OffsetBSlack + 1
 	offs := make([]int, 0, g.ckk())
 	for ci := range g.cg() {
 		for i := range g.kh {
@@ -171,30 +169,35 @@ func conv2dForwardImplicit(g convGeom, minItems int, xd, wd []float32, b *Tensor
 	})
 }
 
-// flippedWeights returns, for the input gradient's products, each
-// group's weights as [cg, og·kh·kw]: W'[c, (o, i, j)] = W[o, c, i, j].
-func (g convGeom) flippedWeights(wd []float32) []float32 {
+// tapWeights returns each group's weights as [(i, j, c), og], the A of
+// the input gradient's product: row (i, j, c) holds W[·, c, i, j]. The
+// rows go tap by tap, so that a tile's rows fall on different channels'
+// planes, which do not overlap.
+func (g convGeom) tapWeights(wd []float32) []float32 {
 	cg, og, kk := g.cg(), g.og(), g.kh*g.kw
-	wt := getBuf(g.groups * cg * og * kk)
+	wt := getBuf(g.groups * kk * cg * og)
 	for grp := range g.groups {
+		dst := wt[grp*kk*cg*og:]
 		for o := range og {
 			for c := range cg {
 				src := wd[((grp*og+o)*cg+c)*kk:][:kk]
-				copy(wt[(grp*cg+c)*og*kk+o*kk:][:kk], src)
+				for t, v := range src {
+					dst[(t*cg+c)*og+o] = v
+				}
 			}
 		}
 	}
 	return wt
 }
 
-// gradTaps is the offset table of the input gradient's product: row (o,
-// i, j) reads output channel o's row of G' at the tap's offset negated.
-func (g convGeom) gradTaps(t tapGeom) kernels.RowOffsets {
-	offs := make([]int, 0, g.og()*g.kh*g.kw)
-	for o := range g.og() {
-		for i := range g.kh {
-			for j := range g.kw {
-				offs = append(offs, o*t.gLen+t.margin-(i*g.dh*t.wp+j*g.dw))
+// colTaps is the offset table of the input gradient's rows (i, j, c) in
+// the padded planes, in tapWeights' order.
+func (g convGeom) colTaps(t tapGeom) kernels.RowOffsets {
+	offs := make([]int, 0, g.ckk())
+	for i := range g.kh {
+		for j := range g.kw {
+			for c := range g.cg() {
+				offs = append(offs, c*t.hp*t.wp+i*g.dh*t.wp+j*g.dw)
 			}
 		}
 	}
@@ -219,11 +222,11 @@ func conv2dBackwardImplicit(g convGeom, minItems int, x, w, b *Tensor, xd, wd []
 	}
 	t := g.tapGeom()
 	var wt []float32
-	var gtaps kernels.RowOffsets
+	var ctaps kernels.RowOffsets
 	if needX {
-		wt = g.flippedWeights(wd)
+		wt = g.tapWeights(wd)
 		defer putBuf(wt)
-		gtaps = g.gradTaps(t)
+		ctaps = g.colTaps(t)
 	}
 	padded := g.ph > 0 || g.pw > 0
 	workers := min(kernels.NumThreads(), g.n)
@@ -232,7 +235,7 @@ func conv2dBackwardImplicit(g convGeom, minItems int, x, w, b *Tensor, xd, wd []
 	used := parallelFor(g.n, minItems, func(worker, lo, hi int) {
 		// G' for every output channel: zero but where an output pixel's
 		// gradient goes, so a buffer cleared once serves every image.
-		gp := zeroedBuf(g.o * t.gLen)
+		gp := zeroedBuf(g.o * t.cols)
 		var src, dxp, gbuf, rbuf []float32
 		if needW {
 			src = zeroedBuf(t.srcLen(g))
@@ -263,32 +266,28 @@ func conv2dBackwardImplicit(g convGeom, minItems int, x, w, b *Tensor, xd, wd []
 			}
 			gi = cast.into(rbuf, gi)
 			for oc := range g.o {
-				row := gp[oc*t.gLen+t.margin:]
-				for y := range g.oh {
-					copy(row[y*t.wp:][:g.ow], gi[oc*p+y*g.ow:])
-				}
+				kernels.CopyRows(false, gp[oc*t.cols:], t.wp, gi[oc*p:], g.ow, g.oh, g.ow)
 			}
 			for grp := range g.groups {
-				gg := gp[grp*og*t.gLen:]
+				gg := gp[grp*og*t.cols:]
 				if needW {
 					xs := t.source(g, xd, i, grp, 0, src)
-					kernels.SgemmOffsetA(ckk, og, t.cols, xs, t.taps, gg[t.margin:], t.gLen, 1, dw[grp*og:], g.o)
+					kernels.SgemmOffsetA(ckk, og, t.cols, xs, t.taps, gg, t.cols, 1, dw[grp*og:], g.o)
 				}
 				if !needX {
 					continue
 				}
 				dxi := g.group(gx, i, grp)
-				wg := wt[grp*cg*og*g.kh*g.kw:]
-				kk := og * g.kh * g.kw
+				wg := wt[grp*ckk*og:]
 				if !padded {
-					beta := float32(1)
 					if freshX {
-						beta = 0
+						clear(dxi)
 					}
-					kernels.SgemmOffsetB(cg, g.h*g.w, kk, wg, kk, gg, gtaps, beta, dxi, g.h*g.w)
+					kernels.SgemmAddOffsetC(ckk, t.cols, og, wg, og, gg, t.cols, dxi, ctaps)
 					continue
 				}
-				kernels.SgemmOffsetB(cg, t.hp*t.wp, kk, wg, kk, gg, gtaps, 0, dxp, t.hp*t.wp)
+				clear(dxp)
+				kernels.SgemmAddOffsetC(ckk, t.cols, og, wg, og, gg, t.cols, dxp, ctaps)
 				for c := range cg {
 					for y := range g.h {
 						s := dxp[(c*t.hp+y+g.ph)*t.wp+g.pw:][:g.w]

@@ -14,11 +14,17 @@ import "fmt"
 // micro-panel (bRow 16).
 type aOffKernel func(k int, a *float32, aoff *int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)
 
+// cOffKernel adds an mr×16 tile of A·B into C, row i of C starting
+// coff[i] bytes after c; A is read in place along k (row stride aRow), B
+// is a packed micro-panel.
+type cOffKernel func(k int, a *float32, aRow int, b *float32, c *float32, coff *int)
+
 // offsetGemm is the implicit-GEMM implementation: 6×16 tiles (and their
 // row edges) and the SGEMM's kernels and k blocking.
 type offsetGemm struct {
 	mc     int // rows of A per block, as the SGEMM's
 	aOff   [7]aOffKernel
+	cOff   [7]cOffKernel
 	packBT func(dst, scratch, b []float32, ldb, p0, kc, j0, cols, nr int)
 	// rowKern[r] is the SGEMM's kernel for r rows.
 	rowKern [7]microKernel
@@ -320,6 +326,53 @@ func SgemmOffsetBGrid(m, n, k int, a []float32, lda int, b []float32, rows RowOf
 				} else {
 					kern(kc, ap, lda, 1, &pk[0], offNR, &tile[0], offNR, 1, 0, allColumns)
 					mergeTile(tile[:], offNR, mrEff, cols, 1, betaEff, c[ci:], ldc)
+				}
+				ir += mrEff
+			}
+		}
+	}
+}
+
+// SgemmAddOffsetC adds A·B into C on one goroutine, where A is m×k
+// row-major (row stride lda), B is k×n row-major (row stride ldb) and row
+// i of C is c[rows[i] : rows[i]+n]. Rows of C may overlap (a column
+// gradient's rows folded back into one image): they are added in turn.
+// It panics if ImplicitConv is false.
+func SgemmAddOffsetC(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, rows RowOffsets) {
+	og := offGemm
+	if og == nil {
+		panic("kernels: SgemmAddOffsetC: no implicit-GEMM kernels on this CPU (see ImplicitConv)")
+	}
+	if m <= 0 || n <= 0 || k <= 0 {
+		return
+	}
+	if rows.Len() < m || lda < k || len(a) < (m-1)*lda+k || ldb < n || len(b) < (k-1)*ldb+n || rows.max+n > len(c) {
+		panic(fmt.Sprintf("kernels: SgemmAddOffsetC: operands too short for %d×%d×%d", m, n, k))
+	}
+	ws := getWorkspace()
+	defer putWorkspace(ws)
+	kcMax := blockK(k)
+	ws.b = grow(ws.b, kcMax*offNR)
+	pk := ws.b
+	var tile [offMR * offNR]float32
+	for pc := 0; pc < k; pc += kcMax {
+		kc := min(kcMax, k-pc)
+		for jr := 0; jr < n; jr += offNR {
+			cols := min(offNR, n-jr)
+			packBNoTrans(pk, b, ldb, pc, kc, jr, cols, offNR)
+			for ir := 0; ir < m; {
+				mrEff := tileRows(m - ir)
+				ap := &a[ir*lda+pc]
+				if cols == offNR {
+					og.cOff[mrEff](kc, ap, lda, &pk[0], &c[jr], &rows.bytes[ir])
+				} else {
+					og.rowKern[mrEff](kc, ap, lda, 1, &pk[0], offNR, &tile[0], offNR, 1, 0, allColumns)
+					for i := range mrEff {
+						dst := c[rows.bytes[ir+i]/4+jr:][:cols]
+						for j := range dst {
+							dst[j] += tile[i*offNR+j]
+						}
+					}
 				}
 				ir += mrEff
 			}

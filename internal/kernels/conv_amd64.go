@@ -23,6 +23,24 @@ func sgemmKernel2x16AOffAVX2(k int, a *float32, aoff *int, b *float32, bRow int,
 func sgemmKernel1x16AOffAVX2(k int, a *float32, aoff *int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)
 
 //go:noescape
+func sgemmKernel6x16COffAVX2(k int, a *float32, aRow int, b *float32, c *float32, coff *int)
+
+//go:noescape
+func sgemmKernel5x16COffAVX2(k int, a *float32, aRow int, b *float32, c *float32, coff *int)
+
+//go:noescape
+func sgemmKernel4x16COffAVX2(k int, a *float32, aRow int, b *float32, c *float32, coff *int)
+
+//go:noescape
+func sgemmKernel3x16COffAVX2(k int, a *float32, aRow int, b *float32, c *float32, coff *int)
+
+//go:noescape
+func sgemmKernel2x16COffAVX2(k int, a *float32, aRow int, b *float32, c *float32, coff *int)
+
+//go:noescape
+func sgemmKernel1x16COffAVX2(k int, a *float32, aRow int, b *float32, c *float32, coff *int)
+
+//go:noescape
 func packOffsetRows16AVX2(dst, b *float32, boff *int, k int)
 
 //go:noescape
@@ -45,6 +63,8 @@ func init() {
 	}
 	copy(offGemm.rowKern[:], avx2Gemm.kernels)
 	offGemm.packRows = packOffsetRows16AVX2
+	offGemm.cOff = [...]cOffKernel{nil, sgemmKernel1x16COffAVX2, sgemmKernel2x16COffAVX2, sgemmKernel3x16COffAVX2,
+		sgemmKernel4x16COffAVX2, sgemmKernel5x16COffAVX2, sgemmKernel6x16COffAVX2}
 	offGemm.packRows2 = packOffsetRows2AVX2
 	offGemm.rowsBias = rowsBiasAVX2
 }

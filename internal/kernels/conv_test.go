@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -178,5 +179,110 @@ func TestSgemmOffsetBGrid(t *testing.T) {
 			SgemmOffsetBGrid(m, n, k, a, lda, b, NewRowOffsets(offs), seg, stride, beta, c, ldc)
 			closeTo(t, "SgemmOffsetBGrid", c, want, k)
 		}
+	}
+}
+
+// BenchmarkConvProducts times the implicit products of the CNN's second
+// convolution (one 32×26×26 image, 64 3×3 filters) against Sgemm on the
+// equivalent im2col shapes, alternately: `go test -run XXX -bench
+// ConvProducts ./internal/kernels`. GFLOP/s counts the useful work.
+func BenchmarkConvProducts(b *testing.B) {
+	if !ImplicitConv() {
+		b.Skip("no implicit-GEMM kernels on this CPU")
+	}
+	defer SetNumThreads(SetNumThreads(1))
+	const c, h, w, o, kh = 32, 26, 26, 64, 3
+	const oh, ow, ckk, p = h - kh + 1, w - kh + 1, c * kh * kh, (h - kh + 1) * (w - kh + 1)
+	rng := rand.New(rand.NewPCG(11, 12))
+	img := uniformSlice(rng, c*h*w+OffsetBSlack)
+	wt := uniformSlice(rng, o*ckk)
+	col := uniformSlice(rng, ckk*p)
+	g := uniformSlice(rng, o*p)
+	out := make([]float32, o*p)
+	dcol := make([]float32, ckk*p)
+	dw := make([]float32, ckk*o)
+	offs := make([]int, 0, ckk)
+	for ci := range c {
+		for i := range kh {
+			for j := range kh {
+				offs = append(offs, ci*h*w+i*w+j)
+			}
+		}
+	}
+	taps := NewRowOffsets(offs)
+	cols := (oh-1)*w + ow
+	gp := uniformSlice(rng, o*cols)
+	// The input gradient: the column gradient [(i, j, c), o]·G' added
+	// into the image at each row's tap.
+	ctapOffs := make([]int, 0, ckk)
+	for i := range kh {
+		for j := range kh {
+			for ci := range c {
+				ctapOffs = append(ctapOffs, ci*h*w+i*w+j)
+			}
+		}
+	}
+	ctaps := NewRowOffsets(ctapOffs)
+	dx := make([]float32, c*h*w)
+	flops := float64(2 * o * ckk * p)
+	cases := []struct {
+		name string
+		f    func()
+	}{
+		{"forward/im2col-sgemm", func() { SgemmSerial(false, false, o, p, ckk, 1, wt, ckk, col, p, 0, out, p) }},
+		{"forward/implicit", func() { SgemmOffsetBGrid(o, p, ckk, wt, ckk, img, taps, ow, w, 0, out, p) }},
+		{"weightgrad/im2col-sgemm", func() { SgemmSerial(false, true, ckk, o, p, 1, col, p, g, p, 1, dw, o) }},
+		{"weightgrad/implicit", func() { SgemmOffsetA(ckk, o, cols, img, taps, gp, cols, 1, dw, o) }},
+		{"inputgrad/im2col-sgemm(col2im not included)", func() { SgemmSerial(true, false, ckk, p, o, 1, wt, ckk, g, p, 0, dcol, p) }},
+		{"inputgrad/implicit", func() { SgemmAddOffsetC(ckk, cols, o, wt, o, gp, cols, dx, ctaps) }},
+	}
+	for round := range 3 {
+		for _, cs := range cases {
+			b.Run(fmt.Sprintf("%s/%d", cs.name, round), func(b *testing.B) {
+				for b.Loop() {
+					cs.f()
+				}
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
+
+// TestSgemmAddOffsetC checks the C-offset product against the plain loop,
+// with overlapping C rows (added in turn), row and column edges and k
+// past one block.
+func TestSgemmAddOffsetC(t *testing.T) {
+	if !ImplicitConv() {
+		t.Skip("no implicit-GEMM kernels on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, sz := range [][3]int{{1, 1, 1}, {6, 16, 4}, {7, 17, 9}, {8, 40, 64}, {288, 622, 64}, {13, 33, 321}} {
+		m, n, k := sz[0], sz[1], sz[2]
+		lda, ldb := k+1, n+3
+		a, b := uniformSlice(rng, m*lda), uniformSlice(rng, k*ldb)
+		c := uniformSlice(rng, 2*n+m)
+		offs := make([]int, m)
+		for i := range offs {
+			offs[i] = rng.IntN(len(c) - n + 1)
+		}
+		want := make([]float64, len(c))
+		for i, v := range c {
+			want[i] = float64(v)
+		}
+		for i := 0; i < m; i++ {
+			for j := 0; j < n; j++ {
+				var s float64
+				for p := 0; p < k; p++ {
+					s += float64(a[i*lda+p]) * float64(b[p*ldb+j])
+				}
+				want[offs[i]+j] += s
+			}
+		}
+		SgemmAddOffsetC(m, n, k, a, lda, b, ldb, c, NewRowOffsets(offs))
+		w32 := make([]float32, len(want))
+		for i, v := range want {
+			w32[i] = float32(v)
+		}
+		closeTo(t, "SgemmAddOffsetC", c, w32, k+m)
 	}
 }

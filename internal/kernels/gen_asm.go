@@ -1613,12 +1613,15 @@ func reluMaskKernels(w *asm) {
 }
 
 // convKernels emits the implicit-GEMM convolution kernels (see conv.go):
-// AVX2 6×16 tiles, and every smaller row count for the edges, whose A rows
-// sit at arbitrary offsets; the gathering of B panels from row offsets;
-// the strided copy with bias.
+// AVX2 6×16 tiles, and every smaller row count for the edges, whose A or
+// C rows sit at arbitrary offsets; the gathering of B panels from row
+// offsets; the strided copy with bias.
 func convKernels(w *asm) {
 	for mr := 6; mr >= 1; mr-- {
 		gemmKernelAOffsets(w, mr)
+	}
+	for mr := 6; mr >= 1; mr-- {
+		gemmKernelCOffsets(w, mr)
 	}
 	packOffsetRowsKernel(w)
 	packOffsetRows2Kernel(w)
@@ -1767,6 +1770,81 @@ func gemmKernelAOffsets(w *asm, mr int) {
 		}
 		if i < mr-1 {
 			w.f("\tADDQ SI, DX")
+		}
+	}
+	w.f("\tVZEROUPPER")
+	w.f("\tRET")
+}
+
+// gemmKernelCOffsets emits sgemmKernel{mr}x16COffAVX2, gemmKernel's AVX2
+// mr×16 tile adding into C rows listed as byte offsets:
+//
+//	c[coff[i]/4+j] += Σ_p a[i*aRow+p]·b[p*16+j]
+//
+// (A read in place along k, B a packed micro-panel; C's rows an image's
+// rows shifted by a kernel tap, so the column gradient is folded back as
+// it is stored: col2im without the column matrix).
+func gemmKernelCOffsets(w *asm, mr int) {
+	const nv, bBase = 2, 12
+	name := fmt.Sprintf("sgemmKernel%dx16COffAVX2", mr)
+	acc := func(i, v int) string { return fmt.Sprintf("Y%d", i*nv+v) }
+	bv := func(v int) string { return fmt.Sprintf("Y%d", bBase+v) }
+	bc0, bc1 := "Y14", "Y15"
+	aAddr := [...]string{"(AX)", "(AX)(R8*1)", "(AX)(R8*2)", "(AX)(R9*1)", "(AX)(R8*4)", "(AX)(R10*1)"}
+	w.f("")
+	w.f("// func %s(k int, a *float32, aRow int, b *float32, c *float32, coff *int)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+	w.f("\tMOVQ k+0(FP), CX")
+	w.f("\tMOVQ a+8(FP), AX")
+	w.f("\tMOVQ aRow+16(FP), R8")
+	w.f("\tSHLQ $2, R8")
+	w.f("\tLEAQ (R8)(R8*2), R9")
+	w.f("\tLEAQ (R8)(R8*4), R10")
+	w.f("\tMOVQ b+24(FP), BX")
+	w.f("\tMOVQ c+32(FP), DX")
+	w.f("\tMOVQ coff+40(FP), SI")
+	for i := 0; i < mr*nv; i++ {
+		w.f("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
+	}
+	step := func() {
+		for v := 0; v < nv; v++ {
+			w.f("\tVMOVUPS %d(BX), %s", 32*v, bv(v))
+		}
+		for i := 0; i < mr; i++ {
+			bc := bc0
+			if i%2 == 1 {
+				bc = bc1
+			}
+			w.f("\tVBROADCASTSS %s, %s", aAddr[i], bc)
+			for v := 0; v < nv; v++ {
+				w.f("\tVFMADD231PS %s, %s, %s", bv(v), bc, acc(i, v))
+			}
+		}
+		w.f("\tADDQ $4, AX")
+		w.f("\tADDQ $64, BX")
+	}
+	w.f("\tMOVQ CX, R14")
+	w.f("\tSHRQ $2, R14")
+	w.f("\tJZ %s_tail", name)
+	w.f("%s_loop4:", name)
+	for u := 0; u < 4; u++ {
+		step()
+	}
+	w.f("\tDECQ R14")
+	w.f("\tJNZ %s_loop4", name)
+	w.f("%s_tail:", name)
+	w.f("\tANDQ $3, CX")
+	w.f("\tJZ %s_store", name)
+	w.f("%s_loop1:", name)
+	step()
+	w.f("\tDECQ CX")
+	w.f("\tJNZ %s_loop1", name)
+	w.f("%s_store:", name)
+	for i := 0; i < mr; i++ {
+		w.f("\tMOVQ %d(SI), R11", 8*i)
+		for v := 0; v < nv; v++ {
+			w.f("\tVADDPS %d(DX)(R11*1), %s, %s", 32*v, acc(i, v), acc(i, v))
+			w.f("\tVMOVUPS %s, %d(DX)(R11*1)", acc(i, v), 32*v)
 		}
 	}
 	w.f("\tVZEROUPPER")
