@@ -8,21 +8,22 @@ import "github.com/gotrain/gotrain/internal/kernels"
 // channel ci and tap (i, j) is the plane data from ci·hp·wp + i·dh·wp +
 // j·dw on, if output pixel (y, x) is counted as column y·wp + x: each
 // output row then has wp − ow columns more than it needs, computed and
-// dropped. The ~8% more multiply-adds (3×3 kernel on 26 or 28 columns)
-// cost less than writing and reading the im2col matrix, and than
-// folding the column gradient back with col2im:
+// dropped where the products cannot skip them. The ~8% more
+// multiply-adds there (3×3 kernel on 26 or 28 columns) cost less than
+// writing and reading the im2col matrix:
 //
 //   - forward: Y[og, n'] = W[og, ckk] · X(taps), then the wanted columns
 //     are copied out with the bias (kernels.SgemmOffsetB); output rows of
 //     16 pixels or more are gathered without the dropped columns instead,
 //     straight into the output (kernels.SgemmOffsetBGrid);
-//   - weight gradient: dWᵀ[ckk, og] += X(taps) · G'ᵀ, where G' is the
-//     output gradient on the same wp-wide columns, zero in the dropped
-//     ones (kernels.SgemmOffsetA);
+//   - weight gradient: dWᵀ[ckk, og] += X(taps) · Gᵀ, the taps' rows
+//     read an output row's pixels at a time, skipping the dropped columns
+//     (kernels.SgemmAddOffsetASegments);
 //   - input gradient: the column gradient W'ᵀ[(i, j, c), og] · G' on the
-//     wp-wide columns, each row added as it is stored into the (padded)
-//     input gradient at its tap's offset (kernels.SgemmAddOffsetC): col2im
-//     without the column matrix; the dropped columns add G's zeros.
+//     wp-wide columns (G' the output gradient there, zero in the dropped
+//     ones), each row added as it is stored into the (padded) input
+//     gradient at its tap's offset (kernels.SgemmAddOffsetC): col2im
+//     without the column matrix; the dropped columns add zeros.
 //
 // Results differ from the im2col path's in rounding only: the forward
 // sums run in the same order but in other k blocks (one of 288 steps, not
@@ -272,7 +273,7 @@ func conv2dBackwardImplicit(g convGeom, minItems int, x, w, b *Tensor, xd, wd []
 				gg := gp[grp*og*t.cols:]
 				if needW {
 					xs := t.source(g, xd, i, grp, 0, src)
-					kernels.SgemmOffsetA(ckk, og, t.cols, xs, t.taps, gg, t.cols, 1, dw[grp*og:], g.o)
+					kernels.SgemmAddOffsetASegments(ckk, og, g.oh, g.ow, t.wp, xs, t.taps, gi[grp*og*p:], p, dw[grp*og:], g.o)
 				}
 				if !needX {
 					continue

@@ -6,13 +6,15 @@ import "fmt"
 // rows shifted by each kernel tap, given as a table of offsets, so the
 // im2col matrix is never written. SgemmOffsetB gathers each 16-column B
 // panel from the table into an L1 buffer and runs the AVX2 SGEMM's own
-// kernels on it; SgemmOffsetA reads A's rows in place through
-// sgemmKernel*x16AOffAVX2 (gemmKernelAOffsets in gen_asm.go).
+// kernels on it (SgemmOffsetBGrid also skipping columns);
+// SgemmAddOffsetASegments reads A's rows in place, and SgemmAddOffsetC
+// adds into C's rows in place, through kernels of their own
+// (gemmKernelASegments and gemmKernelCOffsets in gen_asm.go).
 
-// aOffKernel computes an mr×16 tile of C = alpha·A·B + beta·C, row i of A
-// starting aoff[i] bytes after a and contiguous along k; B is a packed
-// micro-panel (bRow 16).
-type aOffKernel func(k int, a *float32, aoff *int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)
+// aSegKernel adds an mr×16 tile of A·B into C (row stride ldc): row i of
+// A starts aoff[i] bytes after a and runs in segs segments of seg floats,
+// skip floats apart; B is a packed micro-panel of segs·seg steps.
+type aSegKernel func(segs, seg, skip int, a *float32, aoff *int, b *float32, c *float32, ldc int)
 
 // cOffKernel adds an mr×16 tile of A·B into C, row i of C starting
 // coff[i] bytes after c; A is read in place along k (row stride aRow), B
@@ -23,8 +25,8 @@ type cOffKernel func(k int, a *float32, aRow int, b *float32, c *float32, coff *
 // row edges) and the SGEMM's kernels and k blocking.
 type offsetGemm struct {
 	mc     int // rows of A per block, as the SGEMM's
-	aOff   [7]aOffKernel
 	cOff   [7]cOffKernel
+	aSeg   [7]aSegKernel
 	packBT func(dst, scratch, b []float32, ldb, p0, kc, j0, cols, nr int)
 	// rowKern[r] is the SGEMM's kernel for r rows.
 	rowKern [7]microKernel
@@ -65,8 +67,9 @@ func NewRowOffsets(elems []int) RowOffsets {
 // Len is the number of rows.
 func (t RowOffsets) Len() int { return len(t.bytes) }
 
-// ImplicitConv reports whether SgemmOffsetB and SgemmOffsetA run on this
-// CPU (amd64 with AVX2 and FMA whose SGEMM is the AVX2 one).
+// ImplicitConv reports whether the implicit-GEMM products (SgemmOffsetB
+// and the others) run on this CPU (amd64 with AVX2 and FMA whose SGEMM
+// is the AVX2 one).
 func ImplicitConv() bool { return offGemm != nil }
 
 // OffsetBSlack is how many elements past the last one a product needs
@@ -99,66 +102,6 @@ func SgemmOffsetB(m, n, k int, a []float32, lda int, b []float32, rows RowOffset
 		panic(fmt.Sprintf("kernels: SgemmOffsetB: a B row at %d (+%d columns read) outside %d elements", rows.max, width, len(b)))
 	}
 	og.offsetBPacked(m, n, k, a, lda, b, rows, beta, c, ldc)
-}
-
-// SgemmOffsetA computes C = A·Bᵀ + beta·C on one goroutine, where row i
-// of the m×k matrix A is a[rows[i] : rows[i]+k], B is n×k row-major (row
-// stride ldb) and C is m×n (row stride ldc). It panics if ImplicitConv is
-// false.
-func SgemmOffsetA(m, n, k int, a []float32, rows RowOffsets, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	og := offGemm
-	if og == nil {
-		panic("kernels: SgemmOffsetA: no implicit-GEMM kernels on this CPU (see ImplicitConv)")
-	}
-	if m <= 0 || n <= 0 {
-		return
-	}
-	if k <= 0 {
-		scaleC(m, n, beta, c, ldc)
-		return
-	}
-	if rows.Len() < m || ldb < k || len(b) < (n-1)*ldb+k || ldc < n || len(c) < (m-1)*ldc+n {
-		panic(fmt.Sprintf("kernels: SgemmOffsetA: operands too short for %d×%d×%d", m, n, k))
-	}
-	if rows.max+k > len(a) {
-		panic(fmt.Sprintf("kernels: SgemmOffsetA: an A row at %d (+%d) outside %d elements", rows.max, k, len(a)))
-	}
-	offs := rows.bytes
-	ws := getWorkspace()
-	defer putWorkspace(ws)
-	kcMax := blockK(k)
-	ws.b = grow(ws.b, kcMax*roundUp(n, offNR))
-	ws.scratch = grow(ws.scratch, 16*kcMax)
-	var tile [offMR * offNR]float32
-	for pc := 0; pc < k; pc += kcMax {
-		kc := min(kcMax, k-pc)
-		betaEff := beta
-		if pc > 0 {
-			betaEff = 1
-		}
-		for jr := 0; jr < n; jr += offNR {
-			og.packBT(ws.b[jr*kc:(jr+offNR)*kc], ws.scratch, b, ldb, pc, kc, jr, min(offNR, n-jr), offNR)
-		}
-		for ic := 0; ic < m; ic += og.mc {
-			mc := min(og.mc, m-ic)
-			for jr := 0; jr < n; jr += offNR {
-				cols := min(offNR, n-jr)
-				bp := &ws.b[jr*kc]
-				for ir := 0; ir < mc; {
-					mrEff := tileRows(mc - ir)
-					kern := og.aOff[mrEff]
-					ci := (ic+ir)*ldc + jr
-					if cols == offNR {
-						kern(kc, &a[pc], &offs[ic+ir], bp, offNR, &c[ci], ldc, 1, betaEff)
-					} else {
-						kern(kc, &a[pc], &offs[ic+ir], bp, offNR, &tile[0], offNR, 1, 0)
-						mergeTile(tile[:], offNR, mrEff, cols, 1, betaEff, c[ci:], ldc)
-					}
-					ir += mrEff
-				}
-			}
-		}
-	}
 }
 
 // blockK is the k block of the implicit products: at most 320 steps (a
@@ -375,6 +318,66 @@ func SgemmAddOffsetC(m, n, k int, a []float32, lda int, b []float32, ldb int, c 
 					}
 				}
 				ir += mrEff
+			}
+		}
+	}
+}
+
+// SgemmAddOffsetASegments adds A·Bᵀ into C on one goroutine, where A is
+// m×k with k = segs·seg: row i's step q is a[rows[i] + (q/seg)·stride +
+// q%seg] (a convolution's output pixels, row by row, on input rows of
+// stride ≥ seg), B is n×k row-major (row stride ldb) and C is m×n (row
+// stride ldc). It panics if ImplicitConv is false.
+func SgemmAddOffsetASegments(m, n, segs, seg, stride int, a []float32, rows RowOffsets, b []float32, ldb int, c []float32, ldc int) {
+	og := offGemm
+	if og == nil {
+		panic("kernels: SgemmAddOffsetASegments: no implicit-GEMM kernels on this CPU (see ImplicitConv)")
+	}
+	k := segs * seg
+	if m <= 0 || n <= 0 || k <= 0 {
+		return
+	}
+	if seg < 1 || stride < seg {
+		panic(fmt.Sprintf("kernels: SgemmAddOffsetASegments: segments of %d every %d", seg, stride))
+	}
+	if rows.Len() < m || ldb < k || len(b) < (n-1)*ldb+k || ldc < n || len(c) < (m-1)*ldc+n ||
+		rows.max+(segs-1)*stride+seg > len(a) {
+		panic(fmt.Sprintf("kernels: SgemmAddOffsetASegments: operands too short for %d×%d×%d", m, n, k))
+	}
+	// Blocks of whole segments, at most about 320 steps.
+	perBlock := max(1, 320/seg)
+	blocks := (segs + perBlock - 1) / perBlock
+	perBlock = (segs + blocks - 1) / blocks
+	ws := getWorkspace()
+	defer putWorkspace(ws)
+	kcMax := perBlock * seg
+	ws.b = grow(ws.b, kcMax*roundUp(n, offNR))
+	ws.scratch = grow(ws.scratch, 16*kcMax)
+	var tile [offMR * offNR]float32
+	for s0 := 0; s0 < segs; s0 += perBlock {
+		ns := min(perBlock, segs-s0)
+		pc, kc := s0*seg, ns*seg
+		for jr := 0; jr < n; jr += offNR {
+			og.packBT(ws.b[jr*kc:(jr+offNR)*kc], ws.scratch, b, ldb, pc, kc, jr, min(offNR, n-jr), offNR)
+		}
+		ap := &a[s0*stride]
+		for ic := 0; ic < m; ic += og.mc {
+			mc := min(og.mc, m-ic)
+			for jr := 0; jr < n; jr += offNR {
+				cols := min(offNR, n-jr)
+				bp := &ws.b[jr*kc]
+				for ir := 0; ir < mc; {
+					mrEff := tileRows(mc - ir)
+					ci := (ic+ir)*ldc + jr
+					if cols == offNR {
+						og.aSeg[mrEff](ns, seg, stride-seg, ap, &rows.bytes[ic+ir], bp, &c[ci], ldc)
+					} else {
+						clear(tile[:])
+						og.aSeg[mrEff](ns, seg, stride-seg, ap, &rows.bytes[ic+ir], bp, &tile[0], offNR)
+						mergeTile(tile[:], offNR, mrEff, cols, 1, 1, c[ci:], ldc)
+					}
+					ir += mrEff
+				}
 			}
 		}
 	}

@@ -64,40 +64,6 @@ func TestSgemmOffsetB(t *testing.T) {
 	}
 }
 
-// TestSgemmOffsetA checks the A-offset product C = A·Bᵀ + beta·C against
-// the plain loop.
-func TestSgemmOffsetA(t *testing.T) {
-	if !ImplicitConv() {
-		t.Skip("no implicit-GEMM kernels on this CPU")
-	}
-	rng := rand.New(rand.NewPCG(5, 6))
-	for _, sz := range [][3]int{{1, 1, 1}, {6, 16, 4}, {7, 17, 9}, {8, 31, 321}, {13, 16, 33}, {288, 64, 622}, {9, 32, 700}, {150, 35, 300}} {
-		m, n, k := sz[0], sz[1], sz[2]
-		for _, beta := range []float32{0, 1} {
-			ldb, ldc := k+2, n+3
-			a := uniformSlice(rng, 3*m+k+5)
-			offs := make([]int, m)
-			for i := range offs {
-				offs[i] = rng.IntN(len(a) - k + 1)
-			}
-			b := uniformSlice(rng, n*ldb)
-			c := uniformSlice(rng, m*ldc)
-			want := append([]float32(nil), c...)
-			for i := 0; i < m; i++ {
-				for j := 0; j < n; j++ {
-					var s float64
-					for p := 0; p < k; p++ {
-						s += float64(a[offs[i]+p]) * float64(b[j*ldb+p])
-					}
-					want[i*ldc+j] = float32(s) + beta*want[i*ldc+j]
-				}
-			}
-			SgemmOffsetA(m, n, k, a, NewRowOffsets(offs), b, ldb, beta, c, ldc)
-			closeTo(t, "SgemmOffsetA", c, want, k)
-		}
-	}
-}
-
 // TestSgemmOffsetBounds checks that operands too short for the product
 // are refused before any kernel reads them.
 func TestSgemmOffsetBounds(t *testing.T) {
@@ -118,7 +84,10 @@ func TestSgemmOffsetBounds(t *testing.T) {
 		SgemmOffsetB(4, 20, 8, a, 8, make([]float32, 20+8), NewRowOffsets([]int{0, 1, 2, 3, 4, 5, 6, 8}), 0, c, 20)
 	})
 	mustPanic("A row past the end", func() {
-		SgemmOffsetA(4, 20, 8, a, NewRowOffsets([]int{0, 1, 2, 25}), make([]float32, 20*8), 8, 0, c, 20)
+		SgemmAddOffsetASegments(4, 20, 2, 4, 5, a, NewRowOffsets([]int{0, 1, 2, 25}), make([]float32, 20*8), 8, c, 20)
+	})
+	mustPanic("C row past the end", func() {
+		SgemmAddOffsetC(4, 20, 8, a, 8, make([]float32, 8*20), 20, c, NewRowOffsets([]int{0, 1, 2, 61}))
 	})
 	mustPanic("negative offset", func() { NewRowOffsets([]int{-1}) })
 }
@@ -232,7 +201,7 @@ func BenchmarkConvProducts(b *testing.B) {
 		{"forward/im2col-sgemm", func() { SgemmSerial(false, false, o, p, ckk, 1, wt, ckk, col, p, 0, out, p) }},
 		{"forward/implicit", func() { SgemmOffsetBGrid(o, p, ckk, wt, ckk, img, taps, ow, w, 0, out, p) }},
 		{"weightgrad/im2col-sgemm", func() { SgemmSerial(false, true, ckk, o, p, 1, col, p, g, p, 1, dw, o) }},
-		{"weightgrad/implicit", func() { SgemmOffsetA(ckk, o, cols, img, taps, gp, cols, 1, dw, o) }},
+		{"weightgrad/implicit", func() { SgemmAddOffsetASegments(ckk, o, oh, ow, w, img, taps, g, p, dw, o) }},
 		{"inputgrad/im2col-sgemm(col2im not included)", func() { SgemmSerial(true, false, ckk, p, o, 1, wt, ckk, g, p, 0, dcol, p) }},
 		{"inputgrad/implicit", func() { SgemmAddOffsetC(ckk, cols, o, wt, o, gp, cols, dx, ctaps) }},
 	}
@@ -284,5 +253,39 @@ func TestSgemmAddOffsetC(t *testing.T) {
 			w32[i] = float32(v)
 		}
 		closeTo(t, "SgemmAddOffsetC", c, w32, k+m)
+	}
+}
+
+// TestSgemmAddOffsetASegments checks the segmented A-offset product
+// against the plain loop: segments shorter and longer than a k block,
+// row and column edges.
+func TestSgemmAddOffsetASegments(t *testing.T) {
+	if !ImplicitConv() {
+		t.Skip("no implicit-GEMM kernels on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(15, 16))
+	for _, sz := range [][5]int{{1, 1, 1, 1, 1}, {288, 64, 24, 24, 26}, {9, 32, 26, 26, 28}, {7, 17, 5, 3, 7}, {13, 40, 3, 330, 331}, {8, 16, 40, 9, 9}} {
+		m, n, segs, seg, stride := sz[0], sz[1], sz[2], sz[3], sz[4]
+		k := segs * seg
+		ldb, ldc := k+1, n+2
+		a := uniformSlice(rng, 2*m+(segs-1)*stride+seg)
+		offs := make([]int, m)
+		for i := range offs {
+			offs[i] = rng.IntN(len(a) - (segs-1)*stride - seg + 1)
+		}
+		b := uniformSlice(rng, n*ldb)
+		c := uniformSlice(rng, m*ldc)
+		want := append([]float32(nil), c...)
+		for i := 0; i < m; i++ {
+			for j := 0; j < n; j++ {
+				var s float64
+				for q := 0; q < k; q++ {
+					s += float64(a[offs[i]+q/seg*stride+q%seg]) * float64(b[j*ldb+q])
+				}
+				want[i*ldc+j] += float32(s)
+			}
+		}
+		SgemmAddOffsetASegments(m, n, segs, seg, stride, a, NewRowOffsets(offs), b, ldb, c, ldc)
+		closeTo(t, "SgemmAddOffsetASegments", c, want, k)
 	}
 }

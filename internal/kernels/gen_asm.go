@@ -1613,12 +1613,12 @@ func reluMaskKernels(w *asm) {
 }
 
 // convKernels emits the implicit-GEMM convolution kernels (see conv.go):
-// AVX2 6×16 tiles, and every smaller row count for the edges, whose A or
-// C rows sit at arbitrary offsets; the gathering of B panels from row
+// AVX2 6×16 tiles, and every smaller row count for the edges, whose A
+// rows (in segments) or C rows sit at arbitrary offsets; the gathering of B panels from row
 // offsets; the strided copy with bias.
 func convKernels(w *asm) {
 	for mr := 6; mr >= 1; mr-- {
-		gemmKernelAOffsets(w, mr)
+		gemmKernelASegments(w, mr)
 	}
 	for mr := 6; mr >= 1; mr-- {
 		gemmKernelCOffsets(w, mr)
@@ -1667,47 +1667,33 @@ func packOffsetRows2Kernel(w *asm) {
 	w.f("\tRET")
 }
 
-// gemmKernelAOffsets emits sgemmKernel{mr}x16AOffAVX2, gemmKernel's AVX2
-// mr×16 tile with A's rows listed as byte offsets:
+// gemmKernelASegments emits sgemmKernel{mr}x16ASegAVX2, the A-offset
+// tile whose k steps run in segs segments of seg, A's rows skipping skip
+// floats between segments (an output row's pixels, then the next input
+// row), B a packed micro-panel:
 //
-//	c[i*ldc+j] = alpha·Σ_p a[aoff[i]/4+p]·b[p*bRow+j] + beta·c[i*ldc+j]
-//
-// (A's mr rows anywhere, each contiguous along k: an image's rows shifted
-// by a kernel tap). A beta of ±0 does not read C.
-func gemmKernelAOffsets(w *asm, mr int) {
+//	c[i*ldc+j] += Σ_s Σ_{x<seg} a[aoff[i]/4 + s·(seg+skip) + x]·b[(s·seg+x)*16+j]
+func gemmKernelASegments(w *asm, mr int) {
 	const nv, bBase = 2, 12
-	name := fmt.Sprintf("sgemmKernel%dx16AOffAVX2", mr)
+	name := fmt.Sprintf("sgemmKernel%dx16ASegAVX2", mr)
 	acc := func(i, v int) string { return fmt.Sprintf("Y%d", i*nv+v) }
 	bv := func(v int) string { return fmt.Sprintf("Y%d", bBase+v) }
 	bc0, bc1 := "Y14", "Y15"
-	// One register per row's offset.
 	offRegs := [...]string{"R8", "R9", "R10", "R11", "R12", "DI"}
 	w.f("")
-	w.f("// func %s(k int, a *float32, aoff *int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)", name)
+	w.f("// func %s(segs, seg, skip int, a *float32, aoff *int, b *float32, c *float32, ldc int)", name)
 	w.f("TEXT ·%s(SB), NOSPLIT, $0-64", name)
-	w.f("\tMOVQ k+0(FP), CX")
-	w.f("\tMOVQ a+8(FP), AX")
-	w.f("\tMOVQ aoff+16(FP), BX")
+	w.f("\tMOVQ segs+0(FP), R13")
+	w.f("\tMOVQ skip+16(FP), SI")
+	w.f("\tSHLQ $2, SI")
+	w.f("\tMOVQ a+24(FP), AX")
+	w.f("\tMOVQ aoff+32(FP), BX")
 	for i := 0; i < mr; i++ {
 		w.f("\tMOVQ %d(BX), %s", 8*i, offRegs[i])
 	}
-	w.f("\tMOVQ b+24(FP), BX")
-	w.f("\tMOVQ bRow+32(FP), R13")
-	w.f("\tSHLQ $2, R13")
-	w.f("\tMOVQ c+40(FP), DX")
-	w.f("\tMOVQ ldc+48(FP), SI")
-	w.f("\tSHLQ $2, SI")
+	w.f("\tMOVQ b+40(FP), BX")
 	for i := 0; i < mr*nv; i++ {
 		w.f("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
-	}
-	// Prefetch the C tile: it is written at the end and usually cold.
-	w.f("\tMOVQ DX, R14")
-	for i := 0; i < mr; i++ {
-		w.f("\tPREFETCHT0 (R14)")
-		w.f("\tPREFETCHT0 60(R14)")
-		if i < mr-1 {
-			w.f("\tADDQ SI, R14")
-		}
 	}
 	step := func() {
 		for v := 0; v < nv; v++ {
@@ -1724,8 +1710,12 @@ func gemmKernelAOffsets(w *asm, mr int) {
 			}
 		}
 		w.f("\tADDQ $4, AX")
-		w.f("\tADDQ R13, BX")
+		w.f("\tADDQ $64, BX")
 	}
+	w.f("\tTESTQ R13, R13")
+	w.f("\tJZ %s_store", name)
+	w.f("%s_seg:", name)
+	w.f("\tMOVQ seg+8(FP), CX")
 	w.f("\tMOVQ CX, R14")
 	w.f("\tSHRQ $2, R14")
 	w.f("\tJZ %s_tail", name)
@@ -1737,35 +1727,22 @@ func gemmKernelAOffsets(w *asm, mr int) {
 	w.f("\tJNZ %s_loop4", name)
 	w.f("%s_tail:", name)
 	w.f("\tANDQ $3, CX")
-	w.f("\tJZ %s_store", name)
+	w.f("\tJZ %s_next", name)
 	w.f("%s_loop1:", name)
 	step()
 	w.f("\tDECQ CX")
 	w.f("\tJNZ %s_loop1", name)
+	w.f("%s_next:", name)
+	w.f("\tADDQ SI, AX")
+	w.f("\tDECQ R13")
+	w.f("\tJNZ %s_seg", name)
 	w.f("%s_store:", name)
-	w.f("\tVBROADCASTSS alpha+56(FP), %s", bc0)
-	for i := 0; i < mr*nv; i++ {
-		w.f("\tVMULPS %s, Y%d, Y%d", bc0, i, i)
-	}
-	// beta == ±0 must not read C: test the bits without the sign.
-	w.f("\tMOVL beta+60(FP), R9")
-	w.f("\tSHLL $1, R9")
-	w.f("\tJZ %s_beta0", name)
-	w.f("\tVBROADCASTSS beta+60(FP), %s", bc1)
+	w.f("\tMOVQ c+48(FP), DX")
+	w.f("\tMOVQ ldc+56(FP), SI")
+	w.f("\tSHLQ $2, SI")
 	for i := 0; i < mr; i++ {
 		for v := 0; v < nv; v++ {
-			w.f("\tVFMADD231PS %d(DX), %s, %s", 32*v, bc1, acc(i, v))
-			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), 32*v)
-		}
-		if i < mr-1 {
-			w.f("\tADDQ SI, DX")
-		}
-	}
-	w.f("\tVZEROUPPER")
-	w.f("\tRET")
-	w.f("%s_beta0:", name)
-	for i := 0; i < mr; i++ {
-		for v := 0; v < nv; v++ {
+			w.f("\tVADDPS %d(DX), %s, %s", 32*v, acc(i, v), acc(i, v))
 			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), 32*v)
 		}
 		if i < mr-1 {
