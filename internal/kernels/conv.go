@@ -134,7 +134,10 @@ func (og *offsetGemm) offsetBPacked(m, n, k int, a []float32, lda int, b []float
 	kcMax := blockK(k)
 	ws.b = grow(ws.b, kcMax*offNR)
 	pk := ws.b
-	var tile [offMR * offNR]float32
+	// The edge tile lives in the workspace: a local array would escape
+	// (the kernels are called through func values) and be allocated.
+	ws.tile = grow(ws.tile, offMR*offNR)
+	tile := ws.tile
 	for pc := 0; pc < k; pc += kcMax {
 		kc := min(kcMax, k-pc)
 		betaEff := beta
@@ -153,7 +156,7 @@ func (og *offsetGemm) offsetBPacked(m, n, k int, a []float32, lda int, b []float
 					kern(kc, ap, lda, 1, &pk[0], offNR, &c[ci], ldc, 1, betaEff, allColumns)
 				} else {
 					kern(kc, ap, lda, 1, &pk[0], offNR, &tile[0], offNR, 1, 0, allColumns)
-					mergeTile(tile[:], offNR, mrEff, cols, 1, betaEff, c[ci:], ldc)
+					mergeTile(tile, offNR, mrEff, cols, 1, betaEff, c[ci:], ldc)
 				}
 				ir += mrEff
 			}
@@ -233,7 +236,10 @@ func SgemmOffsetBGrid(m, n, k int, a []float32, lda int, b []float32, rows RowOf
 	kcMax := blockK(k)
 	ws.b = grow(ws.b, kcMax*offNR)
 	pk := ws.b
-	var tile [offMR * offNR]float32
+	// The edge tile lives in the workspace: a local array would escape
+	// (the kernels are called through func values) and be allocated.
+	ws.tile = grow(ws.tile, offMR*offNR)
+	tile := ws.tile
 	var mask [offNR]int32
 	for pc := 0; pc < k; pc += kcMax {
 		kc := min(kcMax, k-pc)
@@ -268,7 +274,7 @@ func SgemmOffsetBGrid(m, n, k int, a []float32, lda int, b []float32, rows RowOf
 					kern(kc, ap, lda, 1, &pk[0], offNR, &c[ci], ldc, 1, betaEff, allColumns)
 				} else {
 					kern(kc, ap, lda, 1, &pk[0], offNR, &tile[0], offNR, 1, 0, allColumns)
-					mergeTile(tile[:], offNR, mrEff, cols, 1, betaEff, c[ci:], ldc)
+					mergeTile(tile, offNR, mrEff, cols, 1, betaEff, c[ci:], ldc)
 				}
 				ir += mrEff
 			}
@@ -297,7 +303,10 @@ func SgemmAddOffsetC(m, n, k int, a []float32, lda int, b []float32, ldb int, c 
 	kcMax := blockK(k)
 	ws.b = grow(ws.b, kcMax*offNR)
 	pk := ws.b
-	var tile [offMR * offNR]float32
+	// The edge tile lives in the workspace: a local array would escape
+	// (the kernels are called through func values) and be allocated.
+	ws.tile = grow(ws.tile, offMR*offNR)
+	tile := ws.tile
 	for pc := 0; pc < k; pc += kcMax {
 		kc := min(kcMax, k-pc)
 		for jr := 0; jr < n; jr += offNR {
@@ -353,7 +362,10 @@ func SgemmAddOffsetASegments(m, n, segs, seg, stride int, a []float32, rows RowO
 	kcMax := perBlock * seg
 	ws.b = grow(ws.b, kcMax*roundUp(n, offNR))
 	ws.scratch = grow(ws.scratch, 16*kcMax)
-	var tile [offMR * offNR]float32
+	// The edge tile lives in the workspace: a local array would escape
+	// (the kernels are called through func values) and be allocated.
+	ws.tile = grow(ws.tile, offMR*offNR)
+	tile := ws.tile
 	for s0 := 0; s0 < segs; s0 += perBlock {
 		ns := min(perBlock, segs-s0)
 		pc, kc := s0*seg, ns*seg
@@ -372,9 +384,9 @@ func SgemmAddOffsetASegments(m, n, segs, seg, stride int, a []float32, rows RowO
 					if cols == offNR {
 						og.aSeg[mrEff](ns, seg, stride-seg, ap, &rows.bytes[ic+ir], bp, &c[ci], ldc)
 					} else {
-						clear(tile[:])
+						clear(tile)
 						og.aSeg[mrEff](ns, seg, stride-seg, ap, &rows.bytes[ic+ir], bp, &tile[0], offNR)
-						mergeTile(tile[:], offNR, mrEff, cols, 1, 1, c[ci:], ldc)
+						mergeTile(tile, offNR, mrEff, cols, 1, 1, c[ci:], ldc)
 					}
 					ir += mrEff
 				}
