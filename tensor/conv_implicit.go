@@ -8,9 +8,10 @@ import "github.com/gotrain/gotrain/internal/kernels"
 // channel ci and tap (i, j) is the plane data from ci·hp·wp + i·dh·wp +
 // j·dw on, if output pixel (y, x) is counted as column y·wp + x: each
 // output row then has wp − ow columns more than it needs, computed and
-// dropped where the products cannot skip them. The ~8% more
-// multiply-adds there (3×3 kernel on 26 or 28 columns) cost less than
-// writing and reading the im2col matrix:
+// dropped where a product cannot skip them (the input gradient's, and
+// the forward one's for rows of fewer than 16 pixels). Those ~8% more
+// multiply-adds (a 3×3 kernel on 24 of 26 columns) cost less than writing
+// and reading the im2col matrix:
 //
 //   - forward: Y[og, n'] = W[og, ckk] · X(taps), then the wanted columns
 //     are copied out with the bias (kernels.SgemmOffsetB); output rows of
@@ -111,9 +112,15 @@ func conv2dForwardImplicit(g convGeom, minItems int, xd, wd []float32, b *Tensor
 	// product reads up to OffsetBSlack past it.
 	need := g.cg()*t.hp*t.wp + kernels.OffsetBSlack
 	parallelFor(g.n, minItems, func(_, lo, hi int) {
-		// raw holds one group's product on the wp-wide columns, src a
-		// padded (or, for the batch's last image, slack-extended) image.
-		raw, src := getBuf(og*t.cols), zeroedBuf(t.srcLen(g))
+		// src is a padded (or, for the batch's last image, slack-extended)
+		// image; raw, for narrow outputs, one group's product on the
+		// wp-wide columns.
+		grid := g.ow >= kernels.OffsetBGridMinSeg
+		src := zeroedBuf(t.srcLen(g))
+		var raw []float32
+		if !grid {
+			raw = getBuf(og * t.cols)
+		}
 		var ybuf []float32
 		if ep == epReLUPool {
 			ybuf = getBuf(g.o * p)
@@ -125,7 +132,7 @@ func conv2dForwardImplicit(g convGeom, minItems int, xd, wd []float32, b *Tensor
 			}
 			for grp := range g.groups {
 				x := t.source(g, xd, i, grp, need, src)
-				if g.ow >= 16 {
+				if grid {
 					// Output rows of at least a panel: the product skips
 					// the dropped columns and writes the output itself.
 					yg := yi[grp*og*p : (grp+1)*og*p]
@@ -162,10 +169,10 @@ func conv2dForwardImplicit(g convGeom, minItems int, xd, wd []float32, b *Tensor
 				kernels.MaxPool2x2(yi, out[i*outLen:(i+1)*outLen], arg[i*outLen:(i+1)*outLen], g.o, g.oh, g.ow)
 			}
 		}
-		putBuf(raw)
-		putBuf(src)
-		if ybuf != nil {
-			putBuf(ybuf)
+		for _, b := range [][]float32{raw, src, ybuf} {
+			if b != nil {
+				putBuf(b)
+			}
 		}
 	})
 }

@@ -195,9 +195,13 @@ func CopyRows(add bool, dst []float32, dstStride int, src []float32, srcStride i
 	copyRows(add, dst, dstStride, src, srcStride, rows, cols)
 }
 
+// OffsetBGridMinSeg is the shortest segment SgemmOffsetBGrid takes: a
+// 16-column panel then spans at most two segments.
+const OffsetBGridMinSeg = offNR
+
 // SgemmOffsetBGrid is SgemmOffsetB with B's columns on a grid: column q
-// of row p is b[rows[p] + (q/seg)·segStride + q%seg], seg ≥ 16 columns
-// out of every segStride (a convolution's output rows of ow pixels on
+// of row p is b[rows[p] + (q/seg)·segStride + q%seg], seg ≥
+// OffsetBGridMinSeg columns out of every segStride (a convolution's output rows of ow pixels on
 // input rows of wp). It reads up to 15 elements past each segment's last
 // wanted one, which b must hold after the last.
 func SgemmOffsetBGrid(m, n, k int, a []float32, lda int, b []float32, rows RowOffsets, seg, segStride int, beta float32, c []float32, ldc int) {
@@ -205,7 +209,7 @@ func SgemmOffsetBGrid(m, n, k int, a []float32, lda int, b []float32, rows RowOf
 	if og == nil {
 		panic("kernels: SgemmOffsetBGrid: no implicit-GEMM kernels on this CPU (see ImplicitConv)")
 	}
-	if seg < offNR || segStride < seg {
+	if seg < OffsetBGridMinSeg || segStride < seg {
 		panic(fmt.Sprintf("kernels: SgemmOffsetBGrid: segments of %d every %d (want 16 ≤ seg ≤ stride)", seg, segStride))
 	}
 	if m <= 0 || n <= 0 {
