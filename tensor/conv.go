@@ -328,7 +328,7 @@ func conv2dForward(g convGeom, xd, wd []float32, b *Tensor, ep convEpilogue, out
 	}
 	perImage := 2 * g.o * ckk * p
 	minItems := convMinFlops/max(perImage, 1) + 1
-	if g.implicit(minItems) {
+	if ckk >= implicitForwardMinK && g.implicit(minItems) {
 		conv2dForwardImplicit(g, minItems, xd, wd, b, ep, out, mask, arg)
 		return
 	}

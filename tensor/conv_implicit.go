@@ -35,6 +35,13 @@ import "github.com/gotrain/gotrain/internal/kernels"
 // tests turn it off to compare with the im2col path.
 var implicitConv = true
 
+// implicitForwardMinK is the shortest weight row (cg·kh·kw) whose forward
+// product runs as an implicit GEMM. Below it (the 1→32 first layer's 9)
+// the tiles' fixed cost outweighs the few multiply-adds each, and the
+// im2col matrix is small: the im2col forward measured faster there. The
+// backward runs implicit regardless. (A variable for the tests.)
+var implicitForwardMinK = 32
+
 // implicit reports whether g runs as an implicit GEMM when its images
 // are spread over goroutines with minItems each: stride 1, a kernel
 // larger than 1×1 (a 1×1 one needs no im2col anyway), the CPU's kernels
