@@ -311,11 +311,21 @@ func SgemmAddOffsetC(m, n, k int, a []float32, lda int, b []float32, ldb int, c 
 	// (the kernels are called through func values) and be allocated.
 	ws.tile = grow(ws.tile, offMR*offNR)
 	tile := ws.tile
+	// B's rows as byte offsets, so that whole panels are gathered by the
+	// packing kernel rather than a copy call per row.
+	brows := make([]int, k)
+	for p := range brows {
+		brows[p] = 4 * p * ldb
+	}
 	for pc := 0; pc < k; pc += kcMax {
 		kc := min(kcMax, k-pc)
 		for jr := 0; jr < n; jr += offNR {
 			cols := min(offNR, n-jr)
-			packBNoTrans(pk, b, ldb, pc, kc, jr, cols, offNR)
+			if cols == offNR {
+				og.packRows(&pk[0], &b[jr], &brows[pc], kc)
+			} else {
+				packBNoTrans(pk, b, ldb, pc, kc, jr, cols, offNR)
+			}
 			for ir := 0; ir < m; {
 				mrEff := tileRows(m - ir)
 				ap := &a[ir*lda+pc]
