@@ -120,7 +120,9 @@ const convMinFlops = 1 << 20
 // OH = (H + 2·padding[0] − KH)/stride[0] + 1 and likewise OW. Each image is
 // unrolled with im2col, a block of output rows at a time, and multiplied by
 // the weight matrix [O, C·KH·KW]; images are spread over goroutines when
-// the batch is large enough.
+// the batch is large enough. On AVX2 CPUs without AVX-512, stride-1
+// convolutions run as implicit GEMMs instead, reading the image in place
+// (the same results up to float rounding; see conv_implicit.go).
 //
 // post lists operations applied to the output in the same op (see
 // PostOp): none, PostReLU, or PostReLU then PostMaxPool2x2. The result,
@@ -328,6 +330,10 @@ func conv2dForward(g convGeom, xd, wd []float32, b *Tensor, ep convEpilogue, out
 	}
 	perImage := 2 * g.o * ckk * p
 	minItems := convMinFlops/max(perImage, 1) + 1
+	if ckk >= implicitForwardMinK && g.implicit(minItems) {
+		conv2dForwardImplicit(g, minItems, xd, wd, b, ep, out, mask, arg)
+		return
+	}
 	g = g.withGemm(minItems)
 	parallelFor(g.n, minItems, func(_, lo, hi int) {
 		// One block of an image's columns at a time (see blockRows), in a
@@ -424,6 +430,10 @@ func (g convGeom) outputGrad(ep convEpilogue, grad, out []float32, mask []byte, 
 // gradient, a sum).
 func conv2dBackward(g convGeom, x, w, b *Tensor, xd, wd []float32, cast *bf16Cast, gradOf func(i int, buf []float32) []float32, bufLen int) {
 	ckk, p := g.ckk(), g.plane()
+	if minItems := convMinFlops/max(4*g.o*ckk*p, 1) + 1; g.implicit(minItems) {
+		conv2dBackwardImplicit(g, minItems, x, w, b, xd, wd, cast, gradOf, bufLen)
+		return
+	}
 	needX, needW, needB := x.needsGrad(), w.needsGrad(), b.needsGrad()
 	var gx, gw, gb []float32
 	// A fresh input gradient buffer is cleared an image at a time, just

@@ -179,6 +179,8 @@ func TestConv2dWithBadOptions(t *testing.T) {
 // ops in one block: the output bit for bit (every output's sum is the
 // same), the gradients up to summation order.
 func TestConv2dRowBlocks(t *testing.T) {
+	defer func(v bool) { implicitConv = v }(implicitConv)
+	implicitConv = false // blocks are the im2col path's
 	rng := NewRNG(64)
 	cases := append([]struct {
 		name string

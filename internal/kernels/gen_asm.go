@@ -55,6 +55,11 @@ func main() {
 	transposePack8(&g)
 	write("gemm_amd64.s", &g)
 
+	var cv asm
+	cv.header()
+	convKernels(&cv)
+	write("conv_amd64.s", &cv)
+
 	var v asm
 	v.header()
 	vecOps(&v)
@@ -1605,4 +1610,458 @@ func reluMaskKernels(w *asm) {
 		w.f("\tVZEROUPPER")
 		w.f("\tRET")
 	}
+}
+
+// convKernels emits the implicit-GEMM convolution kernels (see conv.go):
+// AVX2 6×16 tiles, and every smaller row count for the edges, whose A
+// rows (in segments) or C rows sit at arbitrary offsets; the gathering of B panels from row
+// offsets; the strided copy with bias.
+func convKernels(w *asm) {
+	for mr := 6; mr >= 1; mr-- {
+		gemmKernelASegments(w, mr)
+	}
+	for mr := 6; mr >= 1; mr-- {
+		gemmKernelCOffsets(w, mr)
+	}
+	packOffsetRowsKernel(w)
+	packOffsetRows2Kernel(w)
+	rowsBiasKernel(w)
+}
+
+// packOffsetRows2Kernel emits packOffsetRows2AVX2(dst, p1, p2 *float32,
+// boff *int, k int, mask *int32): packOffsetRows16AVX2 where lane l of
+// each row comes from p1 if mask[l] ≥ 0, else from p2 (both boff[p]
+// bytes on): a B panel whose 16 columns run from the end of one image
+// row into the start of the next.
+func packOffsetRows2Kernel(w *asm) {
+	const name = "packOffsetRows2AVX2"
+	w.f("")
+	w.f("// func %s(dst, p1, p2 *float32, boff *int, k int, mask *int32)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+	w.f("\tMOVQ dst+0(FP), DI")
+	w.f("\tMOVQ p1+8(FP), SI")
+	w.f("\tMOVQ p2+16(FP), DX")
+	w.f("\tMOVQ boff+24(FP), BX")
+	w.f("\tMOVQ k+32(FP), CX")
+	w.f("\tMOVQ mask+40(FP), AX")
+	w.f("\tVMOVUPS (AX), Y4")
+	w.f("\tVMOVUPS 32(AX), Y5")
+	w.f("\tTESTQ CX, CX")
+	w.f("\tJZ %s_done", name)
+	w.f("%s_loop:", name)
+	w.f("\tMOVQ (BX), AX")
+	w.f("\tVMOVUPS (SI)(AX*1), Y0")
+	w.f("\tVMOVUPS 32(SI)(AX*1), Y1")
+	w.f("\tVMOVUPS (DX)(AX*1), Y2")
+	w.f("\tVMOVUPS 32(DX)(AX*1), Y3")
+	w.f("\tVBLENDVPS Y4, Y2, Y0, Y0")
+	w.f("\tVBLENDVPS Y5, Y3, Y1, Y1")
+	w.f("\tVMOVUPS Y0, (DI)")
+	w.f("\tVMOVUPS Y1, 32(DI)")
+	w.f("\tADDQ $8, BX")
+	w.f("\tADDQ $64, DI")
+	w.f("\tDECQ CX")
+	w.f("\tJNZ %s_loop", name)
+	w.f("\tVZEROUPPER")
+	w.f("%s_done:", name)
+	w.f("\tRET")
+}
+
+// gemmKernelASegments emits sgemmKernel{mr}x16ASegAVX2, the A-offset
+// tile whose k steps run in segs segments of seg, A's rows skipping skip
+// floats between segments (an output row's pixels, then the next input
+// row), B a packed micro-panel:
+//
+//	c[i*ldc+j] += Σ_s Σ_{x<seg} a[aoff[i]/4 + s·(seg+skip) + x]·b[(s·seg+x)*16+j]
+func gemmKernelASegments(w *asm, mr int) {
+	const nv, bBase = 2, 12
+	name := fmt.Sprintf("sgemmKernel%dx16ASegAVX2", mr)
+	acc := func(i, v int) string { return fmt.Sprintf("Y%d", i*nv+v) }
+	bv := func(v int) string { return fmt.Sprintf("Y%d", bBase+v) }
+	bc0, bc1 := "Y14", "Y15"
+	offRegs := [...]string{"R8", "R9", "R10", "R11", "R12", "DI"}
+	w.f("")
+	w.f("// func %s(segs, seg, skip int, a *float32, aoff *int, b *float32, c *float32, ldc int)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-64", name)
+	w.f("\tMOVQ segs+0(FP), R13")
+	w.f("\tMOVQ skip+16(FP), SI")
+	w.f("\tSHLQ $2, SI")
+	w.f("\tMOVQ a+24(FP), AX")
+	w.f("\tMOVQ aoff+32(FP), BX")
+	for i := 0; i < mr; i++ {
+		w.f("\tMOVQ %d(BX), %s", 8*i, offRegs[i])
+	}
+	w.f("\tMOVQ b+40(FP), BX")
+	for i := 0; i < mr*nv; i++ {
+		w.f("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
+	}
+	step := func() {
+		for v := 0; v < nv; v++ {
+			w.f("\tVMOVUPS %d(BX), %s", 32*v, bv(v))
+		}
+		for i := 0; i < mr; i++ {
+			bc := bc0
+			if i%2 == 1 {
+				bc = bc1
+			}
+			w.f("\tVBROADCASTSS (AX)(%s*1), %s", offRegs[i], bc)
+			for v := 0; v < nv; v++ {
+				w.f("\tVFMADD231PS %s, %s, %s", bv(v), bc, acc(i, v))
+			}
+		}
+		w.f("\tADDQ $4, AX")
+		w.f("\tADDQ $64, BX")
+	}
+	w.f("\tTESTQ R13, R13")
+	w.f("\tJZ %s_store", name)
+	w.f("%s_seg:", name)
+	w.f("\tMOVQ seg+8(FP), CX")
+	w.f("\tMOVQ CX, R14")
+	w.f("\tSHRQ $2, R14")
+	w.f("\tJZ %s_tail", name)
+	w.f("%s_loop4:", name)
+	for u := 0; u < 4; u++ {
+		step()
+	}
+	w.f("\tDECQ R14")
+	w.f("\tJNZ %s_loop4", name)
+	w.f("%s_tail:", name)
+	w.f("\tANDQ $3, CX")
+	w.f("\tJZ %s_next", name)
+	w.f("%s_loop1:", name)
+	step()
+	w.f("\tDECQ CX")
+	w.f("\tJNZ %s_loop1", name)
+	w.f("%s_next:", name)
+	w.f("\tADDQ SI, AX")
+	w.f("\tDECQ R13")
+	w.f("\tJNZ %s_seg", name)
+	w.f("%s_store:", name)
+	w.f("\tMOVQ c+48(FP), DX")
+	w.f("\tMOVQ ldc+56(FP), SI")
+	w.f("\tSHLQ $2, SI")
+	for i := 0; i < mr; i++ {
+		for v := 0; v < nv; v++ {
+			w.f("\tVADDPS %d(DX), %s, %s", 32*v, acc(i, v), acc(i, v))
+			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), 32*v)
+		}
+		if i < mr-1 {
+			w.f("\tADDQ SI, DX")
+		}
+	}
+	w.f("\tVZEROUPPER")
+	w.f("\tRET")
+}
+
+// gemmKernelCOffsets emits sgemmKernel{mr}x16COffAVX2, gemmKernel's AVX2
+// mr×16 tile adding into C rows listed as byte offsets:
+//
+//	c[coff[i]/4+j] += Σ_p a[i*aRow+p]·b[p*16+j]
+//
+// (A read in place along k, B a packed micro-panel; C's rows an image's
+// rows shifted by a kernel tap, so the column gradient is folded back as
+// it is stored: col2im without the column matrix).
+func gemmKernelCOffsets(w *asm, mr int) {
+	const nv, bBase = 2, 12
+	name := fmt.Sprintf("sgemmKernel%dx16COffAVX2", mr)
+	acc := func(i, v int) string { return fmt.Sprintf("Y%d", i*nv+v) }
+	bv := func(v int) string { return fmt.Sprintf("Y%d", bBase+v) }
+	bc0, bc1 := "Y14", "Y15"
+	aAddr := [...]string{"(AX)", "(AX)(R8*1)", "(AX)(R8*2)", "(AX)(R9*1)", "(AX)(R8*4)", "(AX)(R10*1)"}
+	w.f("")
+	w.f("// func %s(k int, a *float32, aRow int, b *float32, c *float32, coff *int)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+	w.f("\tMOVQ k+0(FP), CX")
+	w.f("\tMOVQ a+8(FP), AX")
+	w.f("\tMOVQ aRow+16(FP), R8")
+	w.f("\tSHLQ $2, R8")
+	w.f("\tLEAQ (R8)(R8*2), R9")
+	w.f("\tLEAQ (R8)(R8*4), R10")
+	w.f("\tMOVQ b+24(FP), BX")
+	w.f("\tMOVQ c+32(FP), DX")
+	w.f("\tMOVQ coff+40(FP), SI")
+	for i := 0; i < mr*nv; i++ {
+		w.f("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
+	}
+	step := func() {
+		for v := 0; v < nv; v++ {
+			w.f("\tVMOVUPS %d(BX), %s", 32*v, bv(v))
+		}
+		for i := 0; i < mr; i++ {
+			bc := bc0
+			if i%2 == 1 {
+				bc = bc1
+			}
+			w.f("\tVBROADCASTSS %s, %s", aAddr[i], bc)
+			for v := 0; v < nv; v++ {
+				w.f("\tVFMADD231PS %s, %s, %s", bv(v), bc, acc(i, v))
+			}
+		}
+		w.f("\tADDQ $4, AX")
+		w.f("\tADDQ $64, BX")
+	}
+	w.f("\tMOVQ CX, R14")
+	w.f("\tSHRQ $2, R14")
+	w.f("\tJZ %s_tail", name)
+	w.f("%s_loop4:", name)
+	for u := 0; u < 4; u++ {
+		step()
+	}
+	w.f("\tDECQ R14")
+	w.f("\tJNZ %s_loop4", name)
+	w.f("%s_tail:", name)
+	w.f("\tANDQ $3, CX")
+	w.f("\tJZ %s_store", name)
+	w.f("%s_loop1:", name)
+	step()
+	w.f("\tDECQ CX")
+	w.f("\tJNZ %s_loop1", name)
+	w.f("%s_store:", name)
+	for i := 0; i < mr; i++ {
+		w.f("\tMOVQ %d(SI), R11", 8*i)
+		for v := 0; v < nv; v++ {
+			w.f("\tVADDPS %d(DX)(R11*1), %s, %s", 32*v, acc(i, v), acc(i, v))
+			w.f("\tVMOVUPS %s, %d(DX)(R11*1)", acc(i, v), 32*v)
+		}
+	}
+	w.f("\tVZEROUPPER")
+	w.f("\tRET")
+}
+
+// packOffsetRowsKernel emits packOffsetRows16AVX2(dst, b *float32, boff
+// *int, k int): for p < k, dst[16p : 16p+16] = the 16 floats boff[p]
+// bytes after b (a B micro-panel gathered from its rows' offsets).
+func packOffsetRowsKernel(w *asm) {
+	const name = "packOffsetRows16AVX2"
+	w.f("")
+	w.f("// func %s(dst, b *float32, boff *int, k int)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+	w.f("\tMOVQ dst+0(FP), DI")
+	w.f("\tMOVQ b+8(FP), SI")
+	w.f("\tMOVQ boff+16(FP), BX")
+	w.f("\tMOVQ k+24(FP), CX")
+	w.f("\tTESTQ CX, CX")
+	w.f("\tJZ %s_done", name)
+	w.f("%s_loop:", name)
+	w.f("\tMOVQ (BX), AX")
+	w.f("\tVMOVUPS (SI)(AX*1), Y0")
+	w.f("\tVMOVUPS 32(SI)(AX*1), Y1")
+	w.f("\tVMOVUPS Y0, (DI)")
+	w.f("\tVMOVUPS Y1, 32(DI)")
+	w.f("\tADDQ $8, BX")
+	w.f("\tADDQ $64, DI")
+	w.f("\tDECQ CX")
+	w.f("\tJNZ %s_loop", name)
+	w.f("\tVZEROUPPER")
+	w.f("%s_done:", name)
+	w.f("\tRET")
+}
+
+// rowsBiasKernel emits rowsBiasAVX2(dst *float32, dstStride int, src
+// *float32, srcStride int, rows, cols int, bias float32): like
+// rowsKernelAVX2's copy with bias added to every element (one rounding,
+// as Axpy(bias, ones, y) adds it).
+func rowsBiasKernel(w *asm) {
+	const name = "rowsBiasAVX2"
+	w.f("")
+	w.f("// func %s(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int, bias float32)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-52", name)
+	w.f("\tMOVQ dst+0(FP), DI")
+	w.f("\tMOVQ dstStride+8(FP), R12")
+	w.f("\tSHLQ $2, R12")
+	w.f("\tMOVQ src+16(FP), SI")
+	w.f("\tMOVQ srcStride+24(FP), R13")
+	w.f("\tSHLQ $2, R13")
+	w.f("\tMOVQ rows+32(FP), DX")
+	w.f("\tMOVQ cols+40(FP), BX")
+	w.f("\tVBROADCASTSS bias+48(FP), Y1")
+	w.f("\tTESTQ DX, DX")
+	w.f("\tJZ %s_done", name)
+	w.f("%s_row:", name)
+	w.f("\tMOVQ SI, R10")
+	w.f("\tMOVQ DI, R11")
+	w.f("\tMOVQ BX, R8")
+	w.f("%s_col:", name)
+	w.f("\tCMPQ R8, $8")
+	w.f("\tJL %s_tail", name)
+	w.f("\tVADDPS (R10), Y1, Y0")
+	w.f("\tVMOVUPS Y0, (R11)")
+	w.f("\tADDQ $32, R10")
+	w.f("\tADDQ $32, R11")
+	w.f("\tSUBQ $8, R8")
+	w.f("\tJMP %s_col", name)
+	w.f("%s_tail:", name)
+	w.f("\tTESTQ R8, R8")
+	w.f("\tJZ %s_next", name)
+	w.f("\tVADDSS (R10), X1, X0")
+	w.f("\tVMOVSS X0, (R11)")
+	w.f("\tADDQ $4, R10")
+	w.f("\tADDQ $4, R11")
+	w.f("\tDECQ R8")
+	w.f("\tJMP %s_tail", name)
+	w.f("%s_next:", name)
+	w.f("\tADDQ R13, SI")
+	w.f("\tADDQ R12, DI")
+	w.f("\tDECQ DX")
+	w.f("\tJNZ %s_row", name)
+	w.f("%s_done:", name)
+	w.f("\tVZEROUPPER")
+	w.f("\tRET")
+}
+
+// gemmKernelOffsets emits an AVX2 mr×16 kernel like gemmKernel's whose
+// operand rows are listed as byte offsets. With aOffsets false it is
+// sgemmKernel{mr}x16BOffAVX2:
+//
+//	c[i*ldc+j] = alpha·Σ_p a[i*aRow+p*aCol]·b[boff[p]/4+j] + beta·c[i*ldc+j]
+//
+// (B's k rows anywhere: an image's rows shifted by a kernel tap). With
+// aOffsets true it is sgemmKernel{mr}x16AOffAVX2:
+//
+//	c[i*ldc+j] = alpha·Σ_p a[aoff[i]/4+p]·b[p*bRow+j] + beta·c[i*ldc+j]
+//
+// (A's mr rows anywhere, each contiguous along k). A beta of ±0 does not
+// read C.
+func gemmKernelOffsets(w *asm, mr int, aOffsets bool) {
+	const nv, bBase = 2, 12
+	name := fmt.Sprintf("sgemmKernel%dx16BOffAVX2", mr)
+	if aOffsets {
+		name = fmt.Sprintf("sgemmKernel%dx16AOffAVX2", mr)
+	}
+	acc := func(i, v int) string { return fmt.Sprintf("Y%d", i*nv+v) }
+	bv := func(v int) string { return fmt.Sprintf("Y%d", bBase+v) }
+	bc0, bc1 := "Y14", "Y15"
+	// A's rows: strided (R8=aRow, R9=3·aRow, R10=5·aRow bytes) or, with
+	// offsets, one register each.
+	aAddr := [...]string{"(AX)", "(AX)(R8*1)", "(AX)(R8*2)", "(AX)(R9*1)", "(AX)(R8*4)", "(AX)(R10*1)"}
+	offRegs := [...]string{"R8", "R9", "R10", "R11", "R12", "DI"}
+	var alphaOff, betaOff int
+	w.f("")
+	if aOffsets {
+		w.f("// func %s(k int, a *float32, aoff *int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32)", name)
+		w.f("TEXT ·%s(SB), NOSPLIT, $0-64", name)
+		w.f("\tMOVQ k+0(FP), CX")
+		w.f("\tMOVQ a+8(FP), AX")
+		w.f("\tMOVQ aoff+16(FP), BX")
+		for i := 0; i < mr; i++ {
+			w.f("\tMOVQ %d(BX), %s", 8*i, offRegs[i])
+			aAddr[i] = fmt.Sprintf("(AX)(%s*1)", offRegs[i])
+		}
+		w.f("\tMOVQ b+24(FP), BX")
+		w.f("\tMOVQ bRow+32(FP), R13")
+		w.f("\tSHLQ $2, R13")
+		w.f("\tMOVQ c+40(FP), DX")
+		w.f("\tMOVQ ldc+48(FP), SI")
+		alphaOff, betaOff = 56, 60
+	} else {
+		w.f("// func %s(k int, a *float32, aRow, aCol int, b *float32, boff *int, c *float32, ldc int, alpha, beta float32)", name)
+		w.f("TEXT ·%s(SB), NOSPLIT, $0-72", name)
+		w.f("\tMOVQ k+0(FP), CX")
+		w.f("\tMOVQ a+8(FP), AX")
+		w.f("\tMOVQ aRow+16(FP), R8")
+		w.f("\tSHLQ $2, R8")
+		w.f("\tMOVQ aCol+24(FP), R11")
+		w.f("\tSHLQ $2, R11")
+		w.f("\tLEAQ (R8)(R8*2), R9")
+		w.f("\tLEAQ (R8)(R8*4), R10")
+		w.f("\tMOVQ b+32(FP), BX")
+		w.f("\tMOVQ boff+40(FP), R13")
+		w.f("\tMOVQ c+48(FP), DX")
+		w.f("\tMOVQ ldc+56(FP), SI")
+		alphaOff, betaOff = 64, 68
+	}
+	w.f("\tSHLQ $2, SI")
+	for i := 0; i < mr*nv; i++ {
+		w.f("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
+	}
+	// Prefetch the C tile: it is written at the end and usually cold.
+	cp := "R12"
+	if aOffsets {
+		cp = "R14" // R12 holds an A offset
+	}
+	w.f("\tMOVQ DX, %s", cp)
+	for i := 0; i < mr; i++ {
+		w.f("\tPREFETCHT0 (%s)", cp)
+		w.f("\tPREFETCHT0 60(%s)", cp)
+		if i < mr-1 {
+			w.f("\tADDQ SI, %s", cp)
+		}
+	}
+	step := func() {
+		if aOffsets {
+			for v := 0; v < nv; v++ {
+				w.f("\tVMOVUPS %d(BX), %s", 32*v, bv(v))
+			}
+		} else {
+			w.f("\tMOVQ (R13), R12")
+			for v := 0; v < nv; v++ {
+				w.f("\tVMOVUPS %d(BX)(R12*1), %s", 32*v, bv(v))
+			}
+		}
+		for i := 0; i < mr; i++ {
+			bc := bc0
+			if i%2 == 1 {
+				bc = bc1
+			}
+			w.f("\tVBROADCASTSS %s, %s", aAddr[i], bc)
+			for v := 0; v < nv; v++ {
+				w.f("\tVFMADD231PS %s, %s, %s", bv(v), bc, acc(i, v))
+			}
+		}
+		if aOffsets {
+			w.f("\tADDQ $4, AX")
+			w.f("\tADDQ R13, BX")
+		} else {
+			w.f("\tADDQ R11, AX")
+			w.f("\tADDQ $8, R13")
+		}
+	}
+	w.f("\tMOVQ CX, R14")
+	w.f("\tSHRQ $2, R14")
+	w.f("\tJZ %s_tail", name)
+	w.f("%s_loop4:", name)
+	for u := 0; u < 4; u++ {
+		step()
+	}
+	w.f("\tDECQ R14")
+	w.f("\tJNZ %s_loop4", name)
+	w.f("%s_tail:", name)
+	w.f("\tANDQ $3, CX")
+	w.f("\tJZ %s_store", name)
+	w.f("%s_loop1:", name)
+	step()
+	w.f("\tDECQ CX")
+	w.f("\tJNZ %s_loop1", name)
+	w.f("%s_store:", name)
+	w.f("\tVBROADCASTSS alpha+%d(FP), %s", alphaOff, bc0)
+	for i := 0; i < mr*nv; i++ {
+		w.f("\tVMULPS %s, Y%d, Y%d", bc0, i, i)
+	}
+	// beta == ±0 must not read C: test the bits without the sign.
+	w.f("\tMOVL beta+%d(FP), R9", betaOff)
+	w.f("\tSHLL $1, R9")
+	w.f("\tJZ %s_beta0", name)
+	w.f("\tVBROADCASTSS beta+%d(FP), %s", betaOff, bc1)
+	for i := 0; i < mr; i++ {
+		for v := 0; v < nv; v++ {
+			w.f("\tVFMADD231PS %d(DX), %s, %s", 32*v, bc1, acc(i, v))
+			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), 32*v)
+		}
+		if i < mr-1 {
+			w.f("\tADDQ SI, DX")
+		}
+	}
+	w.f("\tVZEROUPPER")
+	w.f("\tRET")
+	w.f("%s_beta0:", name)
+	for i := 0; i < mr; i++ {
+		for v := 0; v < nv; v++ {
+			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), 32*v)
+		}
+		if i < mr-1 {
+			w.f("\tADDQ SI, DX")
+		}
+	}
+	w.f("\tVZEROUPPER")
+	w.f("\tRET")
 }
