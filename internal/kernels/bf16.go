@@ -35,8 +35,9 @@ func RoundBF16Bits(b uint32) uint16 {
 
 // BF16Features names this CPU's bfloat16 matrix instructions in the
 // order a kernel would prefer them ("AMX_BF16", "AVX512_BF16"); empty
-// when it has none. The GEMM of this package has no kernel for either yet:
-// callers report them, and run bf16 numerics only through RoundBF16.
+// when it has none. SgemmBF16 uses AMX_BF16 when the OS grants it (see
+// NativeBF16); AVX512_BF16 has no kernel here, the AMX unit being much
+// faster on the CPUs that have both.
 func BF16Features() []string {
 	var f []string
 	if cpu.X86.HasAMXBF16 && cpu.X86.HasAMXTile {
@@ -48,9 +49,10 @@ func BF16Features() []string {
 	return f
 }
 
-// NativeBF16 reports whether Sgemm has a bfloat16 kernel for this CPU,
-// one that takes bf16 operands at twice or more the float32 FMA rate.
-// No such kernel is built yet, so it is false everywhere; bf16 mixed
-// precision is then only available emulated (rounded operands, float32
-// GEMM), which gives the numerics without the speed.
-func NativeBF16() bool { return false }
+// NativeBF16 reports whether SgemmBF16 runs on a bfloat16 kernel here
+// (AMX tiles: the CPU has AMX_BF16 and Linux granted this process the
+// tile state), several times the float32 FMA rate. Otherwise SgemmBF16 is
+// emulated (rounded operands, float32 GEMM), which gives the numerics
+// without the speed. The noasm build and other architectures are always
+// emulated.
+func NativeBF16() bool { return amxAvailable() }

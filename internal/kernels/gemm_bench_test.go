@@ -63,3 +63,43 @@ func transName(a, b bool) string {
 	}
 	return string(s[:])
 }
+
+// bf16BenchShapes are the square cases, NN and NT (x·Wᵀ), for SgemmBF16.
+var bf16BenchShapes = []benchShape{
+	{512, 512, 512, false, false},
+	{512, 512, 512, false, true},
+	{1024, 1024, 1024, false, false},
+	{1024, 1024, 1024, false, true},
+}
+
+// BenchmarkSgemmBF16 runs SgemmBF16 on one thread, natively (when this
+// machine can) and emulated, on the square cases and, natively, on the
+// training shapes of BenchmarkSgemm; GFLOP/s are comparable with it.
+func BenchmarkSgemmBF16(b *testing.B) {
+	for _, native := range bf16Paths() {
+		shapes := bf16BenchShapes
+		if native {
+			shapes = append(shapes[:len(shapes):len(shapes)], benchShapes[2:]...)
+		}
+		for _, s := range shapes {
+			name := fmt.Sprintf("%s/m=%d,n=%d,k=%d,t=%s", bf16PathName(native), s.m, s.n, s.k, transName(s.transA, s.transB))
+			b.Run(name, func(b *testing.B) {
+				r := rand.New(rand.NewPCG(1, 2))
+				a := randSlice(r, s.m*s.k)
+				bb := randSlice(r, s.k*s.n)
+				c := randSlice(r, s.m*s.n)
+				lda, ldb := s.k, s.n
+				if s.transA {
+					lda = s.m
+				}
+				if s.transB {
+					ldb = s.k
+				}
+				for b.Loop() {
+					sgemmBF16(native, 1, s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n)
+				}
+				b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}

@@ -1,0 +1,64 @@
+package kernels
+
+// SgemmBF16 computes C = alpha·op(A)·op(B) + beta·C like Sgemm, with the
+// operands rounded to bfloat16 (nearest, ties to even, as RoundBF16) and
+// the products accumulated in float32: the GEMM of bf16 mixed precision.
+// Arguments, checks and the treatment of beta are Sgemm's; when beta is 0,
+// C is not read. The result does not depend on the thread count.
+//
+// With NativeBF16 it runs on the AMX tile unit (TDPBF16PS), otherwise it
+// is emulated: rounded copies of A and B multiplied by Sgemm, which gives
+// the same products, summed in another order. The AMX unit treats bf16
+// subnormal operands as zero, as bf16 hardware generally does; the
+// emulation keeps them.
+func SgemmBF16(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	checkGemmArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	sgemmBF16(amxAvailable(), NumThreads(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// BF16Kernel names the implementation SgemmBF16 uses here: "amx" for the
+// AMX tile kernel, "emulated" for rounding plus the float32 GEMM (for
+// labelling benchmark output).
+func BF16Kernel() string {
+	if NativeBF16() {
+		return "amx"
+	}
+	return "emulated"
+}
+
+// sgemmBF16 is SgemmBF16 after the argument checks, on the AMX kernel
+// when native is set, with up to threads goroutines.
+func sgemmBF16(native bool, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 || alpha == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	if native {
+		sgemmBF16AMX(threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	ar, ac := m, k
+	if transA {
+		ar, ac = k, m
+	}
+	br, bc := k, n
+	if transB {
+		br, bc = n, k
+	}
+	ra := roundedCopy(a, ar, ac, lda)
+	rb := roundedCopy(b, br, bc, ldb)
+	sgemmWith(gemm, threads, transA, transB, m, n, k, alpha, ra, lda, rb, ldb, beta, c, ldc)
+}
+
+// roundedCopy returns the rows×cols matrix x (row stride ld) rounded to
+// bf16, with the same stride; the gaps between rows are rounded too, which
+// costs little and keeps the copy one RoundBF16 call.
+func roundedCopy(x []float32, rows, cols, ld int) []float32 {
+	n := (rows-1)*ld + cols
+	out := make([]float32, n)
+	RoundBF16(out, x[:n])
+	return out
+}

@@ -1,0 +1,305 @@
+package kernels
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// bf16Paths lists the SgemmBF16 implementations to test here: the
+// emulation always, the AMX kernel when this machine can run it.
+func bf16Paths() []bool {
+	if amxAvailable() {
+		return []bool{false, true}
+	}
+	return []bool{false}
+}
+
+func bf16PathName(native bool) string {
+	if native {
+		return "amx"
+	}
+	return "emulated"
+}
+
+// roundedF32 returns x rounded to bf16 (a copy).
+func roundedF32(x []float32) []float32 {
+	out := make([]float32, len(x))
+	RoundBF16(out, x)
+	return out
+}
+
+// checkGemmBF16 runs one case and compares every element of C with a
+// float64 reference over the bf16-rounded operands (their products are
+// exact, so only the float32 sums differ), relative to the magnitude of
+// the terms; C's padding must be untouched and, with beta 0, NaNs in C
+// must not propagate.
+func checkGemmBF16(t testing.TB, native bool, threads int, tc gemmCase, seed uint64) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, uint64(tc.m*1000003+tc.n*1009+tc.k)))
+	ar, ac := tc.m, tc.k
+	if tc.transA {
+		ar, ac = ac, ar
+	}
+	br, bc := tc.k, tc.n
+	if tc.transB {
+		br, bc = bc, br
+	}
+	lda, ldb, ldc := ac+tc.pad, bc+tc.pad, tc.n+tc.pad
+	a := randSlice(r, max(ar*lda, 1))
+	b := randSlice(r, max(br*ldb, 1))
+	c := randSlice(r, max(tc.m*ldc, 1))
+	if tc.beta == 0 {
+		for i := range c {
+			c[i] = float32(math.NaN())
+		}
+		for i := 0; i < tc.m; i++ {
+			for j := tc.n; j < ldc; j++ {
+				c[i*ldc+j] = 7
+			}
+		}
+	}
+	c0 := append([]float32(nil), c...)
+	ra, rb := roundedF32(a), roundedF32(b)
+	opA := func(i, p int) float64 {
+		if tc.transA {
+			return float64(ra[p*lda+i])
+		}
+		return float64(ra[i*lda+p])
+	}
+	opB := func(p, j int) float64 {
+		if tc.transB {
+			return float64(rb[j*ldb+p])
+		}
+		return float64(rb[p*ldb+j])
+	}
+	sgemmBF16(native, threads, tc.transA, tc.transB, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, c, ldc)
+	tol := 1e-5 * math.Sqrt(float64(max(tc.k, 1)))
+	bad := 0
+	for i := 0; i < tc.m; i++ {
+		for j := 0; j < ldc; j++ {
+			got := c[i*ldc+j]
+			if j >= tc.n {
+				if math.Float32bits(got) != math.Float32bits(c0[i*ldc+j]) {
+					t.Fatalf("%s %s: padding C[%d,%d] changed to %g", bf16PathName(native), tc, i, j, got)
+				}
+				continue
+			}
+			var s, mag float64
+			for p := 0; p < tc.k; p++ {
+				x := opA(i, p) * opB(p, j)
+				s += x
+				mag += math.Abs(x)
+			}
+			want := float64(tc.alpha) * s
+			scale := math.Abs(float64(tc.alpha)) * mag
+			if tc.beta != 0 {
+				want += float64(tc.beta) * float64(c0[i*ldc+j])
+				scale += math.Abs(float64(tc.beta) * float64(c0[i*ldc+j]))
+			}
+			if d := math.Abs(float64(got) - want); !(d <= tol*scale+1e-30) {
+				if bad < 3 {
+					t.Errorf("%s threads=%d %s: C[%d,%d]=%g want %g (err %.3g, scale %.3g)", bf16PathName(native), threads, tc, i, j, got, want, d, scale)
+				}
+				bad++
+			}
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%s threads=%d %s: %d wrong elements", bf16PathName(native), threads, tc, bad)
+	}
+}
+
+var (
+	bf16Alphas = []float32{1, 0.5, -2}
+	bf16Betas  = []float32{0, 1, 0.25}
+)
+
+// TestSgemmBF16Sizes crosses sizes around the 16- and 32-wide tiles in m,
+// n and k, every transpose case, the alpha and beta values and padded
+// leading dimensions.
+func TestSgemmBF16Sizes(t *testing.T) {
+	sizes := []int{1, 15, 16, 17, 31, 33, 63, 64, 65, 100}
+	if testing.Short() {
+		sizes = []int{1, 16, 17, 33, 65}
+	}
+	for _, native := range bf16Paths() {
+		n := 0
+		for _, tr := range trans {
+			for _, m := range sizes {
+				for _, nn := range sizes {
+					for _, k := range sizes {
+						n++
+						tc := gemmCase{tr[0], tr[1], m, nn, k, bf16Alphas[n%3], bf16Betas[n/3%3], n % 3 * 5}
+						checkGemmBF16(t, native, 1, tc, 1)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestSgemmBF16Large covers K of several chunks and C of several panels,
+// beyond the packed-A row block, with one and two threads.
+func TestSgemmBF16Large(t *testing.T) {
+	shapes := [][3]int{
+		{257, 257, 257}, {513, 65, 100}, {33, 513, 257}, {100, 100, 513},
+		{513, 513, 33}, {1, 513, 513}, {513, 1, 64}, {200, 300, 17},
+	}
+	for _, native := range bf16Paths() {
+		for i, s := range shapes {
+			for j, tr := range trans {
+				tc := gemmCase{tr[0], tr[1], s[0], s[1], s[2], bf16Alphas[(i+j)%3], bf16Betas[(i+2*j)%3], (i + j) % 2 * 3}
+				checkGemmBF16(t, native, 1+j%2, tc, 2)
+			}
+		}
+	}
+}
+
+// TestSgemmBF16Deterministic checks that one and two threads give the same
+// bits, as ranks with different thread counts need.
+func TestSgemmBF16Deterministic(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 3))
+	shapes := [][3]int{{64, 512, 784}, {300, 40, 129}, {257, 257, 257}, {7, 1000, 33}, {1000, 7, 40}}
+	for _, native := range bf16Paths() {
+		for _, s := range shapes {
+			m, n, k := s[0], s[1], s[2]
+			for _, tr := range trans {
+				lda, ldb := k, n
+				if tr[0] {
+					lda = m
+				}
+				if tr[1] {
+					ldb = k
+				}
+				a, b := randSlice(r, m*k), randSlice(r, k*n)
+				c0 := randSlice(r, m*n)
+				want := append([]float32(nil), c0...)
+				got := append([]float32(nil), c0...)
+				sgemmBF16(native, 1, tr[0], tr[1], m, n, k, 0.5, a, lda, b, ldb, 1, want, n)
+				sgemmBF16(native, 2, tr[0], tr[1], m, n, k, 0.5, a, lda, b, ldb, 1, got, n)
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s m=%d n=%d k=%d trans=%v: C[%d]=%g with 2 threads, %g with 1", bf16PathName(native), m, n, k, tr, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestSgemmBF16NonFinite: a NaN in A makes its row of C NaN, an infinity
+// makes it infinite (B has no zeros), other rows stay finite.
+func TestSgemmBF16NonFinite(t *testing.T) {
+	for _, native := range bf16Paths() {
+		for _, tr := range trans {
+			m, n, k := 40, 37, 70
+			r := rand.New(rand.NewPCG(7, 7))
+			a, b := randSlice(r, m*k), randSlice(r, k*n)
+			for i := range b {
+				if b[i] == 0 {
+					b[i] = 1
+				}
+			}
+			lda, ldb := k, n
+			at := func(i, p int) int { return i*k + p }
+			if tr[0] {
+				lda = m
+				at = func(i, p int) int { return p*m + i }
+			}
+			if tr[1] {
+				ldb = k
+			}
+			a[at(3, 5)] = float32(math.NaN())
+			a[at(20, 69)] = float32(math.Inf(1))
+			a[at(33, 40)] = float32(math.Inf(-1))
+			c := make([]float32, m*n)
+			sgemmBF16(native, 1, tr[0], tr[1], m, n, k, 1, a, lda, b, ldb, 0, c, n)
+			for i := 0; i < m; i++ {
+				for j := 0; j < n; j++ {
+					v := float64(c[i*n+j])
+					switch i {
+					case 3:
+						if !math.IsNaN(v) {
+							t.Fatalf("%s %v: C[%d,%d]=%g, want NaN", bf16PathName(native), tr, i, j, v)
+						}
+					case 20, 33:
+						if !math.IsInf(v, 0) {
+							t.Fatalf("%s %v: C[%d,%d]=%g, want ±Inf", bf16PathName(native), tr, i, j, v)
+						}
+					default:
+						if math.IsNaN(v) || math.IsInf(v, 0) {
+							t.Fatalf("%s %v: C[%d,%d]=%g, want finite", bf16PathName(native), tr, i, j, v)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestSgemmBF16Degenerate: k = 0 or alpha = 0 give C = beta·C (beta 0
+// clearing NaNs) without reading A or B.
+func TestSgemmBF16Degenerate(t *testing.T) {
+	nan := float32(math.NaN())
+	for _, native := range bf16Paths() {
+		c := []float32{nan, 2, 3, 4}
+		sgemmBF16(native, 1, false, false, 2, 2, 0, 1, nil, 1, nil, 2, 0, c, 2)
+		for _, v := range c {
+			if v != 0 {
+				t.Fatalf("%s k=0 beta=0: C=%v", bf16PathName(native), c)
+			}
+		}
+		c = []float32{1, 1}
+		sgemmBF16(native, 1, false, false, 1, 2, 1, 0, []float32{nan}, 1, []float32{nan, nan}, 2, 1, c, 2)
+		if c[0] != 1 || c[1] != 1 {
+			t.Fatalf("%s alpha=0: C=%v", bf16PathName(native), c)
+		}
+	}
+}
+
+// TestSgemmBF16Public runs the exported entry point and checks its labels.
+func TestSgemmBF16Public(t *testing.T) {
+	if got, want := BF16Kernel(), map[bool]string{true: "amx", false: "emulated"}[NativeBF16()]; got != want {
+		t.Fatalf("BF16Kernel() = %q with NativeBF16() = %v", got, NativeBF16())
+	}
+	r := rand.New(rand.NewPCG(9, 9))
+	m, n, k := 70, 130, 90
+	a, b := randSlice(r, m*k), randSlice(r, n*k)
+	c := make([]float32, m*n)
+	want := make([]float32, m*n)
+	defer SetNumThreads(SetNumThreads(2))
+	SgemmBF16(false, true, m, n, k, 1, a, k, b, k, 0, c, n)
+	Sgemm(false, true, m, n, k, 1, roundedF32(a), k, roundedF32(b), k, 0, want, n)
+	for i := range c {
+		if d := math.Abs(float64(c[i] - want[i])); d > 1e-4*math.Sqrt(float64(k)) {
+			t.Fatalf("C[%d]=%g, Sgemm on rounded operands %g", i, c[i], want[i])
+		}
+	}
+	x := make([]float32, 6)
+	for name, f := range map[string]func(){
+		"short A":   func() { SgemmBF16(false, false, 2, 2, 3, 1, x[:5], 3, x, 2, 0, x, 2) },
+		"small lda": func() { SgemmBF16(false, false, 2, 2, 3, 1, x, 2, x, 2, 0, x, 2) },
+		"negative":  func() { SgemmBF16(false, false, -1, 2, 3, 1, x, 3, x, 2, 0, x, 2) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", name)
+				}
+			}()
+			f()
+		}()
+	}
+}
+
+func FuzzSgemmBF16(f *testing.F) {
+	f.Add(uint8(1), uint8(1), uint8(1), uint8(0), uint16(0))
+	f.Add(uint8(33), uint8(49), uint8(65), uint8(3), uint16(1))
+	f.Fuzz(func(t *testing.T, m, n, k, tr uint8, seed uint16) {
+		tc := gemmCase{tr&1 != 0, tr&2 != 0, int(m), int(n), int(k), bf16Alphas[seed%3], bf16Betas[seed/3%3], int(seed % 3)}
+		for _, native := range bf16Paths() {
+			checkGemmBF16(t, native, 1+int(seed%2), tc, uint64(seed))
+		}
+	})
+}
