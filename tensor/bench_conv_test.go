@@ -52,3 +52,27 @@ func BenchmarkCNNStepFusedUnblocked(b *testing.B) {
 	convL2Bytes = func() int { return 1 << 40 }
 	BenchmarkCNNStepFused(b)
 }
+
+// BenchmarkCNNStepFusedBF16 is BenchmarkCNNStepFused under bf16 autocast
+// on the native bf16 kernel (skipped where there is none).
+func BenchmarkCNNStepFusedBF16(b *testing.B) {
+	withNativeBF16(b, BenchmarkCNNStepFused)
+}
+
+// BenchmarkMLPStepBF16 is BenchmarkMLPStep under native bf16 autocast.
+func BenchmarkMLPStepBF16(b *testing.B) {
+	withNativeBF16(b, BenchmarkMLPStep)
+}
+
+// withNativeBF16 runs bench with bf16 autocast on for the whole
+// benchmark, as Autocast would set it, on the native kernel.
+func withNativeBF16(b *testing.B, bench func(*testing.B)) {
+	if !BF16Native() {
+		b.Skip("no native bf16 kernel on this CPU")
+	}
+	defer SetBF16Emulation(SetBF16Emulation(false))
+	prev := AutocastPrecision()
+	autocast.Store(int32(BF16))
+	defer autocast.Store(int32(prev))
+	bench(b)
+}

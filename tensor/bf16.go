@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync/atomic"
 
 	"github.com/gotrain/gotrain/internal/kernels"
@@ -72,12 +71,14 @@ var (
 	bf16Emulated atomic.Bool
 )
 
-// SetBF16Emulation allows (or forbids again) bf16 on CPUs without a
-// native bf16 GEMM kernel: operands are rounded to bf16 and multiplied by
-// the float32 GEMM, which gives the numerics of a VDPBF16PS kernel up to
-// summation order, at float32 speed plus the rounding passes. It is an
-// explicit opt-in, for tests and accuracy studies, because it is slower
-// than plain float32. It returns the previous setting.
+// SetBF16Emulation turns emulated bf16 on (or off again): under bf16
+// autocast, operands are rounded to bf16 and multiplied by the float32
+// GEMM, which gives the numerics of a bf16 kernel up to summation order,
+// at float32 speed plus the rounding passes. On a CPU without a native
+// bf16 kernel it is the only way to run bf16, an explicit opt-in (for
+// tests and accuracy studies) because it is slower than plain float32; on
+// a CPU with one it replaces the native kernel, to compare the two. It
+// returns the previous setting.
 func SetBF16Emulation(on bool) (prev bool) { return bf16Emulated.Swap(on) }
 
 // CheckPrecision reports whether p can run here: FP32 always; BF16 with a
@@ -91,10 +92,7 @@ func CheckPrecision(p Precision) error {
 		if kernels.NativeBF16() || bf16Emulated.Load() {
 			return nil
 		}
-		if f := kernels.BF16Features(); len(f) > 0 {
-			return fmt.Errorf("%w: this CPU has %s but gotrain has no bf16 GEMM kernel for it yet (emulation must be asked for)", ErrBF16Unsupported, strings.Join(f, " and "))
-		}
-		return fmt.Errorf("%w: this CPU lacks AVX512_BF16 and AMX_BF16 (emulation must be asked for)", ErrBF16Unsupported)
+		return fmt.Errorf("%w: %s (emulation must be asked for)", ErrBF16Unsupported, kernels.BF16Missing())
 	}
 	return fmt.Errorf("tensor: unknown precision %d", int(p))
 }
@@ -128,8 +126,16 @@ func AutocastPrecision() Precision { return Precision(autocast.Load()) }
 
 // bf16Cast holds one op's operands rounded to bf16 under autocast, until
 // its backward is done with them. A nil *bf16Cast is float32: its methods
-// hand the operands back as they are.
-type bf16Cast struct{ bufs [][]float32 }
+// hand the operands back as they are. A native cast rounds nothing
+// itself: its GEMM (kernels.SgemmBF16) rounds the operands as it packs
+// them, which gives the same products without a rounded copy.
+type bf16Cast struct {
+	bufs   [][]float32
+	native bool
+}
+
+// gemmFunc is the signature of kernels.Sgemm.
+type gemmFunc = func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
 
 // newBF16Cast returns the cast for an op starting now: nil unless autocast
 // is BF16.
@@ -137,13 +143,13 @@ func newBF16Cast() *bf16Cast {
 	if AutocastPrecision() != BF16 {
 		return nil
 	}
-	return &bf16Cast{}
+	return &bf16Cast{native: kernels.NativeBF16() && !bf16Emulated.Load()}
 }
 
 // of returns d rounded to bf16 in a recycled buffer the cast owns, or d
-// itself for a nil cast.
+// itself for a nil or native cast.
 func (c *bf16Cast) of(d []float32) []float32 {
-	if c == nil {
+	if c == nil || c.native {
 		return d
 	}
 	b := getBuf(len(d))
@@ -153,13 +159,30 @@ func (c *bf16Cast) of(d []float32) []float32 {
 }
 
 // into rounds d into buf (len(d) or more) and returns it, or d for a nil
-// cast: for per-image operands in scratch space the caller owns.
+// or native cast: for per-image operands in scratch space the caller owns.
 func (c *bf16Cast) into(buf, d []float32) []float32 {
-	if c == nil {
+	if c == nil || c.native {
 		return d
 	}
 	kernels.RoundBF16(buf, d)
 	return buf[:len(d)]
+}
+
+// gemm is the GEMM for this cast's operands: the bf16 kernel for a native
+// cast, else the float32 one (an emulated cast's operands are rounded).
+func (c *bf16Cast) gemm() gemmFunc {
+	if c != nil && c.native {
+		return kernels.SgemmBF16
+	}
+	return kernels.Sgemm
+}
+
+// gemmSerial is gemm on the caller's goroutine only.
+func (c *bf16Cast) gemmSerial() gemmFunc {
+	if c != nil && c.native {
+		return kernels.SgemmBF16Serial
+	}
+	return kernels.SgemmSerial
 }
 
 // release recycles the cast's buffers.

@@ -17,6 +17,9 @@ type convGeom struct {
 	// sgemm runs the products: kernels.SgemmSerial when the images are
 	// already spread over every thread (see withGemm), else kernels.Sgemm.
 	sgemm func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
+	// bf16 runs the products on the bf16 kernel (native bf16 autocast),
+	// always through im2col: the implicit products are float32 kernels.
+	bf16 bool
 }
 
 // withGemm returns g with the SGEMM for products inside a parallelFor over
@@ -25,8 +28,15 @@ type convGeom struct {
 // else split over them. Either gives the same bits.
 func (g convGeom) withGemm(minItems int) convGeom {
 	g.sgemm = kernels.Sgemm
+	serial := false
 	if t := kernels.NumThreads(); t > 1 && g.n/max(minItems, 1) >= t { // parallelFor's test
-		g.sgemm = kernels.SgemmSerial
+		g.sgemm, serial = kernels.SgemmSerial, true
+	}
+	if g.bf16 {
+		g.sgemm = kernels.SgemmBF16
+		if serial {
+			g.sgemm = kernels.SgemmBF16Serial
+		}
 	}
 	return g
 }
@@ -236,6 +246,7 @@ func conv2d(x, w, b *Tensor, opt ConvOptions, ep convEpilogue) *Tensor {
 	// Autocast); the cast keeps them for backward.
 	cast := newBF16Cast()
 	xd, wd := cast.of(x.data), cast.of(w.data)
+	g.bf16 = cast != nil && cast.native
 	conv2dForward(g, xd, wd, b, ep, out.data, mask, arg)
 	if !track {
 		putIdx(arg)

@@ -48,7 +48,7 @@ var implicitForwardMinK = 32
 // present, and either one thread or enough images to fill them all (the
 // implicit products run on one goroutine each).
 func (g convGeom) implicit(minItems int) bool {
-	if !implicitConv || !kernels.ImplicitConv() || g.sh != 1 || g.sw != 1 || g.direct() {
+	if !implicitConv || g.bf16 || !kernels.ImplicitConv() || g.sh != 1 || g.sw != 1 || g.direct() {
 		return false
 	}
 	t := kernels.NumThreads()

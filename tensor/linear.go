@@ -40,7 +40,8 @@ func Linear(x, w, b *Tensor) *Tensor {
 	// Under bf16 autocast the GEMMs take rounded operands (see Autocast).
 	cast := newBF16Cast()
 	xd, wd := cast.of(x.data), cast.of(w.data)
-	kernels.Sgemm(false, true, rows, outF, in, 1, xd, in, wd, in, beta, out.data, outF)
+	gemm := cast.gemm()
+	gemm(false, true, rows, outF, in, 1, xd, in, wd, in, beta, out.data, outF)
 	var inputs = []*Tensor{x, w}
 	if b != nil {
 		inputs = append(inputs, b)
@@ -60,10 +61,10 @@ func Linear(x, w, b *Tensor) *Tensor {
 			if fresh { // beta 0 overwrites gx without reading it
 				beta = 0
 			}
-			kernels.Sgemm(false, false, rows, in, outF, 1, g, outF, wd, in, beta, gx, in)
+			gemm(false, false, rows, in, outF, 1, g, outF, wd, in, beta, gx, in)
 		}
 		if w.needsGrad() {
-			kernels.Sgemm(true, false, outF, in, rows, 1, g, outF, xd, in, 1, w.accGrad(), in)
+			gemm(true, false, outF, in, rows, 1, g, outF, xd, in, 1, w.accGrad(), in)
 		}
 	}, inputs...)
 	if y.node == nil { // no backward will release them

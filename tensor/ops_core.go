@@ -75,7 +75,8 @@ func MatMul(a, b *Tensor, transA, transB bool) *Tensor {
 	out := Zeros(m, n)
 	cast := newBF16Cast() // rounded operands under bf16 autocast
 	ad, bd := cast.of(a.data), cast.of(b.data)
-	kernels.Sgemm(transA, transB, m, n, k, 1, ad, a.shape[1], bd, b.shape[1], 0, out.data, n)
+	gemm := cast.gemm()
+	gemm(transA, transB, m, n, k, 1, ad, a.shape[1], bd, b.shape[1], 0, out.data, n)
 	y := record(out, "matmul", func(g []float32) {
 		defer cast.release()
 		if cast == nil {
@@ -85,17 +86,17 @@ func MatMul(a, b *Tensor, transA, transB bool) *Tensor {
 		if a.needsGrad() {
 			ga := a.accGrad()
 			if !transA { // dA[m,k] += g[m,n]·op(B)ᵀ
-				kernels.Sgemm(false, !transB, m, k, n, 1, g, n, bd, b.shape[1], 1, ga, k)
+				gemm(false, !transB, m, k, n, 1, g, n, bd, b.shape[1], 1, ga, k)
 			} else { // A is [k,m]: dA += op(B)·gᵀ
-				kernels.Sgemm(transB, true, k, m, n, 1, bd, b.shape[1], g, n, 1, ga, m)
+				gemm(transB, true, k, m, n, 1, bd, b.shape[1], g, n, 1, ga, m)
 			}
 		}
 		if b.needsGrad() {
 			gb := b.accGrad()
 			if !transB { // dB[k,n] += op(A)ᵀ·g
-				kernels.Sgemm(!transA, false, k, n, m, 1, ad, a.shape[1], g, n, 1, gb, n)
+				gemm(!transA, false, k, n, m, 1, ad, a.shape[1], g, n, 1, gb, n)
 			} else { // B is [n,k]: dB += gᵀ·op(A)
-				kernels.Sgemm(true, transA, n, k, m, 1, g, n, ad, a.shape[1], 1, gb, k)
+				gemm(true, transA, n, k, m, 1, g, n, ad, a.shape[1], 1, gb, k)
 			}
 		}
 	}, a, b)
@@ -153,13 +154,13 @@ func batchedMatMul(a, b *Tensor, transA, transB bool) *Tensor {
 		if nb >= kernels.NumThreads() && m*n*k < 1<<21 {
 			parallelFor(nb, 1, func(_, lo, hi int) {
 				for i := lo; i < hi; i++ {
-					fn(i, kernels.SgemmSerial)
+					fn(i, cast.gemmSerial())
 				}
 			})
 			return
 		}
 		for i := range nb {
-			fn(i, kernels.Sgemm)
+			fn(i, cast.gemm())
 		}
 	}
 	mats(func(i int, gemm func(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int)) {
@@ -186,7 +187,7 @@ func batchedMatMul(a, b *Tensor, transA, transB bool) *Tensor {
 			}
 			if broadcastA {
 				for i := range nb {
-					gradA(i, kernels.Sgemm)
+					gradA(i, cast.gemm())
 				}
 			} else {
 				mats(gradA)
@@ -204,7 +205,7 @@ func batchedMatMul(a, b *Tensor, transA, transB bool) *Tensor {
 			}
 			if broadcastB {
 				for i := range nb {
-					gradB(i, kernels.Sgemm)
+					gradB(i, cast.gemm())
 				}
 			} else {
 				mats(gradB)

@@ -355,11 +355,7 @@ func checkPrecision(p string) error {
 		return nil
 	}
 	if err := tensor.CheckPrecision(tensor.BF16); err != nil {
-		why := "this CPU lacks AVX512_BF16 and AMX_BF16, which bf16 needs (--precision bf16-emulated runs the same numerics in software, slower than fp32)"
-		if f := kernels.BF16Features(); len(f) > 0 {
-			why = "this CPU has " + strings.Join(f, " and ") + " but this gotrain has no bf16 kernel for it (--precision bf16-emulated runs the same numerics in software, slower than fp32)"
-		}
-		return badFlag("precision", p, why)
+		return badFlag("precision", p, kernels.BF16Missing()+" (--precision bf16-emulated runs the same numerics in software, slower than fp32)")
 	}
 	return nil
 }

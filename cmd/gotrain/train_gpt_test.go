@@ -138,9 +138,9 @@ func TestTrainGPTBadInput(t *testing.T) {
 	if !tensor.BF16Native() {
 		// Refused, naming the CPU feature bf16 needs, not silently
 		// emulated; with two workers too, from the launching process.
-		want := "gotrain: --precision bf16: this CPU lacks AVX512_BF16 and AMX_BF16, which bf16 needs (--precision bf16-emulated runs the same numerics in software, slower than fp32)"
-		if f := kernels.BF16Features(); len(f) > 0 {
-			want = "gotrain: --precision bf16: this CPU has " + strings.Join(f, " and ") + " but this gotrain has no bf16 kernel for it"
+		want := "gotrain: --precision bf16: " + kernels.BF16Missing() + " (--precision bf16-emulated runs the same numerics in software, slower than fp32)"
+		if !strings.Contains(want, "AMX_BF16") {
+			t.Fatalf("the refusal %q does not name AMX_BF16", want)
 		}
 		for _, args := range [][]string{gpt("--precision", "bf16"), gpt("--nproc-per-node", "2", "--precision", "bf16")} {
 			cases = append(cases, struct {

@@ -112,3 +112,29 @@ func TestPrecisionRejected(t *testing.T) {
 		t.Errorf("Precision bf16 without a bf16 kernel: %v; want one line naming the CPU", err)
 	}
 }
+
+// TestBF16NativeReachesFP32ValLoss is TestBF16ReachesFP32ValLoss on the
+// native bf16 kernel, where the CPU has one.
+func TestBF16NativeReachesFP32ValLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains two GPTs for 500 steps")
+	}
+	if !tensor.BF16Native() {
+		t.Skip("no native bf16 kernel on this CPU")
+	}
+	fp32, err := Run(context.Background(), precisionConfig("fp32", io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bf16, err := Run(context.Background(), precisionConfig("bf16", io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("val_loss fp32 %.4f, bf16 %.4f (train_loss %.4f, %.4f)", fp32.ValLoss, bf16.ValLoss, fp32.TrainLoss, bf16.TrainLoss)
+	if r := bf16.ValLoss / fp32.ValLoss; math.IsNaN(r) || r > 1.03 {
+		t.Fatalf("bf16 val_loss %.4f is %.1f%% above fp32's %.4f; want within 3%%", bf16.ValLoss, 100*(r-1), fp32.ValLoss)
+	}
+	if bf16.ValLoss == fp32.ValLoss || bf16.Precision != "bf16" {
+		t.Fatalf("bf16 run: precision %q, val_loss %v (fp32 %v): autocast did not take effect", bf16.Precision, bf16.ValLoss, fp32.ValLoss)
+	}
+}

@@ -63,3 +63,26 @@ func lossLine(out string) string {
 	}
 	return ""
 }
+
+// TestBF16NativeReachesFP32Accuracy is TestBF16ReachesFP32Accuracy on the
+// native bf16 kernel, where the CPU has one.
+func TestBF16NativeReachesFP32Accuracy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains two MNIST epochs")
+	}
+	if !tensor.BF16Native() {
+		t.Skip("no native bf16 kernel on this CPU")
+	}
+	fp32, out32 := runLocal(t, Config{Precision: "fp32"})
+	bf16, out := runLocal(t, Config{Precision: "bf16"})
+	t.Logf("test accuracy fp32 %.4f, bf16 %.4f", fp32.TestAccuracy, bf16.TestAccuracy)
+	if d := fp32.TestAccuracy - bf16.TestAccuracy; d > 0.005 {
+		t.Fatalf("bf16 test accuracy %.4f is %.2f points below fp32's %.4f", bf16.TestAccuracy, 100*d, fp32.TestAccuracy)
+	}
+	if l32, l16 := lossLine(out32), lossLine(out); l32 == "" || l32 == l16 {
+		t.Errorf("fp32 and bf16 report the same loss %q: autocast did not take effect", l32)
+	}
+	if strings.Contains(out, "bf16 emulated") {
+		t.Errorf("the native run says bf16 is emulated:\n%s", out)
+	}
+}

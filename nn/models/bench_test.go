@@ -41,7 +41,19 @@ func BenchmarkMNISTNetStep(b *testing.B) { benchStep(b, MNISTNet()) }
 // default GPT (4 layers, 4 heads, width 128, block 128, vocabulary 256)
 // at batch 32: zero the gradients, forward, cross-entropy, backward.
 // Reports tokens/s next to ns/op; GOTRAIN_NUM_THREADS sets the threads.
-func BenchmarkGPTStep(b *testing.B) {
+func BenchmarkGPTStep(b *testing.B) { benchGPTStep(b, tensor.FP32) }
+
+// BenchmarkGPTStepBF16 is BenchmarkGPTStep under bf16 autocast, on the
+// native bf16 kernel (skipped where there is none): the side-by-side
+// figure for torch_gpt_step_bench.py's bf16.
+func BenchmarkGPTStepBF16(b *testing.B) {
+	if !tensor.BF16Native() {
+		b.Skip("no native bf16 kernel on this CPU")
+	}
+	benchGPTStep(b, tensor.BF16)
+}
+
+func benchGPTStep(b *testing.B, p tensor.Precision) {
 	cfg := DefaultGPTConfig()
 	const batch = 32
 	m := GPT(cfg)
@@ -56,7 +68,10 @@ func BenchmarkGPTStep(b *testing.B) {
 		for _, p := range params {
 			p.ZeroGrad()
 		}
-		_, loss := m.Loss(ids, targets, batch, cfg.BlockSize)
+		var loss *tensor.Tensor
+		if err := tensor.Autocast(p, func() { _, loss = m.Loss(ids, targets, batch, cfg.BlockSize) }); err != nil {
+			b.Fatal(err)
+		}
 		if err := loss.Backward(); err != nil {
 			b.Fatal(err)
 		}

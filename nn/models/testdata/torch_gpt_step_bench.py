@@ -4,8 +4,10 @@
 BenchmarkGPTStep: 4 layers, 4 heads, width 128, block 128, vocabulary 256,
 batch 32, with the nanoGPT-equivalent model of gen_gpt_fixture.py.
 
-usage: /usr/bin/python3 nn/models/testdata/torch_gpt_step_bench.py [threads] [steps]
-(default 1 thread, as GOTRAIN_NUM_THREADS=1 for the Go benchmark)
+usage: /usr/bin/python3 nn/models/testdata/torch_gpt_step_bench.py [threads] [steps] [fp32|bf16]
+(default 1 thread, as GOTRAIN_NUM_THREADS=1 for the Go benchmark; bf16 runs
+the forward, and so its backward, under torch.autocast("cpu",
+dtype=torch.bfloat16), the side-by-side figure for BenchmarkGPTStepBF16)
 """
 import os, sys, time
 import torch
@@ -19,6 +21,9 @@ import gen_gpt_fixture as g  # noqa: E402
 def main():
     threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    precision = sys.argv[3] if len(sys.argv) > 3 else "fp32"
+    if precision not in ("fp32", "bf16"):
+        sys.exit("precision %r: want fp32 or bf16" % precision)
     torch.set_num_threads(threads)
     g.VOCAB, g.BLOCK, g.NLAYER, g.NHEAD, g.NEMBD = 256, 128, 4, 4, 128
     torch.manual_seed(1)
@@ -29,7 +34,8 @@ def main():
 
     def step():
         model.zero_grad(set_to_none=False)
-        _, loss = model(idx, targets)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            _, loss = model(idx, targets)
         loss.backward()
 
     for _ in range(2):  # warm-up
@@ -38,8 +44,8 @@ def main():
     for _ in range(steps):
         step()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    print("torch_gpt_step threads=%d s_per_step=%.4f tokens_per_s=%.0f tokens_per_cpu_s=%.0f"
-          % (threads, wall / steps, B * T * steps / wall, B * T * steps / cpu))
+    print("torch_gpt_step precision=%s threads=%d s_per_step=%.4f tokens_per_s=%.0f tokens_per_cpu_s=%.0f"
+          % (precision, threads, wall / steps, B * T * steps / wall, B * T * steps / cpu))
 
 
 if __name__ == "__main__":

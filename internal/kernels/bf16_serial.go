@@ -1,0 +1,30 @@
+package kernels
+
+import (
+	"slices"
+	"strings"
+)
+
+// SgemmBF16Serial is SgemmBF16 on the calling goroutine only, as
+// SgemmSerial is Sgemm: for callers that spread independent products over
+// their own goroutines.
+func SgemmBF16Serial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	checkGemmArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	sgemmBF16(amxAvailable(), 1, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// BF16Missing says, for an error message, why SgemmBF16 has no native
+// kernel here: the CPU lacks AMX_BF16 (naming the bf16 instructions it
+// has, which this package has no kernel for), or the OS refused the tile
+// state. Empty when NativeBF16.
+func BF16Missing() string {
+	switch f := BF16Features(); {
+	case NativeBF16():
+		return ""
+	case slices.Contains(f, "AMX_BF16"):
+		return "this CPU has AMX_BF16 but the kernel did not grant this process the AMX tile state"
+	case len(f) > 0:
+		return "this CPU has " + strings.Join(f, " and ") + " but gotrain's bf16 kernel needs AMX_BF16"
+	}
+	return "this CPU lacks AMX_BF16, which gotrain's bf16 kernel needs"
+}
