@@ -94,14 +94,14 @@ type stepGemm struct {
 
 // stepBound returns a step's GEMM work in FLOPs and the seconds it takes
 // with every GEMM at the rate measured for its shape.
-func stepBound(ctx context.Context, gemms []stepGemm, minTime time.Duration, round bool) (flops, secs float64, err error) {
+func stepBound(ctx context.Context, gemms []stepGemm, minTime time.Duration, precision string) (flops, secs float64, err error) {
 	rates := map[gemmCase]float64{}
 	for _, c := range gemms {
 		if err := ctx.Err(); err != nil {
 			return 0, 0, fmt.Errorf("bench gemm: %w", err)
 		}
 		if _, ok := rates[c.gemmCase]; !ok {
-			rates[c.gemmCase] = benchGemmCase(c.gemmCase, minTime, round)
+			rates[c.gemmCase] = benchGemmCase(c.gemmCase, minTime, precision)
 		}
 		f := float64(c.count) * c.flops()
 		flops += f
@@ -156,16 +156,15 @@ SGEMM, so it measures the cost of emulation, not a bf16 kernel.`,
 				if err := ctx.Err(); err != nil {
 					return fmt.Errorf("bench gemm: %w", err)
 				}
-				gf := benchGemmCase(c, minTime, precision != "fp32")
+				gf := benchGemmCase(c, minTime, precision)
 				fmt.Fprintf(out, "m=%d n=%d k=%d trans=%s precision=%s gflops=%.1f\n", c.m, c.n, c.k, transName(c.transA, c.transB), precision, gf)
 			}
-			round := precision != "fp32"
-			flops, secs, err := stepBound(ctx, cnnStepGemms, minTime, round)
+			flops, secs, err := stepBound(ctx, cnnStepGemms, minTime, precision)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(out, "step=cnn precision=%s gflop_per_step=%.3f gemm_seconds_per_step=%.5f bound_samples_per_s=%.0f\n", precision, flops/1e9, secs, 64/secs)
-			flops, secs, err = stepBound(ctx, gptStepGemms, minTime, round)
+			flops, secs, err = stepBound(ctx, gptStepGemms, minTime, precision)
 			if err != nil {
 				return err
 			}
@@ -184,10 +183,11 @@ SGEMM, so it measures the cost of emulation, not a bf16 kernel.`,
 // flops is the case's multiply-add work, 2·m·n·k.
 func (c gemmCase) flops() float64 { return 2 * float64(c.m) * float64(c.n) * float64(c.k) }
 
-// benchGemmCase returns the best GFLOP/s over batches of about 5 ms. With
-// round, each product first rounds both operands to bf16, as the
-// emulated bf16 autocast does.
-func benchGemmCase(c gemmCase, minTime time.Duration, round bool) float64 {
+// benchGemmCase returns the best GFLOP/s over batches of about 5 ms, of
+// Sgemm for fp32, SgemmBF16 for bf16, and for bf16-emulated of Sgemm
+// after rounding both operands to bf16, as the emulated autocast does.
+func benchGemmCase(c gemmCase, minTime time.Duration, precision string) float64 {
+	round := precision == "bf16-emulated"
 	r := rand.New(rand.NewPCG(1, 2))
 	fill := func(n int) []float32 {
 		x := make([]float32, n)
@@ -213,7 +213,11 @@ func benchGemmCase(c gemmCase, minTime time.Duration, round bool) float64 {
 			kernels.RoundBF16(ra, a)
 			kernels.RoundBF16(rb, b)
 		}
-		kernels.Sgemm(c.transA, c.transB, c.m, c.n, c.k, 1, ra, lda, rb, ldb, 0, out, c.n)
+		gemm := kernels.Sgemm
+		if precision == "bf16" {
+			gemm = kernels.SgemmBF16
+		}
+		gemm(c.transA, c.transB, c.m, c.n, c.k, 1, ra, lda, rb, ldb, 0, out, c.n)
 	}
 	run() // warm caches and packing buffers
 	flops := c.flops()

@@ -15,8 +15,9 @@ import (
 // dst and src may be the same slice; dst must be at least as long as src.
 func RoundBF16(dst, src []float32) {
 	dst = dst[:len(src)]
-	for i, v := range src {
-		dst[i] = math.Float32frombits(uint32(RoundBF16Bits(math.Float32bits(v))) << 16)
+	done := roundBF16Vec(dst, src)
+	for i := done; i < len(src); i++ {
+		dst[i] = math.Float32frombits(uint32(RoundBF16Bits(math.Float32bits(src[i]))) << 16)
 	}
 }
 
