@@ -235,25 +235,42 @@ TEXT ·bf16Transpose16(SB), NOSPLIT, $0-8
 	VZEROUPPER
 	RET
 
-// func amxKernel32(cfg *byte, a, b *uint16, steps int, acc *float32)
-// Computes a 32×32 float32 block from steps k-chunks of 32: at each chunk
-// a and b hold 2 KiB, two 16×32 bf16 tiles of A rows and two VNNI tiles of
-// B columns; the four 16×16 products are summed in tmm0–tmm3 and stored
-// to acc as four 1 KiB tiles (rows 0–15 × cols 0–15, 0–15 × 16–31,
-// 16–31 × 0–15, 16–31 × 16–31). The tile state lives within this call
-// only: a goroutine may change OS thread between calls.
-TEXT ·amxKernel32(SB), NOSPLIT, $0-40
+// func amxKernel32(cfg *byte, a, b *uint16, steps int, src *float32, srcLd int, dst *float32, dstLd int)
+// Accumulates a 32×32 float32 block over steps k-chunks of 32: at each
+// chunk a and b hold 2 KiB, two 16×32 bf16 tiles of A rows and two VNNI
+// tiles of B columns. The four 16×16 sums live in tmm0–tmm3 (rows 0–15
+// and 16–31 × columns 0–15 and 16–31); they start from the row-major
+// block at src (row stride srcLd floats), or from zero when src is nil,
+// and end in the block at dst (stride dstLd). Storing and reloading is
+// exact, so splitting K over calls does not change the sums. The tile
+// state lives within this call only: a goroutine may change OS thread
+// between calls.
+TEXT ·amxKernel32(SB), NOSPLIT, $0-64
 	MOVQ cfg+0(FP), AX
-	MOVQ a+8(FP), SI
-	MOVQ b+16(FP), DI
-	MOVQ steps+24(FP), CX
-	MOVQ acc+32(FP), BX
-	MOVQ $64, DX
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0x00 // LDTILECFG (AX)
+	MOVQ src+32(FP), BX
+	TESTQ BX, BX
+	JNZ kernelLoad
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // TILEZERO tmm0
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // TILEZERO tmm1
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd0 // TILEZERO tmm2
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd8 // TILEZERO tmm3
+	JMP kernelStart
+kernelLoad:
+	MOVQ srcLd+40(FP), AX
+	SHLQ $2, AX
+	MOVQ AX, SI
+	SHLQ $4, SI
+	ADDQ BX, SI
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x04; BYTE $0x03 // TILELOADD (BX)(AX*1), tmm0
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x4c; BYTE $0x03; BYTE $0x40 // TILELOADD 64(BX)(AX*1), tmm1
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x14; BYTE $0x06 // TILELOADD (SI)(AX*1), tmm2
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x5c; BYTE $0x06; BYTE $0x40 // TILELOADD 64(SI)(AX*1), tmm3
+kernelStart:
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DI
+	MOVQ steps+24(FP), CX
+	MOVQ $64, DX
 kernelLoop:
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x16 // TILELOADD (SI)(DX*1), tmm4
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x17 // TILELOADD (DI)(DX*1), tmm6
@@ -267,17 +284,23 @@ kernelLoop:
 	ADDQ $2048, DI
 	DECQ CX
 	JNZ kernelLoop
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x13 // TILESTORED tmm0, (BX)(DX*1)
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x8c; BYTE $0x13; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED tmm1, 1024(BX)(DX*1)
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x94; BYTE $0x13; BYTE $0x00; BYTE $0x08; BYTE $0x00; BYTE $0x00 // TILESTORED tmm2, 2048(BX)(DX*1)
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x9c; BYTE $0x13; BYTE $0x00; BYTE $0x0c; BYTE $0x00; BYTE $0x00 // TILESTORED tmm3, 3072(BX)(DX*1)
+	MOVQ dst+48(FP), BX
+	MOVQ dstLd+56(FP), AX
+	SHLQ $2, AX
+	MOVQ AX, SI
+	SHLQ $4, SI
+	ADDQ BX, SI
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x03 // TILESTORED tmm0, (BX)(AX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x4c; BYTE $0x03; BYTE $0x40 // TILESTORED tmm1, 64(BX)(AX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x14; BYTE $0x06 // TILESTORED tmm2, (SI)(AX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x5c; BYTE $0x06; BYTE $0x40 // TILESTORED tmm3, 64(SI)(AX*1)
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0xc0 // TILERELEASE
 	RET
 
 // func amxStoreC(acc, c *float32, ldc, rows int, mask uint32, alpha, beta float32)
 // Writes C = alpha·acc + beta·C for the first rows rows of a 32×32 block
-// (acc in amxKernel32's layout) and the columns in mask; beta ±0 does not
-// read C.
+// (acc row-major, 32 floats a row) and the columns in mask; beta ±0 does
+// not read C.
 TEXT ·amxStoreC(SB), NOSPLIT, $0-44
 	MOVQ acc+0(FP), SI
 	MOVQ c+8(FP), DI
@@ -290,43 +313,32 @@ TEXT ·amxStoreC(SB), NOSPLIT, $0-44
 	KMOVW AX, K2
 	VBROADCASTSS alpha+36(FP), Z30
 	VBROADCASTSS beta+40(FP), Z31
-	XORQ BX, BX
 	MOVL beta+40(FP), AX
 	TESTL $0x7fffffff, AX
 	JZ storeZero
 storeLoop:
-	CMPQ BX, $16
-	JNE storeRow
-	ADDQ $1024, SI
-storeRow:
 	VMULPS (SI), Z30, Z0
-	VMULPS 1024(SI), Z30, Z1
+	VMULPS 64(SI), Z30, Z1
 	VMOVUPS.Z (DI), K1, Z2
 	VMOVUPS.Z 64(DI), K2, Z3
 	VFMADD231PS Z31, Z2, Z0
 	VFMADD231PS Z31, Z3, Z1
 	VMOVUPS Z0, K1, (DI)
 	VMOVUPS Z1, K2, 64(DI)
-	ADDQ $64, SI
+	ADDQ $128, SI
 	ADDQ DX, DI
-	INCQ BX
-	CMPQ BX, CX
-	JLT storeLoop
+	DECQ CX
+	JNZ storeLoop
 	VZEROUPPER
 	RET
 storeZero:
-	CMPQ BX, $16
-	JNE storeZeroRow
-	ADDQ $1024, SI
-storeZeroRow:
 	VMULPS (SI), Z30, Z0
-	VMULPS 1024(SI), Z30, Z1
+	VMULPS 64(SI), Z30, Z1
 	VMOVUPS Z0, K1, (DI)
 	VMOVUPS Z1, K2, 64(DI)
-	ADDQ $64, SI
+	ADDQ $128, SI
 	ADDQ DX, DI
-	INCQ BX
-	CMPQ BX, CX
-	JLT storeZero
+	DECQ CX
+	JNZ storeZero
 	VZEROUPPER
 	RET
