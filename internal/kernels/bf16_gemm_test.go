@@ -303,3 +303,27 @@ func FuzzSgemmBF16(f *testing.F) {
 		}
 	})
 }
+
+// TestSgemmBF16Subnormal pins down what each path does below float32's
+// normal range: the emulation keeps subnormal operands and sums, the AMX
+// unit treats them as zero (SgemmBF16's doc says so).
+func TestSgemmBF16Subnormal(t *testing.T) {
+	for _, native := range bf16Paths() {
+		// A subnormal operand (2⁻¹³⁰) times 2¹⁰⁰, and a normal one (2⁻¹²⁶).
+		a := []float32{float32(math.Ldexp(1, -130)), float32(math.Ldexp(1, -126))}
+		b := []float32{float32(math.Ldexp(1, 100))}
+		c := make([]float32, 2)
+		sgemmBF16(native, 1, false, false, 2, 1, 1, 1, a, 1, b, 1, 0, c, 1)
+		// Normal operands whose product (2⁻¹⁴⁰) is subnormal.
+		d := make([]float32, 1)
+		x := []float32{float32(math.Ldexp(1, -70))}
+		sgemmBF16(native, 1, false, false, 1, 1, 1, 1, x, 1, x, 1, 0, d, 1)
+		want := []float32{float32(math.Ldexp(1, -30)), float32(math.Ldexp(1, -26)), float32(math.Ldexp(1, -140))}
+		if native {
+			want[0], want[2] = 0, 0
+		}
+		if got := []float32{c[0], c[1], d[0]}; got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+			t.Errorf("%s: got %g, want %g", bf16PathName(native), got, want)
+		}
+	}
+}
