@@ -12,7 +12,7 @@ import (
 // Assembly of the AMX bf16 GEMM (bf16_amd64.s, hand-written).
 
 //go:noescape
-func amxKernel32(cfg *byte, a, b *uint16, steps int, src *float32, srcLd int, dst *float32, dstLd int)
+func amxKernel32(cfg *byte, a *uint16, aStep int, b *uint16, steps, panels int, src, dst *float32, dstLd, dstStep int)
 
 //go:noescape
 func bf16RoundRows(dst *uint16, src *float32, ld, rows int, mask uint32)
@@ -197,28 +197,41 @@ func amxSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 				bp := ws.b[jr/32*panelLen:]
 				cols := min(32, ncEff-jr)
 				mask := mask32(cols)
+				panels := (mcEff + 31) / 32
 				for s0 := 0; s0 < steps; s0 += kcSteps {
 					ns := min(kcSteps, steps-s0)
-					last := s0+ns == steps
-					for ir := 0; ir < mcEff; ir += 32 {
-						acc := &ws.acc[ir/32*1024]
-						var src *float32
-						if s0 > 0 {
-							src = acc
-						}
+					var src *float32
+					if s0 > 0 {
+						src = &ws.acc[0]
+					}
+					ap, bq := &ws.a[s0*amxChunk], &bp[s0*amxChunk]
+					if s0+ns < steps {
+						amxKernel32(&amxCfg[0], ap, 2*panelLen, bq, ns, panels, src, &ws.acc[0], 32, 4096)
+						continue
+					}
+					// Last chunk: whole blocks of C = A·B take the tiles
+					// directly; the rest goes through alpha and beta.
+					ci := ic*ldc + jc + jr
+					ir := 0
+					if direct && cols == 32 && mcEff >= 32 {
+						full := mcEff / 32
+						_ = c[ci+(32*full-1)*ldc+31]
+						amxKernel32(&amxCfg[0], ap, 2*panelLen, bq, ns, full, src, &c[ci], ldc, 32*ldc*4)
+						ir = 32 * full
+					}
+					if ir == mcEff {
+						continue
+					}
+					if src != nil {
+						src = &ws.acc[ir*32]
+					}
+					acc := ws.acc[ir*32:]
+					amxKernel32(&amxCfg[0], &ws.a[ir/32*panelLen+s0*amxChunk], 2*panelLen, bq, ns, panels-ir/32, src, &acc[0], 32, 4096)
+					for ; ir < mcEff; ir += 32 {
 						rows := min(32, mcEff-ir)
 						ci := (ic+ir)*ldc + jc + jr
-						if last && direct && rows == 32 && cols == 32 {
-							// C = A·B: the tiles go straight to C.
-							_ = c[ci+31*ldc+31]
-							amxKernel32(&amxCfg[0], &ws.a[ir/32*panelLen+s0*amxChunk], &bp[s0*amxChunk], ns, src, 32, &c[ci], ldc)
-							continue
-						}
-						amxKernel32(&amxCfg[0], &ws.a[ir/32*panelLen+s0*amxChunk], &bp[s0*amxChunk], ns, src, 32, acc, 32)
-						if last {
-							_ = c[ci+(rows-1)*ldc+cols-1]
-							amxStoreC(acc, &c[ci], ldc, rows, mask, alpha, beta)
-						}
+						_ = c[ci+(rows-1)*ldc+cols-1]
+						amxStoreC(&ws.acc[ir*32], &c[ci], ldc, rows, mask, alpha, beta)
 					}
 				}
 			}

@@ -2,7 +2,8 @@
 // micro-kernel and its packing and store loops (bf16_amd64.go). The Go
 // assembler knows no AMX mnemonics, so tile instructions are BYTE
 // sequences; each is named in the comment beside it, and uses only
-// AX..DI (no REX/VEX.R/X/B bits).
+// AX..DI (no REX/VEX.R/X/B bits); other registers serve the Go-encoded
+// instructions around them.
 
 //go:build !noasm
 
@@ -235,21 +236,33 @@ TEXT ·bf16Transpose16(SB), NOSPLIT, $0-8
 	VZEROUPPER
 	RET
 
-// func amxKernel32(cfg *byte, a, b *uint16, steps int, src *float32, srcLd int, dst *float32, dstLd int)
-// Accumulates a 32×32 float32 block over steps k-chunks of 32: at each
-// chunk a and b hold 2 KiB, two 16×32 bf16 tiles of A rows and two VNNI
-// tiles of B columns. The four 16×16 sums live in tmm0–tmm3 (rows 0–15
-// and 16–31 × columns 0–15 and 16–31); they start from the row-major
-// block at src (row stride srcLd floats), or from zero when src is nil,
-// and end in the block at dst (stride dstLd). Storing and reloading is
-// exact, so splitting K over calls does not change the sums. The tile
-// state lives within this call only: a goroutine may change OS thread
-// between calls.
-TEXT ·amxKernel32(SB), NOSPLIT, $0-64
+// func amxKernel32(cfg *byte, a *uint16, aStep int, b *uint16, steps, panels int, src, dst *float32, dstLd, dstStep int)
+// Accumulates panels 32×32 float32 blocks of C, one per A row panel
+// (a, a+aStep bytes, ...), each over the same steps k-chunks of 32 of one
+// B column panel: per chunk a panel holds 2 KiB, two 16×32 bf16 tiles of
+// A rows (or two VNNI tiles of B columns). The four 16×16 sums of a block
+// live in tmm0–tmm3 (rows 0–15 and 16–31 × columns 0–15 and 16–31); they
+// start from the row-major 32×32 blocks at src (consecutive, 4 KiB each)
+// or from zero when src is nil, and end at dst (row stride dstLd floats,
+// blocks dstStep bytes apart). Storing and reloading is exact, so
+// splitting K over calls does not change the sums. One LDTILECFG serves
+// the whole column, and the tile state lives within this call only: a
+// goroutine may change OS thread between calls.
+TEXT ·amxKernel32(SB), NOSPLIT, $0-80
 	MOVQ cfg+0(FP), AX
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0x00 // LDTILECFG (AX)
-	MOVQ src+32(FP), BX
-	TESTQ BX, BX
+	MOVQ a+8(FP), R8
+	MOVQ aStep+16(FP), R9
+	MOVQ b+24(FP), R10
+	MOVQ steps+32(FP), R11
+	MOVQ panels+40(FP), R12
+	MOVQ src+48(FP), R13
+	MOVQ dst+56(FP), R14
+	MOVQ dstLd+64(FP), R15
+	SHLQ $2, R15
+	MOVQ $64, DX
+kernelPanel:
+	TESTQ R13, R13
 	JNZ kernelLoad
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // TILEZERO tmm0
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // TILEZERO tmm1
@@ -257,20 +270,18 @@ TEXT ·amxKernel32(SB), NOSPLIT, $0-64
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd8 // TILEZERO tmm3
 	JMP kernelStart
 kernelLoad:
-	MOVQ srcLd+40(FP), AX
-	SHLQ $2, AX
-	MOVQ AX, SI
-	SHLQ $4, SI
-	ADDQ BX, SI
+	MOVQ R13, BX
+	MOVQ $128, AX
+	LEAQ 2048(BX), SI
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x04; BYTE $0x03 // TILELOADD (BX)(AX*1), tmm0
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x4c; BYTE $0x03; BYTE $0x40 // TILELOADD 64(BX)(AX*1), tmm1
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x14; BYTE $0x06 // TILELOADD (SI)(AX*1), tmm2
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x5c; BYTE $0x06; BYTE $0x40 // TILELOADD 64(SI)(AX*1), tmm3
+	ADDQ $4096, R13
 kernelStart:
-	MOVQ a+8(FP), SI
-	MOVQ b+16(FP), DI
-	MOVQ steps+24(FP), CX
-	MOVQ $64, DX
+	MOVQ R8, SI
+	MOVQ R10, DI
+	MOVQ R11, CX
 kernelLoop:
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x16 // TILELOADD (SI)(DX*1), tmm4
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x17 // TILELOADD (DI)(DX*1), tmm6
@@ -284,16 +295,19 @@ kernelLoop:
 	ADDQ $2048, DI
 	DECQ CX
 	JNZ kernelLoop
-	MOVQ dst+48(FP), BX
-	MOVQ dstLd+56(FP), AX
-	SHLQ $2, AX
-	MOVQ AX, SI
+	MOVQ R14, BX
+	MOVQ R15, AX
+	MOVQ R15, SI
 	SHLQ $4, SI
 	ADDQ BX, SI
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x03 // TILESTORED tmm0, (BX)(AX*1)
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x4c; BYTE $0x03; BYTE $0x40 // TILESTORED tmm1, 64(BX)(AX*1)
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x14; BYTE $0x06 // TILESTORED tmm2, (SI)(AX*1)
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x5c; BYTE $0x06; BYTE $0x40 // TILESTORED tmm3, 64(SI)(AX*1)
+	ADDQ R9, R8
+	ADDQ dstStep+72(FP), R14
+	DECQ R12
+	JNZ kernelPanel
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0xc0 // TILERELEASE
 	RET
 

@@ -153,6 +153,11 @@ func TestSgemmBF16Large(t *testing.T) {
 				checkGemmBF16(t, native, 1+j%2, tc, 2)
 			}
 		}
+		// C = A·B, whose whole blocks the kernel stores itself, over
+		// several K chunks with partial blocks at both edges.
+		for _, tr := range trans {
+			checkGemmBF16(t, native, 1, gemmCase{tr[0], tr[1], 289, 70, 600, 1, 0, 2}, 3)
+		}
 	}
 }
 
