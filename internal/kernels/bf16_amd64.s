@@ -21,16 +21,12 @@ DATA bf16OddWords<>+48(SB)/8, $0x0037003500330031
 DATA bf16OddWords<>+56(SB)/8, $0x003f003d003b0039
 GLOBL bf16OddWords<>(SB), RODATA|NOPTR, $64
 
-// BF16CONSTS loads the rounding constants into Z16–Z20.
+// BF16CONSTS loads the rounding constants into Z16, Z17 and Z20.
 #define BF16CONSTS \
 	MOVL $0x7fff, AX; \
 	VPBROADCASTD AX, Z16; \
 	MOVL $1, AX; \
 	VPBROADCASTD AX, Z17; \
-	MOVL $0x7fffffff, AX; \
-	VPBROADCASTD AX, Z18; \
-	MOVL $0x7f800000, AX; \
-	VPBROADCASTD AX, Z19; \
 	MOVL $0x00400000, AX; \
 	VPBROADCASTD AX, Z20
 
@@ -38,14 +34,14 @@ GLOBL bf16OddWords<>(SB), RODATA|NOPTR, $64
 // (ties to even) to the float32 in x, exactly as RoundBF16Bits: add 0x7fff
 // plus the lowest kept bit; a NaN instead keeps its upper half with the
 // quiet bit set. Integer operations, so MXCSR (DAZ/FTZ) plays no part.
-// Clobbers tmp and K3.
-#define ROUND(x, out, tmp) \
+// The NaN test is an unordered compare (no exception is observed).
+// Clobbers K3.
+#define ROUND(x, out) \
 	VPSRLD $16, x, out; \
 	VPANDD Z17, out, out; \
 	VPADDD Z16, out, out; \
 	VPADDD x, out, out; \
-	VPANDD Z18, x, tmp; \
-	VPCMPUD $6, Z19, tmp, K3; \
+	VCMPPS $3, x, x, K3; \
 	VPORD Z20, x, K3, out
 
 // func bf16RoundRows(dst *uint16, src *float32, ld, rows int, mask uint32)
@@ -71,8 +67,8 @@ TEXT ·bf16RoundRows(SB), NOSPLIT, $0-36
 rowsLoop:
 	VMOVDQU32.Z (SI), K1, Z0
 	VMOVDQU32.Z 64(SI), K2, Z1
-	ROUND(Z0, Z2, Z4)
-	ROUND(Z1, Z3, Z4)
+	ROUND(Z0, Z2)
+	ROUND(Z1, Z3)
 	VPERMT2W Z3, Z21, Z2
 	VMOVDQU32 Z2, (DI)
 	ADDQ DX, SI
@@ -122,8 +118,8 @@ pairsLoop:
 	ADDQ DX, SI
 pairsRound:
 	SUBQ $2, CX
-	ROUND(Z0, Z2, Z4)
-	ROUND(Z1, Z3, Z4)
+	ROUND(Z0, Z2)
+	ROUND(Z1, Z3)
 	VPSRLD $16, Z2, Z2
 	VPTERNLOGD $0xf8, Z21, Z3, Z2 // Z2 |= Z3 & 0xffff0000
 	VMOVDQU32 Z2, (DI)
