@@ -89,6 +89,8 @@ type bf16Workspace struct {
 	acc  []float32
 }
 
+// bf16Workspaces is a bounded free list, like workspaces and for the same
+// reason (a sync.Pool is emptied at every GC cycle).
 var bf16Workspaces struct {
 	mu   sync.Mutex // guards free
 	free []*bf16Workspace
