@@ -12,7 +12,7 @@ import (
 // Assembly of the AMX bf16 GEMM (bf16_amd64.s, hand-written).
 
 //go:noescape
-func amxKernel32(cfg *byte, a *uint16, aStep int, b *uint16, steps, panels int, src, dst *float32, dstLd, dstStep int)
+func amxKernel32(cfg *byte, a *uint16, aStep int, b *uint16, bStep, steps, panels int, src *float32, srcStep int, dst *float32, dstLd, dstStep int)
 
 //go:noescape
 func bf16RoundRows(dst *uint16, src *float32, ld, rows int, mask uint32)
@@ -186,7 +186,7 @@ func amxSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 	defer putBF16Workspace(ws)
 	ws.b = growU16(ws.b, nc/32*panelLen)
 	ws.a = growU16(ws.a, mc/32*panelLen)
-	ws.acc = grow(ws.acc, mc/32*1024)
+	ws.acc = grow(ws.acc, max(mc/32, amxRowGroup)*1024)
 	kcSteps := amxKC / 32
 	direct := alpha == 1 && beta == 0
 	for jc := 0; jc < n; jc += nc {
@@ -195,6 +195,10 @@ func amxSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 		for ic := 0; ic < m; ic += mc {
 			mcEff := min(mc, m-ic)
 			packAPanels(ws.a, transA, a, lda, k, ic, mcEff)
+			if mcEff <= 32 {
+				amxRow(ws, steps, ic, mcEff, jc, ncEff, alpha, beta, c, ldc)
+				continue
+			}
 			for jr := 0; jr < ncEff; jr += 32 {
 				bp := ws.b[jr/32*panelLen:]
 				cols := min(32, ncEff-jr)
@@ -208,7 +212,7 @@ func amxSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 					}
 					ap, bq := &ws.a[s0*amxChunk], &bp[s0*amxChunk]
 					if s0+ns < steps {
-						amxKernel32(&amxCfg[0], ap, 2*panelLen, bq, ns, panels, src, &ws.acc[0], 32, 4096)
+						amxKernel32(&amxCfg[0], ap, 2*panelLen, bq, 0, ns, panels, src, 4096, &ws.acc[0], 32, 4096)
 						continue
 					}
 					// Last chunk: whole blocks of C = A·B take the tiles
@@ -218,7 +222,7 @@ func amxSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 					if direct && cols == 32 && mcEff >= 32 {
 						full := mcEff / 32
 						_ = c[ci+(32*full-1)*ldc+31]
-						amxKernel32(&amxCfg[0], ap, 2*panelLen, bq, ns, full, src, &c[ci], ldc, 32*ldc*4)
+						amxKernel32(&amxCfg[0], ap, 2*panelLen, bq, 0, ns, full, src, 4096, &c[ci], ldc, 32*ldc*4)
 						ir = 32 * full
 					}
 					if ir == mcEff {
@@ -228,7 +232,7 @@ func amxSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 						src = &ws.acc[ir*32]
 					}
 					acc := ws.acc[ir*32:]
-					amxKernel32(&amxCfg[0], &ws.a[ir/32*panelLen+s0*amxChunk], 2*panelLen, bq, ns, panels-ir/32, src, &acc[0], 32, 4096)
+					amxKernel32(&amxCfg[0], &ws.a[ir/32*panelLen+s0*amxChunk], 2*panelLen, bq, 0, ns, panels-ir/32, src, 4096, &acc[0], 32, 4096)
 					for ; ir < mcEff; ir += 32 {
 						rows := min(32, mcEff-ir)
 						ci := (ic+ir)*ldc + jc + jr
@@ -236,6 +240,60 @@ func amxSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 						amxStoreC(&ws.acc[ir*32], &c[ci], ldc, rows, mask, alpha, beta)
 					}
 				}
+			}
+		}
+	}
+}
+
+// amxRowGroup is the number of B column panels amxRow gives one kernel
+// call (their sums are kept in ws.acc between K chunks).
+const amxRowGroup = 16
+
+// amxRow is amxSerial's inner loops for an A block of one row panel (C of
+// at most 32 rows: a convolution's output channels, a small batch): the
+// kernel calls then run along the row of C blocks, so that a call covers
+// many blocks whatever m is.
+func amxRow(ws *bf16Workspace, steps, ic, rows, jc, ncEff int, alpha, beta float32, c []float32, ldc int) {
+	panelLen := steps * amxChunk
+	kcSteps := amxKC / 32
+	direct := alpha == 1 && beta == 0
+	for g := 0; g < ncEff; g += 32 * amxRowGroup {
+		gc := min(32*amxRowGroup, ncEff-g) // columns of C in this group
+		np := (gc + 31) / 32
+		for s0 := 0; s0 < steps; s0 += kcSteps {
+			ns := min(kcSteps, steps-s0)
+			var src *float32
+			if s0 > 0 {
+				src = &ws.acc[0]
+			}
+			ap := &ws.a[s0*amxChunk]
+			bq := &ws.b[g/32*panelLen+s0*amxChunk]
+			if s0+ns < steps {
+				amxKernel32(&amxCfg[0], ap, 0, bq, 2*panelLen, ns, np, src, 4096, &ws.acc[0], 32, 4096)
+				continue
+			}
+			// Last chunk: whole blocks of C = A·B take the tiles directly;
+			// the rest goes through alpha and beta.
+			ci := ic*ldc + jc + g
+			jr := 0
+			if direct && rows == 32 && gc >= 32 {
+				full := gc / 32
+				_ = c[ci+31*ldc+32*full-1]
+				amxKernel32(&amxCfg[0], ap, 0, bq, 2*panelLen, ns, full, src, 4096, &c[ci], ldc, 128)
+				jr = 32 * full
+			}
+			if jr == gc {
+				continue
+			}
+			if src != nil {
+				src = &ws.acc[jr*32]
+			}
+			amxKernel32(&amxCfg[0], ap, 0, &ws.b[(g+jr)/32*panelLen+s0*amxChunk], 2*panelLen, ns, np-jr/32, src, 4096, &ws.acc[jr*32], 32, 4096)
+			for ; jr < gc; jr += 32 {
+				cols := min(32, gc-jr)
+				ci := ic*ldc + jc + g + jr
+				_ = c[ci+(rows-1)*ldc+cols-1]
+				amxStoreC(&ws.acc[jr*32], &c[ci], ldc, rows, mask32(cols), alpha, beta)
 			}
 		}
 	}

@@ -232,29 +232,31 @@ TEXT ·bf16Transpose16(SB), NOSPLIT, $0-8
 	VZEROUPPER
 	RET
 
-// func amxKernel32(cfg *byte, a *uint16, aStep int, b *uint16, steps, panels int, src, dst *float32, dstLd, dstStep int)
-// Accumulates panels 32×32 float32 blocks of C, one per A row panel
-// (a, a+aStep bytes, ...), each over the same steps k-chunks of 32 of one
-// B column panel: per chunk a panel holds 2 KiB, two 16×32 bf16 tiles of
-// A rows (or two VNNI tiles of B columns). The four 16×16 sums of a block
-// live in tmm0–tmm3 (rows 0–15 and 16–31 × columns 0–15 and 16–31); they
-// start from the row-major 32×32 blocks at src (consecutive, 4 KiB each)
-// or from zero when src is nil, and end at dst (row stride dstLd floats,
-// blocks dstStep bytes apart). Storing and reloading is exact, so
-// splitting K over calls does not change the sums. One LDTILECFG serves
-// the whole column, and the tile state lives within this call only: a
-// goroutine may change OS thread between calls.
-TEXT ·amxKernel32(SB), NOSPLIT, $0-80
+// func amxKernel32(cfg *byte, a *uint16, aStep int, b *uint16, bStep, steps, panels int, src *float32, srcStep int, dst *float32, dstLd, dstStep int)
+// Accumulates panels 32×32 float32 blocks of C, block p from A row panel
+// a+p·aStep and B column panel b+p·bStep (bytes; one of the steps is
+// usually 0: a column of C blocks meets one B panel, a row one A panel),
+// each over steps k-chunks of 32: per chunk a panel holds 2 KiB, two
+// 16×32 bf16 tiles of A rows (or two VNNI tiles of B columns). The four
+// 16×16 sums of a block live in tmm0–tmm3 (rows 0–15 and 16–31 × columns
+// 0–15 and 16–31); they start from the row-major 32×32 block at
+// src+p·srcStep (row stride 32 floats), or from zero when src is nil, and
+// end at dst+p·dstStep (row stride dstLd floats). Storing and reloading
+// is exact, so splitting K over calls does not change the sums. One
+// LDTILECFG serves all the blocks, whose loads, products and stores then
+// overlap; the tile state lives within this call only: a goroutine may
+// change OS thread between calls.
+TEXT ·amxKernel32(SB), NOSPLIT, $0-96
 	MOVQ cfg+0(FP), AX
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0x00 // LDTILECFG (AX)
 	MOVQ a+8(FP), R8
 	MOVQ aStep+16(FP), R9
 	MOVQ b+24(FP), R10
-	MOVQ steps+32(FP), R11
-	MOVQ panels+40(FP), R12
-	MOVQ src+48(FP), R13
-	MOVQ dst+56(FP), R14
-	MOVQ dstLd+64(FP), R15
+	MOVQ steps+40(FP), R11
+	MOVQ panels+48(FP), R12
+	MOVQ src+56(FP), R13
+	MOVQ dst+72(FP), R14
+	MOVQ dstLd+80(FP), R15
 	SHLQ $2, R15
 	MOVQ $64, DX
 kernelPanel:
@@ -273,7 +275,7 @@ kernelLoad:
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x4c; BYTE $0x03; BYTE $0x40 // TILELOADD 64(BX)(AX*1), tmm1
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x14; BYTE $0x06 // TILELOADD (SI)(AX*1), tmm2
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x5c; BYTE $0x06; BYTE $0x40 // TILELOADD 64(SI)(AX*1), tmm3
-	ADDQ $4096, R13
+	ADDQ srcStep+64(FP), R13
 kernelStart:
 	MOVQ R8, SI
 	MOVQ R10, DI
@@ -301,7 +303,8 @@ kernelLoop:
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x14; BYTE $0x06 // TILESTORED tmm2, (SI)(AX*1)
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x5c; BYTE $0x06; BYTE $0x40 // TILESTORED tmm3, 64(SI)(AX*1)
 	ADDQ R9, R8
-	ADDQ dstStep+72(FP), R14
+	ADDQ bStep+32(FP), R10
+	ADDQ dstStep+88(FP), R14
 	DECQ R12
 	JNZ kernelPanel
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0xc0 // TILERELEASE
