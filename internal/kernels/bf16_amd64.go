@@ -195,8 +195,10 @@ func amxSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 		for ic := 0; ic < m; ic += mc {
 			mcEff := min(mc, m-ic)
 			packAPanels(ws.a, transA, a, lda, k, ic, mcEff)
-			if mcEff <= 32 {
-				amxRow(ws, steps, ic, mcEff, jc, ncEff, alpha, beta, c, ldc)
+			if mcEff <= amxRowMaxM {
+				for ir := 0; ir < mcEff; ir += 32 {
+					amxRow(ws, steps, ir, ic+ir, min(32, mcEff-ir), jc, ncEff, alpha, beta, c, ldc)
+				}
 				continue
 			}
 			for jr := 0; jr < ncEff; jr += 32 {
@@ -245,15 +247,20 @@ func amxSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 	}
 }
 
+// amxRowMaxM is the most rows of C computed row panel by row panel
+// (amxRow): up to it, fewer and longer kernel calls measured faster than
+// the column-wise loops, despite B chunks being read once per row panel.
+const amxRowMaxM = 64
+
 // amxRowGroup is the number of B column panels amxRow gives one kernel
 // call (their sums are kept in ws.acc between K chunks).
 const amxRowGroup = 16
 
-// amxRow is amxSerial's inner loops for an A block of one row panel (C of
-// at most 32 rows: a convolution's output channels, a small batch): the
-// kernel calls then run along the row of C blocks, so that a call covers
-// many blocks whatever m is.
-func amxRow(ws *bf16Workspace, steps, ic, rows, jc, ncEff int, alpha, beta float32, c []float32, ldc int) {
+// amxRow is amxSerial's inner loops for row panel ir of a small A block
+// (C of at most amxRowMaxM rows: a convolution's output channels, a small
+// batch): the kernel calls run along the row of C blocks, so that a call
+// covers many blocks however few rows there are.
+func amxRow(ws *bf16Workspace, steps, ir, ic, rows, jc, ncEff int, alpha, beta float32, c []float32, ldc int) {
 	panelLen := steps * amxChunk
 	kcSteps := amxKC / 32
 	direct := alpha == 1 && beta == 0
@@ -266,7 +273,7 @@ func amxRow(ws *bf16Workspace, steps, ic, rows, jc, ncEff int, alpha, beta float
 			if s0 > 0 {
 				src = &ws.acc[0]
 			}
-			ap := &ws.a[s0*amxChunk]
+			ap := &ws.a[ir/32*panelLen+s0*amxChunk]
 			bq := &ws.b[g/32*panelLen+s0*amxChunk]
 			if s0+ns < steps {
 				amxKernel32(&amxCfg[0], ap, 0, bq, 2*panelLen, ns, np, src, 4096, &ws.acc[0], 32, 4096)

@@ -158,19 +158,21 @@ func TestSgemmBF16Large(t *testing.T) {
 		for _, tr := range trans {
 			checkGemmBF16(t, native, 1, gemmCase{tr[0], tr[1], 289, 70, 600, 1, 0, 2}, 3)
 		}
-		// A C of one row panel (the kernel runs along the row in groups of
-		// B panels), whole and partial, over one and several K chunks.
+		// A C of few rows (the kernel runs along each row panel in groups
+		// of B panels), whole and partial, over one and several K chunks.
 		for i, tr := range trans {
 			checkGemmBF16(t, native, 1, gemmCase{tr[0], tr[1], 32, 700, 300, 1, 0, 1}, 4)
 			checkGemmBF16(t, native, 1, gemmCase{tr[0], tr[1], 32, 676, 9, 1, 0, 0}, 4)
 			checkGemmBF16(t, native, 1+i%2, gemmCase{tr[0], tr[1], 20, 1100, 40, 0.5, 1, 3}, 4)
+			checkGemmBF16(t, native, 1, gemmCase{tr[0], tr[1], 64, 600, 290, 1, 0, 0}, 4)
+			checkGemmBF16(t, native, 1, gemmCase{tr[0], tr[1], 50, 530, 70, -2, 0.25, 2}, 4)
 		}
 	}
 }
 
 // TestSgemmBF16Deterministic checks that one and two threads give the same
-// bits, as ranks with different thread counts need (64×30: each thread's
-// half is one row panel, which takes the row-wise loops).
+// bits, as ranks with different thread counts need (64×30: the threads
+// split the rows, not the columns).
 func TestSgemmBF16Deterministic(t *testing.T) {
 	r := rand.New(rand.NewPCG(4, 3))
 	shapes := [][3]int{{64, 512, 784}, {300, 40, 129}, {257, 257, 257}, {7, 1000, 33}, {1000, 7, 40}, {64, 30, 600}}
