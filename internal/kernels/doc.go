@@ -27,8 +27,9 @@
 // permission for the tile state) it packs op(A) and op(B) into bf16 tiles
 // (VNNI pairs for B, rounded with integer AVX-512 ops exactly as
 // RoundBF16), and a kernel of four TDPBF16PS accumulators computes a
-// column of 32×32 blocks of C per call, K in 256-wide chunks (sums kept
-// in float32 between them, so the order is fixed); an AVX-512 store
+// column (for C of few rows, a row) of 32×32 blocks of C per call, K in
+// 256-wide chunks (sums kept in float32 between them, so the order is
+// fixed); an AVX-512 store
 // applies alpha and beta, or the tiles go straight to C when C = A·B
 // (NativeBF16 is then true). Elsewhere it is emulated: rounded copies
 // multiplied by Sgemm. BF16Features names the CPU's AVX512_BF16
