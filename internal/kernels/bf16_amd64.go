@@ -12,7 +12,7 @@ import (
 // Assembly of the AMX bf16 GEMM (bf16_amd64.s, hand-written).
 
 //go:noescape
-func amxKernel32(cfg *byte, a, b *uint16, steps int, acc *float32)
+func amxKernel32(cfg *byte, a *uint16, aStep int, b *uint16, bStep, steps, panels int, src *float32, srcStep int, dst *float32, dstLd, dstStep int)
 
 //go:noescape
 func bf16RoundRows(dst *uint16, src *float32, ld, rows int, mask uint32)
@@ -68,21 +68,29 @@ const (
 )
 
 // amxBBudget bounds the packed B (bytes) held at once: up to it the whole
-// op(B) is packed once and every A panel meets it; beyond, columns are
+// op(B) is packed once and every A block meets it; beyond, columns are
 // blocked.
 const amxBBudget = 4 << 20
 
 // amxMC is the number of op(A) rows packed at a time: the packed A block
 // (amxMC·K bf16) is reused by every B column panel, so it should stay in
 // L2.
-const amxMC = 128
+const amxMC = 256
 
-// bf16Workspace holds one goroutine's packed operands and accumulator.
+// amxKC is the K block (a multiple of 32): a B panel's amxKC×32 chunk
+// (16 KiB) stays in L1 while every row panel of the A block meets it, and
+// the block's accumulators (amxMC×32 float32) with it.
+const amxKC = 256
+
+// bf16Workspace holds one goroutine's packed operands and the float32
+// sums of a column of 32×32 C blocks (row-major, 1024 floats each).
 type bf16Workspace struct {
 	a, b []uint16
 	acc  []float32
 }
 
+// bf16Workspaces is a bounded free list, like workspaces and for the same
+// reason (a sync.Pool is emptied at every GC cycle).
 var bf16Workspaces struct {
 	mu   sync.Mutex // guards free
 	free []*bf16Workspace
@@ -163,8 +171,11 @@ func sgemmBF16AMX(threads int, transA, transB bool, m, n, k int, alpha float32, 
 
 // amxSerial runs the AMX GEMM on the calling goroutine: op(B) is packed
 // once per column block (the whole of it up to amxBBudget), op(A) once
-// per amxMC rows, and each 32×32 block of C gets one kernel call over the
-// whole K and one store.
+// per amxMC rows. For each B column panel, K is walked in amxKC chunks,
+// each chunk meeting every A row panel while it is in L1, with the float32
+// sums of the panel's column of 32×32 C blocks kept in ws.acc between
+// chunks; after the last chunk amxStoreC applies alpha and beta, or, for
+// C = A·B on a whole block, the kernel stores its tiles into C itself.
 func amxSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	steps := (k + 31) / 32
 	panelLen := steps * amxChunk
@@ -175,87 +186,214 @@ func amxSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 	defer putBF16Workspace(ws)
 	ws.b = growU16(ws.b, nc/32*panelLen)
 	ws.a = growU16(ws.a, mc/32*panelLen)
-	acc := ws.acc[:1024]
+	ws.acc = grow(ws.acc, max(mc/32, amxRowGroup)*1024)
+	kcSteps := amxKC / 32
+	direct := alpha == 1 && beta == 0
 	for jc := 0; jc < n; jc += nc {
 		ncEff := min(nc, n-jc)
-		for jr := 0; jr < ncEff; jr += 32 {
-			packBPanel(ws.b[jr/32*panelLen:(jr/32+1)*panelLen], transB, b, ldb, k, jc+jr, min(32, ncEff-jr))
-		}
+		packBPanels(ws.b, transB, b, ldb, k, jc, ncEff)
 		for ic := 0; ic < m; ic += mc {
 			mcEff := min(mc, m-ic)
-			for ir := 0; ir < mcEff; ir += 32 {
-				packAPanel(ws.a[ir/32*panelLen:(ir/32+1)*panelLen], transA, a, lda, k, ic+ir, min(32, mcEff-ir))
+			packAPanels(ws.a, transA, a, lda, k, ic, mcEff)
+			if mcEff <= amxRowMaxM {
+				for ir := 0; ir < mcEff; ir += 32 {
+					amxRow(ws, steps, ir, ic+ir, min(32, mcEff-ir), jc, ncEff, alpha, beta, c, ldc)
+				}
+				continue
 			}
 			for jr := 0; jr < ncEff; jr += 32 {
-				bp := &ws.b[jr/32*panelLen]
+				bp := ws.b[jr/32*panelLen:]
 				cols := min(32, ncEff-jr)
 				mask := mask32(cols)
-				for ir := 0; ir < mcEff; ir += 32 {
-					rows := min(32, mcEff-ir)
-					amxKernel32(&amxCfg[0], &ws.a[ir/32*panelLen], bp, steps, &acc[0])
-					ci := (ic+ir)*ldc + jc + jr
-					_ = c[ci+(rows-1)*ldc+cols-1]
-					amxStoreC(&acc[0], &c[ci], ldc, rows, mask, alpha, beta)
+				panels := (mcEff + 31) / 32
+				for s0 := 0; s0 < steps; s0 += kcSteps {
+					ns := min(kcSteps, steps-s0)
+					var src *float32
+					if s0 > 0 {
+						src = &ws.acc[0]
+					}
+					ap, bq := &ws.a[s0*amxChunk], &bp[s0*amxChunk]
+					if s0+ns < steps {
+						amxKernel32(&amxCfg[0], ap, 2*panelLen, bq, 0, ns, panels, src, 4096, &ws.acc[0], 32, 4096)
+						continue
+					}
+					// Last chunk: whole blocks of C = A·B take the tiles
+					// directly; the rest goes through alpha and beta.
+					ci := ic*ldc + jc + jr
+					ir := 0
+					if direct && cols == 32 && mcEff >= 32 {
+						full := mcEff / 32
+						_ = c[ci+(32*full-1)*ldc+31]
+						amxKernel32(&amxCfg[0], ap, 2*panelLen, bq, 0, ns, full, src, 4096, &c[ci], ldc, 32*ldc*4)
+						ir = 32 * full
+					}
+					if ir == mcEff {
+						continue
+					}
+					if src != nil {
+						src = &ws.acc[ir*32]
+					}
+					acc := ws.acc[ir*32:]
+					amxKernel32(&amxCfg[0], &ws.a[ir/32*panelLen+s0*amxChunk], 2*panelLen, bq, 0, ns, panels-ir/32, src, 4096, &acc[0], 32, 4096)
+					for ; ir < mcEff; ir += 32 {
+						rows := min(32, mcEff-ir)
+						ci := (ic+ir)*ldc + jc + jr
+						_ = c[ci+(rows-1)*ldc+cols-1]
+						amxStoreC(&ws.acc[ir*32], &c[ci], ldc, rows, mask, alpha, beta)
+					}
 				}
 			}
 		}
 	}
 }
 
-// packAPanel packs rows i0..i0+rows (rows ≤ 32) of op(A) into dst (one
-// row panel), zero-padding missing rows and K.
-func packAPanel(dst []uint16, transA bool, a []float32, lda, k, i0, rows int) {
-	steps := (k + 31) / 32
-	for h := 0; h < 2; h++ {
-		hr := min(16, rows-16*h) // rows of op(A) in this tile
-		for kk := 0; kk < steps; kk++ {
-			t := dst[kk*amxChunk+h*amxTile : kk*amxChunk+(h+1)*amxTile]
-			kw := min(32, k-32*kk)
-			if hr <= 0 {
-				clear(t)
+// amxRowMaxM is the most rows of C computed row panel by row panel
+// (amxRow): up to it, fewer and longer kernel calls measured faster than
+// the column-wise loops, despite B chunks being read once per row panel.
+const amxRowMaxM = 64
+
+// amxRowGroup is the number of B column panels amxRow gives one kernel
+// call (their sums are kept in ws.acc between K chunks).
+const amxRowGroup = 16
+
+// amxRow is amxSerial's inner loops for row panel ir of a small A block
+// (C of at most amxRowMaxM rows: a convolution's output channels, a small
+// batch): the kernel calls run along the row of C blocks, so that a call
+// covers many blocks however few rows there are.
+func amxRow(ws *bf16Workspace, steps, ir, ic, rows, jc, ncEff int, alpha, beta float32, c []float32, ldc int) {
+	panelLen := steps * amxChunk
+	kcSteps := amxKC / 32
+	direct := alpha == 1 && beta == 0
+	for g := 0; g < ncEff; g += 32 * amxRowGroup {
+		gc := min(32*amxRowGroup, ncEff-g) // columns of C in this group
+		np := (gc + 31) / 32
+		for s0 := 0; s0 < steps; s0 += kcSteps {
+			ns := min(kcSteps, steps-s0)
+			var src *float32
+			if s0 > 0 {
+				src = &ws.acc[0]
+			}
+			ap := &ws.a[ir/32*panelLen+s0*amxChunk]
+			bq := &ws.b[g/32*panelLen+s0*amxChunk]
+			if s0+ns < steps {
+				amxKernel32(&amxCfg[0], ap, 0, bq, 2*panelLen, ns, np, src, 4096, &ws.acc[0], 32, 4096)
 				continue
 			}
-			r0 := i0 + 16*h
-			if !transA {
-				// op(A) rows are stored rows: 32 floats each.
-				_ = a[(r0+hr-1)*lda+32*kk+kw-1]
-				bf16RoundRows(&t[0], &a[r0*lda+32*kk], lda, hr, mask32(kw))
+			// Last chunk: whole blocks of C = A·B take the tiles directly;
+			// the rest goes through alpha and beta.
+			ci := ic*ldc + jc + g
+			jr := 0
+			if direct && rows == 32 && gc >= 32 {
+				full := gc / 32
+				_ = c[ci+31*ldc+32*full-1]
+				amxKernel32(&amxCfg[0], ap, 0, bq, 2*panelLen, ns, full, src, 4096, &c[ci], ldc, 128)
+				jr = 32 * full
+			}
+			if jr == gc {
 				continue
 			}
-			// Aᵀ stored k×m: pairs of stored rows give [pair][row], then
-			// a transpose gives the [row][pair] an A tile holds.
-			_ = a[(32*kk+kw-1)*lda+r0+hr-1]
-			bf16RoundPairs(&t[0], &a[32*kk*lda+r0], lda, kw, mask32(hr))
-			bf16Transpose16(&t[0])
+			if src != nil {
+				src = &ws.acc[jr*32]
+			}
+			amxKernel32(&amxCfg[0], ap, 0, &ws.b[(g+jr)/32*panelLen+s0*amxChunk], 2*panelLen, ns, np-jr/32, src, 4096, &ws.acc[jr*32], 32, 4096)
+			for ; jr < gc; jr += 32 {
+				cols := min(32, gc-jr)
+				ci := ic*ldc + jc + g + jr
+				_ = c[ci+(rows-1)*ldc+cols-1]
+				amxStoreC(&ws.acc[jr*32], &c[ci], ldc, rows, mask32(cols), alpha, beta)
+			}
 		}
 	}
 }
 
-// packBPanel packs columns j0..j0+cols (cols ≤ 32) of op(B) into dst (one
-// VNNI column panel), zero-padding missing columns and K.
-func packBPanel(dst []uint16, transB bool, b []float32, ldb, k, j0, cols int) {
+// packAPanels packs rows i0..i0+rows of op(A) into consecutive row panels
+// at dst, zero-padding the last panel's missing rows and K. The loops run
+// along the stored rows, so the source is read line after line.
+func packAPanels(dst []uint16, transA bool, a []float32, lda, k, i0, rows int) {
 	steps := (k + 31) / 32
-	for h := 0; h < 2; h++ {
-		hc := min(16, cols-16*h)
-		for kk := 0; kk < steps; kk++ {
-			t := dst[kk*amxChunk+h*amxTile : kk*amxChunk+(h+1)*amxTile]
-			kw := min(32, k-32*kk)
-			if hc <= 0 {
-				clear(t)
-				continue
+	panelLen := steps * amxChunk
+	tile := func(ir, h, kk int) {
+		t := dst[ir/32*panelLen+kk*amxChunk+h*amxTile:][:amxTile]
+		hr := min(16, rows-ir-16*h) // rows of op(A) in this tile
+		if hr <= 0 {
+			clear(t)
+			return
+		}
+		kw := min(32, k-32*kk)
+		r0 := i0 + ir + 16*h
+		if !transA {
+			// op(A) rows are stored rows: 32 floats each.
+			_ = a[(r0+hr-1)*lda+32*kk+kw-1]
+			bf16RoundRows(&t[0], &a[r0*lda+32*kk], lda, hr, mask32(kw))
+			return
+		}
+		// Aᵀ stored k×m: pairs of stored rows give [pair][row], then a
+		// transpose gives the [row][pair] an A tile holds.
+		_ = a[(32*kk+kw-1)*lda+r0+hr-1]
+		bf16RoundPairs(&t[0], &a[32*kk*lda+r0], lda, kw, mask32(hr))
+		bf16Transpose16(&t[0])
+	}
+	if !transA {
+		for ir := 0; ir < rows; ir += 32 {
+			for h := 0; h < 2; h++ {
+				for kk := 0; kk < steps; kk++ {
+					tile(ir, h, kk)
+				}
 			}
-			c0 := j0 + 16*h
-			if !transB {
-				// Pairs of stored rows interleaved: the VNNI layout itself.
-				_ = b[(32*kk+kw-1)*ldb+c0+hc-1]
-				bf16RoundPairs(&t[0], &b[32*kk*ldb+c0], ldb, kw, mask32(hc))
-				continue
+		}
+		return
+	}
+	for kk := 0; kk < steps; kk++ {
+		for ir := 0; ir < rows; ir += 32 {
+			for h := 0; h < 2; h++ {
+				tile(ir, h, kk)
 			}
-			// Bᵀ stored n×k: a stored row is a column of op(B), its
-			// consecutive k already paired; transpose [column][pair].
-			_ = b[(c0+hc-1)*ldb+32*kk+kw-1]
-			bf16RoundRows(&t[0], &b[c0*ldb+32*kk], ldb, hc, mask32(kw))
-			bf16Transpose16(&t[0])
+		}
+	}
+}
+
+// packBPanels packs columns j0..j0+cols of op(B) into consecutive VNNI
+// column panels at dst, zero-padding the last panel's missing columns and
+// K, reading the source along its stored rows.
+func packBPanels(dst []uint16, transB bool, b []float32, ldb, k, j0, cols int) {
+	steps := (k + 31) / 32
+	panelLen := steps * amxChunk
+	tile := func(jr, h, kk int) {
+		t := dst[jr/32*panelLen+kk*amxChunk+h*amxTile:][:amxTile]
+		hc := min(16, cols-jr-16*h)
+		if hc <= 0 {
+			clear(t)
+			return
+		}
+		kw := min(32, k-32*kk)
+		c0 := j0 + jr + 16*h
+		if !transB {
+			// Pairs of stored rows interleaved: the VNNI layout itself.
+			_ = b[(32*kk+kw-1)*ldb+c0+hc-1]
+			bf16RoundPairs(&t[0], &b[32*kk*ldb+c0], ldb, kw, mask32(hc))
+			return
+		}
+		// Bᵀ stored n×k: a stored row is a column of op(B), its
+		// consecutive k already paired; transpose [column][pair].
+		_ = b[(c0+hc-1)*ldb+32*kk+kw-1]
+		bf16RoundRows(&t[0], &b[c0*ldb+32*kk], ldb, hc, mask32(kw))
+		bf16Transpose16(&t[0])
+	}
+	if transB {
+		for jr := 0; jr < cols; jr += 32 {
+			for h := 0; h < 2; h++ {
+				for kk := 0; kk < steps; kk++ {
+					tile(jr, h, kk)
+				}
+			}
+		}
+		return
+	}
+	for kk := 0; kk < steps; kk++ {
+		for jr := 0; jr < cols; jr += 32 {
+			for h := 0; h < 2; h++ {
+				tile(jr, h, kk)
+			}
 		}
 	}
 }

@@ -2,7 +2,8 @@
 // micro-kernel and its packing and store loops (bf16_amd64.go). The Go
 // assembler knows no AMX mnemonics, so tile instructions are BYTE
 // sequences; each is named in the comment beside it, and uses only
-// AX..DI (no REX/VEX.R/X/B bits).
+// AX..DI (no REX/VEX.R/X/B bits); other registers serve the Go-encoded
+// instructions around them.
 
 //go:build !noasm
 
@@ -20,16 +21,12 @@ DATA bf16OddWords<>+48(SB)/8, $0x0037003500330031
 DATA bf16OddWords<>+56(SB)/8, $0x003f003d003b0039
 GLOBL bf16OddWords<>(SB), RODATA|NOPTR, $64
 
-// BF16CONSTS loads the rounding constants into Z16–Z20.
+// BF16CONSTS loads the rounding constants into Z16, Z17 and Z20.
 #define BF16CONSTS \
 	MOVL $0x7fff, AX; \
 	VPBROADCASTD AX, Z16; \
 	MOVL $1, AX; \
 	VPBROADCASTD AX, Z17; \
-	MOVL $0x7fffffff, AX; \
-	VPBROADCASTD AX, Z18; \
-	MOVL $0x7f800000, AX; \
-	VPBROADCASTD AX, Z19; \
 	MOVL $0x00400000, AX; \
 	VPBROADCASTD AX, Z20
 
@@ -37,14 +34,14 @@ GLOBL bf16OddWords<>(SB), RODATA|NOPTR, $64
 // (ties to even) to the float32 in x, exactly as RoundBF16Bits: add 0x7fff
 // plus the lowest kept bit; a NaN instead keeps its upper half with the
 // quiet bit set. Integer operations, so MXCSR (DAZ/FTZ) plays no part.
-// Clobbers tmp and K3.
-#define ROUND(x, out, tmp) \
+// The NaN test is an unordered compare (no exception is observed).
+// Clobbers K3.
+#define ROUND(x, out) \
 	VPSRLD $16, x, out; \
 	VPANDD Z17, out, out; \
 	VPADDD Z16, out, out; \
 	VPADDD x, out, out; \
-	VPANDD Z18, x, tmp; \
-	VPCMPUD $6, Z19, tmp, K3; \
+	VCMPPS $3, x, x, K3; \
 	VPORD Z20, x, K3, out
 
 // func bf16RoundRows(dst *uint16, src *float32, ld, rows int, mask uint32)
@@ -70,8 +67,8 @@ TEXT ·bf16RoundRows(SB), NOSPLIT, $0-36
 rowsLoop:
 	VMOVDQU32.Z (SI), K1, Z0
 	VMOVDQU32.Z 64(SI), K2, Z1
-	ROUND(Z0, Z2, Z4)
-	ROUND(Z1, Z3, Z4)
+	ROUND(Z0, Z2)
+	ROUND(Z1, Z3)
 	VPERMT2W Z3, Z21, Z2
 	VMOVDQU32 Z2, (DI)
 	ADDQ DX, SI
@@ -121,8 +118,8 @@ pairsLoop:
 	ADDQ DX, SI
 pairsRound:
 	SUBQ $2, CX
-	ROUND(Z0, Z2, Z4)
-	ROUND(Z1, Z3, Z4)
+	ROUND(Z0, Z2)
+	ROUND(Z1, Z3)
 	VPSRLD $16, Z2, Z2
 	VPTERNLOGD $0xf8, Z21, Z3, Z2 // Z2 |= Z3 & 0xffff0000
 	VMOVDQU32 Z2, (DI)
@@ -235,25 +232,54 @@ TEXT ·bf16Transpose16(SB), NOSPLIT, $0-8
 	VZEROUPPER
 	RET
 
-// func amxKernel32(cfg *byte, a, b *uint16, steps int, acc *float32)
-// Computes a 32×32 float32 block from steps k-chunks of 32: at each chunk
-// a and b hold 2 KiB, two 16×32 bf16 tiles of A rows and two VNNI tiles of
-// B columns; the four 16×16 products are summed in tmm0–tmm3 and stored
-// to acc as four 1 KiB tiles (rows 0–15 × cols 0–15, 0–15 × 16–31,
-// 16–31 × 0–15, 16–31 × 16–31). The tile state lives within this call
-// only: a goroutine may change OS thread between calls.
-TEXT ·amxKernel32(SB), NOSPLIT, $0-40
+// func amxKernel32(cfg *byte, a *uint16, aStep int, b *uint16, bStep, steps, panels int, src *float32, srcStep int, dst *float32, dstLd, dstStep int)
+// Accumulates panels 32×32 float32 blocks of C, block p from A row panel
+// a+p·aStep and B column panel b+p·bStep (bytes; one of the steps is
+// usually 0: a column of C blocks meets one B panel, a row one A panel),
+// each over steps k-chunks of 32: per chunk a panel holds 2 KiB, two
+// 16×32 bf16 tiles of A rows (or two VNNI tiles of B columns). The four
+// 16×16 sums of a block live in tmm0–tmm3 (rows 0–15 and 16–31 × columns
+// 0–15 and 16–31); they start from the row-major 32×32 block at
+// src+p·srcStep (row stride 32 floats), or from zero when src is nil, and
+// end at dst+p·dstStep (row stride dstLd floats). Storing and reloading
+// is exact, so splitting K over calls does not change the sums. One
+// LDTILECFG serves all the blocks, whose loads, products and stores then
+// overlap; the tile state lives within this call only: a goroutine may
+// change OS thread between calls.
+TEXT ·amxKernel32(SB), NOSPLIT, $0-96
 	MOVQ cfg+0(FP), AX
-	MOVQ a+8(FP), SI
-	MOVQ b+16(FP), DI
-	MOVQ steps+24(FP), CX
-	MOVQ acc+32(FP), BX
-	MOVQ $64, DX
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0x00 // LDTILECFG (AX)
+	MOVQ a+8(FP), R8
+	MOVQ aStep+16(FP), R9
+	MOVQ b+24(FP), R10
+	MOVQ steps+40(FP), R11
+	MOVQ panels+48(FP), R12
+	MOVQ src+56(FP), R13
+	MOVQ dst+72(FP), R14
+	MOVQ dstLd+80(FP), R15
+	SHLQ $2, R15
+	MOVQ $64, DX
+kernelPanel:
+	TESTQ R13, R13
+	JNZ kernelLoad
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // TILEZERO tmm0
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // TILEZERO tmm1
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd0 // TILEZERO tmm2
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd8 // TILEZERO tmm3
+	JMP kernelStart
+kernelLoad:
+	MOVQ R13, BX
+	MOVQ $128, AX
+	LEAQ 2048(BX), SI
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x04; BYTE $0x03 // TILELOADD (BX)(AX*1), tmm0
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x4c; BYTE $0x03; BYTE $0x40 // TILELOADD 64(BX)(AX*1), tmm1
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x14; BYTE $0x06 // TILELOADD (SI)(AX*1), tmm2
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x5c; BYTE $0x06; BYTE $0x40 // TILELOADD 64(SI)(AX*1), tmm3
+	ADDQ srcStep+64(FP), R13
+kernelStart:
+	MOVQ R8, SI
+	MOVQ R10, DI
+	MOVQ R11, CX
 kernelLoop:
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x16 // TILELOADD (SI)(DX*1), tmm4
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x17 // TILELOADD (DI)(DX*1), tmm6
@@ -267,17 +293,27 @@ kernelLoop:
 	ADDQ $2048, DI
 	DECQ CX
 	JNZ kernelLoop
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x13 // TILESTORED tmm0, (BX)(DX*1)
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x8c; BYTE $0x13; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED tmm1, 1024(BX)(DX*1)
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x94; BYTE $0x13; BYTE $0x00; BYTE $0x08; BYTE $0x00; BYTE $0x00 // TILESTORED tmm2, 2048(BX)(DX*1)
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x9c; BYTE $0x13; BYTE $0x00; BYTE $0x0c; BYTE $0x00; BYTE $0x00 // TILESTORED tmm3, 3072(BX)(DX*1)
+	MOVQ R14, BX
+	MOVQ R15, AX
+	MOVQ R15, SI
+	SHLQ $4, SI
+	ADDQ BX, SI
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x03 // TILESTORED tmm0, (BX)(AX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x4c; BYTE $0x03; BYTE $0x40 // TILESTORED tmm1, 64(BX)(AX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x14; BYTE $0x06 // TILESTORED tmm2, (SI)(AX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x5c; BYTE $0x06; BYTE $0x40 // TILESTORED tmm3, 64(SI)(AX*1)
+	ADDQ R9, R8
+	ADDQ bStep+32(FP), R10
+	ADDQ dstStep+88(FP), R14
+	DECQ R12
+	JNZ kernelPanel
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0xc0 // TILERELEASE
 	RET
 
 // func amxStoreC(acc, c *float32, ldc, rows int, mask uint32, alpha, beta float32)
 // Writes C = alpha·acc + beta·C for the first rows rows of a 32×32 block
-// (acc in amxKernel32's layout) and the columns in mask; beta ±0 does not
-// read C.
+// (acc row-major, 32 floats a row) and the columns in mask; beta ±0 does
+// not read C.
 TEXT ·amxStoreC(SB), NOSPLIT, $0-44
 	MOVQ acc+0(FP), SI
 	MOVQ c+8(FP), DI
@@ -290,43 +326,32 @@ TEXT ·amxStoreC(SB), NOSPLIT, $0-44
 	KMOVW AX, K2
 	VBROADCASTSS alpha+36(FP), Z30
 	VBROADCASTSS beta+40(FP), Z31
-	XORQ BX, BX
 	MOVL beta+40(FP), AX
 	TESTL $0x7fffffff, AX
 	JZ storeZero
 storeLoop:
-	CMPQ BX, $16
-	JNE storeRow
-	ADDQ $1024, SI
-storeRow:
 	VMULPS (SI), Z30, Z0
-	VMULPS 1024(SI), Z30, Z1
+	VMULPS 64(SI), Z30, Z1
 	VMOVUPS.Z (DI), K1, Z2
 	VMOVUPS.Z 64(DI), K2, Z3
 	VFMADD231PS Z31, Z2, Z0
 	VFMADD231PS Z31, Z3, Z1
 	VMOVUPS Z0, K1, (DI)
 	VMOVUPS Z1, K2, 64(DI)
-	ADDQ $64, SI
+	ADDQ $128, SI
 	ADDQ DX, DI
-	INCQ BX
-	CMPQ BX, CX
-	JLT storeLoop
+	DECQ CX
+	JNZ storeLoop
 	VZEROUPPER
 	RET
 storeZero:
-	CMPQ BX, $16
-	JNE storeZeroRow
-	ADDQ $1024, SI
-storeZeroRow:
 	VMULPS (SI), Z30, Z0
-	VMULPS 1024(SI), Z30, Z1
+	VMULPS 64(SI), Z30, Z1
 	VMOVUPS Z0, K1, (DI)
 	VMOVUPS Z1, K2, 64(DI)
-	ADDQ $64, SI
+	ADDQ $128, SI
 	ADDQ DX, DI
-	INCQ BX
-	CMPQ BX, CX
-	JLT storeZero
+	DECQ CX
+	JNZ storeZero
 	VZEROUPPER
 	RET

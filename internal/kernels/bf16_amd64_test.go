@@ -83,7 +83,7 @@ func TestBF16PackRounding(t *testing.T) {
 	}
 }
 
-// TestBF16PackLayout compares packAPanel and packBPanel, every transpose
+// TestBF16PackLayout compares packAPanels and packBPanels, every transpose
 // case and edge, with the layout written out element by element.
 func TestBF16PackLayout(t *testing.T) {
 	if !hasAVX512 || !amxAvailable() {
@@ -112,7 +112,7 @@ func TestBF16PackLayout(t *testing.T) {
 				for i := range got {
 					got[i] = 0xdead // every element must be written
 				}
-				packAPanel(got, tr, x, lda, k, off, cnt)
+				packAPanels(got, tr, x, lda, k, off, cnt)
 				for kk := 0; kk < steps; kk++ {
 					for i := 0; i < 32; i++ {
 						for p := 0; p < 32; p++ {
@@ -121,7 +121,7 @@ func TestBF16PackLayout(t *testing.T) {
 								want = RoundBF16Bits(math.Float32bits(opA(off+i, 32*kk+p)))
 							}
 							if g := got[kk*amxChunk+i*32+p]; g != want {
-								t.Fatalf("packAPanel trans=%v k=%d rows=%d chunk %d [%d,%d]: %#04x, want %#04x", tr, k, cnt, kk, i, p, g, want)
+								t.Fatalf("packAPanels trans=%v k=%d rows=%d chunk %d [%d,%d]: %#04x, want %#04x", tr, k, cnt, kk, i, p, g, want)
 							}
 						}
 					}
@@ -138,7 +138,7 @@ func TestBF16PackLayout(t *testing.T) {
 				for i := range got {
 					got[i] = 0xdead
 				}
-				packBPanel(got, trB, x, lda, k, off, cnt)
+				packBPanels(got, trB, x, lda, k, off, cnt)
 				for kk := 0; kk < steps; kk++ {
 					for h := 0; h < 2; h++ {
 						for rr := 0; rr < 16; rr++ {
@@ -150,7 +150,7 @@ func TestBF16PackLayout(t *testing.T) {
 										want = RoundBF16Bits(math.Float32bits(opB(p, off+col)))
 									}
 									if g := got[kk*amxChunk+h*amxTile+rr*32+2*j+q]; g != want {
-										t.Fatalf("packBPanel trans=%v k=%d cols=%d chunk %d tile %d [%d,%d,%d]: %#04x, want %#04x", trB, k, cnt, kk, h, rr, j, q, g, want)
+										t.Fatalf("packBPanels trans=%v k=%d cols=%d chunk %d tile %d [%d,%d,%d]: %#04x, want %#04x", trB, k, cnt, kk, h, rr, j, q, g, want)
 									}
 								}
 							}

@@ -15,6 +15,8 @@ const (
 
 // requestAMXPermission asks the kernel for this process's permission to
 // use the AMX tile registers; it covers every thread, present and future.
+// The kernel refuses it when a thread's signal stack could not hold the
+// larger signal frame; Go's (32 KiB) can.
 func requestAMXPermission() bool {
 	_, _, errno := syscall.RawSyscall(sysArchPrctl, archReqXcompPerm, xfeatureXtiledata, 0)
 	return errno == 0

@@ -8,9 +8,10 @@ package kernels
 //
 // With NativeBF16 it runs on the AMX tile unit (TDPBF16PS), otherwise it
 // is emulated: rounded copies of A and B multiplied by Sgemm, which gives
-// the same products, summed in another order. The AMX unit treats bf16
-// subnormal operands as zero, as bf16 hardware generally does; the
-// emulation keeps them.
+// the same products, summed in another order. The AMX unit, like bf16
+// hardware generally, treats subnormal operands as zero and flushes
+// subnormal sums to zero (magnitudes below 2⁻¹²⁶); the emulation keeps
+// them.
 func SgemmBF16(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	checkGemmArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
 	sgemmBF16(amxAvailable(), NumThreads(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)

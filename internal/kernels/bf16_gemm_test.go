@@ -153,14 +153,29 @@ func TestSgemmBF16Large(t *testing.T) {
 				checkGemmBF16(t, native, 1+j%2, tc, 2)
 			}
 		}
+		// C = A·B, whose whole blocks the kernel stores itself, over
+		// several K chunks with partial blocks at both edges.
+		for _, tr := range trans {
+			checkGemmBF16(t, native, 1, gemmCase{tr[0], tr[1], 289, 70, 600, 1, 0, 2}, 3)
+		}
+		// A C of few rows (the kernel runs along each row panel in groups
+		// of B panels), whole and partial, over one and several K chunks.
+		for i, tr := range trans {
+			checkGemmBF16(t, native, 1, gemmCase{tr[0], tr[1], 32, 700, 300, 1, 0, 1}, 4)
+			checkGemmBF16(t, native, 1, gemmCase{tr[0], tr[1], 32, 676, 9, 1, 0, 0}, 4)
+			checkGemmBF16(t, native, 1+i%2, gemmCase{tr[0], tr[1], 20, 1100, 40, 0.5, 1, 3}, 4)
+			checkGemmBF16(t, native, 1, gemmCase{tr[0], tr[1], 64, 600, 290, 1, 0, 0}, 4)
+			checkGemmBF16(t, native, 1, gemmCase{tr[0], tr[1], 50, 530, 70, -2, 0.25, 2}, 4)
+		}
 	}
 }
 
 // TestSgemmBF16Deterministic checks that one and two threads give the same
-// bits, as ranks with different thread counts need.
+// bits, as ranks with different thread counts need (64×30: the threads
+// split the rows, not the columns).
 func TestSgemmBF16Deterministic(t *testing.T) {
 	r := rand.New(rand.NewPCG(4, 3))
-	shapes := [][3]int{{64, 512, 784}, {300, 40, 129}, {257, 257, 257}, {7, 1000, 33}, {1000, 7, 40}}
+	shapes := [][3]int{{64, 512, 784}, {300, 40, 129}, {257, 257, 257}, {7, 1000, 33}, {1000, 7, 40}, {64, 30, 600}}
 	for _, native := range bf16Paths() {
 		for _, s := range shapes {
 			m, n, k := s[0], s[1], s[2]
@@ -302,4 +317,28 @@ func FuzzSgemmBF16(f *testing.F) {
 			checkGemmBF16(t, native, 1+int(seed%2), tc, uint64(seed))
 		}
 	})
+}
+
+// TestSgemmBF16Subnormal pins down what each path does below float32's
+// normal range: the emulation keeps subnormal operands and sums, the AMX
+// unit treats them as zero (SgemmBF16's doc says so).
+func TestSgemmBF16Subnormal(t *testing.T) {
+	for _, native := range bf16Paths() {
+		// A subnormal operand (2⁻¹³⁰) times 2¹⁰⁰, and a normal one (2⁻¹²⁶).
+		a := []float32{float32(math.Ldexp(1, -130)), float32(math.Ldexp(1, -126))}
+		b := []float32{float32(math.Ldexp(1, 100))}
+		c := make([]float32, 2)
+		sgemmBF16(native, 1, false, false, 2, 1, 1, 1, a, 1, b, 1, 0, c, 1)
+		// Normal operands whose product (2⁻¹⁴⁰) is subnormal.
+		d := make([]float32, 1)
+		x := []float32{float32(math.Ldexp(1, -70))}
+		sgemmBF16(native, 1, false, false, 1, 1, 1, 1, x, 1, x, 1, 0, d, 1)
+		want := []float32{float32(math.Ldexp(1, -30)), float32(math.Ldexp(1, -26)), float32(math.Ldexp(1, -140))}
+		if native {
+			want[0], want[2] = 0, 0
+		}
+		if got := []float32{c[0], c[1], d[0]}; got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+			t.Errorf("%s: got %g, want %g", bf16PathName(native), got, want)
+		}
+	}
 }

@@ -26,10 +26,13 @@
 // order. SgemmBF16 is the bf16 GEMM: on CPUs with AMX_BF16 (and Linux's
 // permission for the tile state) it packs op(A) and op(B) into bf16 tiles
 // (VNNI pairs for B, rounded with integer AVX-512 ops exactly as
-// RoundBF16), and a kernel of four TDPBF16PS accumulators computes each
-// 32×32 block of C over the whole K before an AVX-512 store applies alpha
-// and beta (NativeBF16 is then true). Elsewhere it is emulated: rounded
-// copies multiplied by Sgemm. BF16Features names the CPU's AVX512_BF16
+// RoundBF16), and a kernel of four TDPBF16PS accumulators computes a
+// column (for C of few rows, a row) of 32×32 blocks of C per call, K in
+// 256-wide chunks (sums kept in float32 between them, so the order is
+// fixed); an AVX-512 store
+// applies alpha and beta, or the tiles go straight to C when C = A·B
+// (NativeBF16 is then true). Elsewhere it is emulated: rounded copies
+// multiplied by Sgemm. BF16Features names the CPU's AVX512_BF16
 // and AMX_BF16.
 //
 // Each kernel's doc comment says what it computes (for the optimizer

@@ -74,8 +74,27 @@ var bf16BenchShapes = []benchShape{
 
 // BenchmarkSgemmBF16 runs SgemmBF16 on one thread, natively (when this
 // machine can) and emulated, on the square cases and, natively, on the
-// training shapes of BenchmarkSgemm; GFLOP/s are comparable with it.
+// training shapes of BenchmarkSgemm; GFLOP/s are comparable with it. The
+// fp32 cases run Sgemm's implementation on the square cases, NT included
+// (which BenchmarkSgemm lacks), for the bf16/fp32 ratio.
 func BenchmarkSgemmBF16(b *testing.B) {
+	for _, s := range bf16BenchShapes {
+		name := fmt.Sprintf("fp32-%s/m=%d,n=%d,k=%d,t=%s", gemm.name, s.m, s.n, s.k, transName(s.transA, s.transB))
+		b.Run(name, func(b *testing.B) {
+			r := rand.New(rand.NewPCG(1, 2))
+			a := randSlice(r, s.m*s.k)
+			bb := randSlice(r, s.k*s.n)
+			c := randSlice(r, s.m*s.n)
+			lda, ldb := s.k, s.n
+			if s.transB {
+				ldb = s.k
+			}
+			for b.Loop() {
+				sgemmWith(gemm, 1, s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n)
+			}
+			b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
 	for _, native := range bf16Paths() {
 		shapes := bf16BenchShapes
 		if native {
