@@ -11,7 +11,8 @@ package kernels
 // the same products, summed in another order. The AMX unit, like bf16
 // hardware generally, treats subnormal operands as zero and flushes
 // subnormal sums to zero (magnitudes below 2⁻¹²⁶); the emulation keeps
-// them.
+// them. Products with K below 16 are emulated everywhere: the tiles would
+// pad K to 32 and run slower than the float32 GEMM.
 func SgemmBF16(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	checkGemmArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
 	sgemmBF16(amxAvailable(), NumThreads(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
@@ -37,7 +38,9 @@ func sgemmBF16(native bool, threads int, transA, transB bool, m, n, k int, alpha
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	if native {
+	// A short K (a first convolution's 9 taps) would be padded to the
+	// tile's 32: the float32 GEMM on rounded operands is faster there.
+	if native && k >= amxMinK {
 		sgemmBF16AMX(threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
@@ -49,17 +52,17 @@ func sgemmBF16(native bool, threads int, transA, transB bool, m, n, k int, alpha
 	if transB {
 		br, bc = n, k
 	}
-	ra := roundedCopy(a, ar, ac, lda)
-	rb := roundedCopy(b, br, bc, ldb)
+	ws := getWorkspace()
+	na, nb := (ar-1)*lda+ac, (br-1)*ldb+bc
+	ws.swap = grow(ws.swap, na+nb)
+	ra, rb := ws.swap[:na], ws.swap[na:na+nb]
+	// The gaps between rows are rounded too, which costs little and keeps
+	// each copy one RoundBF16 call.
+	RoundBF16(ra, a[:na])
+	RoundBF16(rb, b[:nb])
 	sgemmWith(gemm, threads, transA, transB, m, n, k, alpha, ra, lda, rb, ldb, beta, c, ldc)
+	putWorkspace(ws)
 }
 
-// roundedCopy returns the rows×cols matrix x (row stride ld) rounded to
-// bf16, with the same stride; the gaps between rows are rounded too, which
-// costs little and keeps the copy one RoundBF16 call.
-func roundedCopy(x []float32, rows, cols, ld int) []float32 {
-	n := (rows-1)*ld + cols
-	out := make([]float32, n)
-	RoundBF16(out, x[:n])
-	return out
-}
+// amxMinK is the shortest K SgemmBF16 runs on AMX tiles (32 per step).
+const amxMinK = 16

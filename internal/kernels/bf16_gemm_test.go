@@ -325,14 +325,20 @@ func FuzzSgemmBF16(f *testing.F) {
 func TestSgemmBF16Subnormal(t *testing.T) {
 	for _, native := range bf16Paths() {
 		// A subnormal operand (2⁻¹³⁰) times 2¹⁰⁰, and a normal one (2⁻¹²⁶).
-		a := []float32{float32(math.Ldexp(1, -130)), float32(math.Ldexp(1, -126))}
-		b := []float32{float32(math.Ldexp(1, 100))}
+		// K is amxMinK (zeros after the first term) so that the native
+		// path runs on the tiles.
+		const k = amxMinK
+		a := make([]float32, 2*k)
+		a[0], a[k] = float32(math.Ldexp(1, -130)), float32(math.Ldexp(1, -126))
+		b := make([]float32, k)
+		b[0] = float32(math.Ldexp(1, 100))
 		c := make([]float32, 2)
-		sgemmBF16(native, 1, false, false, 2, 1, 1, 1, a, 1, b, 1, 0, c, 1)
+		sgemmBF16(native, 1, false, false, 2, 1, k, 1, a, k, b, 1, 0, c, 1)
 		// Normal operands whose product (2⁻¹⁴⁰) is subnormal.
 		d := make([]float32, 1)
-		x := []float32{float32(math.Ldexp(1, -70))}
-		sgemmBF16(native, 1, false, false, 1, 1, 1, 1, x, 1, x, 1, 0, d, 1)
+		x := make([]float32, k)
+		x[0] = float32(math.Ldexp(1, -70))
+		sgemmBF16(native, 1, false, false, 1, 1, k, 1, x, k, x, 1, 0, d, 1)
 		want := []float32{float32(math.Ldexp(1, -30)), float32(math.Ldexp(1, -26)), float32(math.Ldexp(1, -140))}
 		if native {
 			want[0], want[2] = 0, 0

@@ -1,3 +1,5 @@
+// Hand-written: AVX-512 rounding of float32 values to bfloat16 (RoundBF16).
+
 //go:build !noasm
 
 #include "textflag.h"
