@@ -36,6 +36,7 @@ func ScaledDotProductAttention(q, k, v *Tensor, causal bool) *Tensor {
 		return y
 	}
 	a := newAttnGeom("ScaledDotProductAttention", q, k, v, causal)
+	a.gemm = newBF16Cast().gemmSerial()
 	out := &Tensor{data: getBuf(len(q.data)), shape: append([]int(nil), q.shape...)}
 	return a.run(out, q, k, v)
 }
@@ -69,6 +70,7 @@ func SelfAttentionQKV(qkv *Tensor, heads int, causal bool) *Tensor {
 		a.bc = attnBcCausal
 	}
 	a.scale = float32(1 / math.Sqrt(float64(max(dh, 1))))
+	a.gemm = newBF16Cast().gemmSerial()
 	out := &Tensor{data: getBuf(b * t * c), shape: []int{b, t, c}}
 	return a.run(out, qkv, qkv, qkv)
 }
@@ -131,6 +133,9 @@ type attnGeom struct {
 	// the output is [B, T, C]; otherwise each is [B, H, T, Dh].
 	packed         bool
 	ldq, ldkv, ldo int
+	// gemm runs the block products: kernels.SgemmSerial, or under native
+	// bf16 autocast kernels.SgemmBF16Serial (see attentionAutocast).
+	gemm gemmFunc
 }
 
 func newAttnGeom(op string, q, k, v *Tensor, causal bool) attnGeom {
@@ -142,7 +147,7 @@ func newAttnGeom(op string, q, k, v *Tensor, causal bool) attnGeom {
 		panic(fmt.Sprintf("tensor: %s: q %v, k %v and v %v do not fit: k and v must be [%d, %d, Tk, %d]",
 			op, qs, ks, vs, qs[0], qs[1], qs[3]))
 	}
-	a := attnGeom{heads: qs[0] * qs[1], nh: qs[1], tq: qs[2], tk: ks[2], dh: qs[3], bc: attnBc, causal: causal}
+	a := attnGeom{heads: qs[0] * qs[1], nh: qs[1], tq: qs[2], tk: ks[2], dh: qs[3], bc: attnBc, causal: causal, gemm: kernels.SgemmSerial}
 	a.ldq, a.ldkv, a.ldo = a.dh, a.dh, a.dh
 	if causal {
 		a.bc = attnBcCausal
@@ -207,7 +212,7 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
 		jEnd := a.keysFor(i0 + br - 1)
 		for j0 := 0; j0 < jEnd; j0 += a.bc {
 			bc := min(a.bc, jEnd-j0)
-			kernels.SgemmSerial(false, true, br, bc, dh, a.scale, qh[i0*ldq:], ldq, kh[j0*ldkv:], ldkv, 0, s, a.bc)
+			a.gemm(false, true, br, bc, dh, a.scale, qh[i0*ldq:], ldq, kh[j0*ldkv:], ldkv, 0, s, a.bc)
 			for r := range br {
 				row := s[r*a.bc : r*a.bc+bc]
 				lim := min(bc, max(a.keysFor(i0+r)-j0, 0))
@@ -229,7 +234,7 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
 				lrow[r] += sum
 				mrow[r] = mx
 			}
-			kernels.SgemmSerial(false, false, br, dh, bc, 1, s, a.bc, vh[j0*ldkv:], ldkv, 1, oi, ldo)
+			a.gemm(false, false, br, dh, bc, 1, s, a.bc, vh[j0*ldkv:], ldkv, 1, oi, ldo)
 		}
 		for r := range br {
 			or := oi[r*ldo : r*ldo+dh]
@@ -282,7 +287,7 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 				betaKV = 0
 			}
 			br := min(attnBr, a.tq-i0)
-			kernels.SgemmSerial(false, true, br, bc, dh, a.scale, qh[i0*ldq:], ldq, kh[j0*ldkv:], ldkv, 0, p, a.bc)
+			a.gemm(false, true, br, bc, dh, a.scale, qh[i0*ldq:], ldq, kh[j0*ldkv:], ldkv, 0, p, a.bc)
 			for r := range br {
 				row := p[r*a.bc : r*a.bc+bc]
 				lim8 := padMasked(row, min(bc, max(a.keysFor(i0+r)-j0, 0)))
@@ -290,22 +295,22 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 				clear(row[lim8:])
 			}
 			if dvh != nil { // dV_j += Pᵀ·dO_i
-				kernels.SgemmSerial(true, false, bc, dh, br, 1, p, a.bc, gh[i0*ldo:], ldo, betaKV, dvh[j0*ldkv:], ldkv)
+				a.gemm(true, false, bc, dh, br, 1, p, a.bc, gh[i0*ldo:], ldo, betaKV, dvh[j0*ldkv:], ldkv)
 			}
 			if dqh == nil && dkh == nil {
 				continue
 			}
 			// dP = dO_i·V_jᵀ, then dS = P∘(dP − D); the products below
 			// apply the scale.
-			kernels.SgemmSerial(false, true, br, bc, dh, 1, gh[i0*ldo:], ldo, vh[j0*ldkv:], ldkv, 0, dp, a.bc)
+			a.gemm(false, true, br, bc, dh, 1, gh[i0*ldo:], ldo, vh[j0*ldkv:], ldkv, 0, dp, a.bc)
 			for r := range br {
 				kernels.SubMul(dp[r*a.bc:r*a.bc+bc], p[r*a.bc:], d[i0+r])
 			}
 			if dqh != nil { // dQ_i += scale·dS·K_j
-				kernels.SgemmSerial(false, false, br, dh, bc, a.scale, dp, a.bc, kh[j0*ldkv:], ldkv, betaQ, dqh[i0*ldq:], ldq)
+				a.gemm(false, false, br, dh, bc, a.scale, dp, a.bc, kh[j0*ldkv:], ldkv, betaQ, dqh[i0*ldq:], ldq)
 			}
 			if dkh != nil { // dK_j += scale·dSᵀ·Q_i
-				kernels.SgemmSerial(true, false, bc, dh, br, a.scale, dp, a.bc, qh[i0*ldq:], ldq, betaKV, dkh[j0*ldkv:], ldkv)
+				a.gemm(true, false, bc, dh, br, a.scale, dp, a.bc, qh[i0*ldq:], ldq, betaKV, dkh[j0*ldkv:], ldkv)
 			}
 		}
 	}

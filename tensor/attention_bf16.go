@@ -2,26 +2,29 @@ package tensor
 
 import "github.com/gotrain/gotrain/internal/kernels"
 
-// attentionAutocast is ScaledDotProductAttention under bf16 autocast
-// (ok is false, and nothing done, outside it). PyTorch's CPU autocast
-// runs scaled_dot_product_attention in bf16; here, as for MatMul, the
-// operands of its products are rounded: q, k and v forward, and the
-// incoming gradient backward, then the fused float32 op runs on them.
-// The blocks the op forms inside (scores, probabilities and their
-// gradients) stay float32, and so do its softmax and its sums: the
-// probabilities are not rounded before P·V as PyTorch's bf16 kernel
-// rounds them, so the op is, if anything, slightly more exact than
-// PyTorch's. The gradients reaching q, k and v are float32, the rounding
-// counted as the identity (as the gradient of autocast's cast is).
+// attentionAutocast is ScaledDotProductAttention under emulated bf16
+// autocast (ok is false, and nothing done, outside it, and on the native
+// kernel). PyTorch's CPU autocast runs scaled_dot_product_attention in
+// bf16. On the native kernel the fused op runs its block products on it
+// (kernels.SgemmBF16Serial), which rounds each operand as it packs it: q
+// and k for the scores, the probabilities and v for P·V, and backward the
+// incoming gradient, the probabilities and the scores' gradient, as
+// PyTorch's bf16 kernel does; the softmax and every sum stay float32.
+// Emulated, the products' outer operands are rounded, q, k and v forward
+// and the incoming gradient backward, and the fused float32 op runs on
+// them: the blocks it forms inside stay float32, so emulation is there
+// slightly more exact than the native kernel and PyTorch. The gradients
+// reaching q, k and v are float32, the rounding counted as the identity
+// (as the gradient of autocast's cast is).
 func attentionAutocast(q, k, v *Tensor, causal bool) (y *Tensor, ok bool) {
 	return autocastRounded([]*Tensor{q, k, v}, func(r []*Tensor) *Tensor {
 		return ScaledDotProductAttention(r[0], r[1], r[2], causal)
 	})
 }
 
-// selfAttentionAutocast is SelfAttentionQKV under bf16 autocast, rounded
-// as attentionAutocast is: the one qkv projection forward, the incoming
-// gradient backward.
+// selfAttentionAutocast is SelfAttentionQKV under emulated bf16 autocast,
+// rounded as attentionAutocast is: the one qkv projection forward, the
+// incoming gradient backward.
 func selfAttentionAutocast(qkv *Tensor, heads int, causal bool) (y *Tensor, ok bool) {
 	return autocastRounded([]*Tensor{qkv}, func(r []*Tensor) *Tensor {
 		return SelfAttentionQKV(r[0], heads, causal)
@@ -30,9 +33,10 @@ func selfAttentionAutocast(qkv *Tensor, heads int, causal bool) (y *Tensor, ok b
 
 // autocastRounded runs op in float32 on ins rounded to bf16, and rounds
 // the gradient reaching its output; ok is false, and nothing done,
-// outside bf16 autocast.
+// outside emulated bf16 autocast (on the native kernel the op rounds as
+// it multiplies).
 func autocastRounded(ins []*Tensor, op func(rounded []*Tensor) *Tensor) (y *Tensor, ok bool) {
-	if AutocastPrecision() != BF16 {
+	if c := newBF16Cast(); c == nil || c.native {
 		return nil, false
 	}
 	rs := make([]*Tensor, len(ins))
