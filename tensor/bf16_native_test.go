@@ -14,6 +14,30 @@ func maxAbsDiff(a, b []float32) (diff, scale float64) {
 	return diff, scale
 }
 
+// runAutocast runs f on fresh leaves holding ins' values in precision p
+// (emulated or not), then its backward from a fixed output gradient, and
+// returns the output and the leaves with their gradients.
+func runAutocast(t *testing.T, ins []*Tensor, f func(in []*Tensor) *Tensor, p Precision, emulated bool) (*Tensor, []*Tensor) {
+	t.Helper()
+	defer SetBF16Emulation(SetBF16Emulation(emulated))
+	var leaves []*Tensor
+	for _, in := range ins {
+		leaves = append(leaves, in.Detach().SetRequiresGrad(true))
+	}
+	var y *Tensor
+	if err := Autocast(p, func() { y = f(leaves) }); err != nil {
+		t.Fatal(err)
+	}
+	g := Zeros(y.shape...)
+	for i := range g.data {
+		g.data[i] = float32(math.Sin(float64(i)))
+	}
+	if err := y.BackwardWith(g); err != nil {
+		t.Fatal(err)
+	}
+	return y, leaves
+}
+
 // TestAutocastNative: on the native bf16 kernel, every autocast op gives
 // the emulated results (rounded operands, float32 GEMM) up to summation
 // order — far closer to them than to plain float32 — forward and
@@ -46,25 +70,7 @@ func TestAutocastNative(t *testing.T) {
 		{"batched MatMul", []*Tensor{ba, bb}, func(in []*Tensor) *Tensor { return MatMul(in[0], in[1], false, false) }},
 	}
 	for _, c := range cases {
-		run := func(p Precision, emulated bool) (*Tensor, []*Tensor) {
-			defer SetBF16Emulation(SetBF16Emulation(emulated))
-			var leaves []*Tensor
-			for _, in := range c.ins {
-				leaves = append(leaves, in.Detach().SetRequiresGrad(true))
-			}
-			var y *Tensor
-			if err := Autocast(p, func() { y = c.f(leaves) }); err != nil {
-				t.Fatal(err)
-			}
-			g := Zeros(y.shape...)
-			for i := range g.data {
-				g.data[i] = float32(math.Sin(float64(i)))
-			}
-			if err := y.BackwardWith(g); err != nil {
-				t.Fatal(err)
-			}
-			return y, leaves
-		}
+		run := func(p Precision, emulated bool) (*Tensor, []*Tensor) { return runAutocast(t, c.ins, c.f, p, emulated) }
 		yn, ln := run(BF16, false)
 		ye, le := run(BF16, true)
 		yf, lf := run(FP32, false)
@@ -107,25 +113,7 @@ func TestAutocastNativeAttention(t *testing.T) {
 			{"SelfAttentionQKV", []*Tensor{qkv}, func(in []*Tensor) *Tensor { return SelfAttentionQKV(in[0], 4, causal) }},
 		}
 		for _, c := range cases {
-			run := func(p Precision, emulated bool) (*Tensor, []*Tensor) {
-				defer SetBF16Emulation(SetBF16Emulation(emulated))
-				var leaves []*Tensor
-				for _, in := range c.ins {
-					leaves = append(leaves, in.Detach().SetRequiresGrad(true))
-				}
-				var y *Tensor
-				if err := Autocast(p, func() { y = c.f(leaves) }); err != nil {
-					t.Fatal(err)
-				}
-				g := Zeros(y.shape...)
-				for i := range g.data {
-					g.data[i] = float32(math.Cos(float64(i)))
-				}
-				if err := y.BackwardWith(g); err != nil {
-					t.Fatal(err)
-				}
-				return y, leaves
-			}
+			run := func(p Precision, emulated bool) (*Tensor, []*Tensor) { return runAutocast(t, c.ins, c.f, p, emulated) }
 			yn, ln := run(BF16, false)
 			ye, le := run(BF16, true)
 			yf, _ := run(FP32, false)
