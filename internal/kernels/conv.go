@@ -409,8 +409,8 @@ func SgemmAddOffsetASegments(m, n, segs, seg, stride int, a []float32, rows RowO
 		rows.max+(segs-1)*stride+seg > len(a) {
 		panic(fmt.Sprintf("kernels: SgemmAddOffsetASegments: operands too short for %d×%d×%d", m, n, k))
 	}
-	// Blocks of whole segments, at most about 320 steps.
-	perBlock := max(1, 320/seg)
+	// Blocks of whole segments, at most about og.maxKC steps.
+	perBlock := max(1, og.maxKC/seg)
 	blocks := (segs + perBlock - 1) / perBlock
 	perBlock = (segs + blocks - 1) / blocks
 	nr := og.nr
