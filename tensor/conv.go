@@ -130,9 +130,11 @@ const convMinFlops = 1 << 20
 // OH = (H + 2·padding[0] − KH)/stride[0] + 1 and likewise OW. Each image is
 // unrolled with im2col, a block of output rows at a time, and multiplied by
 // the weight matrix [O, C·KH·KW]; images are spread over goroutines when
-// the batch is large enough. On AVX2 CPUs without AVX-512, stride-1
+// the batch is large enough. On amd64 CPUs with AVX2 (in 6×64 tiles
+// where they have AVX-512, 6×16 ones otherwise), stride-1 float32
 // convolutions run as implicit GEMMs instead, reading the image in place
-// (the same results up to float rounding; see conv_implicit.go).
+// (the same results up to float rounding; see conv_implicit.go); under
+// native bf16 autocast they keep the im2col path.
 //
 // post lists operations applied to the output in the same op (see
 // PostOp): none, PostReLU, or PostReLU then PostMaxPool2x2. The result,

@@ -248,10 +248,13 @@ func conv2dBackwardImplicit(g convGeom, minItems int, x, w, b *Tensor, xd, wd []
 	partialW := make([][]float32, workers)
 	partialB := make([][]float32, workers)
 	used := parallelFor(g.n, minItems, func(worker, lo, hi int) {
-		// G' for every output channel: zero but where an output pixel's
-		// gradient goes, so a buffer cleared once serves every image.
-		gp := zeroedBuf(g.o * t.cols)
-		var src, dxp, gbuf, rbuf []float32
+		// G' for every output channel (the input gradient's): zero but
+		// where an output pixel's gradient goes, so a buffer cleared once
+		// serves every image.
+		var gp, src, dxp, gbuf, rbuf []float32
+		if needX {
+			gp = zeroedBuf(g.o * t.cols)
+		}
 		if needW {
 			src = zeroedBuf(t.srcLen(g))
 		}
@@ -280,11 +283,12 @@ func conv2dBackwardImplicit(g convGeom, minItems int, x, w, b *Tensor, xd, wd []
 				addBiasGrad(db, gi, p)
 			}
 			gi = cast.into(rbuf, gi)
-			for oc := range g.o {
-				kernels.CopyRows(false, gp[oc*t.cols:], t.wp, gi[oc*p:], g.ow, g.oh, g.ow)
+			if needX {
+				for oc := range g.o {
+					kernels.CopyRows(false, gp[oc*t.cols:], t.wp, gi[oc*p:], g.ow, g.oh, g.ow)
+				}
 			}
 			for grp := range g.groups {
-				gg := gp[grp*og*t.cols:]
 				if needW {
 					xs := t.source(g, xd, i, grp, 0, src)
 					kernels.SgemmAddOffsetASegments(ckk, og, g.oh, g.ow, t.wp, xs, t.taps, gi[grp*og*p:], p, dw[grp*og:], g.o)
@@ -292,7 +296,7 @@ func conv2dBackwardImplicit(g convGeom, minItems int, x, w, b *Tensor, xd, wd []
 				if !needX {
 					continue
 				}
-				dxi := g.group(gx, i, grp)
+				dxi, gg := g.group(gx, i, grp), gp[grp*og*t.cols:]
 				wg := wt[grp*ckk*og:]
 				if !padded {
 					if freshX {

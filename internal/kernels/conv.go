@@ -4,45 +4,124 @@ import "fmt"
 
 // Implicit-GEMM convolution: products whose operand rows are an image's
 // rows shifted by each kernel tap, given as a table of offsets, so the
-// im2col matrix is never written. SgemmOffsetB gathers each 16-column B
-// panel from the table into an L1 buffer and runs the AVX2 SGEMM's own
-// kernels on it (SgemmOffsetBGrid also skipping columns);
-// SgemmAddOffsetASegments reads A's rows in place, and SgemmAddOffsetC
-// adds into C's rows in place, through kernels of their own
-// (gemmKernelASegments and gemmKernelCOffsets in gen_asm.go).
+// im2col matrix is never written. SgemmOffsetB gathers each B micro-panel
+// (16 columns wide with AVX2, 64 with AVX-512) from the table into a
+// buffer and runs the SGEMM's own kernels on it (SgemmOffsetBGrid also
+// skipping columns); SgemmAddOffsetASegments reads A's rows in place,
+// and SgemmAddOffsetC adds into C's rows in place, through kernels of
+// their own (gemmKernelASegments and gemmKernelCOffsets in gen_asm.go).
 
-// aSegKernel adds an mr×16 tile of A·B into C (row stride ldc): row i of
+// aSegKernel adds an mr×nr tile of A·B into C (row stride ldc): row i of
 // A starts aoff[i] bytes after a and runs in segs segments of seg floats,
-// skip floats apart; B is a packed micro-panel of segs·seg steps.
-type aSegKernel func(segs, seg, skip int, a *float32, aoff *int, b *float32, c *float32, ldc int)
+// skip floats apart; B is a packed micro-panel of segs·seg steps. Masked
+// kernels store only the columns masks selects (as microKernel's).
+type aSegKernel func(segs, seg, skip int, a *float32, aoff *int, b *float32, c *float32, ldc int, masks uint64)
 
-// cOffKernel adds an mr×16 tile of A·B into C, row i of C starting
+// cOffKernel adds an mr×nr tile of A·B into C, row i of C starting
 // coff[i] bytes after c; A is read in place along k (row stride aRow), B
-// is a packed micro-panel.
-type cOffKernel func(k int, a *float32, aRow int, b *float32, c *float32, coff *int)
+// is a packed micro-panel; masks as aSegKernel's.
+type cOffKernel func(k int, a *float32, aRow int, b *float32, c *float32, coff *int, masks uint64)
 
-// offsetGemm is the implicit-GEMM implementation: 6×16 tiles (and their
-// row edges) and the SGEMM's kernels and k blocking.
+// offsetGemm is an implicit-GEMM implementation: 6×nr tiles (and their
+// row edges) and the SGEMM's kernels of the same width.
 type offsetGemm struct {
-	mc     int // rows of A per block, as the SGEMM's
+	name   string
+	nr     int  // tile columns: 16 (AVX2) or 64 (AVX-512)
+	maxKC  int  // the longest k block (see blockK)
+	masked bool // the kernels store only the columns their masks select
+	mc     int  // rows of A per block, as the SGEMM's
 	cOff   [7]cOffKernel
 	aSeg   [7]aSegKernel
 	packBT func(dst, scratch, b []float32, ldb, p0, kc, j0, cols, nr int)
 	// rowKern[r] is the SGEMM's kernel for r rows.
 	rowKern [7]microKernel
-	// packRows gathers k rows of 16 floats from their byte offsets.
+	// packRows gathers k rows of 16 floats from their byte offsets (nr 16).
 	packRows func(dst, b *float32, boff *int, k int)
 	// packRows2 is packRows with lane l from p1 where mask[l] ≥ 0, else
-	// from p2.
+	// from p2 (nr 16).
 	packRows2 func(dst, p1, p2 *float32, boff *int, k int, mask *int32)
+	// packChunks gathers k rows of 64 floats in chunks of 16 from their
+	// byte offsets, each chunk from one or two places (nr 64; see
+	// packOffsetChunksKernel in gen_asm.go).
+	packChunks func(dst, b *float32, boff *int, k int, chunks *int)
+	// narrow, if set, replaces this implementation in
+	// SgemmAddOffsetASegments when C has at most nr/2 columns (a weight
+	// gradient of 32 channels would leave half of each 64-column tile
+	// idle).
+	narrow *offsetGemm
 	// rowsBias is RowsBias's kernel on rows the caller has checked.
 	rowsBias func(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int, bias float32)
 }
 
-// offGemm is nil where the CPU has no such kernels.
-var offGemm *offsetGemm
+// offGemm is the implementation in use, nil where the CPU has no such
+// kernels; offGemms lists every one the CPU can run (for the tests).
+var (
+	offGemm  *offsetGemm
+	offGemms []*offsetGemm
+)
 
-const offMR, offNR = 6, 16
+// offMR is the tiles' height; offChunk is the width B rows are read in
+// (a 16-column panel, or a chunk of a 64-column one), which sets the
+// slack past a row the products may read.
+const offMR, offChunk = 6, 16
+
+// colMask is the column mask of a tile of cols ≤ 64 columns.
+func colMask(cols int) uint64 {
+	if cols >= 64 {
+		return allColumns
+	}
+	return 1<<uint(cols) - 1
+}
+
+// packPanel gathers the kc×nr B micro-panel at columns jr… (of n) into
+// pk, row p from boff[p] bytes after b: column q at element q, or, with
+// seg > 0, at (q/seg)·segStride + q%seg. Each 16 columns read 16
+// elements from their first one on, or, where they cross into the next
+// segment after l, 16−l from its start too: the reads the callers check.
+func (og *offsetGemm) packPanel(pk, b []float32, boff *int, kc, n, jr, seg, segStride int) {
+	// where returns chunk jc's first element, and the start and first
+	// lane of its continuation in the next segment (lane 16 if none).
+	where := func(jc int) (s1, s2, l int) {
+		if seg == 0 {
+			return jc, jc, offChunk
+		}
+		y, x0 := jc/seg, jc%seg
+		s1 = y*segStride + x0
+		if l = seg - x0; l >= min(offChunk, n-jc) {
+			return s1, s1, offChunk
+		}
+		// Lanes l.. continue at the next segment's start: read from there
+		// shifted back by l (never before b's start, as l < 16 ≤
+		// segStride).
+		return s1, (y+1)*segStride - l, l
+	}
+	if og.nr == offChunk {
+		s1, s2, l := where(jr)
+		if l == offChunk {
+			og.packRows(&pk[0], &b[s1], boff, kc)
+			return
+		}
+		var mask [offChunk]int32
+		for i := l; i < offChunk; i++ {
+			mask[i] = -1
+		}
+		og.packRows2(&pk[0], &b[s1], &b[s2], boff, kc, &mask[0])
+		return
+	}
+	// Chunks past n repeat the first chunk's reads (their lanes are not
+	// stored).
+	var ch [12]int
+	for c := range 4 {
+		jc := jr + offChunk*c
+		if jc >= n {
+			ch[c], ch[4+c], ch[8+c] = ch[0], ch[4], ch[8]
+			continue
+		}
+		s1, s2, l := where(jc)
+		ch[c], ch[4+c], ch[8+c] = 4*s1, 4*s2, 0xffff&^(1<<uint(l)-1)
+	}
+	og.packChunks(&pk[0], &b[0], boff, kc, &ch[0])
+}
 
 // RowOffsets lists where each row of an operand starts, in elements from
 // the start of its slice: an image's rows shifted by each kernel tap. A
@@ -68,20 +147,21 @@ func NewRowOffsets(elems []int) RowOffsets {
 func (t RowOffsets) Len() int { return len(t.bytes) }
 
 // ImplicitConv reports whether the implicit-GEMM products (SgemmOffsetB
-// and the others) run on this CPU (amd64 with AVX2 and FMA whose SGEMM
-// is the AVX2 one).
+// and the others) run on this CPU: amd64 with AVX2 and FMA, in 6×64
+// tiles on the AVX-512 SGEMM's kernels where it has AVX-512, else in
+// 6×16 tiles on the AVX2 one's.
 func ImplicitConv() bool { return offGemm != nil }
 
 // OffsetBSlack is how many elements past the last one a product needs
-// that SgemmOffsetB may read (and ignore) after each row of B: its tiles
-// are 16 columns wide.
-const OffsetBSlack = offNR - 1
+// that SgemmOffsetB may read (and ignore) after each row of B: B's rows
+// are read 16 columns at a time.
+const OffsetBSlack = offChunk - 1
 
 // SgemmOffsetB computes C = A·B + beta·C on one goroutine, where A is
 // m×k row-major (row stride lda), C is m×n (row stride ldc) and row p of
 // B is b[rows[p] : rows[p]+n]. It reads up to OffsetBSlack elements past
 // the end of each row of B, which b must hold. Each element is one FMA
-// chain over k in blocks of blockK(k). It panics if ImplicitConv is
+// chain over k in blocks of offGemm.blockK(k). It panics if ImplicitConv is
 // false.
 func SgemmOffsetB(m, n, k int, a []float32, lda int, b []float32, rows RowOffsets, beta float32, c []float32, ldc int) {
 	og := offGemm
@@ -98,20 +178,19 @@ func SgemmOffsetB(m, n, k int, a []float32, lda int, b []float32, rows RowOffset
 	if rows.Len() < k || lda < k || len(a) < (m-1)*lda+k || ldc < n || len(c) < (m-1)*ldc+n {
 		panic(fmt.Sprintf("kernels: SgemmOffsetB: operands too short for %d×%d×%d", m, n, k))
 	}
-	if width := roundUp(n, offNR); rows.max+width > len(b) {
+	if width := roundUp(n, offChunk); rows.max+width > len(b) {
 		panic(fmt.Sprintf("kernels: SgemmOffsetB: a B row at %d (+%d columns read) outside %d elements", rows.max, width, len(b)))
 	}
 	og.offsetBPacked(m, n, k, a, lda, b, rows, beta, c, ldc)
 }
 
-// blockK is the k block of the implicit products: at most 320 steps (a
-// packed 16-column B panel of 20 KiB stays in L1 beside A's rows), split
-// evenly, so that a convolution's 288 or 576 steps are not cut into 256
-// and a short remainder whose tiles would pay their fixed cost (C's loads
-// and stores, the call) over few steps.
-func blockK(k int) int {
-	const maxKC = 320
-	blocks := (k + maxKC - 1) / maxKC
+// blockK is the k block of the implicit products: at most og.maxKC steps
+// (320 for AVX2: a packed 16-column B panel of 20 KiB stays in L1 beside
+// A's rows), split evenly, so that a convolution's 288 or 576 steps are
+// not cut into 256 and a short remainder whose tiles would pay their
+// fixed cost (C's loads and stores, the call) over few steps.
+func (og *offsetGemm) blockK(k int) int {
+	blocks := (k + og.maxKC - 1) / og.maxKC
 	return (k + blocks - 1) / blocks
 }
 
@@ -125,18 +204,25 @@ func tileRows(rows int) int {
 	return min(offMR, rows)
 }
 
-// offsetBPacked is SgemmOffsetB packing each B micro-panel (kc×16) from
-// the offsets into a contiguous buffer that stays in L1 while every A
-// micro-panel runs over it with the SGEMM's own kernels.
+// offsetBPacked is SgemmOffsetB on checked operands.
 func (og *offsetGemm) offsetBPacked(m, n, k int, a []float32, lda int, b []float32, rows RowOffsets, beta float32, c []float32, ldc int) {
+	og.panels(m, n, k, a, lda, b, rows, 0, 0, beta, c, ldc)
+}
+
+// panels runs SgemmOffsetB (seg 0) or SgemmOffsetBGrid on checked
+// operands: each B micro-panel packed from the offsets into a contiguous
+// buffer that every A micro-panel then runs over with the SGEMM's own
+// kernels.
+func (og *offsetGemm) panels(m, n, k int, a []float32, lda int, b []float32, rows RowOffsets, seg, segStride int, beta float32, c []float32, ldc int) {
+	nr := og.nr
 	ws := getWorkspace()
 	defer putWorkspace(ws)
-	kcMax := blockK(k)
-	ws.b = grow(ws.b, kcMax*offNR)
+	kcMax := og.blockK(k)
+	ws.b = grow(ws.b, kcMax*nr)
 	pk := ws.b
 	// The edge tile lives in the workspace: a local array would escape
 	// (the kernels are called through func values) and be allocated.
-	ws.tile = grow(ws.tile, offMR*offNR)
+	ws.tile = grow(ws.tile, offMR*nr)
 	tile := ws.tile
 	for pc := 0; pc < k; pc += kcMax {
 		kc := min(kcMax, k-pc)
@@ -144,19 +230,19 @@ func (og *offsetGemm) offsetBPacked(m, n, k int, a []float32, lda int, b []float
 		if pc > 0 {
 			betaEff = 1
 		}
-		for jr := 0; jr < n; jr += offNR {
-			cols := min(offNR, n-jr)
-			og.packRows(&pk[0], &b[jr], &rows.bytes[pc], kc)
+		for jr := 0; jr < n; jr += nr {
+			cols := min(nr, n-jr)
+			og.packPanel(pk, b, &rows.bytes[pc], kc, n, jr, seg, segStride)
 			for ir := 0; ir < m; {
 				mrEff := tileRows(m - ir)
 				kern := og.rowKern[mrEff]
 				ap := &a[ir*lda+pc]
 				ci := ir*ldc + jr
-				if cols == offNR {
-					kern(kc, ap, lda, 1, &pk[0], offNR, &c[ci], ldc, 1, betaEff, allColumns)
+				if cols == nr || og.masked {
+					kern(kc, ap, lda, 1, &pk[0], nr, &c[ci], ldc, 1, betaEff, colMask(cols))
 				} else {
-					kern(kc, ap, lda, 1, &pk[0], offNR, &tile[0], offNR, 1, 0, allColumns)
-					mergeTile(tile, offNR, mrEff, cols, 1, betaEff, c[ci:], ldc)
+					kern(kc, ap, lda, 1, &pk[0], nr, &tile[0], nr, 1, 0, allColumns)
+					mergeTile(tile, nr, mrEff, cols, 1, betaEff, c[ci:], ldc)
 				}
 				ir += mrEff
 			}
@@ -197,7 +283,7 @@ func CopyRows(add bool, dst []float32, dstStride int, src []float32, srcStride i
 
 // OffsetBGridMinSeg is the shortest segment SgemmOffsetBGrid takes: a
 // 16-column panel then spans at most two segments.
-const OffsetBGridMinSeg = offNR
+const OffsetBGridMinSeg = offChunk
 
 // SgemmOffsetBGrid is SgemmOffsetB with B's columns on a grid: column q
 // of row p is b[rows[p] + (q/seg)·segStride + q%seg], seg ≥
@@ -225,65 +311,17 @@ func SgemmOffsetBGrid(m, n, k int, a []float32, lda int, b []float32, rows RowOf
 	// A panel reads 16 elements from its first column on, and one that
 	// runs into the next segment 16 more, ending 16−l past its start.
 	end := 0
-	for jr := 0; jr < n; jr += offNR {
+	for jr := 0; jr < n; jr += offChunk {
 		y, x0 := jr/seg, jr%seg
-		end = max(end, y*segStride+x0+offNR)
-		if l := seg - x0; l < min(offNR, n-jr) {
-			end = max(end, (y+1)*segStride+offNR-l)
+		end = max(end, y*segStride+x0+offChunk)
+		if l := seg - x0; l < min(offChunk, n-jr) {
+			end = max(end, (y+1)*segStride+offChunk-l)
 		}
 	}
 	if rows.max+end > len(b) {
 		panic(fmt.Sprintf("kernels: SgemmOffsetBGrid: B reads up to %d, outside %d elements", rows.max+end, len(b)))
 	}
-	ws := getWorkspace()
-	defer putWorkspace(ws)
-	kcMax := blockK(k)
-	ws.b = grow(ws.b, kcMax*offNR)
-	pk := ws.b
-	// The edge tile lives in the workspace: a local array would escape
-	// (the kernels are called through func values) and be allocated.
-	ws.tile = grow(ws.tile, offMR*offNR)
-	tile := ws.tile
-	var mask [offNR]int32
-	for pc := 0; pc < k; pc += kcMax {
-		kc := min(kcMax, k-pc)
-		betaEff := beta
-		if pc > 0 {
-			betaEff = 1
-		}
-		for jr := 0; jr < n; jr += offNR {
-			cols := min(offNR, n-jr)
-			y, x0 := jr/seg, jr%seg
-			s1 := y*segStride + x0
-			if l := seg - x0; l >= cols {
-				og.packRows(&pk[0], &b[s1], &rows.bytes[pc], kc)
-			} else {
-				// Lanes l.. continue at the next segment's start: read
-				// from there shifted back by l (never before b's start,
-				// as l < 16 ≤ segStride).
-				for i := range mask {
-					mask[i] = 0
-					if i >= l {
-						mask[i] = -1
-					}
-				}
-				og.packRows2(&pk[0], &b[s1], &b[(y+1)*segStride-l], &rows.bytes[pc], kc, &mask[0])
-			}
-			for ir := 0; ir < m; {
-				mrEff := tileRows(m - ir)
-				kern := og.rowKern[mrEff]
-				ap := &a[ir*lda+pc]
-				ci := ir*ldc + jr
-				if cols == offNR {
-					kern(kc, ap, lda, 1, &pk[0], offNR, &c[ci], ldc, 1, betaEff, allColumns)
-				} else {
-					kern(kc, ap, lda, 1, &pk[0], offNR, &tile[0], offNR, 1, 0, allColumns)
-					mergeTile(tile, offNR, mrEff, cols, 1, betaEff, c[ci:], ldc)
-				}
-				ir += mrEff
-			}
-		}
-	}
+	og.panels(m, n, k, a, lda, b, rows, seg, segStride, beta, c, ldc)
 }
 
 // SgemmAddOffsetC adds A·B into C on one goroutine, where A is m×k
@@ -302,14 +340,15 @@ func SgemmAddOffsetC(m, n, k int, a []float32, lda int, b []float32, ldb int, c 
 	if rows.Len() < m || lda < k || len(a) < (m-1)*lda+k || ldb < n || len(b) < (k-1)*ldb+n || rows.max+n > len(c) {
 		panic(fmt.Sprintf("kernels: SgemmAddOffsetC: operands too short for %d×%d×%d", m, n, k))
 	}
+	nr := og.nr
 	ws := getWorkspace()
 	defer putWorkspace(ws)
-	kcMax := blockK(k)
-	ws.b = grow(ws.b, kcMax*offNR)
+	kcMax := og.blockK(k)
+	ws.b = grow(ws.b, kcMax*nr)
 	pk := ws.b
 	// The edge tile lives in the workspace: a local array would escape
 	// (the kernels are called through func values) and be allocated.
-	ws.tile = grow(ws.tile, offMR*offNR)
+	ws.tile = grow(ws.tile, offMR*nr)
 	tile := ws.tile
 	// B's rows as byte offsets, so that whole panels are gathered by the
 	// packing kernel rather than a copy call per row.
@@ -319,24 +358,24 @@ func SgemmAddOffsetC(m, n, k int, a []float32, lda int, b []float32, ldb int, c 
 	}
 	for pc := 0; pc < k; pc += kcMax {
 		kc := min(kcMax, k-pc)
-		for jr := 0; jr < n; jr += offNR {
-			cols := min(offNR, n-jr)
-			if cols == offNR {
-				og.packRows(&pk[0], &b[jr], &brows[pc], kc)
+		for jr := 0; jr < n; jr += nr {
+			cols := min(nr, n-jr)
+			if cols == nr {
+				og.packPanel(pk, b, &brows[pc], kc, n, jr, 0, 0)
 			} else {
-				packBNoTrans(pk, b, ldb, pc, kc, jr, cols, offNR)
+				packBNoTrans(pk, b, ldb, pc, kc, jr, cols, nr)
 			}
 			for ir := 0; ir < m; {
 				mrEff := tileRows(m - ir)
 				ap := &a[ir*lda+pc]
-				if cols == offNR {
-					og.cOff[mrEff](kc, ap, lda, &pk[0], &c[jr], &rows.bytes[ir])
+				if cols == nr || og.masked {
+					og.cOff[mrEff](kc, ap, lda, &pk[0], &c[jr], &rows.bytes[ir], colMask(cols))
 				} else {
-					og.rowKern[mrEff](kc, ap, lda, 1, &pk[0], offNR, &tile[0], offNR, 1, 0, allColumns)
+					og.rowKern[mrEff](kc, ap, lda, 1, &pk[0], nr, &tile[0], nr, 1, 0, allColumns)
 					for i := range mrEff {
 						dst := c[rows.bytes[ir+i]/4+jr:][:cols]
 						for j := range dst {
-							dst[j] += tile[i*offNR+j]
+							dst[j] += tile[i*nr+j]
 						}
 					}
 				}
@@ -356,6 +395,9 @@ func SgemmAddOffsetASegments(m, n, segs, seg, stride int, a []float32, rows RowO
 	if og == nil {
 		panic("kernels: SgemmAddOffsetASegments: no implicit-GEMM kernels on this CPU (see ImplicitConv)")
 	}
+	if og.narrow != nil && 2*n <= og.nr {
+		og = og.narrow
+	}
 	k := segs * seg
 	if m <= 0 || n <= 0 || k <= 0 {
 		return
@@ -367,40 +409,41 @@ func SgemmAddOffsetASegments(m, n, segs, seg, stride int, a []float32, rows RowO
 		rows.max+(segs-1)*stride+seg > len(a) {
 		panic(fmt.Sprintf("kernels: SgemmAddOffsetASegments: operands too short for %d×%d×%d", m, n, k))
 	}
-	// Blocks of whole segments, at most about 320 steps.
-	perBlock := max(1, 320/seg)
+	// Blocks of whole segments, at most about og.maxKC steps.
+	perBlock := max(1, og.maxKC/seg)
 	blocks := (segs + perBlock - 1) / perBlock
 	perBlock = (segs + blocks - 1) / blocks
+	nr := og.nr
 	ws := getWorkspace()
 	defer putWorkspace(ws)
 	kcMax := perBlock * seg
-	ws.b = grow(ws.b, kcMax*roundUp(n, offNR))
+	ws.b = grow(ws.b, kcMax*roundUp(n, nr))
 	ws.scratch = grow(ws.scratch, 16*kcMax)
 	// The edge tile lives in the workspace: a local array would escape
 	// (the kernels are called through func values) and be allocated.
-	ws.tile = grow(ws.tile, offMR*offNR)
+	ws.tile = grow(ws.tile, offMR*nr)
 	tile := ws.tile
 	for s0 := 0; s0 < segs; s0 += perBlock {
 		ns := min(perBlock, segs-s0)
 		pc, kc := s0*seg, ns*seg
-		for jr := 0; jr < n; jr += offNR {
-			og.packBT(ws.b[jr*kc:(jr+offNR)*kc], ws.scratch, b, ldb, pc, kc, jr, min(offNR, n-jr), offNR)
+		for jr := 0; jr < n; jr += nr {
+			og.packBT(ws.b[jr*kc:(jr+nr)*kc], ws.scratch, b, ldb, pc, kc, jr, min(nr, n-jr), nr)
 		}
 		ap := &a[s0*stride]
 		for ic := 0; ic < m; ic += og.mc {
 			mc := min(og.mc, m-ic)
-			for jr := 0; jr < n; jr += offNR {
-				cols := min(offNR, n-jr)
+			for jr := 0; jr < n; jr += nr {
+				cols := min(nr, n-jr)
 				bp := &ws.b[jr*kc]
 				for ir := 0; ir < mc; {
 					mrEff := tileRows(mc - ir)
 					ci := (ic+ir)*ldc + jr
-					if cols == offNR {
-						og.aSeg[mrEff](ns, seg, stride-seg, ap, &rows.bytes[ic+ir], bp, &c[ci], ldc)
+					if cols == nr || og.masked {
+						og.aSeg[mrEff](ns, seg, stride-seg, ap, &rows.bytes[ic+ir], bp, &c[ci], ldc, colMask(cols))
 					} else {
 						clear(tile)
-						og.aSeg[mrEff](ns, seg, stride-seg, ap, &rows.bytes[ic+ir], bp, &tile[0], offNR)
-						mergeTile(tile, offNR, mrEff, cols, 1, 1, c[ci:], ldc)
+						og.aSeg[mrEff](ns, seg, stride-seg, ap, &rows.bytes[ic+ir], bp, &tile[0], nr, allColumns)
+						mergeTile(tile, nr, mrEff, cols, 1, 1, c[ci:], ldc)
 					}
 					ir += mrEff
 				}

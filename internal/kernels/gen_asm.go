@@ -1613,19 +1613,274 @@ func reluMaskKernels(w *asm) {
 }
 
 // convKernels emits the implicit-GEMM convolution kernels (see conv.go):
-// AVX2 6×16 tiles, and every smaller row count for the edges, whose A
-// rows (in segments) or C rows sit at arbitrary offsets; the gathering of B panels from row
-// offsets; the strided copy with bias.
+// AVX2 6×16 and AVX-512 6×64 tiles, and every smaller row count for the
+// edges, whose A rows (in segments) or C rows sit at arbitrary offsets;
+// the gathering of B panels from row offsets; the strided copy with bias.
 func convKernels(w *asm) {
-	for mr := 6; mr >= 1; mr-- {
-		gemmKernelASegments(w, mr)
-	}
-	for mr := 6; mr >= 1; mr-- {
-		gemmKernelCOffsets(w, mr)
+	for _, isa := range []string{"AVX2", "AVX512"} {
+		for mr := 6; mr >= 1; mr-- {
+			gemmKernelASegments(w, isa, mr)
+		}
+		for mr := 6; mr >= 1; mr-- {
+			gemmKernelCOffsets(w, isa, mr)
+		}
 	}
 	packOffsetRowsKernel(w)
 	packOffsetRows2Kernel(w)
+	packOffsetChunksKernel(w)
 	rowsBiasKernel(w)
+}
+
+// convTile is the register layout of an implicit-GEMM tile: nv vectors
+// per row (nr columns), accumulators from register 0, B vectors from
+// bBase, the two broadcast registers last.
+type convTile struct {
+	vec        string
+	nv, bBase  int
+	bc0, bc1   string
+	nr, vbytes int
+	masked     bool // AVX-512: stores take the column masks K1..K4
+}
+
+func newConvTile(isa string) convTile {
+	if isa == "AVX512" {
+		return convTile{vec: "Z", nv: 4, bBase: 24, bc0: "Z30", bc1: "Z31", nr: 64, vbytes: 64, masked: true}
+	}
+	return convTile{vec: "Y", nv: 2, bBase: 12, bc0: "Y14", bc1: "Y15", nr: 16, vbytes: 32}
+}
+
+func (t convTile) acc(i, v int) string { return fmt.Sprintf("%s%d", t.vec, i*t.nv+v) }
+func (t convTile) bv(v int) string     { return fmt.Sprintf("%s%d", t.vec, t.bBase+v) }
+
+// clearAcc zeroes the accumulators of mr rows.
+func (t convTile) clearAcc(w *asm, mr int) {
+	for i := 0; i < mr*t.nv; i++ {
+		if t.masked {
+			w.f("\tVPXORD Z%d, Z%d, Z%d", i, i, i)
+		} else {
+			w.f("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
+		}
+	}
+}
+
+// step emits one k step: B's vectors from BX, row i's broadcast from
+// aAddr[i], then AX and BX advance (BX by a packed row).
+func (t convTile) step(w *asm, mr int, aAddr []string) {
+	for v := 0; v < t.nv; v++ {
+		w.f("\tVMOVUPS %d(BX), %s", t.vbytes*v, t.bv(v))
+	}
+	for i := 0; i < mr; i++ {
+		bc := t.bc0
+		if i%2 == 1 {
+			bc = t.bc1
+		}
+		w.f("\tVBROADCASTSS %s, %s", aAddr[i], bc)
+		for v := 0; v < t.nv; v++ {
+			w.f("\tVFMADD231PS %s, %s, %s", t.bv(v), bc, t.acc(i, v))
+		}
+	}
+	w.f("\tADDQ $4, AX")
+	w.f("\tADDQ $%d, BX", 4*t.nr)
+}
+
+// loadMasks puts bits 16v..16v+15 of the masks argument (at off(FP)) in
+// K(v+1), using reg.
+func (t convTile) loadMasks(w *asm, off int, reg string) {
+	w.f("\tMOVQ masks+%d(FP), %s", off, reg)
+	for v := 0; v < t.nv; v++ {
+		w.f("\tKMOVW %s, K%d", reg, v+1)
+		if v < t.nv-1 {
+			w.f("\tSHRQ $16, %s", reg)
+		}
+	}
+}
+
+// addStore adds row i's accumulators into C at addr(byte offset) and
+// stores them (AVX-512: only the columns the masks select).
+func (t convTile) addStore(w *asm, i int, addr func(off int) string) {
+	for v := 0; v < t.nv; v++ {
+		if t.masked {
+			w.f("\tVMOVUPS.Z %s, K%d, %s", addr(t.vbytes*v), v+1, t.bc0)
+			w.f("\tVADDPS %s, %s, %s", t.bc0, t.acc(i, v), t.acc(i, v))
+			w.f("\tVMOVUPS %s, K%d, %s", t.acc(i, v), v+1, addr(t.vbytes*v))
+		} else {
+			w.f("\tVADDPS %s, %s, %s", addr(t.vbytes*v), t.acc(i, v), t.acc(i, v))
+			w.f("\tVMOVUPS %s, %s", t.acc(i, v), addr(t.vbytes*v))
+		}
+	}
+}
+
+// gemmKernelASegments emits sgemmKernel{mr}x{nr}ASeg{isa} (AVX2 mr×16,
+// AVX-512 mr×64), the A-offset tile whose k steps run in segs segments
+// of seg, A's rows skipping skip floats between segments (an output
+// row's pixels, then the next input row), B a packed micro-panel:
+//
+//	c[i*ldc+j] += Σ_s Σ_{x<seg} a[aoff[i]/4 + s·(seg+skip) + x]·b[(s·seg+x)*nr+j]
+//
+// The AVX-512 tile stores only the columns masks selects (bits 16v..
+// of vector v); the AVX2 one ignores masks and stores all 16.
+func gemmKernelASegments(w *asm, isa string, mr int) {
+	t := newConvTile(isa)
+	name := fmt.Sprintf("sgemmKernel%dx%dASeg%s", mr, t.nr, isa)
+	offRegs := [...]string{"R8", "R9", "R10", "R11", "R12", "DI"}
+	w.f("")
+	w.f("// func %s(segs, seg, skip int, a *float32, aoff *int, b *float32, c *float32, ldc int, masks uint64)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-72", name)
+	w.f("\tMOVQ segs+0(FP), R13")
+	w.f("\tMOVQ skip+16(FP), SI")
+	w.f("\tSHLQ $2, SI")
+	w.f("\tMOVQ a+24(FP), AX")
+	w.f("\tMOVQ aoff+32(FP), BX")
+	var aAddr []string
+	for i := 0; i < mr; i++ {
+		w.f("\tMOVQ %d(BX), %s", 8*i, offRegs[i])
+		aAddr = append(aAddr, fmt.Sprintf("(AX)(%s*1)", offRegs[i]))
+	}
+	w.f("\tMOVQ b+40(FP), BX")
+	t.clearAcc(w, mr)
+	w.f("\tTESTQ R13, R13")
+	w.f("\tJZ %s_store", name)
+	w.f("%s_seg:", name)
+	w.f("\tMOVQ seg+8(FP), CX")
+	w.f("\tMOVQ CX, R14")
+	w.f("\tSHRQ $2, R14")
+	w.f("\tJZ %s_tail", name)
+	w.f("%s_loop4:", name)
+	for u := 0; u < 4; u++ {
+		t.step(w, mr, aAddr)
+	}
+	w.f("\tDECQ R14")
+	w.f("\tJNZ %s_loop4", name)
+	w.f("%s_tail:", name)
+	w.f("\tANDQ $3, CX")
+	w.f("\tJZ %s_next", name)
+	w.f("%s_loop1:", name)
+	t.step(w, mr, aAddr)
+	w.f("\tDECQ CX")
+	w.f("\tJNZ %s_loop1", name)
+	w.f("%s_next:", name)
+	w.f("\tADDQ SI, AX")
+	w.f("\tDECQ R13")
+	w.f("\tJNZ %s_seg", name)
+	w.f("%s_store:", name)
+	w.f("\tMOVQ c+48(FP), DX")
+	w.f("\tMOVQ ldc+56(FP), SI")
+	w.f("\tSHLQ $2, SI")
+	if t.masked {
+		t.loadMasks(w, 64, "R9")
+	}
+	for i := 0; i < mr; i++ {
+		t.addStore(w, i, func(off int) string { return fmt.Sprintf("%d(DX)", off) })
+		if i < mr-1 {
+			w.f("\tADDQ SI, DX")
+		}
+	}
+	w.f("\tVZEROUPPER")
+	w.f("\tRET")
+}
+
+// gemmKernelCOffsets emits sgemmKernel{mr}x{nr}COff{isa}, gemmKernel's
+// mr×16 (AVX2) or mr×64 (AVX-512) tile adding into C rows listed as byte
+// offsets:
+//
+//	c[coff[i]/4+j] += Σ_p a[i*aRow+p]·b[p*nr+j]
+//
+// (A read in place along k, B a packed micro-panel; C's rows an image's
+// rows shifted by a kernel tap, so the column gradient is folded back as
+// it is stored: col2im without the column matrix). Each row is loaded
+// after the previous one is stored, so rows may overlap. Masks select
+// the AVX-512 tile's columns as in gemmKernelASegments.
+func gemmKernelCOffsets(w *asm, isa string, mr int) {
+	t := newConvTile(isa)
+	name := fmt.Sprintf("sgemmKernel%dx%dCOff%s", mr, t.nr, isa)
+	aAddr := []string{"(AX)", "(AX)(R8*1)", "(AX)(R8*2)", "(AX)(R9*1)", "(AX)(R8*4)", "(AX)(R10*1)"}
+	w.f("")
+	w.f("// func %s(k int, a *float32, aRow int, b *float32, c *float32, coff *int, masks uint64)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-56", name)
+	w.f("\tMOVQ k+0(FP), CX")
+	w.f("\tMOVQ a+8(FP), AX")
+	w.f("\tMOVQ aRow+16(FP), R8")
+	w.f("\tSHLQ $2, R8")
+	w.f("\tLEAQ (R8)(R8*2), R9")
+	w.f("\tLEAQ (R8)(R8*4), R10")
+	w.f("\tMOVQ b+24(FP), BX")
+	w.f("\tMOVQ c+32(FP), DX")
+	w.f("\tMOVQ coff+40(FP), SI")
+	t.clearAcc(w, mr)
+	w.f("\tMOVQ CX, R14")
+	w.f("\tSHRQ $2, R14")
+	w.f("\tJZ %s_tail", name)
+	w.f("%s_loop4:", name)
+	for u := 0; u < 4; u++ {
+		t.step(w, mr, aAddr)
+	}
+	w.f("\tDECQ R14")
+	w.f("\tJNZ %s_loop4", name)
+	w.f("%s_tail:", name)
+	w.f("\tANDQ $3, CX")
+	w.f("\tJZ %s_store", name)
+	w.f("%s_loop1:", name)
+	t.step(w, mr, aAddr)
+	w.f("\tDECQ CX")
+	w.f("\tJNZ %s_loop1", name)
+	w.f("%s_store:", name)
+	if t.masked {
+		t.loadMasks(w, 48, "R9")
+	}
+	for i := 0; i < mr; i++ {
+		w.f("\tMOVQ %d(SI), R11", 8*i)
+		t.addStore(w, i, func(off int) string { return fmt.Sprintf("%d(DX)(R11*1)", off) })
+	}
+	w.f("\tVZEROUPPER")
+	w.f("\tRET")
+}
+
+// packOffsetChunksKernel emits packOffsetChunks64AVX512(dst, b *float32,
+// boff *int, k int, chunks *int): a 64-column B micro-panel gathered
+// from its rows' byte offsets in chunks of 16 columns, chunk c read
+// chunks[c] bytes after b + boff[p], except its lanes set in the 16-bit
+// mask chunks[8+c], read chunks[4+c] bytes on instead (a chunk running
+// from the end of one image row into the next; the masked load touches
+// no memory where its mask is zero):
+//
+//	dst[64p+16c+l] = b[(boff[p]+chunks[c or 4+c])/4+l]
+func packOffsetChunksKernel(w *asm) {
+	const name = "packOffsetChunks64AVX512"
+	p1 := [...]string{"SI", "DX", "R8", "R9"}
+	p2 := [...]string{"R10", "R11", "R12", "R13"}
+	w.f("")
+	w.f("// func %s(dst, b *float32, boff *int, k int, chunks *int)", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+	w.f("\tMOVQ dst+0(FP), DI")
+	w.f("\tMOVQ b+8(FP), AX")
+	w.f("\tMOVQ boff+16(FP), BX")
+	w.f("\tMOVQ k+24(FP), CX")
+	w.f("\tMOVQ chunks+32(FP), R14")
+	for c := 0; c < 4; c++ {
+		w.f("\tMOVQ %d(R14), %s", 8*c, p1[c])
+		w.f("\tADDQ AX, %s", p1[c])
+		w.f("\tMOVQ %d(R14), %s", 8*(4+c), p2[c])
+		w.f("\tADDQ AX, %s", p2[c])
+		w.f("\tKMOVW %d(R14), K%d", 8*(8+c), c+1)
+	}
+	w.f("\tTESTQ CX, CX")
+	w.f("\tJZ %s_done", name)
+	w.f("%s_loop:", name)
+	w.f("\tMOVQ (BX), AX")
+	for c := 0; c < 4; c++ {
+		w.f("\tVMOVUPS (%s)(AX*1), Z%d", p1[c], c)
+		w.f("\tVMOVUPS (%s)(AX*1), K%d, Z%d", p2[c], c+1, c)
+	}
+	for c := 0; c < 4; c++ {
+		w.f("\tVMOVUPS Z%d, %d(DI)", c, 64*c)
+	}
+	w.f("\tADDQ $8, BX")
+	w.f("\tADDQ $256, DI")
+	w.f("\tDECQ CX")
+	w.f("\tJNZ %s_loop", name)
+	w.f("\tVZEROUPPER")
+	w.f("%s_done:", name)
+	w.f("\tRET")
 }
 
 // packOffsetRows2Kernel emits packOffsetRows2AVX2(dst, p1, p2 *float32,
@@ -1664,167 +1919,6 @@ func packOffsetRows2Kernel(w *asm) {
 	w.f("\tJNZ %s_loop", name)
 	w.f("\tVZEROUPPER")
 	w.f("%s_done:", name)
-	w.f("\tRET")
-}
-
-// gemmKernelASegments emits sgemmKernel{mr}x16ASegAVX2, the A-offset
-// tile whose k steps run in segs segments of seg, A's rows skipping skip
-// floats between segments (an output row's pixels, then the next input
-// row), B a packed micro-panel:
-//
-//	c[i*ldc+j] += Σ_s Σ_{x<seg} a[aoff[i]/4 + s·(seg+skip) + x]·b[(s·seg+x)*16+j]
-func gemmKernelASegments(w *asm, mr int) {
-	const nv, bBase = 2, 12
-	name := fmt.Sprintf("sgemmKernel%dx16ASegAVX2", mr)
-	acc := func(i, v int) string { return fmt.Sprintf("Y%d", i*nv+v) }
-	bv := func(v int) string { return fmt.Sprintf("Y%d", bBase+v) }
-	bc0, bc1 := "Y14", "Y15"
-	offRegs := [...]string{"R8", "R9", "R10", "R11", "R12", "DI"}
-	w.f("")
-	w.f("// func %s(segs, seg, skip int, a *float32, aoff *int, b *float32, c *float32, ldc int)", name)
-	w.f("TEXT ·%s(SB), NOSPLIT, $0-64", name)
-	w.f("\tMOVQ segs+0(FP), R13")
-	w.f("\tMOVQ skip+16(FP), SI")
-	w.f("\tSHLQ $2, SI")
-	w.f("\tMOVQ a+24(FP), AX")
-	w.f("\tMOVQ aoff+32(FP), BX")
-	for i := 0; i < mr; i++ {
-		w.f("\tMOVQ %d(BX), %s", 8*i, offRegs[i])
-	}
-	w.f("\tMOVQ b+40(FP), BX")
-	for i := 0; i < mr*nv; i++ {
-		w.f("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
-	}
-	step := func() {
-		for v := 0; v < nv; v++ {
-			w.f("\tVMOVUPS %d(BX), %s", 32*v, bv(v))
-		}
-		for i := 0; i < mr; i++ {
-			bc := bc0
-			if i%2 == 1 {
-				bc = bc1
-			}
-			w.f("\tVBROADCASTSS (AX)(%s*1), %s", offRegs[i], bc)
-			for v := 0; v < nv; v++ {
-				w.f("\tVFMADD231PS %s, %s, %s", bv(v), bc, acc(i, v))
-			}
-		}
-		w.f("\tADDQ $4, AX")
-		w.f("\tADDQ $64, BX")
-	}
-	w.f("\tTESTQ R13, R13")
-	w.f("\tJZ %s_store", name)
-	w.f("%s_seg:", name)
-	w.f("\tMOVQ seg+8(FP), CX")
-	w.f("\tMOVQ CX, R14")
-	w.f("\tSHRQ $2, R14")
-	w.f("\tJZ %s_tail", name)
-	w.f("%s_loop4:", name)
-	for u := 0; u < 4; u++ {
-		step()
-	}
-	w.f("\tDECQ R14")
-	w.f("\tJNZ %s_loop4", name)
-	w.f("%s_tail:", name)
-	w.f("\tANDQ $3, CX")
-	w.f("\tJZ %s_next", name)
-	w.f("%s_loop1:", name)
-	step()
-	w.f("\tDECQ CX")
-	w.f("\tJNZ %s_loop1", name)
-	w.f("%s_next:", name)
-	w.f("\tADDQ SI, AX")
-	w.f("\tDECQ R13")
-	w.f("\tJNZ %s_seg", name)
-	w.f("%s_store:", name)
-	w.f("\tMOVQ c+48(FP), DX")
-	w.f("\tMOVQ ldc+56(FP), SI")
-	w.f("\tSHLQ $2, SI")
-	for i := 0; i < mr; i++ {
-		for v := 0; v < nv; v++ {
-			w.f("\tVADDPS %d(DX), %s, %s", 32*v, acc(i, v), acc(i, v))
-			w.f("\tVMOVUPS %s, %d(DX)", acc(i, v), 32*v)
-		}
-		if i < mr-1 {
-			w.f("\tADDQ SI, DX")
-		}
-	}
-	w.f("\tVZEROUPPER")
-	w.f("\tRET")
-}
-
-// gemmKernelCOffsets emits sgemmKernel{mr}x16COffAVX2, gemmKernel's AVX2
-// mr×16 tile adding into C rows listed as byte offsets:
-//
-//	c[coff[i]/4+j] += Σ_p a[i*aRow+p]·b[p*16+j]
-//
-// (A read in place along k, B a packed micro-panel; C's rows an image's
-// rows shifted by a kernel tap, so the column gradient is folded back as
-// it is stored: col2im without the column matrix).
-func gemmKernelCOffsets(w *asm, mr int) {
-	const nv, bBase = 2, 12
-	name := fmt.Sprintf("sgemmKernel%dx16COffAVX2", mr)
-	acc := func(i, v int) string { return fmt.Sprintf("Y%d", i*nv+v) }
-	bv := func(v int) string { return fmt.Sprintf("Y%d", bBase+v) }
-	bc0, bc1 := "Y14", "Y15"
-	aAddr := [...]string{"(AX)", "(AX)(R8*1)", "(AX)(R8*2)", "(AX)(R9*1)", "(AX)(R8*4)", "(AX)(R10*1)"}
-	w.f("")
-	w.f("// func %s(k int, a *float32, aRow int, b *float32, c *float32, coff *int)", name)
-	w.f("TEXT ·%s(SB), NOSPLIT, $0-48", name)
-	w.f("\tMOVQ k+0(FP), CX")
-	w.f("\tMOVQ a+8(FP), AX")
-	w.f("\tMOVQ aRow+16(FP), R8")
-	w.f("\tSHLQ $2, R8")
-	w.f("\tLEAQ (R8)(R8*2), R9")
-	w.f("\tLEAQ (R8)(R8*4), R10")
-	w.f("\tMOVQ b+24(FP), BX")
-	w.f("\tMOVQ c+32(FP), DX")
-	w.f("\tMOVQ coff+40(FP), SI")
-	for i := 0; i < mr*nv; i++ {
-		w.f("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
-	}
-	step := func() {
-		for v := 0; v < nv; v++ {
-			w.f("\tVMOVUPS %d(BX), %s", 32*v, bv(v))
-		}
-		for i := 0; i < mr; i++ {
-			bc := bc0
-			if i%2 == 1 {
-				bc = bc1
-			}
-			w.f("\tVBROADCASTSS %s, %s", aAddr[i], bc)
-			for v := 0; v < nv; v++ {
-				w.f("\tVFMADD231PS %s, %s, %s", bv(v), bc, acc(i, v))
-			}
-		}
-		w.f("\tADDQ $4, AX")
-		w.f("\tADDQ $64, BX")
-	}
-	w.f("\tMOVQ CX, R14")
-	w.f("\tSHRQ $2, R14")
-	w.f("\tJZ %s_tail", name)
-	w.f("%s_loop4:", name)
-	for u := 0; u < 4; u++ {
-		step()
-	}
-	w.f("\tDECQ R14")
-	w.f("\tJNZ %s_loop4", name)
-	w.f("%s_tail:", name)
-	w.f("\tANDQ $3, CX")
-	w.f("\tJZ %s_store", name)
-	w.f("%s_loop1:", name)
-	step()
-	w.f("\tDECQ CX")
-	w.f("\tJNZ %s_loop1", name)
-	w.f("%s_store:", name)
-	for i := 0; i < mr; i++ {
-		w.f("\tMOVQ %d(SI), R11", 8*i)
-		for v := 0; v < nv; v++ {
-			w.f("\tVADDPS %d(DX)(R11*1), %s, %s", 32*v, acc(i, v), acc(i, v))
-			w.f("\tVMOVUPS %s, %d(DX)(R11*1)", acc(i, v), 32*v)
-		}
-	}
-	w.f("\tVZEROUPPER")
 	w.f("\tRET")
 }
 
