@@ -97,7 +97,7 @@ func BenchmarkSgemmBF16(b *testing.B) {
 	}
 	for _, native := range bf16Paths() {
 		shapes := bf16BenchShapes
-		if native {
+		if native != bf16Emulated {
 			shapes = append(shapes[:len(shapes):len(shapes)], benchShapes[2:]...)
 		}
 		for _, s := range shapes {
