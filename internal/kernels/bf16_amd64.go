@@ -13,7 +13,7 @@ import (
 // store (bf16_amd64.s) and the AVX512_BF16 kernel (bf16_avx512_amd64.s).
 
 //go:noescape
-func dpbfKernel32(a *uint16, aStep int, b *uint16, bStep, steps, panels int, src *float32, srcStep int, dst *float32, dstLd, dstStep int)
+func dpbfKernel32(a *uint16, aStep int, b *uint16, bStep, steps, panels, groups, lastGroups int, src *float32, srcStep int, dst *float32, dstLd, dstStep int)
 
 //go:noescape
 func amxKernel32(cfg *byte, a *uint16, aStep int, b *uint16, bStep, steps, panels int, src *float32, srcStep int, dst *float32, dstLd, dstStep int)
@@ -57,13 +57,16 @@ func avx512BF16Available() bool {
 }
 
 // kernel32 runs amxKernel32 (amx) or dpbfKernel32 on the same packed
-// panels, with the same arguments.
-func kernel32(amx bool, a *uint16, aStep int, b *uint16, bStep, steps, panels int, src *float32, srcStep int, dst *float32, dstLd, dstStep int) {
+// panels, with the same arguments. The blocks need only their first rows
+// rows of C, the last block its first lastRows (≤ 32): the AVX512_BF16
+// kernel then skips the 8-row groups beyond them, whose sums are left
+// unwritten; the tiles always compute all 32.
+func kernel32(amx bool, rows, lastRows int, a *uint16, aStep int, b *uint16, bStep, steps, panels int, src *float32, srcStep int, dst *float32, dstLd, dstStep int) {
 	if amx {
 		amxKernel32(&amxCfg[0], a, aStep, b, bStep, steps, panels, src, srcStep, dst, dstLd, dstStep)
 		return
 	}
-	dpbfKernel32(a, aStep, b, bStep, steps, panels, src, srcStep, dst, dstLd, dstStep)
+	dpbfKernel32(a, aStep, b, bStep, steps, panels, (rows+7)/8, (lastRows+7)/8, src, srcStep, dst, dstLd, dstStep)
 }
 
 // amxCfg is the tile configuration (palette 1): tmm0–tmm7 all 16 rows of
@@ -228,6 +231,7 @@ func bf16PackedSerial(amx, transA, transB bool, m, n, k int, alpha float32, a []
 				cols := min(32, ncEff-jr)
 				mask := mask32(cols)
 				panels := (mcEff + 31) / 32
+				lastRows := mcEff - 32*(panels-1)
 				for s0 := 0; s0 < steps; s0 += kcSteps {
 					ns := min(kcSteps, steps-s0)
 					var src *float32
@@ -236,7 +240,7 @@ func bf16PackedSerial(amx, transA, transB bool, m, n, k int, alpha float32, a []
 					}
 					ap, bq := &ws.a[s0*amxChunk], &bp[s0*amxChunk]
 					if s0+ns < steps {
-						kernel32(amx, ap, 2*panelLen, bq, 0, ns, panels, src, 4096, &ws.acc[0], 32, 4096)
+						kernel32(amx, 32, lastRows, ap, 2*panelLen, bq, 0, ns, panels, src, 4096, &ws.acc[0], 32, 4096)
 						continue
 					}
 					// Last chunk: whole blocks of C = A·B take the tiles
@@ -246,7 +250,7 @@ func bf16PackedSerial(amx, transA, transB bool, m, n, k int, alpha float32, a []
 					if direct && cols == 32 && mcEff >= 32 {
 						full := mcEff / 32
 						_ = c[ci+(32*full-1)*ldc+31]
-						kernel32(amx, ap, 2*panelLen, bq, 0, ns, full, src, 4096, &c[ci], ldc, 32*ldc*4)
+						kernel32(amx, 32, 32, ap, 2*panelLen, bq, 0, ns, full, src, 4096, &c[ci], ldc, 32*ldc*4)
 						ir = 32 * full
 					}
 					if ir == mcEff {
@@ -256,7 +260,7 @@ func bf16PackedSerial(amx, transA, transB bool, m, n, k int, alpha float32, a []
 						src = &ws.acc[ir*32]
 					}
 					acc := ws.acc[ir*32:]
-					kernel32(amx, &ws.a[ir/32*panelLen+s0*amxChunk], 2*panelLen, bq, 0, ns, panels-ir/32, src, 4096, &acc[0], 32, 4096)
+					kernel32(amx, 32, lastRows, &ws.a[ir/32*panelLen+s0*amxChunk], 2*panelLen, bq, 0, ns, panels-ir/32, src, 4096, &acc[0], 32, 4096)
 					for ; ir < mcEff; ir += 32 {
 						rows := min(32, mcEff-ir)
 						ci := (ic+ir)*ldc + jc + jr
@@ -298,7 +302,7 @@ func bf16PackedRow(amx bool, ws *bf16Workspace, steps, ir, ic, rows, jc, ncEff i
 			ap := &ws.a[ir/32*panelLen+s0*amxChunk]
 			bq := &ws.b[g/32*panelLen+s0*amxChunk]
 			if s0+ns < steps {
-				kernel32(amx, ap, 0, bq, 2*panelLen, ns, np, src, 4096, &ws.acc[0], 32, 4096)
+				kernel32(amx, rows, rows, ap, 0, bq, 2*panelLen, ns, np, src, 4096, &ws.acc[0], 32, 4096)
 				continue
 			}
 			// Last chunk: whole blocks of C = A·B take the tiles directly;
@@ -308,7 +312,7 @@ func bf16PackedRow(amx bool, ws *bf16Workspace, steps, ir, ic, rows, jc, ncEff i
 			if direct && rows == 32 && gc >= 32 {
 				full := gc / 32
 				_ = c[ci+31*ldc+32*full-1]
-				kernel32(amx, ap, 0, bq, 2*panelLen, ns, full, src, 4096, &c[ci], ldc, 128)
+				kernel32(amx, 32, 32, ap, 0, bq, 2*panelLen, ns, full, src, 4096, &c[ci], ldc, 128)
 				jr = 32 * full
 			}
 			if jr == gc {
@@ -317,7 +321,7 @@ func bf16PackedRow(amx bool, ws *bf16Workspace, steps, ir, ic, rows, jc, ncEff i
 			if src != nil {
 				src = &ws.acc[jr*32]
 			}
-			kernel32(amx, ap, 0, &ws.b[(g+jr)/32*panelLen+s0*amxChunk], 2*panelLen, ns, np-jr/32, src, 4096, &ws.acc[jr*32], 32, 4096)
+			kernel32(amx, rows, rows, ap, 0, &ws.b[(g+jr)/32*panelLen+s0*amxChunk], 2*panelLen, ns, np-jr/32, src, 4096, &ws.acc[jr*32], 32, 4096)
 			for ; jr < gc; jr += 32 {
 				cols := min(32, gc-jr)
 				ci := ic*ldc + jc + g + jr

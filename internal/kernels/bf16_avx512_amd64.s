@@ -42,7 +42,7 @@
 	BYTE $0x62; BYTE $0x32; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xf0 /* VDPBF16PS Z16, Z25, Z14 */; \
 	BYTE $0x62; BYTE $0x32; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xf9 /* VDPBF16PS Z17, Z25, Z15 */
 
-// func dpbfKernel32(a *uint16, aStep int, b *uint16, bStep, steps, panels int, src *float32, srcStep int, dst *float32, dstLd, dstStep int)
+// func dpbfKernel32(a *uint16, aStep int, b *uint16, bStep, steps, panels, groups, lastGroups int, src *float32, srcStep int, dst *float32, dstLd, dstStep int)
 // amxKernel32 on VDPBF16PS, same arguments but the tile configuration:
 // accumulates panels 32×32 float32 blocks of C, block p from the packed A
 // row panel a+p·aStep and B column panel b+p·bStep (bytes) over steps
@@ -50,17 +50,19 @@
 // rows, each summed in Z0–Z15 over the whole of K, pair after pair; the
 // sums start from the row-major block at src+p·srcStep (32 floats a row)
 // or from zero when src is nil, and end at dst+p·dstStep (row stride
-// dstLd floats). Storing and reloading is exact, so splitting K over calls
+// dstLd floats). Only the first groups groups of each block (lastGroups
+// of the last block) are computed, loaded and stored: for the rows of C
+// that exist. Storing and reloading is exact, so splitting K over calls
 // does not change the sums.
-TEXT ·dpbfKernel32(SB), NOSPLIT, $0-88
+TEXT ·dpbfKernel32(SB), NOSPLIT, $0-104
 	MOVQ a+0(FP), R8
 	MOVQ aStep+8(FP), R9
 	MOVQ b+16(FP), R10
 	MOVQ steps+32(FP), R11
 	MOVQ panels+40(FP), R12
-	MOVQ src+48(FP), R13
-	MOVQ dst+64(FP), R14
-	MOVQ dstLd+72(FP), R15
+	MOVQ src+64(FP), R13
+	MOVQ dst+80(FP), R14
+	MOVQ dstLd+88(FP), R15
 	SHLQ $2, R15
 dpbfPanel:
 	XORQ BX, BX     // group offset in the A panel: 512 bytes per 8 rows
@@ -153,14 +155,20 @@ dpbfLoop:
 	VMOVUPS Z15, 64(DX)
 	ADDQ R15, DX
 	ADDQ $512, BX
-	CMPQ BX, $2048
+	MOVQ groups+48(FP), AX
+	CMPQ R12, $1
+	JNE dpbfGroups
+	MOVQ lastGroups+56(FP), AX
+dpbfGroups:
+	SHLQ $9, AX
+	CMPQ BX, AX
 	JLT dpbfGroup
 	ADDQ R9, R8
 	ADDQ bStep+24(FP), R10
-	ADDQ dstStep+80(FP), R14
+	ADDQ dstStep+96(FP), R14
 	TESTQ R13, R13
 	JZ dpbfNext
-	ADDQ srcStep+56(FP), R13
+	ADDQ srcStep+72(FP), R13
 dpbfNext:
 	DECQ R12
 	JNZ dpbfPanel
