@@ -3,7 +3,9 @@
 // reads the AMX kernel's packed panels (packAPanels, packBPanels). The Go
 // assembler knows no VDPBF16PS, so each is a BYTE sequence (EVEX, taken
 // from gcc's objdump of the same instruction) named in a comment beside
-// it.
+// it. VDPBF16PS, like the tiles, treats subnormal inputs as zero and
+// flushes subnormal results whatever MXCSR says, and rounds its sums to
+// nearest even (TestSgemmBF16Subnormal pins this down).
 
 //go:build !noasm
 
