@@ -36,9 +36,9 @@ func RoundBF16Bits(b uint32) uint16 {
 
 // BF16Features names this CPU's bfloat16 matrix instructions in the
 // order a kernel would prefer them ("AMX_BF16", "AVX512_BF16"); empty
-// when it has none. SgemmBF16 uses AMX_BF16 when the OS grants it (see
-// NativeBF16); AVX512_BF16 has no kernel here, the AMX unit being much
-// faster on the CPUs that have both.
+// when it has none. SgemmBF16 uses AMX_BF16 when the OS grants it, else
+// AVX512_BF16 (see NativeBF16): the AMX unit is several times faster on
+// the CPUs that have both.
 func BF16Features() []string {
 	var f []string
 	if cpu.X86.HasAMXBF16 && cpu.X86.HasAMXTile {
@@ -50,10 +50,16 @@ func BF16Features() []string {
 	return f
 }
 
-// NativeBF16 reports whether SgemmBF16 runs on a bfloat16 kernel here
-// (AMX tiles: the CPU has AMX_BF16 and Linux granted this process the
-// tile state), several times the float32 FMA rate. Otherwise SgemmBF16 is
-// emulated (rounded operands, float32 GEMM), which gives the numerics
-// without the speed. The noasm build and other architectures are always
-// emulated.
-func NativeBF16() bool { return amxAvailable() }
+// NativeBF16 reports whether SgemmBF16 runs on a bfloat16 kernel here:
+// AMX tiles where the CPU has AMX_BF16 and Linux granted this process the
+// tile state (several times the float32 FMA rate), else VDPBF16PS where
+// it has AVX512_BF16 with AVX-512F/BW (AMD Zen 4 and later, Intel Cooper
+// Lake); BF16Kernel names which. A VDPBF16PS does twice an FMA's
+// products, so that kernel approaches twice the float32 rate where the
+// CPU issues it as often as an FMA; a Sapphire Rapids core issues it at a
+// quarter of the FMA rate (measured), so there it would reach half the
+// float32 rate, and the AMX unit is used instead.
+// Otherwise SgemmBF16 is emulated (rounded operands, float32 GEMM), which
+// gives the numerics without the speed. The noasm build and other
+// architectures are always emulated.
+func NativeBF16() bool { return nativeBF16Impl() != bf16Emulated }

@@ -9,7 +9,11 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// Assembly of the AMX bf16 GEMM (bf16_amd64.s, hand-written).
+// Assembly of the bf16 GEMM (hand-written): the AMX kernel, packing and
+// store (bf16_amd64.s) and the AVX512_BF16 kernel (bf16_avx512_amd64.s).
+
+//go:noescape
+func dpbfKernel32(a *uint16, aStep int, b *uint16, bStep, steps, panels, groups, lastGroups int, src *float32, srcStep int, dst *float32, dstLd, dstStep int)
 
 //go:noescape
 func amxKernel32(cfg *byte, a *uint16, aStep int, b *uint16, bStep, steps, panels int, src *float32, srcStep int, dst *float32, dstLd, dstStep int)
@@ -43,6 +47,26 @@ func amxAvailable() bool {
 		}
 	})
 	return amxOK
+}
+
+// avx512BF16Available reports whether the AVX512_BF16 kernel can run: the
+// CPU has VDPBF16PS (and AVX-512F/BW for packing and the store) and the OS
+// saves the AVX-512 state (x/sys/cpu reports AVX-512 features only then).
+func avx512BF16Available() bool {
+	return cpu.X86.HasAVX512BF16 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW
+}
+
+// kernel32 runs amxKernel32 (amx) or dpbfKernel32 on the same packed
+// panels, with the same arguments. The blocks need only their first rows
+// rows of C, the last block its first lastRows (≤ 32): the AVX512_BF16
+// kernel then skips the 8-row groups beyond them, whose sums are left
+// unwritten; the tiles always compute all 32.
+func kernel32(amx bool, rows, lastRows int, a *uint16, aStep int, b *uint16, bStep, steps, panels int, src *float32, srcStep int, dst *float32, dstLd, dstStep int) {
+	if amx {
+		amxKernel32(&amxCfg[0], a, aStep, b, bStep, steps, panels, src, srcStep, dst, dstLd, dstStep)
+		return
+	}
+	dpbfKernel32(a, aStep, b, bStep, steps, panels, (rows+7)/8, (lastRows+7)/8, src, srcStep, dst, dstLd, dstStep)
 }
 
 // amxCfg is the tile configuration (palette 1): tmm0–tmm7 all 16 rows of
@@ -136,11 +160,12 @@ func mask32(n int) uint32 {
 	return 1<<n - 1
 }
 
-// sgemmBF16AMX is SgemmBF16 on the AMX kernel with up to threads
-// goroutines. Threads get disjoint column (or row) ranges of C in whole
+// sgemmBF16Packed is SgemmBF16 on the AMX kernel (amx) or the
+// AVX512_BF16 one, which share the packed panels and the loops around the
+// kernel calls, with up to threads goroutines. Threads get disjoint column (or row) ranges of C in whole
 // 32-wide panels; every element is computed by the same kernel over the
 // whole K in the same order, so the split does not change the result.
-func sgemmBF16AMX(threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func sgemmBF16Packed(amx bool, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if threads > 1 && 2*m*n*k >= parallelMinFlops {
 		if n >= threads*32 || n >= m {
 			if parts := splitBlocks(n, 32, threads); len(parts) > 1 {
@@ -150,7 +175,7 @@ func sgemmBF16AMX(threads int, transA, transB bool, m, n, k int, alpha float32, 
 					if !transB {
 						bOff = j0
 					}
-					amxSerial(transA, transB, m, j1-j0, k, alpha, a, lda, b[bOff:], ldb, beta, c[j0:], ldc)
+					bf16PackedSerial(amx, transA, transB, m, j1-j0, k, alpha, a, lda, b[bOff:], ldb, beta, c[j0:], ldc)
 				})
 				return
 			}
@@ -161,22 +186,22 @@ func sgemmBF16AMX(threads int, transA, transB bool, m, n, k int, alpha float32, 
 				if transA {
 					aOff = i0
 				}
-				amxSerial(transA, transB, i1-i0, n, k, alpha, a[aOff:], lda, b, ldb, beta, c[i0*ldc:], ldc)
+				bf16PackedSerial(amx, transA, transB, i1-i0, n, k, alpha, a[aOff:], lda, b, ldb, beta, c[i0*ldc:], ldc)
 			})
 			return
 		}
 	}
-	amxSerial(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	bf16PackedSerial(amx, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
-// amxSerial runs the AMX GEMM on the calling goroutine: op(B) is packed
+// bf16PackedSerial runs the packed GEMM on the calling goroutine: op(B) is packed
 // once per column block (the whole of it up to amxBBudget), op(A) once
 // per amxMC rows. For each B column panel, K is walked in amxKC chunks,
 // each chunk meeting every A row panel while it is in L1, with the float32
 // sums of the panel's column of 32×32 C blocks kept in ws.acc between
 // chunks; after the last chunk amxStoreC applies alpha and beta, or, for
 // C = A·B on a whole block, the kernel stores its tiles into C itself.
-func amxSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func bf16PackedSerial(amx, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	steps := (k + 31) / 32
 	panelLen := steps * amxChunk
 	nc := max(32, amxBBudget/(2*panelLen)*32)
@@ -197,7 +222,7 @@ func amxSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 			packAPanels(ws.a, transA, a, lda, k, ic, mcEff)
 			if mcEff <= amxRowMaxM {
 				for ir := 0; ir < mcEff; ir += 32 {
-					amxRow(ws, steps, ir, ic+ir, min(32, mcEff-ir), jc, ncEff, alpha, beta, c, ldc)
+					bf16PackedRow(amx, ws, steps, ir, ic+ir, min(32, mcEff-ir), jc, ncEff, alpha, beta, c, ldc)
 				}
 				continue
 			}
@@ -206,6 +231,7 @@ func amxSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 				cols := min(32, ncEff-jr)
 				mask := mask32(cols)
 				panels := (mcEff + 31) / 32
+				lastRows := mcEff - 32*(panels-1)
 				for s0 := 0; s0 < steps; s0 += kcSteps {
 					ns := min(kcSteps, steps-s0)
 					var src *float32
@@ -214,7 +240,7 @@ func amxSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 					}
 					ap, bq := &ws.a[s0*amxChunk], &bp[s0*amxChunk]
 					if s0+ns < steps {
-						amxKernel32(&amxCfg[0], ap, 2*panelLen, bq, 0, ns, panels, src, 4096, &ws.acc[0], 32, 4096)
+						kernel32(amx, 32, lastRows, ap, 2*panelLen, bq, 0, ns, panels, src, 4096, &ws.acc[0], 32, 4096)
 						continue
 					}
 					// Last chunk: whole blocks of C = A·B take the tiles
@@ -224,7 +250,7 @@ func amxSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 					if direct && cols == 32 && mcEff >= 32 {
 						full := mcEff / 32
 						_ = c[ci+(32*full-1)*ldc+31]
-						amxKernel32(&amxCfg[0], ap, 2*panelLen, bq, 0, ns, full, src, 4096, &c[ci], ldc, 32*ldc*4)
+						kernel32(amx, 32, 32, ap, 2*panelLen, bq, 0, ns, full, src, 4096, &c[ci], ldc, 32*ldc*4)
 						ir = 32 * full
 					}
 					if ir == mcEff {
@@ -234,7 +260,7 @@ func amxSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 						src = &ws.acc[ir*32]
 					}
 					acc := ws.acc[ir*32:]
-					amxKernel32(&amxCfg[0], &ws.a[ir/32*panelLen+s0*amxChunk], 2*panelLen, bq, 0, ns, panels-ir/32, src, 4096, &acc[0], 32, 4096)
+					kernel32(amx, 32, lastRows, &ws.a[ir/32*panelLen+s0*amxChunk], 2*panelLen, bq, 0, ns, panels-ir/32, src, 4096, &acc[0], 32, 4096)
 					for ; ir < mcEff; ir += 32 {
 						rows := min(32, mcEff-ir)
 						ci := (ic+ir)*ldc + jc + jr
@@ -248,19 +274,19 @@ func amxSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 }
 
 // amxRowMaxM is the most rows of C computed row panel by row panel
-// (amxRow): up to it, fewer and longer kernel calls measured faster than
+// (bf16PackedRow): up to it, fewer and longer kernel calls measured faster than
 // the column-wise loops, despite B chunks being read once per row panel.
 const amxRowMaxM = 64
 
-// amxRowGroup is the number of B column panels amxRow gives one kernel
+// amxRowGroup is the number of B column panels bf16PackedRow gives one kernel
 // call (their sums are kept in ws.acc between K chunks).
 const amxRowGroup = 16
 
-// amxRow is amxSerial's inner loops for row panel ir of a small A block
+// bf16PackedRow is bf16PackedSerial's inner loops for row panel ir of a small A block
 // (C of at most amxRowMaxM rows: a convolution's output channels, a small
 // batch): the kernel calls run along the row of C blocks, so that a call
 // covers many blocks however few rows there are.
-func amxRow(ws *bf16Workspace, steps, ir, ic, rows, jc, ncEff int, alpha, beta float32, c []float32, ldc int) {
+func bf16PackedRow(amx bool, ws *bf16Workspace, steps, ir, ic, rows, jc, ncEff int, alpha, beta float32, c []float32, ldc int) {
 	panelLen := steps * amxChunk
 	kcSteps := amxKC / 32
 	direct := alpha == 1 && beta == 0
@@ -276,7 +302,7 @@ func amxRow(ws *bf16Workspace, steps, ir, ic, rows, jc, ncEff int, alpha, beta f
 			ap := &ws.a[ir/32*panelLen+s0*amxChunk]
 			bq := &ws.b[g/32*panelLen+s0*amxChunk]
 			if s0+ns < steps {
-				amxKernel32(&amxCfg[0], ap, 0, bq, 2*panelLen, ns, np, src, 4096, &ws.acc[0], 32, 4096)
+				kernel32(amx, rows, rows, ap, 0, bq, 2*panelLen, ns, np, src, 4096, &ws.acc[0], 32, 4096)
 				continue
 			}
 			// Last chunk: whole blocks of C = A·B take the tiles directly;
@@ -286,7 +312,7 @@ func amxRow(ws *bf16Workspace, steps, ir, ic, rows, jc, ncEff int, alpha, beta f
 			if direct && rows == 32 && gc >= 32 {
 				full := gc / 32
 				_ = c[ci+31*ldc+32*full-1]
-				amxKernel32(&amxCfg[0], ap, 0, bq, 2*panelLen, ns, full, src, 4096, &c[ci], ldc, 128)
+				kernel32(amx, 32, 32, ap, 0, bq, 2*panelLen, ns, full, src, 4096, &c[ci], ldc, 128)
 				jr = 32 * full
 			}
 			if jr == gc {
@@ -295,7 +321,7 @@ func amxRow(ws *bf16Workspace, steps, ir, ic, rows, jc, ncEff int, alpha, beta f
 			if src != nil {
 				src = &ws.acc[jr*32]
 			}
-			amxKernel32(&amxCfg[0], ap, 0, &ws.b[(g+jr)/32*panelLen+s0*amxChunk], 2*panelLen, ns, np-jr/32, src, 4096, &ws.acc[jr*32], 32, 4096)
+			kernel32(amx, rows, rows, ap, 0, &ws.b[(g+jr)/32*panelLen+s0*amxChunk], 2*panelLen, ns, np-jr/32, src, 4096, &ws.acc[jr*32], 32, 4096)
 			for ; jr < gc; jr += 32 {
 				cols := min(32, gc-jr)
 				ci := ic*ldc + jc + g + jr

@@ -6,31 +6,62 @@ package kernels
 // Arguments, checks and the treatment of beta are Sgemm's; when beta is 0,
 // C is not read. The result does not depend on the thread count.
 //
-// With NativeBF16 it runs on the AMX tile unit (TDPBF16PS), otherwise it
-// is emulated: rounded copies of A and B multiplied by Sgemm, which gives
-// the same products, summed in another order. The AMX unit, like bf16
-// hardware generally, treats subnormal operands as zero and flushes
-// subnormal sums to zero (magnitudes below 2⁻¹²⁶); the emulation keeps
-// them. Products with K below 16 are emulated everywhere: the tiles would
-// pad K to 32 and run slower than the float32 GEMM.
+// With NativeBF16 it runs on a bf16 kernel (BF16Kernel names it): the
+// AMX tile unit (TDPBF16PS) where the CPU has AMX_BF16 and the OS grants
+// the tile state, else, on CPUs with AVX512_BF16 (AMD Zen 4 and later,
+// Intel Cooper Lake), VDPBF16PS on zmm registers; otherwise it is
+// emulated: rounded copies of A and B multiplied by Sgemm, which gives
+// the same products, summed in another order. Both kernels, like bf16
+// hardware generally, treat subnormal operands as zero and flush
+// subnormal sums to zero (magnitudes below 2⁻¹²⁶) whatever MXCSR says;
+// the emulation keeps them. Each kernel sums in its own fixed order, so
+// results may differ between the kernels in the last bits, never between
+// thread counts. Products with K below 16 are emulated everywhere: the
+// kernels would pad K to 32 and run slower than the float32 GEMM.
 func SgemmBF16(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	checkGemmArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
-	sgemmBF16(amxAvailable(), NumThreads(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	sgemmBF16(nativeBF16Impl(), NumThreads(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // BF16Kernel names the implementation SgemmBF16 uses here: "amx" for the
-// AMX tile kernel, "emulated" for rounding plus the float32 GEMM (for
-// labelling benchmark output).
-func BF16Kernel() string {
-	if NativeBF16() {
+// AMX tile kernel, "avx512bf16" for the VDPBF16PS kernel, "emulated" for
+// rounding plus the float32 GEMM (for labelling benchmark output).
+func BF16Kernel() string { return nativeBF16Impl().String() }
+
+// bf16Impl is one implementation of SgemmBF16.
+type bf16Impl int
+
+const (
+	bf16Emulated bf16Impl = iota // rounded copies and the float32 GEMM
+	bf16AMX                      // AMX tiles (TDPBF16PS)
+	bf16AVX512                   // AVX512_BF16 (VDPBF16PS)
+)
+
+func (p bf16Impl) String() string {
+	switch p {
+	case bf16AMX:
 		return "amx"
+	case bf16AVX512:
+		return "avx512bf16"
 	}
 	return "emulated"
 }
 
-// sgemmBF16 is SgemmBF16 after the argument checks, on the AMX kernel
-// when native is set, with up to threads goroutines.
-func sgemmBF16(native bool, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+// nativeBF16Impl is the implementation SgemmBF16 uses here: AMX first,
+// which is several times faster where a CPU has both.
+func nativeBF16Impl() bf16Impl {
+	switch {
+	case amxAvailable():
+		return bf16AMX
+	case avx512BF16Available():
+		return bf16AVX512
+	}
+	return bf16Emulated
+}
+
+// sgemmBF16 is SgemmBF16 after the argument checks, on implementation
+// impl (which must be able to run here), with up to threads goroutines.
+func sgemmBF16(impl bf16Impl, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -39,9 +70,10 @@ func sgemmBF16(native bool, threads int, transA, transB bool, m, n, k int, alpha
 		return
 	}
 	// A short K (a first convolution's 9 taps) would be padded to the
-	// tile's 32: the float32 GEMM on rounded operands is faster there.
-	if native && k >= amxMinK {
-		sgemmBF16AMX(threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	// packed chunk's 32: the float32 GEMM on rounded operands is faster
+	// there.
+	if impl != bf16Emulated && k >= amxMinK {
+		sgemmBF16Packed(impl == bf16AMX, threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
 	ar, ac := m, k
@@ -64,5 +96,6 @@ func sgemmBF16(native bool, threads int, transA, transB bool, m, n, k int, alpha
 	putWorkspace(ws)
 }
 
-// amxMinK is the shortest K SgemmBF16 runs on AMX tiles (32 per step).
+// amxMinK is the shortest K SgemmBF16 runs on a bf16 kernel (32 per
+// packed chunk).
 const amxMinK = 16

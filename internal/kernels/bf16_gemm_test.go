@@ -7,20 +7,20 @@ import (
 )
 
 // bf16Paths lists the SgemmBF16 implementations to test here: the
-// emulation always, the AMX kernel when this machine can run it.
-func bf16Paths() []bool {
+// emulation always, each kernel this machine can run (both AMX and
+// AVX512_BF16 on a CPU that has both, though SgemmBF16 uses only AMX).
+func bf16Paths() []bf16Impl {
+	p := []bf16Impl{bf16Emulated}
 	if amxAvailable() {
-		return []bool{false, true}
+		p = append(p, bf16AMX)
 	}
-	return []bool{false}
+	if avx512BF16Available() {
+		p = append(p, bf16AVX512)
+	}
+	return p
 }
 
-func bf16PathName(native bool) string {
-	if native {
-		return "amx"
-	}
-	return "emulated"
-}
+func bf16PathName(impl bf16Impl) string { return impl.String() }
 
 // roundedF32 returns x rounded to bf16 (a copy).
 func roundedF32(x []float32) []float32 {
@@ -34,7 +34,7 @@ func roundedF32(x []float32) []float32 {
 // exact, so only the float32 sums differ), relative to the magnitude of
 // the terms; C's padding must be untouched and, with beta 0, NaNs in C
 // must not propagate.
-func checkGemmBF16(t testing.TB, native bool, threads int, tc gemmCase, seed uint64) {
+func checkGemmBF16(t testing.TB, native bf16Impl, threads int, tc gemmCase, seed uint64) {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, uint64(tc.m*1000003+tc.n*1009+tc.k)))
 	ar, ac := tc.m, tc.k
@@ -275,8 +275,12 @@ func TestSgemmBF16Degenerate(t *testing.T) {
 
 // TestSgemmBF16Public runs the exported entry point and checks its labels.
 func TestSgemmBF16Public(t *testing.T) {
-	if got, want := BF16Kernel(), map[bool]string{true: "amx", false: "emulated"}[NativeBF16()]; got != want {
+	if got := BF16Kernel(); (got != "emulated") != NativeBF16() || got != nativeBF16Impl().String() {
 		t.Fatalf("BF16Kernel() = %q with NativeBF16() = %v", got, NativeBF16())
+	}
+	wantName := map[[2]bool]string{{true, true}: "amx", {true, false}: "amx", {false, true}: "avx512bf16", {false, false}: "emulated"}[[2]bool{amxAvailable(), avx512BF16Available()}]
+	if got := BF16Kernel(); got != wantName {
+		t.Fatalf("BF16Kernel() = %q, want %q (AMX %v, AVX512_BF16 %v)", got, wantName, amxAvailable(), avx512BF16Available())
 	}
 	r := rand.New(rand.NewPCG(9, 9))
 	m, n, k := 70, 130, 90
@@ -321,7 +325,8 @@ func FuzzSgemmBF16(f *testing.F) {
 
 // TestSgemmBF16Subnormal pins down what each path does below float32's
 // normal range: the emulation keeps subnormal operands and sums, the AMX
-// unit treats them as zero (SgemmBF16's doc says so).
+// unit and VDPBF16PS treat them as zero (SgemmBF16's doc says so), and
+// do so whatever MXCSR says (Go leaves DAZ and FTZ clear).
 func TestSgemmBF16Subnormal(t *testing.T) {
 	for _, native := range bf16Paths() {
 		// A subnormal operand (2⁻¹³⁰) times 2¹⁰⁰, and a normal one (2⁻¹²⁶).
@@ -340,7 +345,7 @@ func TestSgemmBF16Subnormal(t *testing.T) {
 		x[0] = float32(math.Ldexp(1, -70))
 		sgemmBF16(native, 1, false, false, 1, 1, k, 1, x, k, x, 1, 0, d, 1)
 		want := []float32{float32(math.Ldexp(1, -30)), float32(math.Ldexp(1, -26)), float32(math.Ldexp(1, -140))}
-		if native {
+		if native != bf16Emulated {
 			want[0], want[2] = 0, 0
 		}
 		if got := []float32{c[0], c[1], d[0]}; got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {

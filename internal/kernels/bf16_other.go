@@ -5,7 +5,10 @@ package kernels
 // amxAvailable reports false: the AMX kernel exists only as amd64 assembly.
 func amxAvailable() bool { return false }
 
-// sgemmBF16AMX is never called when amxAvailable is false.
-func sgemmBF16AMX(threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	panic("kernels: no AMX kernel in this build")
+// avx512BF16Available reports false: so does the AVX512_BF16 kernel.
+func avx512BF16Available() bool { return false }
+
+// sgemmBF16Packed is never called when both report false.
+func sgemmBF16Packed(amx bool, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	panic("kernels: no bf16 kernel in this build")
 }

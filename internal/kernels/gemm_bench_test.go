@@ -72,8 +72,9 @@ var bf16BenchShapes = []benchShape{
 	{1024, 1024, 1024, false, true},
 }
 
-// BenchmarkSgemmBF16 runs SgemmBF16 on one thread, natively (when this
-// machine can) and emulated, on the square cases and, natively, on the
+// BenchmarkSgemmBF16 runs SgemmBF16 on one thread, on each kernel this
+// machine can run (amx, avx512bf16: both where the CPU has both) and
+// emulated, on the square cases and, on the kernels, on the
 // training shapes of BenchmarkSgemm; GFLOP/s are comparable with it. The
 // fp32 cases run Sgemm's implementation on the square cases, NT included
 // (which BenchmarkSgemm lacks), for the bf16/fp32 ratio.
@@ -97,7 +98,7 @@ func BenchmarkSgemmBF16(b *testing.B) {
 	}
 	for _, native := range bf16Paths() {
 		shapes := bf16BenchShapes
-		if native {
+		if native != bf16Emulated {
 			shapes = append(shapes[:len(shapes):len(shapes)], benchShapes[2:]...)
 		}
 		for _, s := range shapes {
