@@ -155,7 +155,7 @@ func (fl *trainMNISTFlags) register(f *pflag.FlagSet) {
 	f.BoolVar(&cfg.Progress, "progress", true, "show a progress bar per epoch (plain lines when stderr is not a terminal)")
 	f.StringVar(&cfg.LRScaling, "lr-scaling", "", "adapt --lr to the global batch of N ranks: linear (×N) or none; default linear for sgd, none for adadelta, adam and adamw")
 	f.StringVar(&cfg.CommHook, "comm-hook", "allreduce", "how DDP reduces gradients: allreduce (float32), fp16 or bf16 (compressed)")
-	f.StringVar(&cfg.Precision, "precision", "fp32", "matmuls and convolutions in fp32, bf16 (mixed precision on the AMX bf16 GEMM kernel: needs AMX_BF16) or bf16-emulated (the same numerics in software, slower than fp32)")
+	f.StringVar(&cfg.Precision, "precision", "fp32", "matmuls and convolutions in fp32, bf16 (mixed precision on a bf16 GEMM kernel: needs AMX_BF16, or AVX512_BF16 on AMD Zen 4 or later) or bf16-emulated (the same numerics in software, slower than fp32)")
 	addLogEvery(f, &fl.logEvery)
 	fl.hosts.registerTrain(f)
 	fl.observe.registerJob(f)

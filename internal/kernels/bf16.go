@@ -52,13 +52,13 @@ func BF16Features() []string {
 
 // NativeBF16 reports whether SgemmBF16 runs on a bfloat16 kernel here:
 // AMX tiles where the CPU has AMX_BF16 and Linux granted this process the
-// tile state (several times the float32 FMA rate), else VDPBF16PS where
-// it has AVX512_BF16 with AVX-512F/BW (AMD Zen 4 and later, Intel Cooper
-// Lake); BF16Kernel names which. A VDPBF16PS does twice an FMA's
-// products, so that kernel approaches twice the float32 rate where the
-// CPU issues it as often as an FMA; a Sapphire Rapids core issues it at a
-// quarter of the FMA rate (measured), so there it would reach half the
-// float32 rate, and the AMX unit is used instead.
+// tile state (several times the float32 FMA rate), else VDPBF16PS on AMD
+// CPUs with AVX512_BF16 and AVX-512F/BW (Zen 4 and later); BF16Kernel
+// names which. A VDPBF16PS does twice an FMA's products, so that kernel
+// approaches twice the float32 rate where the CPU issues it as often as
+// an FMA; an Intel core issues it at a quarter of the FMA rate (measured
+// on Sapphire Rapids: the kernel reached 0.65× the float32 SGEMM), so
+// Intel CPUs without usable AMX are not native.
 // Otherwise SgemmBF16 is emulated (rounded operands, float32 GEMM), which
 // gives the numerics without the speed. The noasm build and other
 // architectures are always emulated.

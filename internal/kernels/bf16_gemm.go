@@ -53,7 +53,7 @@ func nativeBF16Impl() bf16Impl {
 	switch {
 	case amxAvailable():
 		return bf16AMX
-	case avx512BF16Available():
+	case avx512BF16Available() && dpbf16FullRate():
 		return bf16AVX512
 	}
 	return bf16Emulated

@@ -278,7 +278,7 @@ func TestSgemmBF16Public(t *testing.T) {
 	if got := BF16Kernel(); (got != "emulated") != NativeBF16() || got != nativeBF16Impl().String() {
 		t.Fatalf("BF16Kernel() = %q with NativeBF16() = %v", got, NativeBF16())
 	}
-	wantName := map[[2]bool]string{{true, true}: "amx", {true, false}: "amx", {false, true}: "avx512bf16", {false, false}: "emulated"}[[2]bool{amxAvailable(), avx512BF16Available()}]
+	wantName := map[[2]bool]string{{true, true}: "amx", {true, false}: "amx", {false, true}: "avx512bf16", {false, false}: "emulated"}[[2]bool{amxAvailable(), avx512BF16Available() && dpbf16FullRate()}]
 	if got := BF16Kernel(); got != wantName {
 		t.Fatalf("BF16Kernel() = %q, want %q (AMX %v, AVX512_BF16 %v)", got, wantName, amxAvailable(), avx512BF16Available())
 	}

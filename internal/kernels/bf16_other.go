@@ -12,3 +12,6 @@ func avx512BF16Available() bool { return false }
 func sgemmBF16Packed(amx bool, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	panic("kernels: no bf16 kernel in this build")
 }
+
+// dpbf16FullRate reports false: there is no AVX512_BF16 kernel here.
+func dpbf16FullRate() bool { return false }

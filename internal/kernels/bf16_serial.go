@@ -24,8 +24,10 @@ func BF16Missing() string {
 		return ""
 	case slices.Contains(f, "AMX_BF16"):
 		return "this CPU has AMX_BF16 but the kernel did not grant this process the AMX tile state"
+	case avx512BF16Available():
+		return "this CPU has AVX512_BF16 but no AMX_BF16, and its cores issue VDPBF16PS too slowly for a bf16 kernel faster than fp32 (gotrain's bf16 needs AMX_BF16, or AVX512_BF16 on AMD Zen 4 or later)"
 	case len(f) > 0:
-		return "this CPU has " + strings.Join(f, " and ") + " but not the AVX-512F/BW support gotrain's bf16 kernels need with it (AMX_BF16 or AVX512_BF16)"
+		return "this CPU has " + strings.Join(f, " and ") + " but not the AVX-512F/BW support gotrain's bf16 kernels need with it (AMX_BF16, or AVX512_BF16 on AMD Zen 4 or later)"
 	}
-	return "this CPU lacks AMX_BF16 and AVX512_BF16, one of which gotrain's bf16 kernels need"
+	return "this CPU lacks AMX_BF16 and AVX512_BF16, one of which gotrain's bf16 kernels need (AMX_BF16, or AVX512_BF16 on AMD Zen 4 or later)"
 }
