@@ -65,3 +65,16 @@ func ExampleIm2colRows() {
 	// Output:
 	// 2 2 [4 5 5 6 7 8 8 9]
 }
+
+// SgemmBF16 multiplies bf16-rounded operands with float32 sums, on the
+// AMX or AVX512_BF16 unit where there is one (BF16Kernel names it) and
+// emulated elsewhere; the products of such operands are exact, so small
+// integer-valued sums come out the same on every path.
+func ExampleSgemmBF16() {
+	a := []float32{1.001, 2, 3, 4} // 1.001 rounds to 1 in bf16
+	b := []float32{1, 1, 1, 1}
+	c := make([]float32, 4)
+	kernels.SgemmBF16(false, false, 2, 2, 2, 1, a, 2, b, 2, 0, c, 2)
+	fmt.Println(c)
+	// Output: [3 3 7 7]
+}
