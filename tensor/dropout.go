@@ -24,8 +24,16 @@ func Dropout(x *Tensor, p float32, training bool, rng *RNG) *Tensor {
 	// reuse when done (or at once if nothing is recorded).
 	mask := getBuf(len(x.data))
 	if p < 1 {
-		dropoutMask(mask, 1/(1-p), 1-p, rng)
-		kernels.MulTo(out.data, x.data, mask)
+		// Chunk by chunk, so that MulTo reads the mask back from L1
+		// rather than from memory. Chunks are whole 64-bit draws (a
+		// multiple of 4 elements), so the stream is the one a single
+		// dropoutMask call draws.
+		scale, keep := 1/(1-p), 1-p
+		for lo := 0; lo < len(mask); lo += dropoutChunk {
+			hi := min(lo+dropoutChunk, len(mask))
+			dropoutMask(mask[lo:hi], scale, keep, rng)
+			kernels.MulTo(out.data[lo:hi], x.data[lo:hi], mask[lo:hi])
+		}
 	} else {
 		clear(mask)
 		clear(out.data)
@@ -44,6 +52,10 @@ func Dropout(x *Tensor, p float32, training bool, rng *RNG) *Tensor {
 		mask = nil
 	}, x)
 }
+
+// dropoutChunk is the number of elements Dropout masks and multiplies at
+// a time: 16 KiB of mask, which stays in L1 between the two.
+const dropoutChunk = 4096
 
 // dropoutMask sets mask[i] to scale with probability keep and to 0
 // otherwise, comparing a 16- or 32-bit slice of a 64-bit PCG output with a
