@@ -29,10 +29,14 @@ func Dropout(x *Tensor, p float32, training bool, rng *RNG) *Tensor {
 		// multiple of 4 elements), so the stream is the one a single
 		// dropoutMask call draws.
 		scale, keep := 1/(1-p), 1-p
-		for lo := 0; lo < len(mask); lo += dropoutChunk {
-			hi := min(lo+dropoutChunk, len(mask))
-			dropoutMask(mask[lo:hi], scale, keep, rng)
-			kernels.MulTo(out.data[lo:hi], x.data[lo:hi], mask[lo:hi])
+		if maskBits(keep) == 16 {
+			dropoutMaskMul16(out.data, mask, x.data, scale, keep, rng)
+		} else {
+			for lo := 0; lo < len(mask); lo += dropoutChunk {
+				hi := min(lo+dropoutChunk, len(mask))
+				dropoutMask(mask[lo:hi], scale, keep, rng)
+				kernels.MulTo(out.data[lo:hi], x.data[lo:hi], mask[lo:hi])
+			}
 		}
 	} else {
 		clear(mask)
@@ -56,6 +60,25 @@ func Dropout(x *Tensor, p float32, training bool, rng *RNG) *Tensor {
 // dropoutChunk is the number of elements Dropout masks and multiplies at
 // a time: 16 KiB of mask, which stays in L1 between the two.
 const dropoutChunk = 4096
+
+// dropoutMaskMul16 is dropoutMask for 16-bit draws followed by MulTo
+// (out = x·mask), with the same mask and products: the loop here only
+// draws the PCG words, and kernels.DropoutMask16 compares their 16-bit
+// lanes with the threshold a vector at a time and multiplies in the same
+// pass.
+func dropoutMaskMul16(out, mask, x []float32, scale, keep float32, rng *RNG) {
+	th := uint32(bernoulliThreshold(keep, 16))
+	pcg := rng.pcg
+	var words [dropoutChunk / 4]uint64
+	for lo := 0; lo < len(mask); lo += dropoutChunk {
+		hi := min(lo+dropoutChunk, len(mask))
+		w := words[:(hi-lo+3)/4]
+		for i := range w {
+			w[i] = pcg.Uint64()
+		}
+		kernels.DropoutMask16(out[lo:hi], mask[lo:hi], x[lo:hi], w, th, scale)
+	}
+}
 
 // dropoutMask sets mask[i] to scale with probability keep and to 0
 // otherwise, comparing a 16- or 32-bit slice of a 64-bit PCG output with a
