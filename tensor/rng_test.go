@@ -164,23 +164,34 @@ func TestDropoutStream(t *testing.T) {
 			want := make([]float32, n)
 			ref := NewRNG(9)
 			dropoutMask(want, 1/keep, keep, ref)
-			got := NewRNG(9)
-			y := Dropout(x, p, true, got)
-			for i, m := range want {
-				if w := x.data[i] * m; math.Float32bits(y.data[i]) != math.Float32bits(w) {
-					t.Fatalf("p=%v n=%d: out[%d] = %v, want %v", p, n, i, y.data[i], w)
+			// Dropout of the leaf accumulates into its gradient; of a
+			// product with ones, writes a fresh buffer.
+			for _, viaOp := range []bool{false, true} {
+				in := x
+				if viaOp {
+					in = Mul(x, Full(1, n))
 				}
-			}
-			if err := Sum(y, false).Backward(); err != nil {
-				t.Fatal(err)
-			}
-			for i, m := range want {
-				if g := x.Grad().data[i]; math.Float32bits(g) != math.Float32bits(m) {
-					t.Fatalf("p=%v n=%d: mask[%d] = %v, want %v", p, n, i, g, m)
+				x.SetGrad(nil)
+				got := NewRNG(9)
+				y := Dropout(in, p, true, got)
+				for i, m := range want {
+					if w := x.data[i] * m; math.Float32bits(y.data[i]) != math.Float32bits(w) {
+						t.Fatalf("p=%v n=%d: out[%d] = %v, want %v", p, n, i, y.data[i], w)
+					}
 				}
-			}
-			if a, b := got.Uint64(), ref.Uint64(); a != b {
-				t.Fatalf("p=%v n=%d: RNG left at a different place", p, n)
+				if err := Sum(y, false).Backward(); err != nil {
+					t.Fatal(err)
+				}
+				for i, m := range want {
+					if g := x.Grad().data[i]; math.Float32bits(g) != math.Float32bits(m) {
+						t.Fatalf("p=%v n=%d viaOp=%v: mask[%d] = %v, want %v", p, n, viaOp, i, g, m)
+					}
+				}
+				if !viaOp {
+					if a, b := got.Uint64(), ref.Uint64(); a != b {
+						t.Fatalf("p=%v n=%d: RNG left at a different place", p, n)
+					}
+				}
 			}
 		}
 	}

@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-// TestDropoutMask16: the vector kernel gives, bit for bit, the mask a
-// per-element comparison gives and the product a separate multiply
-// gives, at every length around the vector width and for thresholds at
+// TestDropoutMask16: the vector kernels give, bit for bit, the mask a
+// per-element comparison gives and the products (forward and backward)
+// a multiply by the float mask gives, at every length around the vector width and for thresholds at
 // both ends, with NaNs, infinities and signed zeros among the inputs.
 func TestDropoutMask16(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
@@ -28,18 +28,35 @@ func TestDropoutMask16(t *testing.T) {
 				words[i] = r.Uint64()
 			}
 			scale := float32(4.0 / 3)
-			out, mask := make([]float32, n), make([]float32, n)
-			DropoutMask16(out, mask, x, words, th, scale)
+			out, mask := make([]float32, n), make([]byte, DropoutMaskLen(n))
+			for i := range mask {
+				mask[i] = 0xa5 // stale bits must be overwritten
+			}
+			DropoutMask16(out, x, mask, words, th, scale)
+			g := make([]float32, n)
+			for i := range g {
+				g[i] = x[(i+1)%n]
+			}
+			dx := make([]float32, n)
+			DropoutBackward16(dx, g, mask, scale)
 			for i := range x {
 				var want float32
 				if uint32(words[i/4]>>(16*(i%4))&0xffff) < th {
 					want = scale
 				}
-				if math.Float32bits(mask[i]) != math.Float32bits(want) {
-					t.Fatalf("th=%d n=%d: mask[%d] = %v, want %v", th, n, i, mask[i], want)
+				if m := DropoutMaskValue(mask, i, scale); math.Float32bits(m) != math.Float32bits(want) {
+					t.Fatalf("th=%d n=%d: mask[%d] = %v, want %v", th, n, i, m, want)
 				}
 				if p := x[i] * want; math.Float32bits(out[i]) != math.Float32bits(p) {
 					t.Fatalf("th=%d n=%d: out[%d] = %v, want %v", th, n, i, out[i], p)
+				}
+				if p := g[i] * want; math.Float32bits(dx[i]) != math.Float32bits(p) {
+					t.Fatalf("th=%d n=%d: dx[%d] = %v, want %v", th, n, i, dx[i], p)
+				}
+			}
+			for i := (n + 7) / 8; i < len(mask); i++ {
+				if mask[i] != 0 {
+					t.Fatalf("th=%d n=%d: mask byte %d past the elements is %#x, want 0", th, n, i, mask[i])
 				}
 			}
 		}
@@ -48,7 +65,7 @@ func TestDropoutMask16(t *testing.T) {
 
 func BenchmarkDropoutMask16(b *testing.B) {
 	const n = 4096
-	x, out, mask := make([]float32, n), make([]float32, n), make([]float32, n)
+	x, out, mask := make([]float32, n), make([]float32, n), make([]byte, DropoutMaskLen(n))
 	words := make([]uint64, n/4)
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range words {
@@ -56,6 +73,6 @@ func BenchmarkDropoutMask16(b *testing.B) {
 	}
 	b.SetBytes(4 * n)
 	for b.Loop() {
-		DropoutMask16(out, mask, x, words, 49152, 4.0/3)
+		DropoutMask16(out, x, mask, words, 49152, 4.0/3)
 	}
 }
