@@ -94,19 +94,28 @@ func BenchmarkCNNStep(b *testing.B) {
 	reportCNNFlops(b)
 }
 
-// BenchmarkCNNStepFused is BenchmarkCNNStep with the fused
-// convolutions nn.Sequential uses for the same layers: Conv2d with the
-// post-ops [ReLU] and [ReLU MaxPool2x2].
+// BenchmarkCNNStepFused is BenchmarkCNNStep as nn.Sequential runs the
+// same layers (models.MNISTNet, the `gotrain train mnist --model cnn`
+// job): the fused convolutions, Conv2d with the post-ops [ReLU] and [ReLU
+// MaxPool2x2], and the results between layers marked freeWithGraph, so
+// that each step reuses their storage (and their gradients' storage)
+// instead of allocating it afresh.
 func BenchmarkCNNStepFused(b *testing.B) {
 	c1w, c1b, c2w, c2b, f1w, f1b, f2w, f2b := cnnBenchParams()
 	drop := NewRNG(4)
 	one, zero := [2]int{1, 1}, [2]int{0, 0}
 	benchStep(b, 64, []*Tensor{c1w, c1b, c2w, c2b, f1w, f1b, f2w, f2b}, func(x *Tensor) *Tensor {
-		h := Conv2d(x, c1w, c1b, one, zero, PostReLU)
-		h = Dropout(Conv2d(h, c2w, c2b, one, zero, PostReLU, PostMaxPool2x2), 0.25, true, drop)
-		h = ReLU(Linear(Flatten(h, 1), f1w, f1b))
-		h = Dropout(h, 0.5, true, drop)
-		return Linear(h, f2w, f2b)
+		h1 := Conv2d(x, c1w, c1b, one, zero, PostReLU)
+		h2 := Conv2d(h1, c2w, c2b, one, zero, PostReLU, PostMaxPool2x2)
+		d1 := Dropout(h2, 0.25, true, drop)
+		// Flatten's result is a view of d1's storage: only d1 is marked.
+		f := Linear(Flatten(d1, 1), f1w, f1b)
+		r := ReLU(f)
+		d2 := Dropout(r, 0.5, true, drop)
+		for _, t := range []*Tensor{h1, h2, d1, f, r, d2} {
+			t.freeWithGraph()
+		}
+		return Linear(d2, f2w, f2b)
 	})
 	reportCNNFlops(b)
 }

@@ -17,20 +17,53 @@ func Dropout(x *Tensor, p float32, training bool, rng *RNG) *Tensor {
 	if !training || p == 0 {
 		return x
 	}
-	// MulTo below writes every element, so out needs no clearing; with
-	// p = 1 the mask is cleared and out is cleared with it.
+	// Every element of out is written, so it needs no clearing.
 	out := &Tensor{data: getBuf(len(x.data)), shape: append([]int(nil), x.shape...)}
+	track := GradEnabled() && (x.requiresGrad || x.released)
+	scale, keep := 1/(1-p), 1-p
+	if p < 1 && maskBits(keep) == 16 {
+		// A bit mask: the common rates (0.25, 0.5) need no float mask
+		// written and read back.
+		bits := make([]byte, kernels.DropoutMaskLen(len(x.data)))
+		dropoutMaskMul16(out.data, x.data, bits, keep, scale, rng)
+		if !track {
+			return out
+		}
+		return record(out, "dropout", func(g []float32) {
+			if gx, fresh := x.gradDst(); fresh {
+				kernels.DropoutBackward16(gx, g, bits, scale)
+			} else {
+				// Accumulate as the float mask does, with the same
+				// rounding.
+				mask := getBuf(len(g))
+				for i := range mask {
+					mask[i] = kernels.DropoutMaskValue(bits, i, scale)
+				}
+				kernels.AddMulTo(gx, g, mask)
+				putBuf(mask)
+			}
+			bits = nil
+		}, x)
+	}
 	// Only backward reads the mask, once: it hands the buffer back for
 	// reuse when done (or at once if nothing is recorded).
 	mask := getBuf(len(x.data))
 	if p < 1 {
-		dropoutMask(mask, 1/(1-p), 1-p, rng)
-		kernels.MulTo(out.data, x.data, mask)
+		// Chunk by chunk, so that MulTo reads the mask back from L1
+		// rather than from memory. Chunks are whole 64-bit draws (a
+		// multiple of 4 elements), so the stream is the one a single
+		// dropoutMask call draws.
+		for lo := 0; lo < len(mask); lo += dropoutChunk {
+			hi := min(lo+dropoutChunk, len(mask))
+			dropoutMask(mask[lo:hi], scale, keep, rng)
+			kernels.MulTo(out.data[lo:hi], x.data[lo:hi], mask[lo:hi])
+		}
 	} else {
+		// p = 1: the mask is zero, and so is out.
 		clear(mask)
 		clear(out.data)
 	}
-	if !GradEnabled() || !(x.requiresGrad || x.released) {
+	if !track {
 		putBuf(mask)
 		return out
 	}
@@ -43,6 +76,31 @@ func Dropout(x *Tensor, p float32, training bool, rng *RNG) *Tensor {
 		putBuf(mask)
 		mask = nil
 	}, x)
+}
+
+// dropoutChunk is the number of elements Dropout masks and multiplies at
+// a time: 16 KiB of mask, which stays in L1 between the two.
+const dropoutChunk = 4096
+
+// dropoutMaskMul16 is dropoutMask for 16-bit draws followed by MulTo
+// (out = x·mask), with the mask kept as bits: the same draws, kept
+// elements and products. The loop here only draws the PCG words;
+// kernels.DropoutMask16 compares their 16-bit lanes with the threshold a
+// vector at a time and multiplies in the same pass.
+func dropoutMaskMul16(out, x []float32, bits []byte, keep, scale float32, rng *RNG) {
+	th := uint32(bernoulliThreshold(keep, 16))
+	pcg := rng.pcg
+	var words [dropoutChunk / 4]uint64
+	for lo := 0; lo < len(x); lo += dropoutChunk {
+		hi := min(lo+dropoutChunk, len(x))
+		w := words[:(hi-lo+3)/4]
+		for i := range w {
+			w[i] = pcg.Uint64()
+		}
+		// dropoutChunk is a multiple of 16: each chunk's bits start on a
+		// whole byte.
+		kernels.DropoutMask16(out[lo:hi], x[lo:hi], bits[lo/8:], w, th, scale)
+	}
 }
 
 // dropoutMask sets mask[i] to scale with probability keep and to 0

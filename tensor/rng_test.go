@@ -143,3 +143,56 @@ func TestDropoutMaskRates(t *testing.T) {
 		}
 	}
 }
+
+// TestDropoutStream pins Dropout's chunked, vectorised mask to the one a
+// single dropoutMask call draws (so seeded runs and fixtures are
+// unchanged): the same output bits, the same mask (as the gradient of a
+// sum), and the RNG left at the same place, for both mask widths and
+// lengths around the chunk size, with NaNs, infinities and negative
+// values among the inputs.
+func TestDropoutStream(t *testing.T) {
+	for _, p := range []float32{0.25, 0.5, 0.3, 0.01} {
+		for _, n := range []int{1, 7, 64, dropoutChunk - 1, dropoutChunk, dropoutChunk + 5, 3*dropoutChunk + 18} {
+			rng := NewRNG(uint64(n))
+			x := Randn(rng, n)
+			x.data[0] = float32(math.NaN())
+			if n > 2 {
+				x.data[1], x.data[2] = float32(math.Inf(-1)), -1
+			}
+			x.SetRequiresGrad(true)
+			keep := 1 - p
+			want := make([]float32, n)
+			ref := NewRNG(9)
+			dropoutMask(want, 1/keep, keep, ref)
+			// Dropout of the leaf accumulates into its gradient; of a
+			// product with ones, writes a fresh buffer.
+			for _, viaOp := range []bool{false, true} {
+				in := x
+				if viaOp {
+					in = Mul(x, Full(1, n))
+				}
+				x.SetGrad(nil)
+				got := NewRNG(9)
+				y := Dropout(in, p, true, got)
+				for i, m := range want {
+					if w := x.data[i] * m; math.Float32bits(y.data[i]) != math.Float32bits(w) {
+						t.Fatalf("p=%v n=%d: out[%d] = %v, want %v", p, n, i, y.data[i], w)
+					}
+				}
+				if err := Sum(y, false).Backward(); err != nil {
+					t.Fatal(err)
+				}
+				for i, m := range want {
+					if g := x.Grad().data[i]; math.Float32bits(g) != math.Float32bits(m) {
+						t.Fatalf("p=%v n=%d viaOp=%v: mask[%d] = %v, want %v", p, n, viaOp, i, g, m)
+					}
+				}
+				if !viaOp {
+					if a, b := got.Uint64(), ref.Uint64(); a != b {
+						t.Fatalf("p=%v n=%d: RNG left at a different place", p, n)
+					}
+				}
+			}
+		}
+	}
+}
