@@ -144,7 +144,30 @@ func TestWrongTokenDataPlane(t *testing.T) {
 
 func TestDuplicateRank(t *testing.T) {
 	addr := startStore(t)
-	gs, errs := initAll(t, []Config{agentCfg(t, addr, 0, 2), agentCfg(t, addr, 1, 2), agentCfg(t, addr, 1, 2)})
+	cfgs := []Config{agentCfg(t, addr, 0, 2), agentCfg(t, addr, 1, 2), agentCfg(t, addr, 1, 2)}
+	// Both rank-1 processes register before rank 0 starts: with all three
+	// started at once, a slow duplicate could arrive after ranks 0 and 1
+	// had already formed the group, which no rendezvous can foresee. The
+	// one that registers second returns at once; rank 0 then starts and,
+	// like the first rank 1, reads the recorded failure.
+	gs, errs := make([]*Group, len(cfgs)), make([]error, len(cfgs))
+	done := make(chan int, len(cfgs))
+	start := func(i int) {
+		go func() {
+			gs[i], errs[i] = Init(context.Background(), cfgs[i])
+			done <- i
+		}()
+	}
+	start(1)
+	start(2)
+	first := <-done
+	start(0)
+	for range len(cfgs) - 1 {
+		<-done
+	}
+	if errs[first] == nil {
+		t.Fatalf("process %d returned first without an error", first)
+	}
 	// The rendezvous fails everywhere, each error naming the duplicate:
 	// one process found it, the others had it reported.
 	found := 0
