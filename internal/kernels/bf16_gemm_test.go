@@ -37,78 +37,9 @@ func roundedF32(x []float32) []float32 {
 // must not propagate.
 func checkGemmBF16(t testing.TB, native bf16Impl, threads int, tc gemmCase, seed uint64) {
 	t.Helper()
-	r := rand.New(rand.NewPCG(seed, uint64(tc.m*1000003+tc.n*1009+tc.k)))
-	ar, ac := tc.m, tc.k
-	if tc.transA {
-		ar, ac = ac, ar
-	}
-	br, bc := tc.k, tc.n
-	if tc.transB {
-		br, bc = bc, br
-	}
-	lda, ldb, ldc := ac+tc.pad, bc+tc.pad, tc.n+tc.pad
-	a := randSlice(r, max(ar*lda, 1))
-	b := randSlice(r, max(br*ldb, 1))
-	c := randSlice(r, max(tc.m*ldc, 1))
-	if tc.beta == 0 {
-		for i := range c {
-			c[i] = float32(math.NaN())
-		}
-		for i := 0; i < tc.m; i++ {
-			for j := tc.n; j < ldc; j++ {
-				c[i*ldc+j] = 7
-			}
-		}
-	}
-	c0 := append([]float32(nil), c...)
-	ra, rb := roundedF32(a), roundedF32(b)
-	opA := func(i, p int) float64 {
-		if tc.transA {
-			return float64(ra[p*lda+i])
-		}
-		return float64(ra[i*lda+p])
-	}
-	opB := func(p, j int) float64 {
-		if tc.transB {
-			return float64(rb[j*ldb+p])
-		}
-		return float64(rb[p*ldb+j])
-	}
-	sgemmBF16(native, threads, tc.transA, tc.transB, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, c, ldc)
-	tol := 1e-5 * math.Sqrt(float64(max(tc.k, 1)))
-	bad := 0
-	for i := 0; i < tc.m; i++ {
-		for j := 0; j < ldc; j++ {
-			got := c[i*ldc+j]
-			if j >= tc.n {
-				if math.Float32bits(got) != math.Float32bits(c0[i*ldc+j]) {
-					t.Fatalf("%s %s: padding C[%d,%d] changed to %g", bf16PathName(native), tc, i, j, got)
-				}
-				continue
-			}
-			var s, mag float64
-			for p := 0; p < tc.k; p++ {
-				x := opA(i, p) * opB(p, j)
-				s += x
-				mag += math.Abs(x)
-			}
-			want := float64(tc.alpha) * s
-			scale := math.Abs(float64(tc.alpha)) * mag
-			if tc.beta != 0 {
-				want += float64(tc.beta) * float64(c0[i*ldc+j])
-				scale += math.Abs(float64(tc.beta) * float64(c0[i*ldc+j]))
-			}
-			if d := math.Abs(float64(got) - want); !(d <= tol*scale+1e-30) {
-				if bad < 3 {
-					t.Errorf("%s threads=%d %s: C[%d,%d]=%g want %g (err %.3g, scale %.3g)", bf16PathName(native), threads, tc, i, j, got, want, d, scale)
-				}
-				bad++
-			}
-		}
-	}
-	if bad > 0 {
-		t.Fatalf("%s threads=%d %s: %d wrong elements", bf16PathName(native), threads, tc, bad)
-	}
+	checkGemmRun(t, bf16PathName(native), threads, tc, seed, roundedF32, func(a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+		sgemmBF16(native, threads, tc.transA, tc.transB, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, c, ldc)
+	})
 }
 
 var (

@@ -41,6 +41,18 @@ func randSlice(r *rand.Rand, n int) []float32 {
 // checks that C's padding is untouched.
 func checkGemm(t testing.TB, impl *gemmImpl, threads int, tc gemmCase, seed uint64) {
 	t.Helper()
+	checkGemmRun(t, impl.name, threads, tc, seed, nil, func(a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+		sgemmWith(impl, threads, tc.transA, tc.transB, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, c, ldc)
+	})
+}
+
+// checkGemmRun is checkGemm for any GEMM: gemm computes the case on the
+// operands it is given, and round, if not nil, maps an operand to the
+// values the reference multiplies (a bf16 GEMM's rounded ones). With
+// beta 0, C starts as NaNs, which must not propagate.
+func checkGemmRun(t testing.TB, name string, threads int, tc gemmCase, seed uint64, round func([]float32) []float32,
+	gemm func(a []float32, lda int, b []float32, ldb int, c []float32, ldc int)) {
+	t.Helper()
 	r := rand.New(rand.NewPCG(seed, uint64(tc.m*1000003+tc.n*1009+tc.k)))
 	ar, ac := tc.m, tc.k
 	if tc.transA {
@@ -66,27 +78,31 @@ func checkGemm(t testing.TB, impl *gemmImpl, threads int, tc gemmCase, seed uint
 		}
 	}
 	c0 := append([]float32(nil), c...)
+	ra, rb := a, b
+	if round != nil {
+		ra, rb = round(a), round(b)
+	}
 	opA := func(i, p int) float64 {
 		if tc.transA {
-			return float64(a[p*lda+i])
+			return float64(ra[p*lda+i])
 		}
-		return float64(a[i*lda+p])
+		return float64(ra[i*lda+p])
 	}
 	opB := func(p, j int) float64 {
 		if tc.transB {
-			return float64(b[j*ldb+p])
+			return float64(rb[j*ldb+p])
 		}
-		return float64(b[p*ldb+j])
+		return float64(rb[p*ldb+j])
 	}
-	sgemmWith(impl, threads, tc.transA, tc.transB, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, c, ldc)
+	gemm(a, lda, b, ldb, c, ldc)
 	tol := 1e-5 * math.Sqrt(float64(max(tc.k, 1)))
 	bad := 0
 	for i := 0; i < tc.m; i++ {
 		for j := 0; j < ldc; j++ {
 			got := c[i*ldc+j]
 			if j >= tc.n {
-				if got != c0[i*ldc+j] {
-					t.Fatalf("%s %s: padding C[%d,%d] changed to %g", impl.name, tc, i, j, got)
+				if math.Float32bits(got) != math.Float32bits(c0[i*ldc+j]) {
+					t.Fatalf("%s %s: padding C[%d,%d] changed to %g", name, tc, i, j, got)
 				}
 				continue
 			}
@@ -104,14 +120,14 @@ func checkGemm(t testing.TB, impl *gemmImpl, threads int, tc gemmCase, seed uint
 			}
 			if d := math.Abs(float64(got) - want); !(d <= tol*scale+1e-30) {
 				if bad < 3 {
-					t.Errorf("%s threads=%d %s: C[%d,%d]=%g want %g (err %.3g, scale %.3g)", impl.name, threads, tc, i, j, got, want, d, scale)
+					t.Errorf("%s threads=%d %s: C[%d,%d]=%g want %g (err %.3g, scale %.3g)", name, threads, tc, i, j, got, want, d, scale)
 				}
 				bad++
 			}
 		}
 	}
 	if bad > 0 {
-		t.Fatalf("%s threads=%d %s: %d wrong elements", impl.name, threads, tc, bad)
+		t.Fatalf("%s threads=%d %s: %d wrong elements", name, threads, tc, bad)
 	}
 }
 
