@@ -61,7 +61,10 @@ func avx512BF16Available() bool {
 // AMD's cores do (Zen 4 and later); Intel's with AVX512_BF16 do not (a
 // Sapphire Rapids core issues it at a quarter of the FMA rate, measured:
 // the kernel ran at 0.65× the float32 SGEMM), and they get AMX instead.
-func dpbf16FullRate() bool { return cpuVendorAMD() }
+func dpbf16FullRate() bool { return vendorAMD }
+
+// vendorAMD is read once: CPUID leaves a virtual machine on every call.
+var vendorAMD = cpuVendorAMD()
 
 // kernel32 runs amxKernel32 (amx) or dpbfKernel32 on the same packed
 // panels, with the same arguments. The blocks need only their first rows
