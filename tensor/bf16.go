@@ -134,7 +134,7 @@ type bf16Cast struct {
 	native bool
 }
 
-// gemmFunc is the signature of kernels.Sgemm.
+// gemmFunc is the signature of kernels.Sgemm and its variants.
 type gemmFunc = func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
 
 // newBF16Cast returns the cast for an op starting now: nil unless autocast

@@ -16,7 +16,7 @@ type convGeom struct {
 	oh, ow         int // output
 	// sgemm runs the products: kernels.SgemmSerial when the images are
 	// already spread over every thread (see withGemm), else kernels.Sgemm.
-	sgemm func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
+	sgemm gemmFunc
 	// bf16 runs the products on the bf16 kernel (native bf16 autocast),
 	// always through im2col: the implicit products are float32 kernels.
 	bf16 bool

@@ -148,7 +148,7 @@ func batchedMatMul(a, b *Tensor, transA, transB bool) *Tensor {
 	out := Zeros(shape...)
 	cast := newBF16Cast() // rounded operands under bf16 autocast
 	ad, bd := cast.of(a.data), cast.of(b.data)
-	mats := func(fn func(i int, gemm func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int))) {
+	mats := func(fn func(i int, gemm gemmFunc)) {
 		// Many small products: one per goroutine; few large ones: each
 		// spread by the GEMM itself.
 		if nb >= kernels.NumThreads() && m*n*k < 1<<21 {
@@ -163,7 +163,7 @@ func batchedMatMul(a, b *Tensor, transA, transB bool) *Tensor {
 			fn(i, cast.gemm())
 		}
 	}
-	mats(func(i int, gemm func(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int)) {
+	mats(func(i int, gemm gemmFunc) {
 		gemm(transA, transB, m, n, k, 1, ad[offA[i]:], ca, bd[offB[i]:], cb, 0, out.data[i*m*n:], n)
 	})
 	// An operand broadcast over the batch gets several products added into
@@ -177,7 +177,7 @@ func batchedMatMul(a, b *Tensor, transA, transB bool) *Tensor {
 		g = cast.of(g)
 		if a.needsGrad() {
 			ga := a.accGrad()
-			gradA := func(i int, gemm func(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int)) {
+			gradA := func(i int, gemm gemmFunc) {
 				gi, bi := g[i*m*n:], bd[offB[i]:]
 				if !transA {
 					gemm(false, !transB, m, k, n, 1, gi, n, bi, cb, 1, ga[offA[i]:], k)
@@ -195,7 +195,7 @@ func batchedMatMul(a, b *Tensor, transA, transB bool) *Tensor {
 		}
 		if b.needsGrad() {
 			gb := b.accGrad()
-			gradB := func(i int, gemm func(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int)) {
+			gradB := func(i int, gemm gemmFunc) {
 				gi, ai := g[i*m*n:], ad[offA[i]:]
 				if !transB {
 					gemm(!transA, false, k, n, m, 1, ai, ca, gi, n, 1, gb[offB[i]:], n)
