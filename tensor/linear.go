@@ -25,23 +25,28 @@ func Linear(x, w, b *Tensor) *Tensor {
 	shape := append(append([]int(nil), x.shape[:x.Dim()-1]...), outF)
 	// The output may be a recycled buffer (see freeWithGraph): it is
 	// written whole, by the bias rows and a GEMM that adds to them, or by a
-	// GEMM with beta 0, which does not read it.
+	// GEMM with beta 0; neither reads what it held.
 	out := &Tensor{data: getBuf(rows * outF), shape: shape}
-	beta := float32(0)
-	if b != nil && outF > 0 && rows > 0 {
-		// Bias rows by doubling copies: a few large copies rather than
-		// one short copy per row.
-		copy(out.data[:outF], b.data)
-		for filled := outF; filled < len(out.data); filled *= 2 {
-			copy(out.data[filled:], out.data[:filled])
-		}
-		beta = 1
-	}
 	// Under bf16 autocast the GEMMs take rounded operands (see Autocast).
 	cast := newBF16Cast()
 	xd, wd := cast.of(x.data), cast.of(w.data)
 	gemm := cast.gemm()
-	gemm(false, true, rows, outF, in, 1, xd, in, wd, in, beta, out.data, outF)
+	switch {
+	case b == nil || outF == 0 || rows == 0:
+		gemm(false, true, rows, outF, in, 1, xd, in, wd, in, 0, out.data, outF)
+	case cast == nil || !cast.native:
+		// The bias goes into each tile of the output just before the
+		// kernel adds the product to it.
+		kernels.SgemmBias(false, true, rows, outF, in, 1, xd, in, wd, in, b.data, out.data, outF)
+	default:
+		// Bias rows by doubling copies (a few large copies rather than one
+		// short copy per row), then a product that adds to them.
+		copy(out.data[:outF], b.data)
+		for filled := outF; filled < len(out.data); filled *= 2 {
+			copy(out.data[filled:], out.data[:filled])
+		}
+		gemm(false, true, rows, outF, in, 1, xd, in, wd, in, 1, out.data, outF)
+	}
 	var inputs = []*Tensor{x, w}
 	if b != nil {
 		inputs = append(inputs, b)

@@ -25,6 +25,30 @@ func sgemmKernel2x64AVX512(k int, a *float32, aRow, aCol int, b *float32, bRow i
 func sgemmKernel1x64AVX512(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32, masks uint64)
 
 //go:noescape
+func sgemmKernel8x32AVX512(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32, masks uint64)
+
+//go:noescape
+func sgemmKernel7x32AVX512(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32, masks uint64)
+
+//go:noescape
+func sgemmKernel6x32AVX512(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32, masks uint64)
+
+//go:noescape
+func sgemmKernel5x32AVX512(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32, masks uint64)
+
+//go:noescape
+func sgemmKernel4x32AVX512(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32, masks uint64)
+
+//go:noescape
+func sgemmKernel3x32AVX512(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32, masks uint64)
+
+//go:noescape
+func sgemmKernel2x32AVX512(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32, masks uint64)
+
+//go:noescape
+func sgemmKernel1x32AVX512(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32, masks uint64)
+
+//go:noescape
 func sgemmKernel8x16AVX512(k int, a *float32, aRow, aCol int, b *float32, bRow int, c *float32, ldc int, alpha, beta float32, masks uint64)
 
 //go:noescape
@@ -158,6 +182,15 @@ var avx512Dot = [5][6]dotKernel{
 	4: {1: sgemmDot4x1AVX512, 2: sgemmDot4x2AVX512, 3: sgemmDot4x3AVX512, 4: sgemmDot4x4AVX512, 5: sgemmDot4x5AVX512},
 }
 
+// avx512MidGemm serves 16 < n ≤ 32 (attention's products with heads of
+// 32): an 8×32 tile uses every lane, where 64 columns would mask half.
+var avx512MidGemm = &gemmImpl{
+	name: "avx512mid", mr: 8, nr: 32, kc: 256, mc: 192, nc: 3072, masked: true,
+	kernels: []microKernel{nil, sgemmKernel1x32AVX512, sgemmKernel2x32AVX512, sgemmKernel3x32AVX512, sgemmKernel4x32AVX512,
+		sgemmKernel5x32AVX512, sgemmKernel6x32AVX512, sgemmKernel7x32AVX512, sgemmKernel8x32AVX512},
+	packBT: packBTransAVX512,
+}
+
 // avx512NarrowGemm serves n ≤ 16 (the logits layer): an 8×16 tile wastes
 // less of each vector than 64 columns would.
 var avx512NarrowGemm = &gemmImpl{
@@ -186,7 +219,8 @@ func unmasked(f func(k int, a *float32, aRow, aCol int, b *float32, bRow int, c 
 func defaultGemm() *gemmImpl {
 	switch {
 	case hasAVX512:
-		avx512Gemm.narrow = avx512NarrowGemm
+		avx512Gemm.narrow = avx512MidGemm
+		avx512MidGemm.narrow = avx512NarrowGemm
 		return avx512Gemm
 	case hasAVX2:
 		return avx2Gemm
@@ -201,7 +235,7 @@ func allArchGemms() []*gemmImpl {
 		out = append(out, avx2Gemm)
 	}
 	if hasAVX512 {
-		out = append(out, avx512Gemm, avx512NarrowGemm)
+		out = append(out, avx512Gemm, avx512MidGemm, avx512NarrowGemm)
 	}
 	return out
 }

@@ -97,7 +97,7 @@ func sgemmBF16(impl bf16Impl, threads int, transA, transB bool, m, n, k int, alp
 	// each copy one RoundBF16 call.
 	RoundBF16(ra, a[:na])
 	RoundBF16(rb, b[:nb])
-	sgemmWith(gemm, threads, transA, transB, m, n, k, alpha, ra, lda, rb, ldb, beta, c, ldc)
+	sgemmWith(gemm, threads, transA, transB, m, n, k, alpha, ra, lda, rb, ldb, beta, nil, c, ldc)
 	putWorkspace(ws)
 }
 

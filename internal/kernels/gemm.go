@@ -33,7 +33,8 @@ type gemmImpl struct {
 	kernels []microKernel
 	// masked kernels store only the columns that exist (see microKernel).
 	masked bool
-	// narrow, if set, replaces this implementation when n ≤ narrow.nr.
+	// narrow, if set, replaces this implementation when n ≤ narrow.nr
+	// (and its own narrow in turn).
 	narrow *gemmImpl
 	// dot, if set, holds dot-product kernels dot[rows][cols] (rows ≤ 4,
 	// cols ≤ 5) used for C = A·Bᵀ with at most swapMaxN columns.
@@ -67,7 +68,24 @@ var genericGemm = &gemmImpl{name: "generic", mr: 4, nr: 16, kc: 256, mc: 128, nc
 // summed by the same kernel in the same order.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	checkGemmArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
-	sgemmWith(gemm, NumThreads(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	sgemmWith(gemm, NumThreads(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, nil, c, ldc)
+}
+
+// SgemmBias computes C = alpha·op(A)·op(B) + bias, bias[j] added to every
+// row's column j (a linear layer's forward pass), without reading C. It
+// equals filling each row of C with bias and calling Sgemm with beta 1,
+// bit for bit, but each register tile of C is filled just before the
+// micro-kernel adds to it, while it is in L1, instead of in a pass over
+// the whole of C beforehand. It panics when len(bias) < n.
+func SgemmBias(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, bias, c []float32, ldc int) {
+	checkGemmArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	if len(bias) < n {
+		panic("kernels: SgemmBias bias shorter than n")
+	}
+	if m == 0 || n == 0 {
+		return
+	}
+	sgemmWith(gemm, NumThreads(), transA, transB, m, n, k, alpha, a, lda, b, ldb, 1, bias[:n], c, ldc)
 }
 
 // SgemmSerial is Sgemm on the calling goroutine only, whatever NumThreads
@@ -77,7 +95,7 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 // same cores.
 func SgemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	checkGemmArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
-	sgemmWith(gemm, 1, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	sgemmWith(gemm, 1, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, nil, c, ldc)
 }
 
 func checkGemmArgs(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
@@ -115,14 +133,21 @@ func checkGemmArgs(transA, transB bool, m, n, k int, a []float32, lda int, b []f
 // goroutines: below it the wake-up and join cost more than they save.
 const parallelMinFlops = 2 << 20
 
-// sgemmWith runs Sgemm on impl with up to threads goroutines. Threads get
+// sgemmWith runs Sgemm on impl with up to threads goroutines; a non-nil
+// bias (then beta is 1) is first written to C as SgemmBias says. Threads get
 // disjoint column (or row) ranges of C, each a multiple of the register
 // block, and run the whole blocked algorithm on their part with their own
 // packing buffers: no synchronisation inside, and packing the shared operand
 // twice costs O(k·(m+n)) against O(m·n·k) of work.
-func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, bias, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
+	}
+	thin := n <= swapMaxN && (!transA && transB && impl.dot != nil || m >= 4*n && impl.kernels[1] != nil)
+	if bias != nil && (k == 0 || alpha == 0 || thin) {
+		// These paths do not fill tiles: fill C whole first.
+		fillTile(c, ldc, m, n, bias)
+		bias = nil
 	}
 	if k == 0 || alpha == 0 {
 		scaleC(m, n, beta, c, ldc)
@@ -136,7 +161,7 @@ func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, al
 		sgemmSwapped(impl, threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	if impl.narrow != nil && n <= impl.narrow.nr {
+	for impl.narrow != nil && n <= impl.narrow.nr {
 		impl = impl.narrow
 	}
 	flops := 2 * m * n * k
@@ -152,7 +177,11 @@ func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, al
 					if !transB {
 						bOff = j0
 					}
-					sgemmSerial(impl, transA, transB, m, j1-j0, k, alpha, a, lda, b[bOff:], ldb, beta, c[j0:], ldc)
+					var bj []float32
+					if bias != nil {
+						bj = bias[j0:j1]
+					}
+					sgemmSerial(impl, transA, transB, m, j1-j0, k, alpha, a, lda, b[bOff:], ldb, beta, bj, c[j0:], ldc)
 				})
 				return
 			}
@@ -165,13 +194,13 @@ func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, al
 					if transA {
 						aOff = i0
 					}
-					sgemmSerial(impl, transA, transB, i1-i0, n, k, alpha, a[aOff:], lda, b, ldb, beta, c[i0*ldc:], ldc)
+					sgemmSerial(impl, transA, transB, i1-i0, n, k, alpha, a[aOff:], lda, b, ldb, beta, bias, c[i0*ldc:], ldc)
 				})
 				return
 			}
 		}
 	}
-	sgemmSerial(impl, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	sgemmSerial(impl, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, bias, c, ldc)
 }
 
 // swapMaxN is the widest C computed as a transposed product: a C of few
@@ -186,7 +215,7 @@ func sgemmSwapped(impl *gemmImpl, threads int, transA, transB bool, m, n, k int,
 	defer putWorkspace(ws)
 	ws.swap = grow(ws.swap, n*m)
 	t := ws.swap
-	sgemmWith(impl, threads, !transB, !transA, n, m, k, 1, b, ldb, a, lda, 0, t, m)
+	sgemmWith(impl, threads, !transB, !transA, n, m, k, 1, b, ldb, a, lda, 0, nil, t, m)
 	for i := 0; i < m; i++ {
 		ci := c[i*ldc : i*ldc+n]
 		if beta == 0 {
@@ -340,7 +369,7 @@ func grow(buf []float32, n int) []float32 {
 // of a multiple of 4 KiB: its rows would all map to the same L1 sets.
 const directBMaxPanels = 16
 
-func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, bias, c []float32, ldc int) {
 	mr, nr := impl.mr, impl.nr
 	ws := getWorkspace()
 	defer putWorkspace(ws)
@@ -358,7 +387,7 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 	// Packing B pays when its micro-panel is reused by many A micro-panels;
 	// it also absorbs Bᵀ, so only an untransposed B of few rows is read in
 	// place.
-	directB := !transB && m <= directBMaxPanels*mr && (ldb*4)%4096 != 0
+	directB := !transB && (m <= directBMaxPanels*mr || ldb <= 1024) && (ldb*4)%4096 != 0
 
 	for jc := 0; jc < n; jc += impl.nc {
 		nc := min(impl.nc, n-jc)
@@ -389,6 +418,9 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 						bp, bRow = &b[pc*ldb+jc+jr], ldb
 					}
 					ci := (ic+ir)*ldc + jc + jr
+					if pc == 0 && bias != nil {
+						fillTile(c[ci:], ldc, mrEff, nrEff, bias[jc+jr:])
+					}
 					if mrEff == mr && nrEff == nr {
 						kernel(kc, ap, aRow, aCol, bp, bRow, &c[ci], ldc, alpha, betaEff, allColumns)
 						return
@@ -414,6 +446,14 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 				}
 			}
 		}
+	}
+}
+
+// fillTile writes bias[:cols] into each of the first rows rows of C.
+func fillTile(c []float32, ldc, rows, cols int, bias []float32) {
+	src := bias[:cols]
+	for i := range rows {
+		copy(c[i*ldc:i*ldc+cols], src)
 	}
 }
 

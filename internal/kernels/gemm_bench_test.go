@@ -27,9 +27,21 @@ var benchShapes = []benchShape{
 	{32, 676, 9, false, false},   // CNN conv1 forward
 }
 
+// gptBenchShapes are the default GPT's Linear products at batch 32×128
+// (rows 4096, width 128): forward x·Wᵀ, dX = g·W and dW = gᵀ·x.
+var gptBenchShapes = []benchShape{
+	{4096, 384, 128, false, true},  // GPT c_attn forward
+	{4096, 128, 512, false, true},  // GPT mlp.c_proj forward
+	{4096, 128, 384, false, false}, // GPT c_attn dX
+	{4096, 512, 128, false, false}, // GPT mlp.c_proj dX
+	{384, 128, 4096, true, false},  // GPT c_attn dW
+	{128, 512, 4096, true, false},  // GPT mlp.c_proj dW
+	{256, 128, 4096, true, false},  // GPT lm_head dW
+}
+
 func BenchmarkSgemm(b *testing.B) {
 	for _, impl := range impls() {
-		for _, s := range benchShapes {
+		for _, s := range append(benchShapes[:len(benchShapes):len(benchShapes)], gptBenchShapes...) {
 			name := fmt.Sprintf("%s/m=%d,n=%d,k=%d,t=%s", impl.name, s.m, s.n, s.k, transName(s.transA, s.transB))
 			b.Run(name, func(b *testing.B) {
 				r := rand.New(rand.NewPCG(1, 2))
@@ -45,7 +57,7 @@ func BenchmarkSgemm(b *testing.B) {
 				}
 
 				for b.Loop() {
-					sgemmWith(impl, 1, s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n)
+					sgemmWith(impl, 1, s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, nil, c, s.n)
 				}
 				b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			})
@@ -91,7 +103,7 @@ func BenchmarkSgemmBF16(b *testing.B) {
 				ldb = s.k
 			}
 			for b.Loop() {
-				sgemmWith(gemm, 1, s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n)
+				sgemmWith(gemm, 1, s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, nil, c, s.n)
 			}
 			b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})

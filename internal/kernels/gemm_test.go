@@ -42,7 +42,7 @@ func randSlice(r *rand.Rand, n int) []float32 {
 func checkGemm(t testing.TB, impl *gemmImpl, threads int, tc gemmCase, seed uint64) {
 	t.Helper()
 	checkGemmRun(t, impl.name, threads, tc, seed, nil, func(a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
-		sgemmWith(impl, threads, tc.transA, tc.transB, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, c, ldc)
+		sgemmWith(impl, threads, tc.transA, tc.transB, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, nil, c, ldc)
 	})
 }
 
@@ -208,21 +208,21 @@ func TestSgemmDegenerate(t *testing.T) {
 	for _, impl := range impls() {
 		// k == 0: C = beta·C, and beta == 0 clears NaNs.
 		c := []float32{float32(math.NaN()), 2, 3, 4}
-		sgemmWith(impl, 1, false, false, 2, 2, 0, 1, nil, 1, nil, 2, 0, c, 2)
+		sgemmWith(impl, 1, false, false, 2, 2, 0, 1, nil, 1, nil, 2, 0, nil, c, 2)
 		for _, v := range c {
 			if v != 0 {
 				t.Fatalf("%s k=0 beta=0: C=%v", impl.name, c)
 			}
 		}
 		c = []float32{1, 2, 3, 4}
-		sgemmWith(impl, 1, false, false, 2, 2, 0, 1, nil, 1, nil, 2, 2, c, 2)
+		sgemmWith(impl, 1, false, false, 2, 2, 0, 1, nil, 1, nil, 2, 2, nil, c, 2)
 		if c[3] != 8 {
 			t.Fatalf("%s k=0 beta=2: C=%v", impl.name, c)
 		}
 		// alpha == 0 ignores A and B even if they hold NaN.
 		nan := float32(math.NaN())
 		c = []float32{1, 1}
-		sgemmWith(impl, 1, false, false, 1, 2, 1, 0, []float32{nan}, 1, []float32{nan, nan}, 2, 1, c, 2)
+		sgemmWith(impl, 1, false, false, 1, 2, 1, 0, []float32{nan}, 1, []float32{nan, nan}, 2, 1, nil, c, 2)
 		if c[0] != 1 || c[1] != 1 {
 			t.Fatalf("%s alpha=0: C=%v", impl.name, c)
 		}
@@ -304,12 +304,12 @@ func TestSgemmDeterministic(t *testing.T) {
 			a, b := randSlice(r, m*k), randSlice(r, k*n)
 			c0 := randSlice(r, m*n)
 			want := append([]float32(nil), c0...)
-			sgemmWith(gemm, 1, tr[0], tr[1], m, n, k, 0.5, a, lda, b, ldb, 1, want, n)
+			sgemmWith(gemm, 1, tr[0], tr[1], m, n, k, 0.5, a, lda, b, ldb, 1, nil, want, n)
 			done := make(chan string, 4)
 			for g := 0; g < 4; g++ {
 				go func() {
 					c := append([]float32(nil), c0...)
-					sgemmWith(gemm, 1+g%3, tr[0], tr[1], m, n, k, 0.5, a, lda, b, ldb, 1, c, n)
+					sgemmWith(gemm, 1+g%3, tr[0], tr[1], m, n, k, 0.5, a, lda, b, ldb, 1, nil, c, n)
 					for i := range c {
 						if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
 							done <- fmt.Sprintf("m=%d n=%d k=%d trans=%v threads=%d: C[%d]=%g, serial %g", m, n, k, tr, 1+g%3, i, c[i], want[i])
@@ -326,4 +326,62 @@ func TestSgemmDeterministic(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSgemmBias checks SgemmBias against filling C with the bias rows and
+// a beta-1 product, bit for bit, on every kernel set and path: register
+// tiles and their row and column edges, the thin-C paths, k = 0, alpha =
+// 0, a padded ldc and both thread counts. NaNs in C beforehand must not
+// reach the result, since C is not read.
+func TestSgemmBias(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 3))
+	shapes := [][3]int{{64, 384, 128}, {13, 70, 9}, {300, 40, 129}, {64, 10, 512}, {100, 3, 20}, {5, 1000, 33}, {7, 8, 0}}
+	for _, impl := range impls() {
+		for _, s := range shapes {
+			m, n, k := s[0], s[1], s[2]
+			for _, tr := range trans {
+				for _, alpha := range []float32{1, 0.5, 0} {
+					for _, threads := range []int{1, 2} {
+						lda, ldb, ldc := k, n, n+3
+						if tr[0] {
+							lda = m
+						}
+						if tr[1] {
+							ldb = k
+						}
+						a, b, bias := randSlice(r, m*max(k, 1)), randSlice(r, max(k, 1)*n), randSlice(r, n)
+						want := make([]float32, m*ldc)
+						for i := range m {
+							copy(want[i*ldc:i*ldc+n], bias)
+						}
+						sgemmWith(impl, threads, tr[0], tr[1], m, n, k, alpha, a, lda, b, ldb, 1, nil, want, ldc)
+						c := make([]float32, m*ldc)
+						for i := range c {
+							c[i] = float32(math.NaN())
+						}
+						sgemmWith(impl, threads, tr[0], tr[1], m, n, k, alpha, a, lda, b, ldb, 1, bias, c, ldc)
+						for i := range m {
+							for j := range n {
+								got, w := c[i*ldc+j], want[i*ldc+j]
+								if math.Float32bits(got) != math.Float32bits(w) {
+									t.Fatalf("%s m=%d n=%d k=%d trans=%v alpha=%g threads=%d: C[%d,%d] = %g, want %g",
+										impl.name, m, n, k, tr, alpha, threads, i, j, got, w)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if !panics(func() { SgemmBias(false, false, 2, 3, 1, 1, make([]float32, 2), 1, make([]float32, 3), 3, make([]float32, 2), make([]float32, 6), 3) }) {
+		t.Error("SgemmBias with a short bias did not panic")
+	}
+}
+
+// panics reports whether f panics.
+func panics(f func()) (did bool) {
+	defer func() { did = recover() != nil }()
+	f()
+	return false
 }

@@ -61,6 +61,9 @@ func main() {
 		gemmKernel(&g, "AVX512", mr, 4)
 	}
 	for mr := 8; mr >= 1; mr-- {
+		gemmKernel(&g, "AVX512", mr, 2)
+	}
+	for mr := 8; mr >= 1; mr-- {
 		gemmKernel(&g, "AVX512", mr, 1)
 	}
 	for mr := 6; mr >= 1; mr-- {
