@@ -374,7 +374,9 @@ func TestSgemmBias(t *testing.T) {
 			}
 		}
 	}
-	if !panics(func() { SgemmBias(false, false, 2, 3, 1, 1, make([]float32, 2), 1, make([]float32, 3), 3, make([]float32, 2), make([]float32, 6), 3) }) {
+	if !panics(func() {
+		SgemmBias(false, false, 2, 3, 1, 1, make([]float32, 2), 1, make([]float32, 3), 3, make([]float32, 2), make([]float32, 6), 3)
+	}) {
 		t.Error("SgemmBias with a short bias did not panic")
 	}
 }
