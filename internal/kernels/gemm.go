@@ -449,8 +449,8 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 	}
 }
 
-// fillTile writes bias[:cols] into each of the first rows rows of C.
-func fillTile(c []float32, ldc, rows, cols int, bias []float32) {
+// fillTileGeneric writes bias[:cols] into each of the first rows rows of C.
+func fillTileGeneric(c []float32, ldc, rows, cols int, bias []float32) {
 	src := bias[:cols]
 	for i := range rows {
 		copy(c[i*ldc:i*ldc+cols], src)
