@@ -1,7 +1,9 @@
 package kernels
 
 import (
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -71,4 +73,61 @@ func BenchmarkGELU(b *testing.B) {
 		GELU(o, d, x)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(x)), "ns/elem")
+}
+
+// TestGELUAVX512 checks that geluAVX512 gives geluAVX2's bits, value and
+// derivative, for every length up to 300 (the kernels take n&^7; the rest
+// must stay untouched), unaligned, on all kinds of input.
+func TestGELUAVX512(t *testing.T) {
+	if !rowAVX512 {
+		t.Skip("no AVX-512")
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for n := 1; n <= 300; n++ {
+		body := n &^ 7
+		if body == 0 {
+			continue
+		}
+		for kind := range vecKinds {
+			off := n % 7
+			x := vecInput(rng, kind, n)
+			outA, oa := guarded(off, n)
+			derA, da := guarded(off, n)
+			outB, ob := guarded(off, n)
+			derB, db := guarded(off, n)
+			geluAVX2(&oa[0], &da[0], &x[0], body)
+			geluAVX512(&ob[0], &db[0], &x[0], body)
+			if i := firstBitDiff(outA, outB); i >= 0 {
+				t.Fatalf("n=%d kind %d: GELU(%v) [%d]: AVX-512 %#x, AVX2 %#x", n, kind, x[i-off], i-off, math.Float32bits(outB[i]), math.Float32bits(outA[i]))
+			}
+			if i := firstBitDiff(derA, derB); i >= 0 {
+				t.Fatalf("n=%d kind %d: GELU'(%v) [%d]: AVX-512 %#x, AVX2 %#x", n, kind, x[i-off], i-off, math.Float32bits(derB[i]), math.Float32bits(derA[i]))
+			}
+		}
+	}
+}
+
+// BenchmarkGELUKernels reports ns/elem for the AVX2 and AVX-512 kernels
+// behind GELU on one chunk of tensor.GELU (256 floats).
+func BenchmarkGELUKernels(b *testing.B) {
+	x := make([]float32, geluChunk)
+	for i := range x {
+		x[i] = float32(i%1000)/32 - 4
+	}
+	o, d := make([]float32, len(x)), make([]float32, len(x))
+	for _, k := range []struct {
+		name string
+		ok   bool
+		f    func(out, deriv, x *float32, n int)
+	}{{"avx2", rowAsm(), geluAVX2}, {"avx512", rowAVX512, geluAVX512}} {
+		b.Run(fmt.Sprintf("%s/n=%d", k.name, len(x)), func(b *testing.B) {
+			if !k.ok {
+				b.Skip("not on this CPU")
+			}
+			for b.Loop() {
+				k.f(&o[0], &d[0], &x[0], len(x))
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(x)), "ns/elem")
+		})
+	}
 }

@@ -11,6 +11,11 @@ import "math"
 //	Dot:         returns Σ x[i]·y[i]
 //
 // The sums keep eight or more partial sums (their order is not specified).
+// With AVX-512 the kernels take sixteen floats at a time and give the same
+// bits as the AVX2 ones (ExpShiftSum's and Dot's sums keep the AVX2 partial
+// sums and order), except that MaxOf combines its lanes in another order:
+// the same maximum, but with NaNs or zeros of both signs it may return
+// another of them.
 
 // ExpShiftSum sets dst[i] = e^(src[i] − m), as Exp computes e^x, and
 // returns the sum of the results: the numerators and the denominator of a
@@ -23,7 +28,11 @@ func ExpShiftSum(dst, src []float32, m float32) float32 {
 	var s float32
 	if rowAsm() && n >= 8 {
 		body = n &^ 7
-		s = expShiftSumAVX2(&dst[0], &src[0], body, m)
+		if rowAVX512 {
+			s = expShiftSumAVX512(&dst[0], &src[0], body, m)
+		} else {
+			s = expShiftSumAVX2(&dst[0], &src[0], body, m)
+		}
 	}
 	for i := body; i < n; i++ {
 		dst[i] = Exp32(src[i] - m)
@@ -40,7 +49,11 @@ func MaxOf(x []float32) float32 {
 	m := float32(math.Inf(-1))
 	if rowAsm() && n >= 8 {
 		body = n &^ 7
-		m = maxOfAVX2(&x[0], body)
+		if rowAVX512 {
+			m = maxOfAVX512(&x[0], body)
+		} else {
+			m = maxOfAVX2(&x[0], body)
+		}
 	}
 	for _, v := range x[body:] {
 		m = max(m, v)
@@ -56,7 +69,11 @@ func SubMul(dst, p []float32, d float32) {
 	body := 0
 	if rowAsm() && n >= 8 {
 		body = n &^ 7
-		subMulAVX2(&dst[0], &p[0], body, d)
+		if rowAVX512 {
+			subMulAVX512(&dst[0], &p[0], body, d)
+		} else {
+			subMulAVX2(&dst[0], &p[0], body, d)
+		}
 	}
 	for i := body; i < n; i++ {
 		dst[i] = p[i] * (dst[i] - d)
@@ -71,7 +88,11 @@ func Dot(x, y []float32) float32 {
 	var s float32
 	if rowAsm() && n >= 8 {
 		body = n &^ 7
-		s = dotAVX2(&x[0], &y[0], body)
+		if rowAVX512 {
+			s = dotAVX512(&x[0], &y[0], body)
+		} else {
+			s = dotAVX2(&x[0], &y[0], body)
+		}
 	}
 	for i := body; i < n; i++ {
 		s += x[i] * y[i]
