@@ -191,3 +191,36 @@ func TestBackwardThroughReleasedGraphFails(t *testing.T) {
 		t.Fatalf("grad through detached intermediate %v, want [1 1]", g)
 	}
 }
+
+// TestResidualAddGradient checks the gradients through residual
+// connections, where Add hands its output's gradient buffer to one input
+// and copies it to the other: y = h + h∘h + x with h = 2x, the sum of y
+// weighted by g, so dy/dx = g·(2·(1 + 2h) + 1); and Add(h, h), where both
+// inputs are one tensor, must give 2g.
+func TestResidualAddGradient(t *testing.T) {
+	rng := NewRNG(12)
+	x := randT(rng, -1, 1, 5, 7).SetRequiresGrad(true)
+	g := randT(rng, -1, 1, 5, 7)
+	h := MulScalar(x, 2)
+	y := Add(Add(h, Mul(h, h)), x)
+	if err := y.BackwardWith(g); err != nil {
+		t.Fatal(err)
+	}
+	for i, got := range x.Grad().data {
+		hv := 2 * x.data[i]
+		want := g.data[i] * (2*(1+2*hv) + 1)
+		if d := got - want; d > 1e-5 || d < -1e-5 {
+			t.Fatalf("grad[%d] = %v, want %v", i, got, want)
+		}
+	}
+	x.ZeroGrad()
+	h = MulScalar(x, 2)
+	if err := Add(h, h).BackwardWith(g); err != nil {
+		t.Fatal(err)
+	}
+	for i, got := range x.Grad().data {
+		if want := 4 * g.data[i]; got != want {
+			t.Fatalf("Add(h, h): grad[%d] = %v, want %v", i, got, want)
+		}
+	}
+}

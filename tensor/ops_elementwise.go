@@ -74,6 +74,15 @@ func binaryGrad(g []float32, shape []int, a, b *Tensor, da, db func(x, y, g floa
 func Add(a, b *Tensor) *Tensor {
 	out, shape := binary("Add", a, b, func(x, y float32) float32 { return x + y }, kernels.Add)
 	return record(out, "add", func(g []float32) {
+		if out.passGrad != nil && len(g) > 0 && &out.passGrad[0] == &g[0] && a != b &&
+			len(a.data) == len(g) && len(b.data) == len(g) {
+			// A residual connection: both inputs' gradient is g itself.
+			// One input takes out's pass-local buffer as its own (as
+			// Reshape does) and the other a copy, instead of two cleared
+			// buffers that g is added to.
+			addGradNoReduce(out, g, b, a)
+			return
+		}
 		if a.needsGrad() {
 			reduceInto(a.accGrad(), a.shape, g, shape)
 		}
@@ -81,6 +90,34 @@ func Add(a, b *Tensor) *Tensor {
 			reduceInto(b.accGrad(), b.shape, g, shape)
 		}
 	}, a, b)
+}
+
+// addGradNoReduce passes g, the gradient of out and the pass-local
+// buffer out owns, to each of ins that needs a gradient: the first one
+// without a gradient of its own yet takes the buffer over, the others copy
+// it (or add it to what they hold).
+func addGradNoReduce(out *Tensor, g []float32, ins ...*Tensor) {
+	var taker *Tensor
+	for _, t := range ins {
+		if t.needsGrad() && t.node != nil && t.passGrad == nil {
+			taker = t
+			break
+		}
+	}
+	for _, t := range ins {
+		if !t.needsGrad() || t == taker {
+			continue
+		}
+		dst, fresh := t.gradDst()
+		if fresh {
+			copy(dst, g)
+		} else {
+			addTo(dst, g)
+		}
+	}
+	if taker != nil {
+		taker.passGrad, out.passGrad = g, nil
+	}
 }
 
 // Sub returns a − b with broadcasting.
