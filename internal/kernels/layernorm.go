@@ -11,6 +11,9 @@ package kernels
 //	LayerNormGradInput:  dx[j] (+)= (g[j]·w[j] − a − x̂·c)·rstd
 //
 // The sums keep eight or more partial sums (their order is not specified).
+// With AVX-512 the kernels take sixteen floats at a time and give the same
+// bits as the AVX2 ones, sums included (they keep the AVX2 partial sums
+// and their order); the last len(x)%8 go through the Go code either way.
 
 // SumSqDev returns Σ (x[i] − m)².
 func SumSqDev(x []float32, m float32) float32 {
@@ -18,7 +21,11 @@ func SumSqDev(x []float32, m float32) float32 {
 	var s float32
 	if rowAsm() && len(x) >= 8 {
 		body = len(x) &^ 7
-		s = sumSqDevAVX2(&x[0], body, m)
+		if rowAVX512 {
+			s = sumSqDevAVX512(&x[0], body, m)
+		} else {
+			s = sumSqDevAVX2(&x[0], body, m)
+		}
 	}
 	return s + sumSqDevGeneric(x[body:], m)
 }
@@ -31,7 +38,11 @@ func LayerNormAffine(out, x, w, b []float32, m, rstd float32) {
 	body := 0
 	if rowAsm() && n >= 8 {
 		body = n &^ 7
-		layerNormAffineAVX2(&out[0], &x[0], &w[0], &b[0], body, m, rstd)
+		if rowAVX512 {
+			layerNormAffineAVX512(&out[0], &x[0], &w[0], &b[0], body, m, rstd)
+		} else {
+			layerNormAffineAVX2(&out[0], &x[0], &w[0], &b[0], body, m, rstd)
+		}
 	}
 	layerNormAffineGeneric(out[body:], x[body:], w[body:], b[body:], m, rstd)
 }
@@ -46,7 +57,11 @@ func LayerNormGradStats(pw, pb, x, g, w []float32, m, rstd float32) (sg, sgx flo
 	body := 0
 	if rowAsm() && n >= 8 {
 		body = n &^ 7
-		sg, sgx = layerNormGradStatsAVX2(&pw[0], &pb[0], &x[0], &g[0], &w[0], body, m, rstd)
+		if rowAVX512 {
+			sg, sgx = layerNormGradStatsAVX512(&pw[0], &pb[0], &x[0], &g[0], &w[0], body, m, rstd)
+		} else {
+			sg, sgx = layerNormGradStatsAVX2(&pw[0], &pb[0], &x[0], &g[0], &w[0], body, m, rstd)
+		}
 	}
 	tg, tgx := layerNormGradStatsGeneric(pw[body:], pb[body:], x[body:], g[body:], w[body:], m, rstd)
 	return sg + tg, sgx + tgx
@@ -65,7 +80,11 @@ func LayerNormGradInput(dx, x, g, w []float32, m, rstd, a, c float32, add bool) 
 		if add {
 			flag = 1
 		}
-		layerNormGradInputAVX2(&dx[0], &x[0], &g[0], &w[0], body, m, rstd, a, c, flag)
+		if rowAVX512 {
+			layerNormGradInputAVX512(&dx[0], &x[0], &g[0], &w[0], body, m, rstd, a, c, flag)
+		} else {
+			layerNormGradInputAVX2(&dx[0], &x[0], &g[0], &w[0], body, m, rstd, a, c, flag)
+		}
 	}
 	layerNormGradInputGeneric(dx[body:], x[body:], g[body:], w[body:], m, rstd, a, c, add)
 }
