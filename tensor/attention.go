@@ -83,9 +83,6 @@ func (a attnGeom) run(out, q, k, v *Tensor) *Tensor {
 		s := getBuf(attnBr * attnBc)
 		st := make([]float32, 2*attnBr)
 		for h := lo; h < hi; h++ {
-			if h+1 < hi {
-				a.prefetchHead(h+1, q.data, k.data, v.data, nil, nil)
-			}
 			a.forwardHead(h, q.data, k.data, v.data, out.data, lse, s, st)
 		}
 		putBuf(s)
@@ -111,9 +108,6 @@ func (a attnGeom) run(out, q, k, v *Tensor) *Tensor {
 			s := getBuf(2 * attnBr * attnBc)
 			d := make([]float32, a.tq)
 			for h := lo; h < hi; h++ {
-				if h+1 < hi {
-					a.prefetchHead(h+1, q.data, k.data, v.data, out.data, g)
-				}
 				a.backwardHead(h, q.data, k.data, v.data, out.data, g, lse, dq, dk, dv, s, d, fresh)
 			}
 			putBuf(s)
@@ -190,28 +184,6 @@ func (a attnGeom) oOff(h int) int {
 		return h/a.nh*a.tq*a.ldo + h%a.nh*a.dh
 	}
 	return h * a.tq * a.dh
-}
-
-// prefetchHead hints head h's queries, keys and values (and its output o
-// and the output's gradient g, when not nil) into the cache while the head before it
-// computes: in the packed layout each head's rows are short runs spread
-// over the whole [B, T, 3·C] tensor, too scattered for the hardware
-// prefetcher to run ahead.
-func (a attnGeom) prefetchHead(h int, q, k, v, o, g []float32) {
-	if q != nil {
-		kernels.PrefetchRows(q[a.qOff(h):], a.ldq, a.tq, a.dh)
-	}
-	if k != nil {
-		kernels.PrefetchRows(k[a.kOff(h):], a.ldkv, a.tk, a.dh)
-	}
-	if v != nil {
-		kernels.PrefetchRows(v[a.vOff(h):], a.ldkv, a.tk, a.dh)
-	}
-	for _, x := range [][]float32{o, g} {
-		if x != nil {
-			kernels.PrefetchRows(x[a.oOff(h):], a.ldo, a.tq, a.dh)
-		}
-	}
 }
 
 // keysFor returns how many keys (from 0) query row i may see.

@@ -309,22 +309,3 @@ func TestStreamCopy(t *testing.T) {
 		}
 	}
 }
-
-// TestPrefetchRows checks that the prefetch hint accepts edge cases
-// (empty, one float, a row ending the slice, too short a slice) without
-// faulting or changing anything.
-func TestPrefetchRows(t *testing.T) {
-	x := make([]float32, 1000)
-	for i := range x {
-		x[i] = float32(i)
-	}
-	PrefetchRows(nil, 10, 0, 0)
-	PrefetchRows(x[999:], 1, 1, 1)
-	PrefetchRows(x[1:], 100, 9, 99)
-	PrefetchRows(x, 100, 11, 100) // too short: ignored
-	for i := range x {
-		if x[i] != float32(i) {
-			t.Fatalf("x[%d] changed to %v", i, x[i])
-		}
-	}
-}
