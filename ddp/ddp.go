@@ -377,7 +377,11 @@ func (m *Model) beginPass(pass *tensor.Pass) {
 }
 
 func (m *Model) markReady(p int) {
-	if !m.cfg.gradAsBucketView {
+	if m.cfg.gradAsBucketView {
+		// The bucket holds the gradient itself: let a ZeroGrad that no
+		// backward wrote over (an unused parameter's) write its zeros.
+		m.params[p].Grad()
+	} else {
 		dst := m.gradRegion(p)
 		if g := m.params[p].Grad(); g != nil && g.Len() == len(dst) {
 			copy(dst, g.Data())

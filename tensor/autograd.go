@@ -61,6 +61,7 @@ func (t *Tensor) accGrad() []float32 {
 		if t.grad == nil {
 			t.grad = Zeros(t.shape...)
 		}
+		t.settleGrad()
 		return t.grad.data
 	}
 	if t.passGrad == nil {
@@ -74,15 +75,20 @@ func (t *Tensor) accGrad() []float32 {
 }
 
 // gradDst is accGrad for an op that can write its whole contribution in
-// one pass: it returns the buffer and whether it is a fresh pass-local
-// buffer that no op has added to yet. A fresh buffer is not cleared (its
-// contents are unspecified) and the caller must overwrite every element,
-// which saves clearing it and reading the zeros back. Leaves' gradients and
-// buffers already accumulated into are never fresh.
+// one pass: it returns the buffer and whether it is fresh, holding no
+// gradient yet: a pass-local buffer no op has added to, or a leaf's
+// gradient that ZeroGrad zeroed and nothing has touched since. A fresh
+// buffer is not cleared (its contents are unspecified) and the caller must
+// overwrite every element, which saves clearing it and reading the zeros
+// back.
 func (t *Tensor) gradDst() (buf []float32, fresh bool) {
 	if t.node != nil && t.passGrad == nil {
 		t.passGrad = getBuf(len(t.data))
 		return t.passGrad, true
+	}
+	if t.node == nil && t.gradZero {
+		t.gradZero = false
+		return t.grad.data, true
 	}
 	return t.accGrad(), false
 }

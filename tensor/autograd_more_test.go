@@ -224,3 +224,62 @@ func TestResidualAddGradient(t *testing.T) {
 		}
 	}
 }
+
+// TestZeroGradDeferred checks ZeroGrad's deferred zeros: a linear layer's
+// weight gradient overwritten whole by its product, a weight used twice
+// (the first use overwrites, the second adds), a bias added to, and a
+// parameter no pass reaches, which must read as zeros, not as the last
+// pass's gradient.
+func TestZeroGradDeferred(t *testing.T) {
+	rng := NewRNG(13)
+	x := randT(rng, -1, 1, 6, 5)
+	w := randT(rng, -1, 1, 4, 5).SetRequiresGrad(true)
+	b := randT(rng, -1, 1, 4).SetRequiresGrad(true)
+	unused := randT(rng, -1, 1, 3).SetRequiresGrad(true)
+	loss := func(twice bool) *Tensor {
+		y := Linear(x, w, b)
+		if twice {
+			y = Add(y, Linear(x, w, nil))
+		}
+		return Sum(Mul(y, y), false)
+	}
+	grads := func(twice bool) (gw, gb []float32) {
+		if err := loss(twice).Backward(); err != nil {
+			t.Fatal(err)
+		}
+		return slices.Clone(w.Grad().data), slices.Clone(b.Grad().data)
+	}
+	// Fresh gradients, from nothing, as references.
+	w.SetGrad(nil)
+	b.SetGrad(nil)
+	refW1, refB1 := grads(false)
+	w.SetGrad(nil)
+	b.SetGrad(nil)
+	refW2, refB2 := grads(true)
+	if err := Sum(Mul(unused, unused), false).Backward(); err != nil {
+		t.Fatal(err)
+	}
+	for _, twice := range []bool{false, true, false} {
+		for _, p := range []*Tensor{w, b, unused} {
+			p.ZeroGrad()
+		}
+		gw, gb := grads(twice)
+		wantW, wantB := refW1, refB1
+		if twice {
+			wantW, wantB = refW2, refB2
+		}
+		for i := range gw {
+			if d := gw[i] - wantW[i]; d > 1e-5 || d < -1e-5 {
+				t.Fatalf("twice=%v: w grad[%d] = %v, want %v", twice, i, gw[i], wantW[i])
+			}
+		}
+		for i := range gb {
+			if d := gb[i] - wantB[i]; d > 1e-5 || d < -1e-5 {
+				t.Fatalf("twice=%v: b grad[%d] = %v, want %v", twice, i, gb[i], wantB[i])
+			}
+		}
+		if slices.ContainsFunc(unused.Grad().data, func(v float32) bool { return v != 0 }) {
+			t.Fatalf("twice=%v: a parameter no pass reached reads %v after ZeroGrad", twice, unused.Grad().data)
+		}
+	}
+}

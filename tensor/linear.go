@@ -69,7 +69,12 @@ func Linear(x, w, b *Tensor) *Tensor {
 			gemm(false, false, rows, in, outF, 1, g, outF, wd, in, beta, gx, in)
 		}
 		if w.needsGrad() {
-			gemm(true, false, outF, in, rows, 1, g, outF, xd, in, 1, w.accGrad(), in)
+			gw, fresh := w.gradDst()
+			beta := float32(1)
+			if fresh {
+				beta = 0
+			}
+			gemm(true, false, outF, in, rows, 1, g, outF, xd, in, beta, gw, in)
 		}
 	}, inputs...)
 	if y.node == nil { // no backward will release them

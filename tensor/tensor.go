@@ -41,6 +41,10 @@ type Tensor struct {
 	// grad is the accumulated gradient of a leaf; nil until the first
 	// Backward that reaches it (or SetGrad).
 	grad *Tensor
+	// gradZero marks a grad that ZeroGrad has zeroed without writing to
+	// it yet: it is cleared when anything reads it or adds to it, unless a
+	// backward pass first overwrites it whole (gradDst).
+	gradZero bool
 	// node records how a non-leaf was computed; nil for leaves and for
 	// results computed without grad.
 	node *node
@@ -141,7 +145,18 @@ func (t *Tensor) SetRequiresGrad(v bool) *Tensor {
 func (t *Tensor) IsLeaf() bool { return t.node == nil }
 
 // Grad returns the accumulated gradient, or nil if none has been computed.
-func (t *Tensor) Grad() *Tensor { return t.grad }
+func (t *Tensor) Grad() *Tensor {
+	t.settleGrad()
+	return t.grad
+}
+
+// settleGrad writes the zeros a ZeroGrad deferred.
+func (t *Tensor) settleGrad() {
+	if t.gradZero {
+		clear(t.grad.data)
+		t.gradZero = false
+	}
+}
 
 // SetGrad replaces the gradient storage. g must have t's shape; later
 // backward passes accumulate into g in place (DDP uses this to make
@@ -151,12 +166,17 @@ func (t *Tensor) SetGrad(g *Tensor) {
 		panic(fmt.Sprintf("tensor: SetGrad: gradient shape %v does not match %v", g.shape, t.shape))
 	}
 	t.grad = g
+	t.gradZero = false
 }
 
-// ZeroGrad sets the gradient to zero in place, keeping its storage.
+// ZeroGrad sets the gradient to zero in place, keeping its storage. The
+// zeros are written when the gradient is next read or added to; a product
+// that overwrites the whole gradient in the next backward pass (a linear
+// layer's weight gradient) writes it without them, which saves a pass
+// over the storage and reading it back.
 func (t *Tensor) ZeroGrad() {
 	if t.grad != nil {
-		clear(t.grad.data)
+		t.gradZero = true
 	}
 }
 
