@@ -367,3 +367,65 @@ func TestReducesInlineFollowsOverlapComm(t *testing.T) {
 		}
 	}
 }
+
+// TestUnusedParameterAfterZeroGrad: with gradients as bucket views, a
+// parameter one rank uses and another does not must be averaged with that
+// rank's zeros, also after ZeroGrad, which defers its zeros: the bucket
+// still holds the last pass's gradient there, which must not be sent.
+func TestUnusedParameterAfterZeroGrad(t *testing.T) {
+	x, y := fixedData(perRank * worldSize)
+	build := func() (*nn.LinearLayer, *nn.LinearLayer, nn.Module) {
+		used, unused := nn.Linear(8, 4), nn.Linear(8, 4)
+		m := nn.Sequential(used, unused)
+		nn.ResetParameters(m, tensor.NewRNG(3))
+		return used, unused, m
+	}
+	both := func(used, unused *nn.LinearLayer, bx *tensor.Tensor, by []int) error {
+		return nn.CrossEntropy(tensor.Add(used.Forward(bx), unused.Forward(bx)), by).Backward()
+	}
+	// Rank 0's own gradient of the second branch in the second pass: the
+	// average over 2 ranks is half of it.
+	ru, rn, _ := build()
+	bx0, by0 := slice(x, y, 0, perRank)
+	if err := both(ru, rn, bx0, by0); err != nil {
+		t.Fatal(err)
+	}
+	want := rn.Weight.Grad().Data()
+	for _, overlap := range []bool{true, false} {
+		errs := runRanks(2, func(rank int, g Group) error {
+			used, unused, m := build()
+			dm, err := New(context.Background(), m, g, FindUnusedParameters(true), GradientAsBucketView(true), OverlapComm(overlap))
+			if err != nil {
+				return err
+			}
+			defer dm.Close()
+			bx, by := slice(x, y, rank*perRank, (rank+1)*perRank)
+			if err := both(used, unused, bx, by); err != nil {
+				return err
+			}
+			for _, p := range nn.Parameters(m) {
+				p.ZeroGrad()
+			}
+			if rank == 0 {
+				err = both(used, unused, bx, by)
+			} else {
+				err = nn.CrossEntropy(used.Forward(bx), by).Backward()
+			}
+			if err != nil {
+				return err
+			}
+			got := unused.Weight.Grad().Data()
+			for i := range got {
+				if d := got[i] - want[i]/2; d > 1e-6 || d < -1e-6 {
+					return fmt.Errorf("second branch's averaged gradient[%d] = %v, want %v (rank 0's %v over 2 ranks)", i, got[i], want[i]/2, want[i])
+				}
+			}
+			return nil
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Errorf("overlap=%v rank %d: %v", overlap, r, err)
+			}
+		}
+	}
+}

@@ -145,6 +145,8 @@ func (t *Tensor) SetRequiresGrad(v bool) *Tensor {
 func (t *Tensor) IsLeaf() bool { return t.node == nil }
 
 // Grad returns the accumulated gradient, or nil if none has been computed.
+// The first Grad after ZeroGrad writes the zeros ZeroGrad deferred, so it
+// must not run concurrently with other uses of t.
 func (t *Tensor) Grad() *Tensor {
 	t.settleGrad()
 	return t.grad
