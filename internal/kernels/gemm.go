@@ -365,9 +365,14 @@ func grow(buf []float32, n int) []float32 {
 }
 
 // directBMaxPanels is the number of A micro-panels up to which B is read
-// in place rather than packed. B is never read in place with a row stride
-// of a multiple of 4 KiB: its rows would all map to the same L1 sets.
-const directBMaxPanels = 16
+// in place rather than packed, and directBShortMaxPanels the number up to
+// which a B of short rows is (see sgemmSerial). B is never read in place
+// with a row stride of a multiple of 4 KiB: its rows would all map to the
+// same L1 sets.
+const (
+	directBMaxPanels      = 16
+	directBShortMaxPanels = 96
+)
 
 func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, bias, c []float32, ldc int) {
 	mr, nr := impl.mr, impl.nr
@@ -386,11 +391,13 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 	// pass over A), except edge rows of kernels without a row variant.
 	// Packing B pays when its micro-panel is reused by many A micro-panels;
 	// it also absorbs Bᵀ, so only an untransposed B is read in place: with
-	// few A rows, or with short rows (≤ 1024 floats) read 32 or more
-	// floats at a time, whose block is compact enough to stream from L2 as
-	// a packed one would (measured on the GPT's dW = gᵀ·x, k = 4096:
-	// 147–155 → 158–170 GFLOP/s).
-	directB := !transB && (m <= directBMaxPanels*mr || ldb <= 1024 && nr >= 32) && (ldb*4)%4096 != 0
+	// few A rows, or with a few hundred and short rows (≤ 1024 floats) read
+	// 32 or more floats at a time, whose block streams from L2 as a packed
+	// one would. That is the GPT's dW = gᵀ·x (m ≤ 512, k = 4096): its
+	// 128×512 case ran 140–160 GFLOP/s packed and 163–173 in place, 3
+	// alternating rounds; its dx = g·W (m = 4096) is faster packed.
+	directB := !transB && (m <= directBMaxPanels*mr || m <= directBShortMaxPanels*mr && ldb <= 1024 && nr >= 32) &&
+		(ldb*4)%4096 != 0
 
 	for jc := 0; jc < n; jc += impl.nc {
 		nc := min(impl.nc, n-jc)
