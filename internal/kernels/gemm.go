@@ -143,8 +143,10 @@ func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, al
 	if m == 0 || n == 0 {
 		return
 	}
-	thin := n <= swapMaxN && (!transA && transB && impl.dot != nil || m >= 4*n && impl.kernels[1] != nil)
-	if bias != nil && (k == 0 || alpha == 0 || thin) {
+	// A thin C goes to the dot-product tiles or to its transpose.
+	dot := n <= swapMaxN && !transA && transB && impl.dot != nil
+	swapped := n <= swapMaxN && m >= 4*n && impl.kernels[1] != nil
+	if bias != nil && (k == 0 || alpha == 0 || dot || swapped) {
 		// These paths do not fill tiles: fill C whole first.
 		fillTile(c, ldc, m, n, bias)
 		bias = nil
@@ -153,11 +155,11 @@ func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, al
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	if n <= swapMaxN && !transA && transB && impl.dot != nil {
+	if dot {
 		sgemmDot(impl.dot, threads, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	if n <= swapMaxN && m >= 4*n && impl.kernels[1] != nil {
+	if swapped {
 		sgemmSwapped(impl, threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}

@@ -44,25 +44,30 @@ func BenchmarkSgemm(b *testing.B) {
 		for _, s := range append(benchShapes[:len(benchShapes):len(benchShapes)], gptBenchShapes...) {
 			name := fmt.Sprintf("%s/m=%d,n=%d,k=%d,t=%s", impl.name, s.m, s.n, s.k, transName(s.transA, s.transB))
 			b.Run(name, func(b *testing.B) {
-				r := rand.New(rand.NewPCG(1, 2))
-				a := randSlice(r, s.m*s.k)
-				bb := randSlice(r, s.k*s.n)
-				c := randSlice(r, s.m*s.n)
-				lda, ldb := s.k, s.n
-				if s.transA {
-					lda = s.m
-				}
-				if s.transB {
-					ldb = s.k
-				}
-
-				for b.Loop() {
+				benchShapeRun(b, s, func(a []float32, lda int, bb []float32, ldb int, c []float32) {
 					sgemmWith(impl, 1, s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, nil, c, s.n)
-				}
-				b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
 			})
 		}
 	}
+}
+
+// benchShapeRun times run on random operands of s (C of row stride n)
+// and reports GFLOP/s.
+func benchShapeRun(b *testing.B, s benchShape, run func(a []float32, lda int, bb []float32, ldb int, c []float32)) {
+	r := rand.New(rand.NewPCG(1, 2))
+	a, bb, c := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n), randSlice(r, s.m*s.n)
+	lda, ldb := s.k, s.n
+	if s.transA {
+		lda = s.m
+	}
+	if s.transB {
+		ldb = s.k
+	}
+	for b.Loop() {
+		run(a, lda, bb, ldb, c)
+	}
+	b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
 
 func transName(a, b bool) string {
@@ -94,18 +99,9 @@ func BenchmarkSgemmBF16(b *testing.B) {
 	for _, s := range bf16BenchShapes {
 		name := fmt.Sprintf("fp32-%s/m=%d,n=%d,k=%d,t=%s", gemm.name, s.m, s.n, s.k, transName(s.transA, s.transB))
 		b.Run(name, func(b *testing.B) {
-			r := rand.New(rand.NewPCG(1, 2))
-			a := randSlice(r, s.m*s.k)
-			bb := randSlice(r, s.k*s.n)
-			c := randSlice(r, s.m*s.n)
-			lda, ldb := s.k, s.n
-			if s.transB {
-				ldb = s.k
-			}
-			for b.Loop() {
+			benchShapeRun(b, s, func(a []float32, lda int, bb []float32, ldb int, c []float32) {
 				sgemmWith(gemm, 1, s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, nil, c, s.n)
-			}
-			b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
 		})
 	}
 	for _, native := range bf16Paths() {
@@ -116,21 +112,9 @@ func BenchmarkSgemmBF16(b *testing.B) {
 		for _, s := range shapes {
 			name := fmt.Sprintf("%s/m=%d,n=%d,k=%d,t=%s", bf16PathName(native), s.m, s.n, s.k, transName(s.transA, s.transB))
 			b.Run(name, func(b *testing.B) {
-				r := rand.New(rand.NewPCG(1, 2))
-				a := randSlice(r, s.m*s.k)
-				bb := randSlice(r, s.k*s.n)
-				c := randSlice(r, s.m*s.n)
-				lda, ldb := s.k, s.n
-				if s.transA {
-					lda = s.m
-				}
-				if s.transB {
-					ldb = s.k
-				}
-				for b.Loop() {
+				benchShapeRun(b, s, func(a []float32, lda int, bb []float32, ldb int, c []float32) {
 					sgemmBF16(native, 1, s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n)
-				}
-				b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
 			})
 		}
 	}

@@ -6,6 +6,12 @@ package kernels
 // softmax_amd64.s) run.
 func rowAsm() bool { return hasAVX2 }
 
+// rowAVX512 reports whether the AVX-512 versions of the row kernels (Exp,
+// ExpShiftSum, MaxOf, SubMul, Dot, GELU and LayerNorm's) run instead of
+// the AVX2 ones: they need AVX-512F, and AVX2/FMA for their 8-float tails
+// and reductions.
+var rowAVX512 = hasAVX512 && hasAVX2
+
 // n is a positive multiple of 8 in all of these. The AVX-512 versions
 // (used when rowAVX512) give the AVX2 versions' bits, sums included.
 

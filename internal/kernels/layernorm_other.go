@@ -4,6 +4,9 @@ package kernels
 
 func rowAsm() bool { return false }
 
+// rowAVX512 is false: there is no assembly.
+const rowAVX512 = false
+
 // The kernels layernorm.go dispatches to and layernorm_test.go compares;
 // never called here (rowAsm is false, rowAVX512 too).
 

@@ -2,12 +2,6 @@
 
 package kernels
 
-// rowAVX512 reports whether the AVX-512 versions of the row kernels of
-// Exp, ExpShiftSum, MaxOf, SubMul, Dot and GELU run instead of the AVX2
-// ones: they need AVX-512F, and AVX2/FMA for their 8-float tails and
-// reductions.
-var rowAVX512 = hasAVX512 && hasAVX2
-
 // n is a positive multiple of 8 in all of these. The AVX-512 versions
 // give the same bits as the AVX2 ones, except MaxOf's for NaN and the
 // sign of a zero maximum (its lanes are combined in another order).

@@ -2,9 +2,6 @@
 
 package kernels
 
-// rowAVX512 is false: there is no assembly.
-const rowAVX512 = false
-
 func expShiftSumAVX2(_, _ *float32, _ int, _ float32) float32 { panic("kernels: no assembly") }
 
 func expShiftSumAVX512(_, _ *float32, _ int, _ float32) float32 { panic("kernels: no assembly") }

@@ -53,16 +53,26 @@ func BenchmarkGPTStepBF16(b *testing.B) {
 	benchGPTStep(b, tensor.BF16)
 }
 
-func benchGPTStep(b *testing.B, p tensor.Precision) {
-	cfg := DefaultGPTConfig()
-	const batch = 32
-	m := GPT(cfg)
+// gptBenchBatch returns the default GPT and a batch of 32 random windows
+// of its block size: ids, targets and the token count.
+func gptBenchBatch() (m *GPTModel, cfg GPTConfig, ids, targets []int, n int) {
+	cfg = DefaultGPTConfig()
+	m = GPT(cfg)
 	rng := tensor.NewRNG(1)
-	n := batch * cfg.BlockSize
-	ids, targets := make([]int, n), make([]int, n)
+	n = gptBenchBatchSize * cfg.BlockSize
+	ids, targets = make([]int, n), make([]int, n)
 	for i := range ids {
 		ids[i], targets[i] = rng.Intn(cfg.VocabSize), rng.Intn(cfg.VocabSize)
 	}
+	return m, cfg, ids, targets, n
+}
+
+// gptBenchBatchSize is the batch of the GPT benchmarks (the job's default).
+const gptBenchBatchSize = 32
+
+func benchGPTStep(b *testing.B, p tensor.Precision) {
+	const batch = gptBenchBatchSize
+	m, cfg, ids, targets, n := gptBenchBatch()
 	params := nn.Parameters(m)
 	step := func() {
 		for _, p := range params {
@@ -92,15 +102,8 @@ func benchGPTStep(b *testing.B, p tensor.Precision) {
 // clipping at 1.0 and AdamW with weight decay on the matrices only.
 // Reports tokens/s; GOTRAIN_NUM_THREADS sets the threads.
 func BenchmarkGPTTrainStep(b *testing.B) {
-	cfg := DefaultGPTConfig()
-	const batch = 32
-	m := GPT(cfg)
-	rng := tensor.NewRNG(1)
-	n := batch * cfg.BlockSize
-	ids, targets := make([]int, n), make([]int, n)
-	for i := range ids {
-		ids[i], targets[i] = rng.Intn(cfg.VocabSize), rng.Intn(cfg.VocabSize)
-	}
+	const batch = gptBenchBatchSize
+	m, cfg, ids, targets, n := gptBenchBatch()
 	params := nn.Parameters(m)
 	var decay, noDecay []*tensor.Tensor
 	for _, p := range params {
