@@ -3,7 +3,7 @@ package distributed
 import (
 	"context"
 
-	"github.com/gotrain/gotrain/internal/transport"
+	"github.com/gotrain/gotrain/distributed/internal/transport"
 )
 
 // allReduceDoubling is the latency-optimal allreduce for small buffers:

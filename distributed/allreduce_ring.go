@@ -3,7 +3,7 @@ package distributed
 import (
 	"context"
 
-	"github.com/gotrain/gotrain/internal/transport"
+	"github.com/gotrain/gotrain/distributed/internal/transport"
 )
 
 // segBytes is the pipelining unit of the ring and the tree: each block

@@ -9,10 +9,10 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/gotrain/gotrain/distributed/internal/transport"
+	"github.com/gotrain/gotrain/distributed/shm"
 	"github.com/gotrain/gotrain/distributed/store"
 	"github.com/gotrain/gotrain/internal/kernels"
-	"github.com/gotrain/gotrain/internal/shm"
-	"github.com/gotrain/gotrain/internal/transport"
 )
 
 // allReduceShm runs an allreduce through the group's shared-memory arena

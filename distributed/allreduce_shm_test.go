@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/shm"
+	"github.com/gotrain/gotrain/distributed/shm"
 	"github.com/gotrain/gotrain/internal/testlog"
 )
 

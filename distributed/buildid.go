@@ -13,8 +13,8 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/gotrain/gotrain/distributed/internal/auth"
 	"github.com/gotrain/gotrain/distributed/store"
-	"github.com/gotrain/gotrain/internal/auth"
 )
 
 // modulePath is gotrain's module, whose version a build identity names.

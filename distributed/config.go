@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/clusterenv"
+	"github.com/gotrain/gotrain/distributed/clusterenv"
 )
 
 // Defaults of Config's zero fields.

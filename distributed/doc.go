@@ -8,8 +8,8 @@
 // env:// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, as torchrun, a
 // Kubernetes PyTorchJob or `gotrain run` set them), tcp://host:port or
 // file:///path. Ranks meet through a store (package distributed/store),
-// then connect a full TCP mesh (internal/transport/tcp) in which every
-// connection is authenticated (internal/auth) with the job's token.
+// then connect a full TCP mesh (distributed/internal/transport/tcp) in which every
+// connection is authenticated (distributed/internal/auth) with the job's token.
 //
 // Every rank runs the same build. During the rendezvous each rank
 // publishes its build identity (gotrain's module version,
@@ -53,5 +53,5 @@
 // recursive doubling for small buffers and a segmented, pipelined ring
 // for large ones (Config.AllReduceAlgo or GOTRAIN_ALLREDUCE_ALGO
 // override the choice). Same-host traffic goes through shared memory:
-// package internal/shm says which path each message takes.
+// package distributed/shm says which path each message takes.
 package distributed

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/gotrain/gotrain/distributed/internal/transport"
 	"github.com/gotrain/gotrain/internal/kernels"
-	"github.com/gotrain/gotrain/internal/transport"
 )
 
 // dtype is the element type of a buffer, as carried in frame headers.

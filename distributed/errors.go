@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/gotrain/gotrain/internal/transport"
+	"github.com/gotrain/gotrain/distributed/internal/transport"
 )
 
 // Sentinel errors; match them with errors.Is. Operation errors are

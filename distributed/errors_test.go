@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/auth"
+	"github.com/gotrain/gotrain/distributed/internal/auth"
 	"github.com/gotrain/gotrain/internal/testnet"
 )
 

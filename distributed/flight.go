@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/transport"
+	"github.com/gotrain/gotrain/distributed/internal/transport"
 )
 
 // FlightRecorderSize is how many of its last operations a group

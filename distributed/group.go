@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gotrain/gotrain/distributed/internal/transport"
+	"github.com/gotrain/gotrain/distributed/shm"
 	"github.com/gotrain/gotrain/distributed/store"
-	"github.com/gotrain/gotrain/internal/shm"
-	"github.com/gotrain/gotrain/internal/transport"
 )
 
 // Group is a process group: the ranks that run collectives together. Its

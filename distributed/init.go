@@ -13,9 +13,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gotrain/gotrain/distributed/internal/transport/tcp"
+	"github.com/gotrain/gotrain/distributed/shm"
 	"github.com/gotrain/gotrain/distributed/store"
-	"github.com/gotrain/gotrain/internal/shm"
-	"github.com/gotrain/gotrain/internal/transport/tcp"
 )
 
 // Init joins the process group described by cfg: it reaches the store

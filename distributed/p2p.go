@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/gotrain/gotrain/internal/transport"
+	"github.com/gotrain/gotrain/distributed/internal/transport"
 )
 
 // Point-to-point messages do not take part in the collective sequence:

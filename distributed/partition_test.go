@@ -12,17 +12,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/testcluster"
 	"github.com/gotrain/gotrain/internal/testproc"
+	"github.com/gotrain/gotrain/testing/clustertest"
 )
 
 // newNetnsPair makes two hosts (network namespaces on a bridge, no
 // sshd) for ranks to run on, or skips the test when this process may not
 // (not root, no ip), unless GOTRAIN_REQUIRE_ENGINES=1. They are removed
 // when the test ends.
-func newNetnsPair(t *testing.T) *testcluster.Cluster {
+func newNetnsPair(t *testing.T) *clustertest.Cluster {
 	t.Helper()
-	return testcluster.New(t, testcluster.Options{Hosts: 2, NoSSH: true})
+	return clustertest.New(t, clustertest.Options{Hosts: 2, NoSSH: true})
 }
 
 // nsProc is a rank running in a namespace, and its output lines.
@@ -62,7 +62,7 @@ func (p *nsProc) output() string {
 
 // startInNetns runs worker as rank r of world 2 on host r of n, rank 0
 // serving the store at its host's address.
-func startInNetns(t *testing.T, n *testcluster.Cluster, worker string, r int, env ...string) *nsProc {
+func startInNetns(t *testing.T, n *clustertest.Cluster, worker string, r int, env ...string) *nsProc {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -111,10 +111,10 @@ func startInNetns(t *testing.T, n *testcluster.Cluster, worker string, r int, en
 func TestProcessPartition(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		split func(h *testcluster.Host, t testing.TB)
+		split func(h *clustertest.Host, t testing.TB)
 	}{
-		{"link down", (*testcluster.Host).LinkDown},
-		{"nft drop", (*testcluster.Host).DropAll},
+		{"link down", (*clustertest.Host).LinkDown},
+		{"nft drop", (*clustertest.Host).DropAll},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNetnsPair(t)

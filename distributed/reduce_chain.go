@@ -3,7 +3,7 @@ package distributed
 import (
 	"context"
 
-	"github.com/gotrain/gotrain/internal/transport"
+	"github.com/gotrain/gotrain/distributed/internal/transport"
 )
 
 // reduceChain reduces into root along a pipelined chain: with v the rank

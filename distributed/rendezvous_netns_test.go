@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/testcluster"
 	"github.com/gotrain/gotrain/internal/testnet"
 	"github.com/gotrain/gotrain/internal/testproc"
+	"github.com/gotrain/gotrain/testing/clustertest"
 )
 
 // TestRendezvousUnreachablePeer: rank 2 runs on another "host" (a network
@@ -20,7 +20,7 @@ import (
 // and every rank fails within 2 s of that, naming the peer.
 func TestRendezvousUnreachablePeer(t *testing.T) {
 	// One host; this process is on the bridge at c.LocalAddr.
-	c := testcluster.New(t, testcluster.Options{Hosts: 1, NoSSH: true})
+	c := clustertest.New(t, clustertest.Options{Hosts: 1, NoSSH: true})
 	hostIP := c.LocalAddr
 	port := strconv.Itoa(testnet.FreePort(t))
 	env := []string{"GOTRAIN_TOKEN=proc-test", "GOTRAIN_RUN_ID=" + t.Name(), "GOTRAIN_CONNECT_TIMEOUT=30s",

@@ -3,7 +3,7 @@ package launch
 import (
 	"log/slog"
 
-	"github.com/gotrain/gotrain/internal/shm"
+	"github.com/gotrain/gotrain/distributed/shm"
 )
 
 // cleanShm removes the /dev/shm files that killed gotrain processes left

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/shm"
+	"github.com/gotrain/gotrain/distributed/shm"
 	"github.com/gotrain/gotrain/internal/testproc"
 	"github.com/gotrain/gotrain/launch"
 )

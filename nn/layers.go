@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/gotrain/gotrain/internal/tensorhook"
 	"github.com/gotrain/gotrain/tensor"
 )
 
@@ -185,7 +184,7 @@ func (s *SequentialLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 }
 
 // freeIntermediates marks outputs between children for recycling
-// (tensorhook.FreeWithGraph, whose promise this upholds) when
+// (tensor.Recycle, whose promise this upholds) when
 // that is safe: outputs sharing storage are grouped, and a group is freed
 // (through its first member, which a Backward releases last) only if it
 // does not hold the input or the result, every member is read only by a
@@ -219,7 +218,7 @@ func (s *SequentialLayer) freeIntermediates(outs []*tensor.Tensor, next []int, d
 	}
 	for _, gr := range groups {
 		if gr.ok {
-			tensorhook.FreeWithGraph(gr.first)
+			tensor.Recycle(gr.first)
 		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gotrain/gotrain/internal/tensorhook"
 	"github.com/gotrain/gotrain/tensor"
 )
 
@@ -297,14 +296,14 @@ func (a *CausalSelfAttentionLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 		y := a.attendWithDropout(parts[0], parts[1], parts[2])
 		merged := tensor.Permute(y, 0, 2, 1, 3)
 		// These results own their storage and only the graph reads them:
-		// Backward hands it back for the next step (see tensorhook).
-		recycle(qkv, heads, y, merged)
+		// Backward hands it back for the next step (see tensor.Recycle).
+		tensor.Recycle(qkv, heads, y, merged)
 		return a.ResidDropout.Forward(a.CProj.Forward(merged.Reshape(b, t, c)))
 	}
 	// The fused attention reads the heads straight out of qkv and writes
 	// them side by side in [B, T, C]: no head split or merge copies.
 	y := tensor.SelfAttentionQKV(qkv, h, true)
-	recycle(qkv, y)
+	tensor.Recycle(qkv, y)
 	return a.ResidDropout.Forward(a.CProj.Forward(y))
 }
 
@@ -323,34 +322,6 @@ func (a *CausalSelfAttentionLayer) attendWithDropout(q, k, v *tensor.Tensor) *te
 	att = tensor.Softmax(tensor.MaskedFill(att, mask, float32(math.Inf(-1))), -1)
 	return tensor.MatMul(a.AttnDropout.Forward(att), v, false, false)
 }
-
-// recycle marks results that own their storage and that nothing but the
-// autograd graph reads (no view of them escapes, they are not returned):
-// the Backward that releases them hands the storage back to package
-// tensor's buffer pool (tensorhook.FreeWithGraph).
-// Of several sharing storage (a Permute that turned out a view, for size-1
-// dimensions) only the first is marked: list results in the order they
-// were computed, so that the owner, released last, comes first.
-func recycle(ts ...*tensor.Tensor) {
-	seen := make(map[*float32]bool, len(ts))
-	for _, t := range ts {
-		d := t.Data()
-		if len(d) == 0 || seen[&d[0]] {
-			continue
-		}
-		seen[&d[0]] = true
-		tensorhook.FreeWithGraph(t)
-	}
-}
-
-// Recycle is recycle for model code outside this package: it marks
-// intermediate results, each owning its storage (not a view such as a
-// Reshape) and read by nothing but the autograd graph, so that Backward
-// returns their storage to the buffer pool for the next step. Of the
-// tensors of one call that share storage only the first is marked.
-// Marking a tensor that is read after Backward, or, in separate calls,
-// two tensors sharing storage, is a mistake that corrupts later results.
-func Recycle(ts ...*tensor.Tensor) { recycle(ts...) }
 
 // MultiheadAttentionLayer is PyTorch's nn.MultiheadAttention(embed_dim,
 // num_heads, batch_first=True) without dropout: inputs are [B, T, E]. Its

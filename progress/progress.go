@@ -37,7 +37,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/console"
+	"github.com/gotrain/gotrain/progress/console"
 )
 
 // EnvFD names the environment variable holding the descriptor of the

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/console"
 	"github.com/gotrain/gotrain/internal/testproc"
 	"github.com/gotrain/gotrain/launch"
 	"github.com/gotrain/gotrain/progress"
+	"github.com/gotrain/gotrain/progress/console"
 )
 
 // reportSteps is the loop every test reports: one epoch of three steps

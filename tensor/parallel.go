@@ -87,19 +87,23 @@ func putBuf(b []float32) {
 	scratch.bytes += 4 * n
 }
 
-// poolStats reports the bytes the free lists hold and the bytes of
-// poolable buffers allocated so far because none was free; tests use it
-// (through tensorhook.PoolStats) to tell a bounded pool and a training
-// step that returns all it takes from ones that leak.
-func poolStats() (held, fresh int64) {
+// PoolStats reports the bytes the buffer pool holds for reuse and the
+// cumulative bytes of poolable buffers it had to allocate because none of
+// the size was free. A training loop in its steady state allocates no
+// fresh bytes per step: comparing fresh across steps finds results taken
+// from the pool and never handed back (see Recycle).
+func PoolStats() (held, fresh int64) {
 	scratch.mu.Lock()
 	defer scratch.mu.Unlock()
 	return int64(scratch.bytes), scratch.fresh
 }
 
-// releasePool drops every buffer the pool holds, for the garbage
-// collector to reuse their memory for work of other sizes.
-func releasePool() {
+// ReleasePool empties the buffer pool, leaving its buffers to the garbage
+// collector. A training loop calls it before work that needs buffers of
+// other sizes (an evaluation pass on smaller chunks), so that the memory
+// serves that work rather than sitting idle beside it; the next training
+// step refills the pool.
+func ReleasePool() {
 	scratch.mu.Lock()
 	defer scratch.mu.Unlock()
 	clear(scratch.free)

@@ -4,12 +4,10 @@ import (
 	"errors"
 	"slices"
 	"testing"
-
-	"github.com/gotrain/gotrain/internal/tensorhook"
 )
 
 // TestFreeWithGraph checks that an intermediate marked freeWithGraph (here
-// through tensorhook.FreeWithGraph, as nn.Sequential does) keeps
+// through Recycle, as nn.Sequential does) keeps
 // its values until every op reading it has run its backward, gives the
 // same gradients as an unmarked one, is emptied when released, and that
 // results the caller holds are never overwritten by later ops reusing the
@@ -24,7 +22,7 @@ func TestFreeWithGraph(t *testing.T) {
 		h = ReLU(Linear(x, w, nil)) // [64, 30]: large enough to recycle
 		y := Linear(h, Narrow(w.Detach(), 1, 0, 30), nil)
 		if free {
-			tensorhook.FreeWithGraph(h)
+			Recycle(h)
 		}
 		out = slices.Clone(y.data)
 		if err := Sum(Mul(y, y), false).Backward(); err != nil {
@@ -147,8 +145,8 @@ func TestRecycledOpBuffersInterleaved(t *testing.T) {
 // slices of one backing array, so the test counts bytes without
 // allocating them.
 func TestPoolBoundedByBytes(t *testing.T) {
-	releasePool()
-	defer releasePool() // the aliased buffers must not reach other tests
+	ReleasePool()
+	defer ReleasePool() // the aliased buffers must not reach other tests
 	backing := make([]float32, 1<<20)
 	for round := 0; round < 3; round++ {
 		for n := minScratchLen; n <= len(backing); n *= 2 {
@@ -158,7 +156,7 @@ func TestPoolBoundedByBytes(t *testing.T) {
 			}
 		}
 	}
-	held, _ := poolStats()
+	held, _ := PoolStats()
 	sum := 0
 	scratch.mu.Lock()
 	for n, l := range scratch.free {
@@ -174,8 +172,8 @@ func TestPoolBoundedByBytes(t *testing.T) {
 	if held < maxScratchBytes/2 {
 		t.Fatalf("pool holds only %d bytes: buffers were dropped below the bound %d", held, maxScratchBytes)
 	}
-	releasePool()
-	if held, _ := poolStats(); held != 0 {
+	ReleasePool()
+	if held, _ := PoolStats(); held != 0 {
 		t.Fatalf("releasePool left %d bytes", held)
 	}
 }
@@ -184,8 +182,8 @@ func TestPoolBoundedByBytes(t *testing.T) {
 // intermediates are recycled takes every buffer from the pool after the
 // first step: no fresh poolable bytes, and the same bytes held after each.
 func TestPoolSteadyState(t *testing.T) {
-	releasePool()
-	defer releasePool()
+	ReleasePool()
+	defer ReleasePool()
 	rng := NewRNG(7)
 	x := randT(rng, -1, 1, 64, 40)
 	w1 := randT(rng, -1, 1, 48, 40).SetRequiresGrad(true)
@@ -202,7 +200,7 @@ func TestPoolSteadyState(t *testing.T) {
 		if err := Sum(sq, false).Backward(); err != nil {
 			t.Fatal(err)
 		}
-		held, fresh := poolStats()
+		held, fresh := PoolStats()
 		if step == 1 {
 			held0, fresh0 = held, fresh
 			continue

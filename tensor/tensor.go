@@ -25,8 +25,6 @@ package tensor
 import (
 	"fmt"
 	"strings"
-
-	"github.com/gotrain/gotrain/internal/tensorhook"
 )
 
 // Tensor is a float32 N-d array, optionally tracked by autograd.
@@ -182,20 +180,47 @@ func (t *Tensor) ZeroGrad() {
 	}
 }
 
-// freeWithGraph marks t for recycling once a Backward releases its
-// history; tensorhook.FreeWithGraph (installed below) documents the
-// promise its caller makes. It has no effect on a tensor without recorded
-// history, which no Backward releases.
+// Recycle marks intermediate results whose storage a Backward may hand
+// back to the buffer pool once every op that reads them has run its
+// backward pass, which saves allocating, zeroing and page-faulting large
+// fresh activations every training step; a recycled tensor is then empty
+// (Len 0). The caller promises that each tensor owns its storage (not a
+// view such as a Reshape) and that nothing but its recorded graph reads
+// it: it is not returned or kept, and the ops that consumed it keep it no
+// longer than their backward pass. Marking a tensor that is read after
+// Backward, or, in separate calls, two tensors sharing storage, is a
+// mistake that corrupts later results. Of the tensors of one call that
+// share storage only the first is marked, so list them in the order they
+// were computed (the owner, released last, first). A tensor without
+// recorded history is left alone: no Backward releases it.
+//
+// nn.Sequential, nn's attention and nn/models' GPT mark their
+// intermediates this way where they can prove the promise.
+func Recycle(ts ...*Tensor) {
+	var seen map[*float32]bool
+	if len(ts) > 1 {
+		seen = make(map[*float32]bool, len(ts))
+	}
+	for _, t := range ts {
+		if len(t.data) == 0 {
+			continue
+		}
+		if seen != nil {
+			if seen[&t.data[0]] {
+				continue
+			}
+			seen[&t.data[0]] = true
+		}
+		t.freeWithGraph()
+	}
+}
+
+// freeWithGraph is Recycle for one tensor of this package's own, whose
+// caller makes Recycle's promise.
 func (t *Tensor) freeWithGraph() {
 	if t.node != nil {
 		t.recycle = true
 	}
-}
-
-func init() {
-	tensorhook.FreeWithGraph = func(t any) { t.(*Tensor).freeWithGraph() }
-	tensorhook.PoolStats = poolStats
-	tensorhook.ReleasePool = releasePool
 }
 
 // Detach returns a tensor sharing t's data with no autograd history.

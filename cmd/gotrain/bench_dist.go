@@ -15,9 +15,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gotrain/gotrain/distributed"
-	"github.com/gotrain/gotrain/internal/sshcmd"
 	"github.com/gotrain/gotrain/launch"
 	"github.com/gotrain/gotrain/launch/fanout"
+	"github.com/gotrain/gotrain/launch/ssh"
 )
 
 // benchWorkerEnv marks a process started by `gotrain bench <collective>`
@@ -124,7 +124,7 @@ func benchOnHosts(ctx context.Context, f *pflag.FlagSet, h hostFlags, nproc int)
 		}
 	}
 	cfg := fanout.Config{
-		Hosts: hs, SSH: sshcmd.Client{Options: h.sshOptions}, Gotrain: h.remoteGotrain,
+		Hosts: hs, SSH: ssh.Client{Options: h.sshOptions}, Gotrain: h.remoteGotrain,
 		Program: program, Args: os.Args[1:], NProcPerNode: n, MasterPort: h.masterPort, ExitWait: h.exitWait,
 	}
 	results := func(w io.Writer) io.Writer { return rankZeroLines{w} }

@@ -15,13 +15,13 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/checkpoint"
-	"github.com/gotrain/gotrain/internal/testcluster"
 	"github.com/gotrain/gotrain/internal/testlog"
 	"github.com/gotrain/gotrain/internal/testproc"
+	"github.com/gotrain/gotrain/testing/clustertest"
 )
 
 // The cluster benchmarks measure gotrain between two hosts of a
-// testcluster (network namespaces on a bridge), each run once per b.N:
+// clustertest (network namespaces on a bridge), each run once per b.N:
 //
 //	go test ./cmd/gotrain -run '^$' -bench BenchmarkCluster -benchtime 1x -v
 //
@@ -34,10 +34,10 @@ import (
 const shapedRate = 1e9
 
 // shapeLink shapes both hosts of c as the benchmarks' shaped link.
-func shapeLink(b *testing.B, c *testcluster.Cluster) {
+func shapeLink(b *testing.B, c *clustertest.Cluster) {
 	b.Helper()
 	delay := 500 * time.Microsecond
-	if !testcluster.HasDelay() {
+	if !clustertest.HasDelay() {
 		b.Logf("this kernel has no netem qdisc: the shaped link is 1 Gbit/s without the 0.5 ms delay")
 		delay = 0
 	}
@@ -49,7 +49,7 @@ func shapeLink(b *testing.B, c *testcluster.Cluster) {
 // onHosts runs one process per host of c, rank r on host r, given by
 // argv and env, and returns each one's combined output. It fails b if
 // any fails or all have not finished within limit.
-func onHosts(b *testing.B, c *testcluster.Cluster, limit time.Duration, argv func(r int) []string, env func(r int) []string) []string {
+func onHosts(b *testing.B, c *clustertest.Cluster, limit time.Duration, argv func(r int) []string, env func(r int) []string) []string {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
@@ -83,7 +83,7 @@ func onHosts(b *testing.B, c *testcluster.Cluster, limit time.Duration, argv fun
 
 // rankEnv is torchrun's contract for rank r of a job of one worker per
 // host of c, node 0 serving the store on port.
-func rankEnv(c *testcluster.Cluster, r, port int) []string {
+func rankEnv(c *clustertest.Cluster, r, port int) []string {
 	return []string{"RANK=" + strconv.Itoa(r), "LOCAL_RANK=0", "WORLD_SIZE=" + strconv.Itoa(len(c.Hosts)),
 		"LOCAL_WORLD_SIZE=1", "GROUP_RANK=" + strconv.Itoa(r), "MASTER_ADDR=" + c.Hosts[0].Addr,
 		"MASTER_PORT=" + strconv.Itoa(port), "GOTRAIN_TOKEN=0123456789abcdef0123456789abcdef",
@@ -146,7 +146,7 @@ func BenchmarkClusterAllreduce(b *testing.B) {
 	bin := buildGotrain(b)
 	for _, link := range []string{"veth", "shaped"} {
 		b.Run(link, func(b *testing.B) {
-			c := testcluster.New(b, testcluster.Options{Hosts: 2})
+			c := clustertest.New(b, clustertest.Options{Hosts: 2})
 			if link == "shaped" {
 				shapeLink(b, c)
 			}
@@ -199,7 +199,7 @@ func BenchmarkClusterMLPCommHook(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := testcluster.New(b, testcluster.Options{Hosts: 2, NoSSH: true})
+	c := clustertest.New(b, clustertest.Options{Hosts: 2, NoSSH: true})
 	shapeLink(b, c)
 	for i := 0; i < b.N; i++ {
 		speed := map[string]float64{}
@@ -264,7 +264,7 @@ func benchFirstStep(b *testing.B, bin string) {
 	if st, err := os.Stat(bin); err == nil {
 		b.ReportMetric(float64(st.Size())/1e6, "binary_MB")
 	}
-	c := testcluster.New(b, testcluster.Options{Hosts: 2, Hide: []string{filepath.Dir(bin)}})
+	c := clustertest.New(b, clustertest.Options{Hosts: 2, Hide: []string{filepath.Dir(bin)}})
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, testproc.WorkerEnv+"=") })
 	firstStep := func() time.Duration {
 		save := filepath.Join(b.TempDir(), "model.safetensors")

@@ -16,11 +16,11 @@ import (
 	"github.com/gotrain/gotrain/datasets/mnist"
 	"github.com/gotrain/gotrain/ddp"
 	"github.com/gotrain/gotrain/distributed"
-	"github.com/gotrain/gotrain/internal/testcluster"
 	"github.com/gotrain/gotrain/internal/testproc"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/nn/models"
 	"github.com/gotrain/gotrain/optim"
+	"github.com/gotrain/gotrain/testing/clustertest"
 )
 
 // paramsWorker names the worker that trains the MNIST MLP under DDP for
@@ -85,7 +85,7 @@ func TestClusterRanksIdentical(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newCluster(t, 2, testcluster.Options{})
+	c := newCluster(t, 2, clustertest.Options{})
 	script := fmt.Sprintf("#!/bin/sh\n%s=%s exec %s \"$@\"\n", testproc.WorkerEnv, paramsWorker, exe)
 	src := filepath.Join(t.TempDir(), "ddpparams")
 	if err := os.WriteFile(src, []byte(script), 0o755); err != nil {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/testcluster"
 	"github.com/gotrain/gotrain/internal/testproc"
+	"github.com/gotrain/gotrain/testing/clustertest"
 )
 
 // tcpWorker names the worker that measures the link's own ceiling for a
@@ -109,7 +109,7 @@ func tcpDuplex() error {
 
 // tcpCeiling runs tcpDuplex between the first two hosts of c and returns
 // bytes → GB/s.
-func tcpCeiling(b *testing.B, c *testcluster.Cluster, exe string, sizes []string) map[int]float64 {
+func tcpCeiling(b *testing.B, c *clustertest.Cluster, exe string, sizes []string) map[int]float64 {
 	b.Helper()
 	outs := onHosts(b, c, 2*time.Minute,
 		func(int) []string { return []string{exe} },

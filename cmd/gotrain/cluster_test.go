@@ -16,14 +16,14 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/checkpoint"
-	"github.com/gotrain/gotrain/internal/testcluster"
 	"github.com/gotrain/gotrain/internal/testlog"
 	"github.com/gotrain/gotrain/internal/testproc"
+	"github.com/gotrain/gotrain/testing/clustertest"
 )
 
 // The tests below run `gotrain run --hosts` and `gotrain train mnist
 // --hosts` against a cluster of network namespaces, each host a real
-// sshd (internal/testcluster), from this process's namespace (the
+// sshd (testing/clustertest), from this process's namespace (the
 // launching machine, not one of the hosts) unless they say otherwise.
 // gotrain is this test binary: ssh sessions on the hosts have
 // GOTRAIN_TEST_WORKER=gotrain (sshd's SetEnv), so the agent and the
@@ -31,15 +31,15 @@ import (
 // here unless the test hides it.
 
 // newCluster builds n hosts for gotrain.
-func newCluster(t *testing.T, n int, o testcluster.Options) *testcluster.Cluster {
+func newCluster(t *testing.T, n int, o clustertest.Options) *clustertest.Cluster {
 	t.Helper()
 	o.Hosts = n
 	o.Env = append(o.Env, testproc.Env("gotrain"), "GOTRAIN_NUM_THREADS=1")
-	return testcluster.New(t, o)
+	return clustertest.New(t, o)
 }
 
 // hostList is the --hosts value for c's hosts by address, slots each.
-func hostList(c *testcluster.Cluster, slots int) string {
+func hostList(c *clustertest.Cluster, slots int) string {
 	var hs []string
 	for _, h := range c.Hosts {
 		hs = append(hs, fmt.Sprintf("%s:%d", h.Addr, slots))
@@ -49,7 +49,7 @@ func hostList(c *testcluster.Cluster, slots int) string {
 
 // mnistOnHosts is `gotrain train mnist --hosts …` on c with slots
 // workers per host, then more flags.
-func mnistOnHosts(c *testcluster.Cluster, slots int, flags ...string) []string {
+func mnistOnHosts(c *clustertest.Cluster, slots int, flags ...string) []string {
 	args := append([]string{"train", "mnist", "--hosts", hostList(c, slots)}, c.SSHFlags()...)
 	return append(append(args, "--progress=false"), flags...)
 }
@@ -78,13 +78,13 @@ func startGotrain(t *testing.T, ctx context.Context, env []string, args ...strin
 
 // workers lists the processes on h other than sshd's, the agent and the
 // launcher's reaper: the job's workers (or anything they left).
-func workers(t *testing.T, h *testcluster.Host) []testcluster.Proc {
+func workers(t *testing.T, h *clustertest.Host) []clustertest.Proc {
 	t.Helper()
 	ps, err := h.Procs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ws []testcluster.Proc
+	var ws []clustertest.Proc
 	for _, p := range ps {
 		if !strings.HasPrefix(p.Cmdline, "sshd:") && !strings.HasSuffix(p.Cmdline, " agent") && p.Cmdline != "gotrain-reaper" {
 			ws = append(ws, p)
@@ -95,7 +95,7 @@ func workers(t *testing.T, h *testcluster.Host) []testcluster.Proc {
 
 // leftovers lists every process other than sshd's on h, and its /dev/shm
 // files.
-func leftovers(t *testing.T, h *testcluster.Host) (procs []testcluster.Proc, shm []string) {
+func leftovers(t *testing.T, h *clustertest.Host) (procs []clustertest.Proc, shm []string) {
 	t.Helper()
 	ps, err := h.Procs()
 	if err != nil {
@@ -146,7 +146,7 @@ func params(t *testing.T, path string) map[string][]float32 {
 // parameters of 4 local workers with the same seed, within 1e-6 relative;
 // rank 0's summary reports the world of 4.
 func TestClusterTrainMNIST(t *testing.T) {
-	c := newCluster(t, 2, testcluster.Options{})
+	c := newCluster(t, 2, clustertest.Options{})
 	dir := t.TempDir()
 	job := []string{"--max-steps", "8", "--seed", "7"}
 	local := filepath.Join(dir, "local.safetensors")
@@ -200,7 +200,7 @@ func TestClusterCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newCluster(t, 2, testcluster.Options{Hide: []string{filepath.Dir(exe)}})
+	c := newCluster(t, 2, clustertest.Options{Hide: []string{filepath.Dir(exe)}})
 	all, _, code := runGotrain(t, 60*time.Second, mnistOnHosts(c, 1, "--max-steps", "2")...)
 	missing := 0
 	for l := range strings.Lines(all) {
@@ -245,7 +245,7 @@ func TestClusterDifferentProgram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newCluster(t, 2, testcluster.Options{})
+	c := newCluster(t, 2, clustertest.Options{})
 	for _, h := range c.Hosts {
 		h.Install(t, exe, "trainer")
 	}
@@ -279,7 +279,7 @@ func TestClusterDifferentProgram(t *testing.T) {
 // TestClusterSSHRefused: ssh to host 1 is refused: one line names it
 // and the cause before anything starts, on any host.
 func TestClusterSSHRefused(t *testing.T) {
-	c := newCluster(t, 2, testcluster.Options{})
+	c := newCluster(t, 2, clustertest.Options{})
 	c.Hosts[1].RejectTCP(t, "22")
 	start := time.Now()
 	all, _, code := runGotrain(t, 30*time.Second, mnistOnHosts(c, 1, "--max-steps", "2")...)
@@ -312,7 +312,7 @@ func TestClusterSSHRefused(t *testing.T) {
 // and the timeout before any worker starts; with the range moved to
 // open ports the job runs.
 func TestClusterFirewall(t *testing.T) {
-	c := newCluster(t, 2, testcluster.Options{})
+	c := newCluster(t, 2, clustertest.Options{})
 	c.Hosts[1].DropTCP(t, "29600-29700")
 	all, _, code := runGotrain(t, 60*time.Second, mnistOnHosts(c, 1, "--max-steps", "2")...)
 	if code == 0 {
@@ -352,7 +352,7 @@ func TestClusterHostnameLoopback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newCluster(t, 2, testcluster.Options{})
+	c := newCluster(t, 2, clustertest.Options{})
 	for i, h := range c.Hosts {
 		other := c.Hosts[1-i]
 		h.SetHosts(t, fmt.Sprintf("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n%s\t%s\n", h.Name, other.Addr, other.Name))
@@ -388,14 +388,14 @@ func TestClusterHostnameLoopback(t *testing.T) {
 // startTraining starts a long MNIST job on c (slots workers per host)
 // that checkpoints every 5 steps, and waits for its first checkpoint:
 // then every rank is training.
-func startTraining(t *testing.T, c *testcluster.Cluster, slots int, flags ...string) (*os.Process, *testlog.Buffer, <-chan int, string) {
+func startTraining(t *testing.T, c *clustertest.Cluster, slots int, flags ...string) (*os.Process, *testlog.Buffer, <-chan int, string) {
 	t.Helper()
 	return startTrainingEnv(t, c, nil, slots, flags...)
 }
 
 // startTrainingEnv is startTraining with env added to the launcher's
 // environment (whose GOTRAIN_* variables reach every host's workers).
-func startTrainingEnv(t *testing.T, c *testcluster.Cluster, env []string, slots int, flags ...string) (*os.Process, *testlog.Buffer, <-chan int, string) {
+func startTrainingEnv(t *testing.T, c *clustertest.Cluster, env []string, slots int, flags ...string) (*os.Process, *testlog.Buffer, <-chan int, string) {
 	t.Helper()
 	save := filepath.Join(t.TempDir(), "model.safetensors")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -419,7 +419,7 @@ func startTrainingEnv(t *testing.T, c *testcluster.Cluster, env []string, slots 
 // stops it: otherwise whether its last line names the peer depends on
 // where the stop finds it.
 func TestClusterLinkDown(t *testing.T) {
-	c := newCluster(t, 2, testcluster.Options{})
+	c := newCluster(t, 2, clustertest.Options{})
 	_, out, code, _ := startTrainingEnv(t, c, []string{"GOTRAIN_HEARTBEAT_TIMEOUT=3s"}, 1)
 	cut := time.Now()
 	c.Hosts[1].LinkDown(t)
@@ -455,7 +455,7 @@ func TestClusterLinkDown(t *testing.T) {
 // within 5 s no process of the job (agent, worker) and no /dev/shm file
 // is left on any host.
 func TestClusterLauncherKilled(t *testing.T) {
-	c := newCluster(t, 2, testcluster.Options{})
+	c := newCluster(t, 2, clustertest.Options{})
 	p, _, code, _ := startTraining(t, c, 2)
 	for _, h := range c.Hosts {
 		if len(workers(t, h)) == 0 {
@@ -481,7 +481,7 @@ func TestClusterLauncherKilled(t *testing.T) {
 // killed mid-training; every node restarts together, resumes from the
 // checkpoint and completes.
 func TestClusterRestart(t *testing.T) {
-	c := newCluster(t, 2, testcluster.Options{})
+	c := newCluster(t, 2, clustertest.Options{})
 	_, out, code, _ := startTraining(t, c, 1, "--max-restarts", "1", "--resume", "--max-steps", "40")
 	ws := workers(t, c.Hosts[1])
 	if len(ws) != 1 {
@@ -524,7 +524,7 @@ func lastRank0Line(out string) string {
 // rank per host over ssh and prints rank 0's results, one line per
 // size, and nothing of rank 1's.
 func TestClusterBenchAllreduce(t *testing.T) {
-	c := newCluster(t, 2, testcluster.Options{})
+	c := newCluster(t, 2, clustertest.Options{})
 	args := append([]string{"bench", "allreduce", "--hosts", hostList(c, 1), "--sizes", "4096,1048576"}, c.SSHFlags()...)
 	all, stdout, code := runGotrain(t, 60*time.Second, args...)
 	if code != 0 {
@@ -546,7 +546,7 @@ func TestClusterBenchAllreduce(t *testing.T) {
 // writes one metrics file and one timeline on the launching machine,
 // merged from every rank of both hosts.
 func TestClusterMetricsAndTrace(t *testing.T) {
-	c := newCluster(t, 2, testcluster.Options{})
+	c := newCluster(t, 2, clustertest.Options{})
 	dir := t.TempDir()
 	file, trace := filepath.Join(dir, "m.jsonl"), filepath.Join(dir, "t.json")
 	args := append([]string{"train", "mnist", "--hosts", hostList(c, 2)}, c.SSHFlags()...)
@@ -599,7 +599,7 @@ func TestClusterMetricsAndTrace(t *testing.T) {
 // TestClusterTrainGPT: `train gpt --hosts` on 2 hosts × 1 worker ends
 // with the losses of 2 local workers with the same seed.
 func TestClusterTrainGPT(t *testing.T) {
-	c := newCluster(t, 2, testcluster.Options{})
+	c := newCluster(t, 2, clustertest.Options{})
 	job := []string{"--max-steps", "4", "--n-layer", "1", "--n-embd", "32", "--block-size", "32", "--batch-size", "4",
 		"--eval-every", "4", "--eval-batches", "2", "--progress=false"}
 	args := append(append([]string{"train", "gpt", "--hosts", hostList(c, 1)}, c.SSHFlags()...), job...)

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/gotrain/gotrain/internal/console"
 	"github.com/gotrain/gotrain/launch"
+	"github.com/gotrain/gotrain/progress/console"
 )
 
 // addLogEvery defines --log-every on f, for the commands that show

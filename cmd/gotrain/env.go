@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gotrain/gotrain/internal/clusterenv"
+	"github.com/gotrain/gotrain/distributed/clusterenv"
 )
 
 // lookupEnv reads the environment; tests replace it.

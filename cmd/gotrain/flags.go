@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/clusterenv"
+	"github.com/gotrain/gotrain/distributed/clusterenv"
 	"github.com/gotrain/gotrain/launch"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/clusterenv"
+	"github.com/gotrain/gotrain/distributed/clusterenv"
 	"github.com/gotrain/gotrain/launch"
 )
 

@@ -16,13 +16,13 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/gotrain/gotrain/internal/console"
 	"github.com/gotrain/gotrain/internal/logging"
-	"github.com/gotrain/gotrain/internal/sshcmd"
 	"github.com/gotrain/gotrain/launch"
 	"github.com/gotrain/gotrain/launch/fanout"
 	"github.com/gotrain/gotrain/launch/hosts"
 	"github.com/gotrain/gotrain/launch/preflight"
+	"github.com/gotrain/gotrain/launch/ssh"
+	"github.com/gotrain/gotrain/progress/console"
 )
 
 // hostFlags are the flags that launch a job on several machines over ssh,
@@ -150,7 +150,7 @@ func (h hostFlags) nproc(f *pflag.FlagSet, value string) (int, error) {
 func (h hostFlags) fanoutConfig(f *pflag.FlagSet, o runFlags, hs []hosts.Host, args []string) (fanout.Config, error) {
 	cfg := fanout.Config{
 		Hosts:       hs,
-		SSH:         sshcmd.Client{Options: h.sshOptions},
+		SSH:         ssh.Client{Options: h.sshOptions},
 		Gotrain:     h.remoteGotrain,
 		Program:     args[0],
 		Args:        args[1:],
@@ -401,7 +401,7 @@ func demoJobOnHosts(ctx context.Context, f *pflag.FlagSet, j demoJob) error {
 		}
 	}
 	cfg := fanout.Config{
-		Hosts: hs, SSH: sshcmd.Client{Options: h.sshOptions}, Gotrain: h.remoteGotrain,
+		Hosts: hs, SSH: ssh.Client{Options: h.sshOptions}, Gotrain: h.remoteGotrain,
 		Program: program, Args: os.Args[1:], NProcPerNode: n, MasterPort: h.masterPort,
 		MaxRestarts: j.launch.MaxRestarts, ExitWait: h.exitWait, LogDir: j.launch.LogDir,
 		Redirects: probe.Redirects, Tee: probe.Tee, LocalRanksFilter: probe.LocalRanksFilter,

@@ -12,9 +12,9 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/gotrain/gotrain/internal/observe"
 	"github.com/gotrain/gotrain/launch"
 	"github.com/gotrain/gotrain/launch/fanout"
+	"github.com/gotrain/gotrain/launch/observe"
 )
 
 // observeFlags are the flags that watch a run from its launcher: the

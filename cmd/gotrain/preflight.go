@@ -7,7 +7,7 @@ import (
 	"os"
 	"runtime"
 
-	"github.com/gotrain/gotrain/internal/shm"
+	"github.com/gotrain/gotrain/distributed/shm"
 	"github.com/gotrain/gotrain/launch"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gotrain/gotrain/internal/flightrec"
+	"github.com/gotrain/gotrain/distributed/flightrec"
 )
 
 // newTraceCmd is `gotrain trace DIR`: the flight recorder's report.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/distributed"
-	"github.com/gotrain/gotrain/internal/observe"
+	"github.com/gotrain/gotrain/launch/observe"
 )
 
 // dashboardState fetches the dashboard's state.

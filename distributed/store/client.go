@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/auth"
+	"github.com/gotrain/gotrain/distributed/internal/auth"
 )
 
 // ErrConnLost is wrapped by the errors of a Client whose connection to the

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/auth"
+	"github.com/gotrain/gotrain/distributed/internal/auth"
 )
 
 const (
@@ -257,7 +257,7 @@ func (s *Server) serveConn(conn net.Conn, handshaken func()) {
 	cancel()
 	handshaken()
 	if err != nil {
-		if !errors.Is(err, auth.ErrAuth) && !s.isClosed() { // internal/auth logs refused tokens itself
+		if !errors.Is(err, auth.ErrAuth) && !s.isClosed() { // distributed/internal/auth logs refused tokens itself
 			s.warn.Warn("store: handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
 		}
 		if errors.Is(err, auth.ErrAuth) || errors.Is(err, auth.ErrVersion) {

@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/gotrain/gotrain/internal/auth"
+	"github.com/gotrain/gotrain/distributed/internal/auth"
 	"github.com/gotrain/gotrain/internal/testlog"
 	"github.com/gotrain/gotrain/internal/testnet"
 )

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/gotrain/gotrain/internal/tensorhook"
+	"github.com/gotrain/gotrain/tensor"
 )
 
 // TestStepsReturnPoolBuffers checks that a training step in its steady
@@ -29,7 +29,7 @@ func TestStepsReturnPoolBuffers(t *testing.T) {
 			t.Fatal(err)
 		}
 		step++
-		held, fresh := tensorhook.PoolStats()
+		held, fresh := tensor.PoolStats()
 		if step == 2 {
 			held0, fresh0 = held, fresh
 		}
@@ -63,13 +63,13 @@ func TestEvaluateReleasesPool(t *testing.T) {
 		}
 		break
 	}
-	trained, _ := tensorhook.PoolStats()
+	trained, _ := tensor.PoolStats()
 	if trained == 0 {
 		t.Fatal("the pool holds nothing after a step")
 	}
 	j.evaluate()
 	// Evaluation hands back only its own scratch (attention tiles).
-	if held, _ := tensorhook.PoolStats(); held >= trained {
+	if held, _ := tensor.PoolStats(); held >= trained {
 		t.Fatalf("the pool holds %d bytes after evaluation, %d before: it kept training's buffers", held, trained)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"runtime/metrics"
 
 	"github.com/gotrain/gotrain/data"
-	"github.com/gotrain/gotrain/internal/tensorhook"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/nn/models"
 	"github.com/gotrain/gotrain/optim"
@@ -112,7 +111,7 @@ func (j *job) step(m *meter, b data.Batch) (float64, error) {
 	// Nothing but the graph reads the logits: Backward hands their
 	// storage (the largest activation) back to the buffer pool rather
 	// than leaving it as garbage every step.
-	nn.Recycle(logits)
+	tensor.Recycle(logits)
 	// A failed allreduce (a dead peer) surfaces here, never as a hang.
 	if err := loss.Backward(); err != nil {
 		return 0, err
@@ -167,7 +166,7 @@ func (j *job) evaluate() float64 {
 	// The pool's buffers are sized for training's batch, not these
 	// chunks: drop them so that the pass reuses their memory instead of
 	// adding its own on top (the next step refills the pool).
-	tensorhook.ReleasePool()
+	tensor.ReleasePool()
 	runtime.GC()
 	var sum float64
 	n := 0

@@ -10,7 +10,7 @@ import (
 	"strconv"
 
 	"github.com/gotrain/gotrain/ddp"
-	"github.com/gotrain/gotrain/internal/clusterenv"
+	"github.com/gotrain/gotrain/distributed/clusterenv"
 	"github.com/gotrain/gotrain/progress"
 	"github.com/gotrain/gotrain/tensor"
 )

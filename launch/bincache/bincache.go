@@ -22,14 +22,14 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/gotrain/gotrain/internal/sshcmd"
+	"github.com/gotrain/gotrain/launch/ssh"
 )
 
 // Dir is the cache's directory, relative to the remote user's home.
 const Dir = ".cache/gotrain/bin"
 
 // Runner runs argv on host with stdin as its input and returns its
-// standard output (internal/sshcmd.Client is one). An error names the
+// standard output (internal/ssh.Client is one). An error names the
 // host.
 type Runner interface {
 	Run(ctx context.Context, host string, stdin io.Reader, argv ...string) ([]byte, error)
@@ -126,7 +126,7 @@ func Place(ctx context.Context, r Runner, host string, f File) (string, error) {
 	h := sha256.New()
 	out, err = r.Run(ctx, host, io.TeeReader(src, h), "sh", "-c", putScript, "gotrain-bincache", f.SHA256, f.Name)
 	if err != nil {
-		if ee := (*sshcmd.ExitError)(nil); errors.As(err, &ee) && strings.HasPrefix(ee.Stderr, "copy corrupted") {
+		if ee := (*ssh.ExitError)(nil); errors.As(err, &ee) && strings.HasPrefix(ee.Stderr, "copy corrupted") {
 			return "", fmt.Errorf("%w: %s to host %s: %w", ErrCorrupt, f.Name, host, err)
 		}
 		return "", fmt.Errorf("copy %s to host %s: %w", f.Name, host, err)

@@ -15,8 +15,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gotrain/gotrain/internal/sshcmd"
 	"github.com/gotrain/gotrain/launch/bincache"
+	"github.com/gotrain/gotrain/launch/ssh"
 )
 
 // fakeSSH runs the command here, as host: with $FAKE_SSH_DIR/HOST as
@@ -89,7 +89,7 @@ func setup(t *testing.T) (*counting, string, string) {
 	if err := os.WriteFile(local, content, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return &counting{r: sshcmd.Client{Program: prog}}, homes, local
+	return &counting{r: ssh.Client{Program: prog}}, homes, local
 }
 
 func sum(t *testing.T, path string) string {

@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gotrain/gotrain/internal/sshcmd"
 	"github.com/gotrain/gotrain/launch/bincache"
+	"github.com/gotrain/gotrain/launch/ssh"
 )
 
 // home runs commands on this machine through sh, as ssh runs them on a
@@ -19,13 +19,13 @@ import (
 type home string
 
 func (h home) Run(ctx context.Context, host string, stdin io.Reader, argv ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, "sh", "-c", sshcmd.Quote(argv...))
+	cmd := exec.CommandContext(ctx, "sh", "-c", ssh.Quote(argv...))
 	cmd.Env = append(os.Environ(), "HOME="+string(h))
 	var stderr bytes.Buffer
 	cmd.Stdin, cmd.Stderr = stdin, &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return out, sshcmd.Classify(host, err, stderr.String())
+		return out, ssh.Classify(host, err, stderr.String())
 	}
 	return out, nil
 }
@@ -36,7 +36,7 @@ func ExampleEnsure() {
 	prog := filepath.Join(dir, "trainer")
 	os.WriteFile(prog, []byte("#!/bin/sh\necho training\n"), 0o755)
 
-	// A launcher passes sshcmd.Client{}; here the host is this machine.
+	// A launcher passes ssh.Client{}; here the host is this machine.
 	path, err := bincache.Ensure(context.Background(), home(dir), "node1", prog)
 	if err != nil {
 		fmt.Println(err)

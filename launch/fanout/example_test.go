@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/gotrain/gotrain/internal/sshcmd"
 	"github.com/gotrain/gotrain/launch/fanout"
 	"github.com/gotrain/gotrain/launch/hosts"
+	"github.com/gotrain/gotrain/launch/ssh"
 )
 
 // Two hosts of two workers each, reached with the user's ssh; gotrain and
@@ -19,7 +19,7 @@ func ExampleRun() {
 	}
 	code, err := fanout.Run(context.Background(), fanout.Config{
 		Hosts:       hs,
-		SSH:         sshcmd.Client{Options: []string{"ConnectTimeout=5"}},
+		SSH:         ssh.Client{Options: []string{"ConnectTimeout=5"}},
 		Program:     "/opt/train/mytrainer",
 		Args:        []string{"--epochs", "5"},
 		MaxRestarts: 1,

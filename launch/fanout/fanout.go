@@ -22,10 +22,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/sshcmd"
 	"github.com/gotrain/gotrain/launch"
 	"github.com/gotrain/gotrain/launch/agent"
 	"github.com/gotrain/gotrain/launch/hosts"
+	"github.com/gotrain/gotrain/launch/ssh"
 )
 
 // DefaultExitWait is how long nodes that finished wait for the others
@@ -55,7 +55,7 @@ type Config struct {
 	// master address every node dials.
 	Hosts []hosts.Host
 	// SSH is how the hosts are reached.
-	SSH sshcmd.Client
+	SSH ssh.Client
 	// Gotrain is the path of gotrain on the hosts ("" means the absolute
 	// path of this executable, the same on every host); GotrainOn
 	// overrides it per host name (--copy's cache paths).
@@ -630,7 +630,7 @@ func exitErr(host string, werr error, stderr *tailBuffer) error {
 	if errors.As(werr, &ee) && ee.ExitCode() == 127 {
 		return fmt.Errorf("host %s: gotrain not found there (%s); install it at the same path or use --copy", host, strings.TrimSpace(stderr.last()))
 	}
-	return sshcmd.Classify(host, werr, stderr.String())
+	return ssh.Classify(host, werr, stderr.String())
 }
 
 // tailBuffer keeps the last bytes written to it.

@@ -17,13 +17,13 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/distributed"
-	"github.com/gotrain/gotrain/internal/sshcmd"
 	"github.com/gotrain/gotrain/internal/testnet"
 	"github.com/gotrain/gotrain/internal/testproc"
 	"github.com/gotrain/gotrain/launch"
 	"github.com/gotrain/gotrain/launch/agent"
 	"github.com/gotrain/gotrain/launch/fanout"
 	"github.com/gotrain/gotrain/launch/hosts"
+	"github.com/gotrain/gotrain/launch/ssh"
 )
 
 // The test binary is the agent (run through the fake ssh) and the
@@ -199,7 +199,7 @@ func config(t *testing.T, worker string, env ...string) (fanout.Config, *syncBuf
 	}, &out, &errOut
 }
 
-func fakeSSHClient(t *testing.T) sshcmd.Client { return sshcmd.Client{Program: fakeSSH(t)} }
+func fakeSSHClient(t *testing.T) ssh.Client { return ssh.Client{Program: fakeSSH(t)} }
 
 // pidDir returns a directory for recordPID and a check that every pid
 // recorded there is gone within limit.

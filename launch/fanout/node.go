@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/sshcmd"
 	"github.com/gotrain/gotrain/launch/agent"
+	"github.com/gotrain/gotrain/launch/ssh"
 )
 
 // nodeMsg is a message from node's agent, or err when its connection
@@ -26,7 +26,7 @@ type nodeMsg struct {
 
 // node is one host's agent, reached through its ssh process.
 type node struct {
-	ssh    sshcmd.Client // to end a shared connection to host
+	ssh    ssh.Client // to end a shared connection to host
 	index  int
 	host   string
 	pgid   int
@@ -43,7 +43,7 @@ type node struct {
 // startNode starts ssh running argv on host and sends it job on stdin.
 // Messages from the agent go to msgs; ssh's own stderr lines go there too,
 // as output naming the host.
-func startNode(c sshcmd.Client, index int, host string, argv []string, job agent.Job, msgs chan<- nodeMsg, stderr io.Writer) (*node, error) {
+func startNode(c ssh.Client, index int, host string, argv []string, job agent.Job, msgs chan<- nodeMsg, stderr io.Writer) (*node, error) {
 	n := &node{ssh: c, index: index, host: host, in: make(chan []byte, 64), done: make(chan struct{}), seen: time.Now()}
 	// Not tied to a context: the launcher ends it by closing its stdin,
 	// so the agent can stop its workers and report.

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gotrain/gotrain/internal/sshcmd"
+	"github.com/gotrain/gotrain/launch/ssh"
 )
 
 // BenchmarkCheck is one pre-flight of two hosts with two workers each
@@ -33,7 +33,7 @@ func BenchmarkCheck(b *testing.B) {
 		Copy:       true,
 		MasterPort: master, PortMin: lo, PortMax: hi,
 	}
-	r := sshcmd.Client{Program: prog}
+	r := ssh.Client{Program: prog}
 	if err := Check(context.Background(), r, p); err != nil { // fills the caches
 		b.Fatal(err)
 	}

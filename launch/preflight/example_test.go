@@ -7,27 +7,27 @@ import (
 	"io"
 	"os/exec"
 
-	"github.com/gotrain/gotrain/internal/sshcmd"
 	"github.com/gotrain/gotrain/launch/preflight"
+	"github.com/gotrain/gotrain/launch/ssh"
 )
 
 // local runs commands on this machine through sh, as ssh runs them on a
-// host, and reports failures as sshcmd does.
+// host, and reports failures as package ssh does.
 type local struct{}
 
 func (local) Run(ctx context.Context, host string, stdin io.Reader, argv ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, "sh", "-c", sshcmd.Quote(argv...))
+	cmd := exec.CommandContext(ctx, "sh", "-c", ssh.Quote(argv...))
 	var stderr bytes.Buffer
 	cmd.Stdin, cmd.Stderr = stdin, &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return out, sshcmd.Classify(host, err, stderr.String())
+		return out, ssh.Classify(host, err, stderr.String())
 	}
 	return out, nil
 }
 
 func ExampleCheck() {
-	// A launcher passes sshcmd.Client{Options: ...}; here the "hosts" are
+	// A launcher passes ssh.Client{Options: ...}; here the "hosts" are
 	// this machine, which has no gotrain-v0 in its PATH.
 	err := preflight.Check(context.Background(), local{}, preflight.Plan{
 		Hosts: []preflight.Host{

@@ -14,7 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/gotrain/gotrain/internal/sshcmd"
+	"github.com/gotrain/gotrain/launch/ssh"
 )
 
 // The test binary is also the hosts' gotrain: run as
@@ -76,7 +76,7 @@ exec sh -c "$2"
 type cluster struct {
 	t   *testing.T
 	dir string
-	ssh sshcmd.Client
+	ssh ssh.Client
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -87,7 +87,7 @@ func newCluster(t *testing.T) *cluster {
 		t.Fatal(err)
 	}
 	t.Setenv("FAKE_SSH_DIR", dir)
-	return &cluster{t: t, dir: dir, ssh: sshcmd.Client{Program: prog}}
+	return &cluster{t: t, dir: dir, ssh: ssh.Client{Program: prog}}
 }
 
 // env sets host's environment variables (lines of sh).

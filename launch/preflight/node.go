@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/distributed"
-	"github.com/gotrain/gotrain/internal/shm"
+	"github.com/gotrain/gotrain/distributed/shm"
 )
 
 // NodeCommand is the hidden gotrain subcommand that runs Node on a host.

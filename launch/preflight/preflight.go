@@ -32,20 +32,20 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/distributed"
-	"github.com/gotrain/gotrain/internal/sshcmd"
 	"github.com/gotrain/gotrain/launch/bincache"
+	"github.com/gotrain/gotrain/launch/ssh"
 )
 
 // Runner runs argv on host with stdin as its input and returns its
-// standard output; a failure of ssh itself is an *sshcmd.Error, a remote
-// command that fails an *sshcmd.ExitError (internal/sshcmd.Client is a
+// standard output; a failure of ssh itself is an *ssh.Error, a remote
+// command that fails an *ssh.ExitError (internal/ssh.Client is a
 // Runner).
 type Runner interface {
 	Run(ctx context.Context, host string, stdin io.Reader, argv ...string) ([]byte, error)
 }
 
 // Starter is a Runner that can also start a command and talk to it while
-// it runs, as sshcmd.Client does. Check needs one for the connectivity
+// it runs, as ssh.Client does. Check needs one for the connectivity
 // matrix, whose ports must stay open while the other nodes dial them;
 // with a plain Runner it checks everything else and logs that it could
 // not check connectivity.
@@ -135,7 +135,7 @@ type Failure struct {
 	Host string // the host it concerns (for connectivity, the dialing one); "" for the launching machine
 	Peer string // for connectivity, the host dialed; else ""
 	Line string // the whole line, naming the host(s) and the cause
-	Err  error  // the underlying error, when there is one (an *sshcmd.Error)
+	Err  error  // the underlying error, when there is one (an *ssh.Error)
 }
 
 // Error is a failed check: every problem found, in the order of the
@@ -154,7 +154,7 @@ func (e *Error) Error() string {
 }
 
 // Unwrap is the failures' underlying errors, so errors.As finds an
-// *sshcmd.Error.
+// *ssh.Error.
 func (e *Error) Unwrap() []error {
 	var errs []error
 	for _, f := range e.Failures {
@@ -325,7 +325,7 @@ func (c *checker) failLocal(format string, args ...any) {
 
 // failErr records err (which names the host) as host i's failure.
 func (c *checker) failErr(i int, err error) {
-	var se *sshcmd.Error
+	var se *ssh.Error
 	if errors.As(err, &se) {
 		c.fail(i, 0, Failure{Host: c.plan.Hosts[i].Name, Line: se.Error(), Err: se})
 		return
@@ -464,7 +464,7 @@ func (c *checker) startCached(ctx context.Context, st Starter, i int, gotrain bi
 	if s != nil {
 		s.close()
 	}
-	var se *sshcmd.Error
+	var se *ssh.Error
 	if errors.As(err, &se) || ctx.Err() != nil {
 		return nil, nil, err // the host cannot be reached: a copy would not be either
 	}
@@ -585,7 +585,7 @@ func (c *checker) placeAll(ctx context.Context, gotrain, program *bincache.File,
 
 // failNode records why host i's session gave no probe.
 func (c *checker) failNode(i int, err error) {
-	var ee *sshcmd.ExitError
+	var ee *ssh.ExitError
 	gotrain := c.places[i].Gotrain
 	switch {
 	case errors.As(err, &ee) && c.plan.Copy && (ee.Code == 127 || ee.Code == 126):
@@ -605,7 +605,7 @@ func (c *checker) failNode(i int, err error) {
 	}
 }
 
-func exitText(ee *sshcmd.ExitError) string {
+func exitText(ee *ssh.ExitError) string {
 	if ee.Stderr != "" {
 		return fmt.Sprintf("exit status %d: %s", ee.Code, ee.Stderr)
 	}
@@ -967,7 +967,7 @@ func (s *session) ended(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("host %s: %w", s.host, ctx.Err())
 	}
-	return sshcmd.Classify(s.host, s.waitErr, s.stderr.String())
+	return ssh.Classify(s.host, s.waitErr, s.stderr.String())
 }
 
 // close ends the session (its end of input tells the node to close its

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/sshcmd"
+	"github.com/gotrain/gotrain/launch/ssh"
 )
 
 // TestCheckPasses: two hosts (one machine, two listen addresses) with
@@ -53,9 +53,9 @@ func TestCheckSSHFailures(t *testing.T) {
 		[]string{"host nokey: ssh: host key not trusted", "connect once with ssh nokey"},
 		[]string{"host down: ssh: unreachable (Connection refused)"},
 	)
-	var se *sshcmd.Error
+	var se *ssh.Error
 	if !errors.As(err, &se) {
-		t.Errorf("errors.As(*sshcmd.Error) fails on %v", err)
+		t.Errorf("errors.As(*ssh.Error) fails on %v", err)
 	}
 }
 
@@ -221,9 +221,9 @@ func TestCheckUnresolved(t *testing.T) {
 	)
 }
 
-// runOnly hides sshcmd.Client's Command: a Runner that cannot keep a
+// runOnly hides ssh.Client's Command: a Runner that cannot keep a
 // session open.
-type runOnly struct{ c sshcmd.Client }
+type runOnly struct{ c ssh.Client }
 
 func (r runOnly) Run(ctx context.Context, host string, stdin io.Reader, argv ...string) ([]byte, error) {
 	return r.c.Run(ctx, host, stdin, argv...)

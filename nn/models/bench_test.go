@@ -118,7 +118,7 @@ func BenchmarkGPTTrainStep(b *testing.B) {
 	step := func() {
 		opt.ZeroGrad()
 		logits, loss := m.Loss(ids, targets, batch, cfg.BlockSize)
-		nn.Recycle(logits)
+		tensor.Recycle(logits)
 		if err := loss.Backward(); err != nil {
 			b.Fatal(err)
 		}

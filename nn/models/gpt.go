@@ -75,7 +75,7 @@ type GPTMLP struct {
 func (m *GPTMLP) Forward(x *tensor.Tensor) *tensor.Tensor {
 	h := m.CFc.Forward(x)
 	a := m.GELU.Forward(h)
-	nn.Recycle(h, a) // only the graph reads them
+	tensor.Recycle(h, a) // only the graph reads them
 	return m.Dropout.Forward(m.CProj.Forward(a))
 }
 
@@ -96,7 +96,7 @@ func (b *GPTBlock) Forward(x *tensor.Tensor) *tensor.Tensor {
 	x1 := tensor.Add(x, a)
 	h2 := b.LN2.Forward(x1)
 	f := b.MLP.Forward(h2)
-	nn.Recycle(h1, a, x1, h2, f) // only the graph reads them
+	tensor.Recycle(h1, a, x1, h2, f) // only the graph reads them
 	return tensor.Add(x1, f)
 }
 
@@ -242,15 +242,15 @@ func (m *GPTModel) Logits(ids []int, B, T int) *tensor.Tensor {
 	x := tensor.Add(tok, p) // [B, T, C] + [T, C]
 	// Everything up to the logits is read only by the graph: Backward
 	// hands the storage back for the next step.
-	nn.Recycle(tok, p, x)
+	tensor.Recycle(tok, p, x)
 	x = m.Drop.Forward(x)
 	for _, b := range m.Blocks {
 		y := b.Forward(x)
-		nn.Recycle(x, y)
+		tensor.Recycle(x, y)
 		x = y
 	}
 	h := m.LNF.Forward(x)
-	nn.Recycle(h)
+	tensor.Recycle(h)
 	return m.LMHead.Forward(h)
 }
 

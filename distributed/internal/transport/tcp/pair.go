@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/shm"
-	"github.com/gotrain/gotrain/internal/transport"
+	"github.com/gotrain/gotrain/distributed/internal/transport"
+	"github.com/gotrain/gotrain/distributed/shm"
 )
 
 const (

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/distributed/internal/transport"
+	"github.com/gotrain/gotrain/distributed/internal/transport/tcp"
+	"github.com/gotrain/gotrain/distributed/internal/transport/transporttest"
 	"github.com/gotrain/gotrain/distributed/store"
-	"github.com/gotrain/gotrain/internal/transport"
-	"github.com/gotrain/gotrain/internal/transport/tcp"
-	"github.com/gotrain/gotrain/internal/transport/transporttest"
 )
 
 // TestConformance runs the transport suite over loopback, with payloads

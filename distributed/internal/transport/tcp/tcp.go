@@ -28,10 +28,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gotrain/gotrain/distributed/internal/auth"
+	"github.com/gotrain/gotrain/distributed/internal/transport"
+	"github.com/gotrain/gotrain/distributed/shm"
 	"github.com/gotrain/gotrain/distributed/store"
-	"github.com/gotrain/gotrain/internal/auth"
-	"github.com/gotrain/gotrain/internal/shm"
-	"github.com/gotrain/gotrain/internal/transport"
 )
 
 // Options configures Connect.

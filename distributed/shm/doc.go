@@ -4,7 +4,7 @@
 // allreduce runs when every rank of a group shares the host. It owns the
 // memory layouts, the counters and control words in them, and the waits on
 // them (spinning, then a futex); the algorithms that drive them live with
-// their callers (internal/transport/tcp, distributed/allreduce_shm.go).
+// their callers (distributed/internal/transport/tcp, distributed/allreduce_shm.go).
 //
 // Which path a message takes:
 //

@@ -7,7 +7,7 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/gotrain/gotrain/internal/pmi"
+	"github.com/gotrain/gotrain/distributed/internal/pmi"
 )
 
 // masterKey is the PMI key under which rank 0 publishes host:port.

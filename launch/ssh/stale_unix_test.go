@@ -1,6 +1,6 @@
 //go:build unix
 
-package sshcmd
+package ssh
 
 import (
 	"fmt"

@@ -1,14 +1,14 @@
-package sshcmd_test
+package ssh_test
 
 import (
 	"fmt"
 	"strings"
 
-	"github.com/gotrain/gotrain/internal/sshcmd"
+	"github.com/gotrain/gotrain/launch/ssh"
 )
 
 func ExampleClient_Multiplex() {
-	c, end, err := sshcmd.Client{Options: []string{"Port=2222"}}.Multiplex()
+	c, end, err := ssh.Client{Options: []string{"Port=2222"}}.Multiplex()
 	if err != nil {
 		fmt.Println(err)
 		return

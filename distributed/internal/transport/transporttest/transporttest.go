@@ -26,7 +26,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/transport"
+	"github.com/gotrain/gotrain/distributed/internal/transport"
 )
 
 // Connect returns n connected meshes, the one at index r being rank r, or

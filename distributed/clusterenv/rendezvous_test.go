@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/pmi"
+	"github.com/gotrain/gotrain/distributed/internal/pmi"
 )
 
 // fakeHydra serves PMI-1 over PMI_PORT to size processes as Hydra does:

@@ -1,4 +1,4 @@
-package sshcmd
+package ssh
 
 import (
 	"context"

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package sshcmd
+package ssh
 
 // removeStale does nothing where there are no unix sockets to share.
 func removeStale(string) {}

@@ -1,8 +1,8 @@
-// Package sshcmd runs commands on other machines through the user's
+// Package ssh runs commands on other machines through the user's
 // OpenSSH client, so that ~/.ssh/config, agents, ProxyJump and
 // known_hosts work as they do for the user, and turns ssh's own failures
 // into one line that names the host and the cause.
-package sshcmd
+package ssh
 
 import (
 	"bytes"

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/distributed/internal/auth"
+	"github.com/gotrain/gotrain/distributed/internal/transport"
 	"github.com/gotrain/gotrain/distributed/store"
-	"github.com/gotrain/gotrain/internal/auth"
-	"github.com/gotrain/gotrain/internal/transport"
 	"go.uber.org/goleak"
 )
 

@@ -1,4 +1,4 @@
-// Package testcluster builds a small cluster of "hosts" on one Linux
+// Package clustertest builds a small cluster of "hosts" on one Linux
 // machine for multi-node tests: network namespaces joined by a bridge,
 // each running a real OpenSSH server with key authentication in its own
 // mount and UTS namespaces (its own HOME, /etc/hosts, hostname,
@@ -17,7 +17,7 @@
 // of tests running in parallel, in one or several test binaries, never
 // share a subnet or a name: the bridge's name embeds k and creating it
 // is the lock.
-package testcluster
+package clustertest
 
 import (
 	"context"
@@ -108,9 +108,9 @@ func required() bool { return os.Getenv("GOTRAIN_REQUIRE_ENGINES") == "1" }
 func need(t testing.TB, why string) {
 	t.Helper()
 	if required() {
-		t.Fatalf("testcluster: %s (GOTRAIN_REQUIRE_ENGINES=1)", why)
+		t.Fatalf("clustertest: %s (GOTRAIN_REQUIRE_ENGINES=1)", why)
 	}
-	t.Skipf("testcluster: %s", why)
+	t.Skipf("clustertest: %s", why)
 }
 
 // Available returns why a cluster (with sshd on its hosts if ssh) cannot
@@ -150,7 +150,7 @@ func New(t testing.TB, o Options) *Cluster {
 		o.Hosts = 2
 	}
 	if o.Hosts < 1 || o.Hosts > 9 {
-		t.Fatalf("testcluster: %d hosts, want 1 to 9", o.Hosts)
+		t.Fatalf("clustertest: %d hosts, want 1 to 9", o.Hosts)
 	}
 	if o.ShmSize == "" {
 		o.ShmSize = "256m"
@@ -158,10 +158,10 @@ func New(t testing.TB, o Options) *Cluster {
 	c := &Cluster{Dir: t.TempDir()}
 	for _, h := range o.Hide {
 		if !filepath.IsAbs(h) {
-			t.Fatalf("testcluster: hidden path %q is not absolute", h)
+			t.Fatalf("clustertest: hidden path %q is not absolute", h)
 		}
 		if rel, err := filepath.Rel(h, c.Dir); err == nil && !strings.HasPrefix(rel, "..") {
-			t.Fatalf("testcluster: hidden path %s holds the cluster's directory %s", h, c.Dir)
+			t.Fatalf("clustertest: hidden path %s holds the cluster's directory %s", h, c.Dir)
 		}
 	}
 	t.Cleanup(func() { c.teardown(t) })
@@ -216,7 +216,7 @@ func New(t testing.TB, o Options) *Cluster {
 	defer cancel()
 	for _, h := range c.Hosts {
 		if err := h.waitReady(ctx, !o.NoSSH); err != nil {
-			t.Fatalf("testcluster: %s: %v\n%s", h.Name, err, h.sshdLog.String())
+			t.Fatalf("clustertest: %s: %v\n%s", h.Name, err, h.sshdLog.String())
 		}
 	}
 	return c
@@ -248,7 +248,7 @@ func (c *Cluster) keys(t testing.TB) {
 	t.Helper()
 	c.identity = filepath.Join(c.Dir, "id_ed25519")
 	c.knownHosts = filepath.Join(c.Dir, "known_hosts")
-	mustRun(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "testcluster", "-f", c.identity)
+	mustRun(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "clustertest", "-f", c.identity)
 	pub, err := os.ReadFile(c.identity + ".pub")
 	if err != nil {
 		t.Fatal(err)
@@ -366,7 +366,7 @@ func (c *Cluster) startHost(t testing.TB, i int, o Options) {
 	h.sshdLog = &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = h.sshdLog, h.sshdLog
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("testcluster: start sshd on %s: %v", h.Name, err)
+		t.Fatalf("clustertest: start sshd on %s: %v", h.Name, err)
 	}
 	h.sshd = cmd
 	h.exited = make(chan struct{})
@@ -374,7 +374,7 @@ func (c *Cluster) startHost(t testing.TB, i int, o Options) {
 }
 
 // readyLine is what a host's setup prints when its mounts are in place.
-const readyLine = "testcluster: host ready"
+const readyLine = "clustertest: host ready"
 
 // waitReady waits until h's namespaces are set up and, if ssh, its sshd
 // accepts connections.
@@ -429,10 +429,10 @@ func (h *Host) Install(t testing.TB, src, name string) {
 	t.Helper()
 	data, err := os.ReadFile(src)
 	if err != nil {
-		t.Fatalf("testcluster: install on %s: %v", h.Name, err)
+		t.Fatalf("clustertest: install on %s: %v", h.Name, err)
 	}
 	if err := os.WriteFile(filepath.Join(h.Bin, name), data, 0o755); err != nil {
-		t.Fatalf("testcluster: install on %s: %v", h.Name, err)
+		t.Fatalf("clustertest: install on %s: %v", h.Name, err)
 	}
 }
 
@@ -452,11 +452,11 @@ func (h *Host) SetHosts(t testing.TB, content string) {
 func (h *Host) Shape(t testing.TB, bitsPerSecond int64, delay time.Duration) {
 	t.Helper()
 	if bitsPerSecond < 0 || delay < 0 || bitsPerSecond == 0 && delay == 0 {
-		t.Fatalf("testcluster: Shape(%d bit/s, %v): want a positive rate or delay", bitsPerSecond, delay)
+		t.Fatalf("clustertest: Shape(%d bit/s, %v): want a positive rate or delay", bitsPerSecond, delay)
 	}
 	if delay > 0 {
 		if !HasDelay() {
-			t.Skipf("testcluster: this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM) to delay a link")
+			t.Skipf("clustertest: this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM) to delay a link")
 		}
 		args := []string{"-n", h.NetNS, "qdisc", "replace", "dev", h.Dev, "root", "netem",
 			"delay", fmt.Sprintf("%dus", delay.Microseconds()), "limit", "100000"}
@@ -506,7 +506,7 @@ func (h *Host) Nft(t testing.TB, ruleset string) {
 	cmd := exec.Command("ip", "netns", "exec", h.NetNS, "nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(ruleset)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("testcluster: nft on %s: %v: %s", h.Name, err, out)
+		t.Fatalf("clustertest: nft on %s: %v: %s", h.Name, err, out)
 	}
 }
 
@@ -609,7 +609,7 @@ func netnsPIDs(ns string) ([]int, error) {
 func (c *Cluster) teardown(t testing.TB) {
 	for _, h := range c.Hosts {
 		if t.Failed() && h.sshdLog != nil {
-			t.Logf("testcluster: sshd log of %s:\n%s", h.Name, h.sshdLog.String())
+			t.Logf("clustertest: sshd log of %s:\n%s", h.Name, h.sshdLog.String())
 		}
 		deadline := time.Now().Add(5 * time.Second)
 		for {
@@ -618,7 +618,7 @@ func (c *Cluster) teardown(t testing.TB) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Errorf("testcluster: processes %v left in %s after SIGKILL", pids, h.NetNS)
+				t.Errorf("clustertest: processes %v left in %s after SIGKILL", pids, h.NetNS)
 				break
 			}
 			for _, pid := range pids {
@@ -633,12 +633,12 @@ func (c *Cluster) teardown(t testing.TB) {
 		}
 		exec.Command("ip", "link", "del", h.hostDev).Run() // gone with the namespace if it was created
 		if out, err := exec.Command("ip", "netns", "del", h.NetNS).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
-			t.Errorf("testcluster: ip netns del %s: %v: %s", h.NetNS, err, out)
+			t.Errorf("clustertest: ip netns del %s: %v: %s", h.NetNS, err, out)
 		}
 	}
 	if c.Bridge != "" {
 		if out, err := exec.Command("ip", "link", "del", c.Bridge).CombinedOutput(); err != nil {
-			t.Errorf("testcluster: ip link del %s: %v: %s", c.Bridge, err, out)
+			t.Errorf("clustertest: ip link del %s: %v: %s", c.Bridge, err, out)
 		}
 	}
 }
@@ -647,7 +647,7 @@ func (c *Cluster) teardown(t testing.TB) {
 func mustRun(t testing.TB, name string, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("testcluster: %s %s: %v: %s", name, strings.Join(args, " "), err, out)
+		t.Fatalf("clustertest: %s %s: %v: %s", name, strings.Join(args, " "), err, out)
 	}
 }
 

@@ -20,8 +20,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/console"
 	"github.com/gotrain/gotrain/metrics"
+	"github.com/gotrain/gotrain/progress/console"
 )
 
 // Options say what the hub does; the zero value does nothing but keep

@@ -3,7 +3,7 @@ package clusterenv_test
 import (
 	"fmt"
 
-	"github.com/gotrain/gotrain/internal/clusterenv"
+	"github.com/gotrain/gotrain/distributed/clusterenv"
 )
 
 // A task of `srun -N 2 -n 4`: no MASTER_ADDR, yet rank 0's host and port
