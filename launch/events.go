@@ -10,11 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-)
 
-// eventsFDEnv names the worker's events pipe descriptor; it is
-// progress.EnvFD (launch does not import the renderer's side).
-const eventsFDEnv = "GOTRAIN_EVENTS_FD"
+	"github.com/gotrain/gotrain/event"
+)
 
 // maxEvent is the longest event line delivered; a longer one is dropped,
 // since a cut JSON line is no event.
@@ -87,4 +85,4 @@ func withoutEventsFD(env []string) []string {
 	return slices.DeleteFunc(slices.Clone(env), isEventsFD)
 }
 
-func isEventsFD(kv string) bool { return strings.HasPrefix(kv, eventsFDEnv+"=") }
+func isEventsFD(kv string) bool { return strings.HasPrefix(kv, event.EnvFD+"=") }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gotrain/gotrain/progress"
+	"github.com/gotrain/gotrain/event"
 )
 
 // TestEvents: each line a worker writes to the descriptor named by
@@ -17,12 +17,12 @@ import (
 // GOTRAIN_EVENTS_FD never reaches workers when there is no Events.
 func TestEvents(t *testing.T) {
 	j := newJob(t, 2, "", nil)
-	j.setEnv(progress.EnvFD + "=9") // a launcher's own launcher's pipe
+	j.setEnv(event.EnvFD + "=9") // a launcher's own launcher's pipe
 	j.cfg.NNodes, j.cfg.NodeRank, j.cfg.Standalone = 2, 1, false
 	j.setEnv("GOTRAIN_TOKEN=t")
 	j.cfg.MasterAddr, j.cfg.MasterPort = "10.9.8.7", 1 // nothing connects: the workers are sh
 	j.cfg.Program, j.cfg.Args = "sh", []string{"-c",
-		`printf '{"n":1}\n\n{"n":2}\n' >&$` + progress.EnvFD + `; printf 'last' >&3; echo "fd=$` + progress.EnvFD + `"`}
+		`printf '{"n":1}\n\n{"n":2}\n' >&$` + event.EnvFD + `; printf 'last' >&3; echo "fd=$` + event.EnvFD + `"`}
 	j.cfg.LogDir = t.TempDir()
 	var got []string
 	j.cfg.Events = func(rank int, line []byte) { got = append(got, fmt.Sprintf("%d %s", rank, line)) }
@@ -35,7 +35,7 @@ func TestEvents(t *testing.T) {
 		t.Fatalf("events %q; want %q", got, want)
 	}
 	if n := strings.Count(j.stdout.String(), "fd=3\n"); n != 2 {
-		t.Fatalf("stdout %q: want %s=3 for both workers", j.stdout.String(), progress.EnvFD)
+		t.Fatalf("stdout %q: want %s=3 for both workers", j.stdout.String(), event.EnvFD)
 	}
 	// With a log directory the events are kept beside each worker's output.
 	logs, err := filepath.Glob(filepath.Join(j.cfg.LogDir, "*", "attempt_0", "1", "events.jsonl"))
@@ -47,11 +47,11 @@ func TestEvents(t *testing.T) {
 	}
 
 	j.cfg.Events = nil
-	j.cfg.Args = []string{"-c", `echo "fd=${` + progress.EnvFD + `-unset}"`}
+	j.cfg.Args = []string{"-c", `echo "fd=${` + event.EnvFD + `-unset}"`}
 	if code, _, err := j.run(t, context.Background()); code != 0 || err != nil {
 		t.Fatalf("Run = %d, %v; stderr:\n%s", code, err, j.stderr.String())
 	}
 	if n := strings.Count(j.stdout.String(), "fd=unset\n"); n != 2 {
-		t.Fatalf("stdout %q: want %s unset for both workers without Events", j.stdout.String(), progress.EnvFD)
+		t.Fatalf("stdout %q: want %s unset for both workers without Events", j.stdout.String(), event.EnvFD)
 	}
 }

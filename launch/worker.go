@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gotrain/gotrain/event"
 )
 
 // worker is one running worker process. The goroutine running the attempt
@@ -103,7 +105,7 @@ func startWorker(s workerSpec) (_ *worker, err error) {
 		w.readEnds = append(w.readEnds, r)
 		childEnds = append(childEnds, wr)
 		cmd.ExtraFiles = []*os.File{wr} // descriptor 3 in the worker
-		cmd.Env = append(cmd.Env, eventsFDEnv+"=3")
+		cmd.Env = append(cmd.Env, event.EnvFD+"=3")
 		if eventsLog, err = createEventsLog(s.logDir, s.localRank); err != nil {
 			return nil, fmt.Errorf("launch: events log file for rank %d: %w", s.rank, err)
 		}

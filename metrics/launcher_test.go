@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/event"
 	"github.com/gotrain/gotrain/metrics"
 	"github.com/gotrain/gotrain/progress"
 )
@@ -21,8 +22,8 @@ func TestRowsToLauncherBatched(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pr.Close()
-	t.Setenv(progress.EnvFD, fmt.Sprint(pw.Fd()))
-	t.Setenv(metrics.EnvObserve, "hello,rows")
+	t.Setenv(event.EnvFD, fmt.Sprint(pw.Fd()))
+	t.Setenv(event.EnvObserve, "hello,rows")
 	rep := progress.FromEnv(progress.Rank(0))
 	type line struct {
 		Kind string          `json:"kind"`
@@ -71,14 +72,14 @@ func TestRowsToLauncherBatched(t *testing.T) {
 	rep.Close()
 	pw.Close()
 
-	var rows []metrics.Row
+	var rows []event.Row
 	events := 0
 	for _, l := range <-got {
-		if l.Kind != metrics.KindRow {
+		if l.Kind != event.KindRow {
 			continue
 		}
 		events++
-		var batch []metrics.Row
+		var batch []event.Row
 		if err := json.Unmarshal(l.Data, &batch); err != nil {
 			t.Fatalf("a rows event: %v", err)
 		}

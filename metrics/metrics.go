@@ -44,51 +44,9 @@ import (
 
 	"github.com/gotrain/gotrain/ddp"
 	"github.com/gotrain/gotrain/distributed"
+	"github.com/gotrain/gotrain/event"
 	"github.com/gotrain/gotrain/progress"
 )
-
-// EnvObserve names the variable a launcher sets for the workers whose
-// reports it collects: a comma-separated list of "hello" (say who the
-// worker is), "rows" (send every row), "file" (the launcher writes the
-// metrics file: Config.File is not written here) and "trace" (send the
-// timeline's spans, which the launcher writes, instead of Config.Trace).
-const EnvObserve = "GOTRAIN_OBSERVE"
-
-// Event kinds a recorder sends to its launcher (see progress.Reporter.Emit).
-const (
-	KindRow   = "metrics" // Data is a JSON array of Rows, in step order
-	KindTrace = "trace"   // Data is a []TraceEvent
-)
-
-// Row is one line of the metrics file: a step, or the mean of Every steps
-// (times are then means per step, Samples and BytesSent sums).
-type Row struct {
-	Time    float64 `json:"time"`  // unix seconds at the step's end
-	Start   float64 `json:"start"` // unix seconds at the start of its data phase
-	Rank    int     `json:"rank"`
-	Restart int     `json:"restart"` // the launcher's restart count
-	Epoch   int     `json:"epoch"`   // counting from 1
-	Step    int     `json:"step"`    // this run's steps so far, counting from 1
-	Steps   int     `json:"steps"`   // how many steps the row covers
-	Loss    float64 `json:"loss"`
-	LR      float64 `json:"lr"`
-	Samples int     `json:"samples"`
-	// SamplesPerSec is this rank's samples over its step time.
-	SamplesPerSec float64 `json:"samples_per_s"`
-	StepMS        float64 `json:"step_ms"` // data + forward + backward + optimizer
-	DataMS        float64 `json:"data_ms"`
-	ForwardMS     float64 `json:"forward_ms"`
-	BackwardMS    float64 `json:"backward_ms"`
-	// ExposedWaitMS is the part of backward spent waiting for gradient
-	// allreduce that computation did not hide.
-	ExposedWaitMS float64 `json:"exposed_wait_ms"`
-	OptimizerMS   float64 `json:"optimizer_ms"`
-	// AllReduceMS is all the time the reductions took, hidden or not.
-	AllReduceMS float64 `json:"allreduce_ms"`
-	// BytesSent is the payload sent to each peer (by rank) in the row's
-	// steps.
-	BytesSent map[string]int64 `json:"bytes_sent,omitempty"`
-}
 
 // Config says what a Recorder records and where. The zero value records
 // nothing but still times steps (see Recorder.Last).
@@ -112,7 +70,7 @@ type Config struct {
 	// spans of the timeline.
 	Model *ddp.Model
 	// Reporter, if it sends to a launcher, carries the rows and spans the
-	// launcher asks for (see EnvObserve).
+	// launcher asks for (see event.EnvObserve).
 	Reporter *progress.Reporter
 }
 
@@ -131,12 +89,12 @@ type Recorder struct {
 	steps    int
 	dataFrom time.Time // when the loop went to fetch the next batch
 	st       Step
-	acc      Row // the rows' sums over the steps since the last row
+	acc      event.Row // the rows' sums over the steps since the last row
 	accN     int
 	before   ddp.Stats
 	sent     []int64 // BytesSent at the last step's end
 	sentNow  []int64
-	last     Row
+	last     event.Row
 
 	// Rows for the launcher wait in pend, a JSON array's elements, and go
 	// in one event per sendPeriod: one pipe write a step would wake the
@@ -163,11 +121,11 @@ func New(cfg Config) (*Recorder, error) {
 	}
 	r := &Recorder{cfg: cfg, dataFrom: time.Now(), flushed: time.Now(), pendSent: time.Now()}
 	r.restart, _ = strconv.Atoi(os.Getenv("GOTRAIN_RESTART_COUNT"))
-	observe := os.Getenv(EnvObserve)
+	observe := os.Getenv(event.EnvObserve)
 	launched := cfg.Reporter != nil && cfg.Reporter.Launched() && observe != ""
 	if launched {
 		host, _ := os.Hostname()
-		if err := cfg.Reporter.Emit(KindHello, Hello{Rank: cfg.Rank, Host: host, PID: os.Getpid(), Restart: r.restart}); err != nil {
+		if err := cfg.Reporter.Emit(event.KindHello, event.Hello{Rank: cfg.Rank, Host: host, PID: os.Getpid(), Restart: r.restart}); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
 	}
@@ -251,7 +209,7 @@ func (s *Step) End(n int, loss, lr float64) error {
 		s.bwd = s.fwd
 	}
 	r.steps++
-	row := Row{Time: unix(now), Start: unix(s.data), Rank: r.cfg.Rank, Restart: r.restart,
+	row := event.Row{Time: unix(now), Start: unix(s.data), Rank: r.cfg.Rank, Restart: r.restart,
 		Epoch: max(r.epoch, 1), Step: r.steps, Steps: 1, Loss: loss, LR: lr, Samples: n,
 		DataMS: ms(s.t0.Sub(s.data)), ForwardMS: ms(s.fwd.Sub(s.t0)),
 		BackwardMS: ms(s.bwd.Sub(s.fwd)), OptimizerMS: ms(now.Sub(s.bwd))}
@@ -276,7 +234,7 @@ func (s *Step) End(n int, loss, lr float64) error {
 }
 
 // add sums row into the pending one.
-func (r *Recorder) add(row Row) {
+func (r *Recorder) add(row event.Row) {
 	a := &r.acc
 	if r.accN == 0 {
 		*a = row
@@ -365,7 +323,7 @@ func (r *Recorder) sendRows(now time.Time) error {
 	}
 	r.pend[0] = '[' // the first element's comma
 	r.pend = append(r.pend, ']')
-	err := r.rep.Emit(KindRow, json.RawMessage(r.pend))
+	err := r.rep.Emit(event.KindRow, json.RawMessage(r.pend))
 	r.pend, r.pendN = r.pend[:0], 0
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
@@ -373,8 +331,8 @@ func (r *Recorder) sendRows(now time.Time) error {
 	return nil
 }
 
-// Last returns the last row written (the zero Row before the first).
-func (r *Recorder) Last() Row { return r.last }
+// Last returns the last row written (the zero event.Row before the first).
+func (r *Recorder) Last() event.Row { return r.last }
 
 // Span records a named span of the loop outside the steps (a checkpoint
 // save, an evaluation) from start to end on the timeline, and moves the
@@ -428,16 +386,3 @@ func finite(v float64) bool      { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 // Active reports whether the recorder sends or writes anything: rows to a
 // file or a launcher, or a timeline.
 func (r *Recorder) Active() bool { return r.rep != nil || r.w != nil || r.trace != nil }
-
-// KindHello is the event a recorder under a launcher sends first: its
-// Data is a Hello.
-const KindHello = "worker"
-
-// Hello tells the launcher who a worker is, so that it can show the job's
-// hosts and restarts and forward signals to it.
-type Hello struct {
-	Rank    int    `json:"rank"`
-	Host    string `json:"host"`
-	PID     int    `json:"pid"`
-	Restart int    `json:"restart"`
-}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/event"
 	"github.com/gotrain/gotrain/metrics"
 )
 
@@ -46,10 +47,10 @@ func TestRowsAndTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var rows []metrics.Row
+	var rows []event.Row
 	var total float64
 	for sc := bufio.NewScanner(f); sc.Scan(); {
-		var r metrics.Row
+		var r event.Row
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("row %q: %v", sc.Text(), err)
 		}
@@ -77,7 +78,7 @@ func TestRowsAndTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tr struct{ TraceEvents []metrics.TraceEvent }
+	var tr struct{ TraceEvents []event.TraceEvent }
 	if err := json.Unmarshal(b, &tr); err != nil {
 		t.Fatalf("trace: %v\n%s", err, b)
 	}

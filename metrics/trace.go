@@ -10,32 +10,11 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/ddp"
+	"github.com/gotrain/gotrain/event"
 	"github.com/gotrain/gotrain/progress"
 )
 
-// TraceEvent is one Chrome trace event (the JSON object format that
-// chrome://tracing and Perfetto read): a complete span ("X": TS and Dur
-// in microseconds) or metadata ("M": a track's name). PID is the rank,
-// TID the rank's track: TIDCompute, TIDAllReduce or TIDQueue.
-type TraceEvent struct {
-	Name string         `json:"name"`
-	Cat  string         `json:"cat,omitempty"`
-	Ph   string         `json:"ph"`
-	TS   float64        `json:"ts"`
-	Dur  float64        `json:"dur,omitempty"`
-	PID  int            `json:"pid"`
-	TID  int            `json:"tid"`
-	Args map[string]any `json:"args,omitempty"`
-}
-
-// The tracks of a rank.
-const (
-	TIDCompute   = 0 // steps and their phases, checkpoints
-	TIDAllReduce = 1 // each bucket's allreduce while in flight
-	TIDQueue     = 2 // each bucket from ready to the start of its allreduce
-)
-
-const tidCompute = TIDCompute
+const tidCompute = event.TIDCompute
 
 // sendSpans is how many spans a tracer under a launcher batches into one
 // event (well under the launcher's 64 KiB line limit), and sendPeriod the
@@ -45,18 +24,6 @@ const (
 	sendPeriod = 200 * time.Millisecond
 )
 
-// TrackNames are the metadata events naming rank's tracks.
-func TrackNames(rank int) []TraceEvent {
-	name := func(tid int, n string) TraceEvent {
-		return TraceEvent{Name: "thread_name", Ph: "M", PID: rank, TID: tid, Args: map[string]any{"name": n}}
-	}
-	return []TraceEvent{
-		{Name: "process_name", Ph: "M", PID: rank, Args: map[string]any{"name": "rank " + strconv.Itoa(rank)}},
-		{Name: "process_sort_index", Ph: "M", PID: rank, Args: map[string]any{"sort_index": rank}},
-		name(TIDCompute, "compute"), name(TIDAllReduce, "allreduce"), name(TIDQueue, "allreduce queue"),
-	}
-}
-
 // tracer collects a rank's spans: into a file, or in batches to the
 // launcher. Its lock is taken by the loop and DDP's comm goroutine.
 type tracer struct {
@@ -65,7 +32,7 @@ type tracer struct {
 	path string
 
 	mu      sync.Mutex
-	pending []TraceEvent
+	pending []event.TraceEvent
 	sent    time.Time
 	f       *os.File
 	w       *bufio.Writer
@@ -79,7 +46,7 @@ type tracer struct {
 func newTracer(rank int, rep *progress.Reporter, path string) *tracer {
 	t := &tracer{rank: rank, rep: rep, path: path, sent: time.Now()}
 	if rep == nil {
-		t.pending = TrackNames(rank)
+		t.pending = event.TrackNames(rank)
 	}
 	return t
 }
@@ -95,7 +62,7 @@ func (t *tracer) span(name string, tid int, start, end time.Time, args map[strin
 
 // add adds a span; t.mu is held.
 func (t *tracer) add(name string, tid int, start, end time.Time, args map[string]any) {
-	t.pending = append(t.pending, TraceEvent{Name: name, Cat: "train", Ph: "X", TS: us(start),
+	t.pending = append(t.pending, event.TraceEvent{Name: name, Cat: "train", Ph: "X", TS: us(start),
 		Dur: float64(end.Sub(start).Nanoseconds()) / 1e3, PID: t.rank, TID: tid, Args: args})
 }
 
@@ -104,18 +71,18 @@ func (t *tracer) add(name string, tid int, start, end time.Time, args map[string
 func (t *tracer) step(s *Step, end time.Time, exposed time.Duration, n int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.add("step "+strconv.Itoa(n), TIDCompute, s.data, end, nil)
-	t.add("data", TIDCompute, s.data, s.t0, nil)
-	t.add("forward", TIDCompute, s.t0, s.fwd, nil)
-	t.add("backward", TIDCompute, s.fwd, s.bwd, nil)
+	t.add("step "+strconv.Itoa(n), event.TIDCompute, s.data, end, nil)
+	t.add("data", event.TIDCompute, s.data, s.t0, nil)
+	t.add("forward", event.TIDCompute, s.t0, s.fwd, nil)
+	t.add("backward", event.TIDCompute, s.fwd, s.bwd, nil)
 	if exposed > 0 {
 		from := s.bwd.Add(-exposed)
 		if from.Before(s.fwd) {
 			from = s.fwd
 		}
-		t.add("exposed allreduce wait", TIDCompute, from, s.bwd, nil)
+		t.add("exposed allreduce wait", event.TIDCompute, from, s.bwd, nil)
 	}
-	t.add("optimizer", TIDCompute, s.bwd, end, nil)
+	t.add("optimizer", event.TIDCompute, s.bwd, end, nil)
 	if len(t.pending) >= sendSpans || end.Sub(t.sent) >= sendPeriod {
 		t.flush(end)
 	}
@@ -131,10 +98,10 @@ func (t *tracer) bucket(b ddp.BucketSpan) {
 		args["error"] = b.Err.Error()
 	}
 	if !b.Queued.IsZero() {
-		t.add("queued bucket "+strconv.Itoa(b.Bucket), TIDQueue, b.Queued, b.Start, nil)
+		t.add("queued bucket "+strconv.Itoa(b.Bucket), event.TIDQueue, b.Queued, b.Start, nil)
 		args["queued_us"] = float64(b.Start.Sub(b.Queued).Nanoseconds()) / 1e3
 	}
-	t.add(name, TIDAllReduce, b.Start, b.End, args)
+	t.add(name, event.TIDAllReduce, b.Start, b.End, args)
 }
 
 // flush sends or writes the pending spans; t.mu is held.
@@ -146,7 +113,7 @@ func (t *tracer) flush(now time.Time) {
 	if t.rep != nil {
 		for len(t.pending) > 0 {
 			n := min(len(t.pending), sendSpans)
-			if err := t.rep.Emit(KindTrace, t.pending[:n]); err != nil && t.err == nil {
+			if err := t.rep.Emit(event.KindTrace, t.pending[:n]); err != nil && t.err == nil {
 				t.err = err
 			}
 			t.pending = t.pending[n:]

@@ -3,6 +3,8 @@ package progress
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/gotrain/gotrain/event"
 )
 
 // Launched reports whether the reporter sends its events to a launcher
@@ -20,7 +22,7 @@ func (r *Reporter) Launched() bool {
 // launcher it does nothing; an encoding error is returned.
 func (r *Reporter) Emit(kind string, data any) error {
 	switch kind {
-	case "epoch", "step", "done", "":
+	case event.KindEpoch, event.KindStep, event.KindDone, "":
 		panic("progress: Emit: kind " + fmt.Sprintf("%q", kind) + " is the display's")
 	}
 	if !r.Launched() {
@@ -30,6 +32,6 @@ func (r *Reporter) Emit(kind string, data any) error {
 	if err != nil {
 		return fmt.Errorf("progress: encoding a %s event: %w", kind, err)
 	}
-	r.send(&Event{Kind: kind, Data: b})
+	r.send(&event.Event{Kind: kind, Data: b})
 	return nil
 }

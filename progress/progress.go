@@ -37,43 +37,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gotrain/gotrain/event"
 	"github.com/gotrain/gotrain/progress/console"
 )
-
-// EnvFD names the environment variable holding the descriptor of the
-// launcher's events pipe.
-const EnvFD = "GOTRAIN_EVENTS_FD"
 
 // sendEvery is the most often a bar reports steps: the display needs no
 // more, and a fast loop must not spend its time writing events.
 const sendEvery = 100 * time.Millisecond
-
-// Event is one report, written as one JSON line. A bar sends "epoch" when
-// it starts, "step" at most every 100 ms (and for its first and last step)
-// and "done" at its end.
-type Event struct {
-	Kind   string `json:"kind"`             // "epoch", "step" or "done"
-	Rank   int    `json:"rank"`             // the reporting rank
-	Epoch  int    `json:"epoch"`            // counting from 1
-	Epochs int    `json:"epochs,omitempty"` // in the run
-	Steps  int    `json:"steps,omitempty"`  // in the epoch, 0 if unknown
-	Step   int    `json:"step,omitempty"`   // steps done in the epoch
-	// Samples is how many samples (or tokens) this rank has processed in
-	// the epoch, and Elapsed the seconds from the epoch's start to the
-	// last step: the launcher sums Samples/Elapsed over ranks.
-	Samples int64   `json:"samples,omitempty"`
-	Unit    string  `json:"unit,omitempty"` // "samples" (or "") or "tokens"
-	Elapsed float64 `json:"elapsed,omitempty"`
-	// Loss is the mean loss of the epoch's steps so far (at "done", the
-	// epoch's training loss).
-	Loss *float64 `json:"loss,omitempty"`
-	// StepTime is the mean seconds per step since the last report.
-	StepTime float64            `json:"step_time,omitempty"`
-	Metrics  map[string]float64 `json:"metrics,omitempty"` // at "done": test accuracy and the like
-	// Data is the payload of the other kinds a program sends with Emit
-	// (package metrics: "metrics" rows, "trace" spans).
-	Data json.RawMessage `json:"data,omitempty"`
-}
 
 // Option configures FromEnv.
 type Option func(*Reporter)
@@ -136,11 +106,11 @@ func FromEnv(opts ...Option) *Reporter {
 
 // eventsPipe opens the pipe GOTRAIN_EVENTS_FD names, if it names a pipe.
 func eventsPipe() *os.File {
-	s, ok := os.LookupEnv(EnvFD)
+	s, ok := os.LookupEnv(event.EnvFD)
 	if !ok {
 		return nil
 	}
-	_ = os.Unsetenv(EnvFD)
+	_ = os.Unsetenv(event.EnvFD)
 	fd, err := strconv.Atoi(s)
 	if err != nil || fd < 3 {
 		return nil
@@ -174,7 +144,7 @@ func (r *Reporter) Close() error {
 }
 
 // send reports ev.
-func (r *Reporter) send(ev *Event) {
+func (r *Reporter) send(ev *event.Event) {
 	if r.quiet {
 		return
 	}
@@ -213,7 +183,7 @@ func Metric(name string, v float64) Field { return Field{name, v} }
 // Bar is one epoch's progress.
 type Bar struct {
 	r                 *Reporter
-	ev                Event
+	ev                event.Event
 	start, last, sent time.Time
 	sentStep          int
 	lossSum           float64
@@ -225,9 +195,9 @@ type Bar struct {
 func (r *Reporter) Epoch(epoch, epochs, steps int) *Bar {
 	now := time.Now()
 	b := &Bar{r: r, start: now, last: now, sent: now,
-		ev: Event{Epoch: epoch + 1, Epochs: epochs, Steps: steps, Unit: r.unit}}
+		ev: event.Event{Epoch: epoch + 1, Epochs: epochs, Steps: steps, Unit: r.unit}}
 	ev := b.ev
-	ev.Kind = "epoch"
+	ev.Kind = event.KindEpoch
 	r.send(&ev)
 	return b
 }
@@ -246,7 +216,7 @@ func (b *Bar) Step(n int, fields ...Field) {
 		}
 	}
 	if b.ev.Step == 1 || b.ev.Step == b.ev.Steps || now.Sub(b.sent) >= sendEvery {
-		b.report("step", now)
+		b.report(event.KindStep, now)
 	}
 }
 
@@ -266,7 +236,7 @@ func (b *Bar) Done(fields ...Field) {
 		}
 		b.ev.Metrics[f.name] = f.value
 	}
-	b.report("done", b.last)
+	b.report(event.KindDone, b.last)
 }
 
 // report sends the bar's state as of the last step at now.

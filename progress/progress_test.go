@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/event"
 	"github.com/gotrain/gotrain/internal/testproc"
 	"github.com/gotrain/gotrain/launch"
 	"github.com/gotrain/gotrain/progress"
@@ -31,8 +32,8 @@ func reportSteps(rep *progress.Reporter, metrics ...progress.Field) {
 var workers = testproc.Workers{
 	"report": func() int {
 		rep := progress.FromEnv()
-		if v, ok := os.LookupEnv(progress.EnvFD); ok {
-			fmt.Fprintf(os.Stderr, "%s=%s still set after FromEnv\n", progress.EnvFD, v)
+		if v, ok := os.LookupEnv(event.EnvFD); ok {
+			fmt.Fprintf(os.Stderr, "%s=%s still set after FromEnv\n", event.EnvFD, v)
 			return 1
 		}
 		var metrics []progress.Field
@@ -54,8 +55,8 @@ func TestMain(m *testing.M) {
 }
 
 func TestStandalone(t *testing.T) {
-	t.Setenv(progress.EnvFD, "")
-	os.Unsetenv(progress.EnvFD)
+	t.Setenv(event.EnvFD, "")
+	os.Unsetenv(event.EnvFD)
 	var out bytes.Buffer
 	rep := progress.FromEnv(progress.Output(&out), progress.Rank(0))
 	fmt.Fprintln(rep.Writer(), "a line")
@@ -94,20 +95,20 @@ func TestStaleEventsFD(t *testing.T) {
 	}
 	defer f.Close()
 	for _, v := range []string{"0", fmt.Sprint(f.Fd()), "junk"} {
-		t.Setenv(progress.EnvFD, v)
+		t.Setenv(event.EnvFD, v)
 		var out bytes.Buffer
 		rep := progress.FromEnv(progress.Output(&out), progress.Rank(0))
 		reportSteps(rep)
 		rep.Close()
 		if !strings.Contains(out.String(), "epoch 1/1: 3 steps") {
-			t.Errorf("%s=%s: output %q; want the reporter to render itself", progress.EnvFD, v, out.String())
+			t.Errorf("%s=%s: output %q; want the reporter to render itself", event.EnvFD, v, out.String())
 		}
-		if _, ok := os.LookupEnv(progress.EnvFD); ok {
-			t.Errorf("%s=%s is still set after FromEnv", progress.EnvFD, v)
+		if _, ok := os.LookupEnv(event.EnvFD); ok {
+			t.Errorf("%s=%s is still set after FromEnv", event.EnvFD, v)
 		}
 	}
 	if st, err := f.Stat(); err != nil || st.Size() != 0 {
-		t.Fatalf("the file named by %s: %v, size %d; want it untouched", progress.EnvFD, err, st.Size())
+		t.Fatalf("the file named by %s: %v, size %d; want it untouched", event.EnvFD, err, st.Size())
 	}
 }
 
@@ -117,7 +118,7 @@ func TestUnderLauncher(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	events := map[int][]progress.Event{}
+	events := map[int][]event.Event{}
 	var plain bytes.Buffer
 	cons := console.New(console.Options{Out: &plain, Mode: console.Plain, Ranks: 2})
 	var out bytes.Buffer
@@ -130,7 +131,7 @@ func TestUnderLauncher(t *testing.T) {
 		Logger: nil,
 		Events: func(rank int, line []byte) {
 			cons.Event(rank, line)
-			var ev progress.Event
+			var ev event.Event
 			if err := json.Unmarshal(line, &ev); err != nil {
 				t.Errorf("rank %d sent %q: %v", rank, line, err)
 				return

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/metrics"
+	"github.com/gotrain/gotrain/event"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/nn/models"
 )
@@ -33,7 +33,7 @@ func TestTrainGPTMetricsAndTraceTwoWorkers(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit code %d; output:\n%s", code, all)
 	}
-	byRank := map[int][]metrics.Row{}
+	byRank := map[int][]event.Row{}
 	for _, r := range readRows(t, file) {
 		byRank[r.Rank] = append(byRank[r.Rank], r)
 	}
@@ -58,7 +58,7 @@ func TestTrainGPTMetricsAndTraceTwoWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tr struct {
-		TraceEvents []metrics.TraceEvent `json:"traceEvents"`
+		TraceEvents []event.TraceEvent `json:"traceEvents"`
 	}
 	if err := json.Unmarshal(b, &tr); err != nil {
 		t.Fatalf("trace is not trace-event JSON: %v", err)
@@ -78,7 +78,7 @@ func TestTrainGPTMetricsAndTraceTwoWorkers(t *testing.T) {
 		name := e.Name
 		if strings.HasPrefix(name, "allreduce bucket ") {
 			name = "allreduce"
-			if e.TID != metrics.TIDAllReduce {
+			if e.TID != event.TIDAllReduce {
 				t.Fatalf("allreduce span on track %d: %+v", e.TID, e)
 			}
 		}

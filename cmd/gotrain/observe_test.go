@@ -17,22 +17,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/event"
 	"github.com/gotrain/gotrain/internal/testlog"
-	"github.com/gotrain/gotrain/metrics"
 )
 
 // readRows reads a metrics file.
-func readRows(t *testing.T, path string) []metrics.Row {
+func readRows(t *testing.T, path string) []event.Row {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var rows []metrics.Row
+	var rows []event.Row
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		var r metrics.Row
+		var r event.Row
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("%s: row %q: %v", path, sc.Text(), err)
 		}
@@ -45,7 +45,7 @@ func readRows(t *testing.T, path string) []metrics.Row {
 // samples samples each: every step once, in order, phases adding up to
 // the step, and the steps adding up to the rank's wall time, less
 // untimedMS (checkpoints and evaluations between steps), within 10%.
-func checkRankRows(t *testing.T, rank int, rows []metrics.Row, steps, samples int, untimedMS float64) {
+func checkRankRows(t *testing.T, rank int, rows []event.Row, steps, samples int, untimedMS float64) {
 	t.Helper()
 	if len(rows) != steps {
 		t.Fatalf("rank %d: %d rows, want %d", rank, len(rows), steps)
@@ -84,7 +84,7 @@ func TestMetricsAndTraceTwoWorkers(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit code %d; output:\n%s", code, all)
 	}
-	byRank := map[int][]metrics.Row{}
+	byRank := map[int][]event.Row{}
 	for _, r := range readRows(t, file) {
 		byRank[r.Rank] = append(byRank[r.Rank], r)
 	}
@@ -96,7 +96,7 @@ func TestMetricsAndTraceTwoWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tr struct {
-		TraceEvents []metrics.TraceEvent `json:"traceEvents"`
+		TraceEvents []event.TraceEvent `json:"traceEvents"`
 	}
 	if err := json.Unmarshal(b, &tr); err != nil {
 		t.Fatalf("trace is not trace-event JSON: %v", err)
@@ -114,7 +114,7 @@ func TestMetricsAndTraceTwoWorkers(t *testing.T) {
 			name := e.Name
 			if strings.HasPrefix(name, "allreduce bucket ") {
 				name = "allreduce"
-				if e.TID != metrics.TIDAllReduce {
+				if e.TID != event.TIDAllReduce {
 					t.Fatalf("allreduce span on track %d: %+v", e.TID, e)
 				}
 			}
@@ -164,7 +164,7 @@ func TestMetricsFileAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tr struct {
-		TraceEvents []metrics.TraceEvent `json:"traceEvents"`
+		TraceEvents []event.TraceEvent `json:"traceEvents"`
 	}
 	if err := json.Unmarshal(b, &tr); err != nil || len(tr.TraceEvents) < 12*5 {
 		t.Fatalf("trace of %d events: %v", len(tr.TraceEvents), err)
@@ -361,7 +361,7 @@ func TestRunWritesMetricsAndTrace(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit code %d; output:\n%s", code, all)
 	}
-	byRank := map[int][]metrics.Row{}
+	byRank := map[int][]event.Row{}
 	for _, r := range readRows(t, file) {
 		byRank[r.Rank] = append(byRank[r.Rank], r)
 	}
@@ -373,7 +373,7 @@ func TestRunWritesMetricsAndTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tr struct {
-		TraceEvents []metrics.TraceEvent `json:"traceEvents"`
+		TraceEvents []event.TraceEvent `json:"traceEvents"`
 	}
 	if err := json.Unmarshal(b, &tr); err != nil {
 		t.Fatalf("trace: %v", err)

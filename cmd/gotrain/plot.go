@@ -17,7 +17,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
-	"github.com/gotrain/gotrain/metrics"
+	"github.com/gotrain/gotrain/event"
 )
 
 // newPlotCmd is `gotrain plot FILE.jsonl -o loss.png`.
@@ -64,20 +64,20 @@ per rank: the loss, the learning rate and the samples/s over the steps.`,
 
 // readMetricsFile reads the rows of a metrics file; a line that is not a
 // row is an error naming it.
-func readMetricsFile(path string) ([]metrics.Row, error) {
+func readMetricsFile(path string) ([]event.Row, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("plot: %w", err)
 	}
 	defer f.Close()
-	var rows []metrics.Row
+	var rows []event.Row
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for n := 1; sc.Scan(); n++ {
 		if strings.TrimSpace(sc.Text()) == "" {
 			continue
 		}
-		var r metrics.Row
+		var r event.Row
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil || r.Step < 1 {
 			return nil, fmt.Errorf("plot: %s line %d is not a metrics row (want JSON with step >= 1, as --metrics writes)", path, n)
 		}
@@ -97,8 +97,8 @@ var plotColors = []color.RGBA{{31, 119, 180, 255}, {214, 39, 40, 255}, {44, 160,
 	{148, 103, 189, 255}, {140, 86, 75, 255}, {227, 119, 194, 255}, {127, 127, 127, 255}}
 
 // plotMetrics draws the three panels into a width×height PNG at out.
-func plotMetrics(rows []metrics.Row, out string, width, height int) error {
-	byRank := map[int][]metrics.Row{}
+func plotMetrics(rows []event.Row, out string, width, height int) error {
+	byRank := map[int][]event.Row{}
 	for _, r := range rows {
 		byRank[r.Rank] = append(byRank[r.Rank], r)
 	}
@@ -109,11 +109,11 @@ func plotMetrics(rows []metrics.Row, out string, width, height int) error {
 	slices.Sort(ranks)
 	panels := []struct {
 		title, y string
-		value    func(metrics.Row) float64
+		value    func(event.Row) float64
 	}{
-		{"Loss", "loss", func(r metrics.Row) float64 { return r.Loss }},
-		{"Learning rate", "lr", func(r metrics.Row) float64 { return r.LR }},
-		{"Throughput", "samples/s per rank", func(r metrics.Row) float64 { return r.SamplesPerSec }},
+		{"Loss", "loss", func(r event.Row) float64 { return r.Loss }},
+		{"Learning rate", "lr", func(r event.Row) float64 { return r.LR }},
+		{"Throughput", "samples/s per rank", func(r event.Row) float64 { return r.SamplesPerSec }},
 	}
 	plots := make([][]*plot.Plot, len(panels))
 	for i, pn := range panels {

@@ -7,7 +7,7 @@ import (
 )
 
 // openMetrics starts the metrics recorder if the job writes metrics or a
-// trace, or its launcher collects them (metrics.EnvObserve).
+// trace, or its launcher collects them (event.EnvObserve).
 func (m *meter) openMetrics(j *job) error {
 	m.opt = j.opt
 	rec, err := metrics.New(metrics.Config{File: j.cfg.Metrics, Trace: j.cfg.Trace, Every: j.cfg.MetricsEvery,

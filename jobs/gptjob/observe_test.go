@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gotrain/gotrain/metrics"
+	"github.com/gotrain/gotrain/event"
 )
 
 // TestRunRecordsMetrics trains alone with a metrics file of one row per 3
@@ -29,9 +29,9 @@ func TestRunRecordsMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var rows []metrics.Row
+	var rows []event.Row
 	for sc := bufio.NewScanner(f); sc.Scan(); {
-		var r metrics.Row
+		var r event.Row
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("row %q: %v", sc.Text(), err)
 		}
@@ -50,7 +50,7 @@ func TestRunRecordsMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tr struct {
-		TraceEvents []metrics.TraceEvent `json:"traceEvents"`
+		TraceEvents []event.TraceEvent `json:"traceEvents"`
 	}
 	if err := json.Unmarshal(b, &tr); err != nil {
 		t.Fatalf("trace: %v", err)

@@ -8,8 +8,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/gotrain/gotrain/event"
 	"github.com/gotrain/gotrain/internal/testbrowser"
-	"github.com/gotrain/gotrain/metrics"
 )
 
 // TestDashboardMarksStraggler opens the dashboard in headless Chromium
@@ -23,18 +23,18 @@ func TestDashboardMarksStraggler(t *testing.T) {
 	}
 	defer h.Close()
 	for step := 1; step <= 10; step++ {
-		var rows []metrics.Row
+		var rows []event.Row
 		for rank := range 3 {
 			ms := 10.0
 			if rank == 2 {
 				ms = 30
 			}
-			rows = append(rows, metrics.Row{Rank: rank, Step: step, Steps: 1, Epoch: 1, Loss: 1, Samples: 64,
+			rows = append(rows, event.Row{Rank: rank, Step: step, Steps: 1, Epoch: 1, Loss: 1, Samples: 64,
 				SamplesPerSec: 64e3 / ms, StepMS: ms, ForwardMS: ms / 2, BackwardMS: ms / 2, Time: float64(step)})
 		}
 		for _, row := range rows {
-			data, _ := json.Marshal([]metrics.Row{row})
-			h.Event(row.Rank, fmt.Appendf(nil, `{"kind":%q,"rank":%d,"data":%s}`, metrics.KindRow, row.Rank, data))
+			data, _ := json.Marshal([]event.Row{row})
+			h.Event(row.Rank, fmt.Appendf(nil, `{"kind":%q,"rank":%d,"data":%s}`, event.KindRow, row.Rank, data))
 		}
 	}
 	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+h.Addr("dashboard")+"/"), chromedp.WaitReady("#workers tbody tr:nth-child(3)")); err != nil {

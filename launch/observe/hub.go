@@ -20,8 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gotrain/gotrain/metrics"
-	"github.com/gotrain/gotrain/progress/console"
+	"github.com/gotrain/gotrain/event"
 )
 
 // Options say what the hub does; the zero value does nothing but keep
@@ -70,12 +69,12 @@ type Hub struct {
 
 // rankState is what the hub knows of one rank.
 type rankState struct {
-	Rank    int           `json:"rank"`
-	Host    string        `json:"host"`
-	PID     int           `json:"pid"`
-	Restart int           `json:"restart"`
-	Last    *metrics.Row  `json:"last"`
-	History []metrics.Row `json:"-"`
+	Rank    int         `json:"rank"`
+	Host    string      `json:"host"`
+	PID     int         `json:"pid"`
+	Restart int         `json:"restart"`
+	Last    *event.Row  `json:"last"`
+	History []event.Row `json:"-"`
 	bytes   map[string]int64
 }
 
@@ -160,7 +159,7 @@ func (h *Hub) Env() []string {
 	if h.trace != nil {
 		want = append(want, "trace")
 	}
-	return append(env, metrics.EnvObserve+"="+strings.Join(want, ","))
+	return append(env, event.EnvObserve+"="+strings.Join(want, ","))
 }
 
 // Wrap returns an events function that feeds the hub, then next (the
@@ -178,9 +177,9 @@ func (h *Hub) Wrap(next func(rank int, line []byte)) func(rank int, line []byte)
 // not events at all, are ignored. Each line is decoded once, into the
 // type its kind names.
 func (h *Hub) Event(rank int, line []byte) {
-	switch console.EventKind(line) {
-	case metrics.KindRow:
-		var ev struct{ Data []metrics.Row }
+	switch event.KindOf(line) {
+	case event.KindRow:
+		var ev struct{ Data []event.Row }
 		if json.Unmarshal(line, &ev) != nil {
 			return
 		}
@@ -190,7 +189,7 @@ func (h *Hub) Event(rank int, line []byte) {
 			h.row(row)
 		}
 		h.mu.Unlock()
-	case metrics.KindTrace:
+	case event.KindTrace:
 		var ev struct{ Data json.RawMessage } // checked as JSON, passed through
 		if json.Unmarshal(line, &ev) != nil {
 			return
@@ -200,8 +199,8 @@ func (h *Hub) Event(rank int, line []byte) {
 			h.trace.add(rank, ev.Data)
 		}
 		h.mu.Unlock()
-	case metrics.KindHello:
-		var ev struct{ Data *metrics.Hello }
+	case event.KindHello:
+		var ev struct{ Data *event.Hello }
 		if json.Unmarshal(line, &ev) != nil || ev.Data == nil {
 			return
 		}
@@ -228,7 +227,7 @@ func (h *Hub) rank(r int) *rankState {
 }
 
 // row records one metrics row of a rank; h.mu is held.
-func (h *Hub) row(row metrics.Row) {
+func (h *Hub) row(row event.Row) {
 	rs := h.rank(row.Rank)
 	rs.Last = &row
 	rs.Restart = row.Restart

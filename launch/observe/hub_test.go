@@ -10,14 +10,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gotrain/gotrain/metrics"
+	"github.com/gotrain/gotrain/event"
 )
 
 func rowEvent(rank, step int, loss float64) []byte {
-	row := metrics.Row{Rank: 99, Step: step, Steps: 1, Epoch: 1, Loss: loss, LR: 0.1, Samples: 64, SamplesPerSec: 1000,
+	row := event.Row{Rank: 99, Step: step, Steps: 1, Epoch: 1, Loss: loss, LR: 0.1, Samples: 64, SamplesPerSec: 1000,
 		StepMS: 10, ForwardMS: 4, BackwardMS: 5, ExposedWaitMS: 2, OptimizerMS: 1, BytesSent: map[string]int64{fmt.Sprint(1 - rank): 4096}}
 	data, _ := json.Marshal(row)
-	line, _ := json.Marshal(map[string]any{"kind": metrics.KindRow, "rank": rank, "epoch": 0, "data": json.RawMessage("[" + string(data) + "]")})
+	line, _ := json.Marshal(map[string]any{"kind": event.KindRow, "rank": rank, "epoch": 0, "data": json.RawMessage("[" + string(data) + "]")})
 	return line
 }
 
@@ -30,7 +30,7 @@ func TestHub(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env := strings.Join(h.Env(), " "); env != "GOTRAIN_FLIGHT_DIR="+dir+" "+metrics.EnvObserve+"=hello,rows,file,trace" {
+	if env := strings.Join(h.Env(), " "); env != "GOTRAIN_FLIGHT_DIR="+dir+" "+event.EnvObserve+"=hello,rows,file,trace" {
 		t.Fatalf("env %q", env)
 	}
 	var passed int
@@ -88,7 +88,7 @@ func TestHub(t *testing.T) {
 		t.Fatalf("metrics file:\n%s", b)
 	}
 	b, _ = os.ReadFile(trace)
-	var tr struct{ TraceEvents []metrics.TraceEvent }
+	var tr struct{ TraceEvents []event.TraceEvent }
 	if err := json.Unmarshal(b, &tr); err != nil {
 		t.Fatalf("trace: %v\n%s", err, b)
 	}

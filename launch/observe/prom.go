@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/gotrain/gotrain/metrics"
+	"github.com/gotrain/gotrain/event"
 )
 
 // promMetrics are the job's Prometheus series, in a registry of their
@@ -62,7 +62,7 @@ func (p *promMetrics) labels(rank int) prometheus.Labels {
 }
 
 // observe updates the series from one row.
-func (p *promMetrics) observe(r metrics.Row) {
+func (p *promMetrics) observe(r event.Row) {
 	l := p.labels(r.Rank)
 	p.step.With(l).Set(r.StepMS / 1e3)
 	for name, v := range map[string]float64{"data": r.DataMS, "forward": r.ForwardMS, "backward": r.BackwardMS,

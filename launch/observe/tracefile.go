@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/gotrain/gotrain/metrics"
+	"github.com/gotrain/gotrain/event"
 )
 
 // traceFile is the merged timeline: every rank's spans, as they arrive,
@@ -47,7 +47,7 @@ func (t *traceFile) add(rank int, spans json.RawMessage) {
 	}
 	if !t.named[rank] {
 		t.named[rank] = true
-		for _, e := range metrics.TrackNames(rank) {
+		for _, e := range event.TrackNames(rank) {
 			t.write(&e)
 		}
 	}

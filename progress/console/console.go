@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"golang.org/x/term"
+
+	"github.com/gotrain/gotrain/event"
 )
 
 // DefaultLogEvery is the period of the plain progress lines.
@@ -104,22 +106,6 @@ type rankState struct {
 	stepTime float64
 	done     bool
 	metrics  map[string]float64
-}
-
-// event is the JSON schema of progress.Event, decoded here so that this
-// package does not depend on progress (which renders through it).
-type event struct {
-	Kind     string             `json:"kind"`
-	Epoch    int                `json:"epoch"`
-	Epochs   int                `json:"epochs"`
-	Steps    int                `json:"steps"`
-	Step     int                `json:"step"`
-	Samples  int64              `json:"samples"`
-	Unit     string             `json:"unit"`
-	Elapsed  float64            `json:"elapsed"`
-	Loss     *float64           `json:"loss"`
-	StepTime float64            `json:"step_time"`
-	Metrics  map[string]float64 `json:"metrics"`
 }
 
 // New returns a console rendering on opts.Out.
@@ -244,16 +230,16 @@ func (c *Console) printLines(w io.Writer, same bool, data []byte) {
 // barSeq draws line in place of the current one.
 func (c *Console) barSeq(line string) string { return "\r" + line + "\x1b[K" }
 
-// Event feeds one progress event (a JSON line, see progress.Event) that
+// Event feeds one progress event (a JSON line, see event.Event) that
 // rank sent. Lines that are not events are ignored: the pipe carries what
 // a program writes to it.
 func (c *Console) Event(rank int, line []byte) {
-	switch EventKind(line) {
+	switch event.KindOf(line) {
 	case "epoch", "step", "done":
 	default:
 		return // a row or span for another consumer: not worth decoding
 	}
-	var ev event
+	var ev event.Event
 	if err := json.Unmarshal(line, &ev); err != nil || ev.Epoch < 1 ||
 		ev.Kind != "epoch" && ev.Kind != "step" && ev.Kind != "done" {
 		return

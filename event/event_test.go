@@ -1,8 +1,8 @@
-package console
+package event
 
 import "testing"
 
-func TestEventKind(t *testing.T) {
+func TestKindOf(t *testing.T) {
 	for line, want := range map[string]string{
 		`{"kind":"step","rank":0,"epoch":1}`:      "step",
 		`{"kind":"metrics","rank":1,"data":[{}]}`: "metrics",
@@ -12,8 +12,8 @@ func TestEventKind(t *testing.T) {
 		`not json`:                                "",
 		`{"rank":1}`:                              "",
 	} {
-		if got := EventKind([]byte(line)); got != want {
-			t.Errorf("EventKind(%s) = %q, want %q", line, got, want)
+		if got := KindOf([]byte(line)); got != want {
+			t.Errorf("KindOf(%s) = %q, want %q", line, got, want)
 		}
 	}
 }
