@@ -24,46 +24,45 @@ import (
 // as one of its workers.
 const benchWorkerEnv = "GOTRAIN_BENCH_WORKER"
 
-func init() {
-	for _, op := range []string{"allreduce", "broadcast", "allgather"} {
-		var nproc int
-		var sizes, algo string
-		var hf hostFlags
-		cmd := &cobra.Command{
-			Use:   op,
-			Short: "Measure " + op + " bandwidth between worker processes, on this machine or several",
-			Long: "Starts --nproc local workers (this binary, under the launcher of 'gotrain run\n" +
-				"--standalone'), or with --hosts/--hostfile workers on those machines over ssh\n" +
-				"(one per slot, or --nproc per host, as 'gotrain run --hosts'), and prints one\n" +
-				"line per size:\n" +
-				"op= world= bytes= median_s= algbw_GBps= busbw_GBps= (nccl-tests definitions).",
-			Args: noArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				sz, err := parseSizes(sizes)
-				if err != nil {
-					return err
-				}
-				if err := checkAtLeast("nproc", nproc, 1); err != nil {
-					return err
-				}
-				if err := checkOneOf("algo", algo, "", distributed.AlgoAuto, distributed.AlgoRing, distributed.AlgoRecursiveDoubling, distributed.AlgoShm); err != nil {
-					return badFlag("algo", algo, "must be "+orList([]string{distributed.AlgoAuto, distributed.AlgoRing, distributed.AlgoRecursiveDoubling, distributed.AlgoShm}))
-				}
-				if os.Getenv(benchWorkerEnv) == "1" {
-					return benchWorker(cmd.Context(), op, sz, algo, cmd.OutOrStdout())
-				}
-				if hf.applies(cmd.Flags()) {
-					return benchOnHosts(cmd.Context(), cmd.Flags(), hf, nproc)
-				}
-				return benchLaunch(cmd.Context(), nproc, cmd.OutOrStdout())
-			},
-		}
-		cmd.Flags().IntVar(&nproc, "nproc", 2, "number of local worker processes")
-		cmd.Flags().StringVar(&sizes, "sizes", "4096,65536,1048576,16777216,67108864", "comma-separated message sizes in bytes")
-		cmd.Flags().StringVar(&algo, "algo", "", "force an allreduce algorithm: ring, recursive-doubling or shm (default auto)")
-		hf.registerTrain(cmd.Flags())
-		benchCmd.AddCommand(cmd)
+// newBenchCollectiveCmd is `gotrain bench allreduce|broadcast|allgather`.
+func newBenchCollectiveCmd(op string) *cobra.Command {
+	var nproc int
+	var sizes, algo string
+	var hf hostFlags
+	cmd := &cobra.Command{
+		Use:   op,
+		Short: "Measure " + op + " bandwidth between worker processes, on this machine or several",
+		Long: "Starts --nproc local workers (this binary, under the launcher of 'gotrain run\n" +
+			"--standalone'), or with --hosts/--hostfile workers on those machines over ssh\n" +
+			"(one per slot, or --nproc per host, as 'gotrain run --hosts'), and prints one\n" +
+			"line per size:\n" +
+			"op= world= bytes= median_s= algbw_GBps= busbw_GBps= (nccl-tests definitions).",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sz, err := parseSizes(sizes)
+			if err != nil {
+				return err
+			}
+			if err := checkAtLeast("nproc", nproc, 1); err != nil {
+				return err
+			}
+			if err := checkOneOf("algo", algo, "", distributed.AlgoAuto, distributed.AlgoRing, distributed.AlgoRecursiveDoubling, distributed.AlgoShm); err != nil {
+				return badFlag("algo", algo, "must be "+orList([]string{distributed.AlgoAuto, distributed.AlgoRing, distributed.AlgoRecursiveDoubling, distributed.AlgoShm}))
+			}
+			if os.Getenv(benchWorkerEnv) == "1" {
+				return benchWorker(cmd.Context(), op, sz, algo, cmd.OutOrStdout())
+			}
+			if hf.applies(cmd.Flags()) {
+				return benchOnHosts(cmd.Context(), cmd.Flags(), hf, nproc)
+			}
+			return benchLaunch(cmd.Context(), nproc, cmd.OutOrStdout())
+		},
 	}
+	cmd.Flags().IntVar(&nproc, "nproc", 2, "number of local worker processes")
+	cmd.Flags().StringVar(&sizes, "sizes", "4096,65536,1048576,16777216,67108864", "comma-separated message sizes in bytes")
+	cmd.Flags().StringVar(&algo, "algo", "", "force an allreduce algorithm: ring, recursive-doubling or shm (default auto)")
+	hf.registerTrain(cmd.Flags())
+	return cmd
 }
 
 // parseSizes parses --sizes, byte counts of at least 0.
@@ -128,7 +127,7 @@ func benchOnHosts(ctx context.Context, f *pflag.FlagSet, h hostFlags, nproc int)
 		Program: program, Args: os.Args[1:], NProcPerNode: n, MasterPort: h.masterPort, ExitWait: h.exitWait,
 	}
 	results := func(w io.Writer) io.Writer { return rankZeroLines{w} }
-	return launchOnHosts(ctx, cfg, h, outputFlags{}, nil, 10*time.Second, false, results, benchWorkerEnv+"=1")
+	return launchOnHosts(ctx, cfg, h, outputFlags{}, nil, defaultLogEvery, false, results, benchWorkerEnv+"=1")
 }
 
 // rankZeroLines passes on rank 0's lines without the launcher's

@@ -110,7 +110,8 @@ func stepBound(ctx context.Context, gemms []stepGemm, minTime time.Duration, pre
 	return flops, secs, nil
 }
 
-func init() {
+// newBenchGemmCmd is `gotrain bench gemm`.
+func newBenchGemmCmd() *cobra.Command {
 	var threads int
 	var precision string
 	var minTime time.Duration
@@ -177,7 +178,7 @@ SGEMM, so it measures the cost of emulation, not a bf16 kernel.`,
 	cmd.Flags().IntVar(&threads, "threads", 0, "goroutines per SGEMM call (default: "+kernels.EnvNumThreads+" or GOMAXPROCS)")
 	cmd.Flags().DurationVar(&minTime, "min-time", 300*time.Millisecond, "time spent on each case")
 	cmd.Flags().StringVar(&precision, "precision", "fp32", "operands in fp32, bf16 (needs a bf16 kernel) or bf16-emulated (rounded, then fp32 SGEMM)")
-	benchCmd.AddCommand(cmd)
+	return cmd
 }
 
 // flops is the case's multiply-add work, 2·m·n·k.

@@ -14,7 +14,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() {
+// newBenchTrainCmd is `gotrain bench train`.
+func newBenchTrainCmd() *cobra.Command {
 	var nproc, rounds int
 	cmd := &cobra.Command{
 		Use:   "train [flags] -- [gotrain train mnist flags]",
@@ -36,7 +37,7 @@ for example: gotrain bench train --rounds 5 -- --model cnn --max-steps 300`,
 	}
 	cmd.Flags().IntVar(&nproc, "nproc", 2, "number of local workers to compare with one process")
 	cmd.Flags().IntVar(&rounds, "rounds", 3, "number of single/N-worker pairs to run")
-	benchCmd.AddCommand(cmd)
+	return cmd
 }
 
 // benchTrain runs the scaling comparison and prints its lines to out.

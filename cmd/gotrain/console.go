@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -10,11 +11,20 @@ import (
 	"github.com/gotrain/gotrain/progress/console"
 )
 
+// defaultLogEvery is the period of the progress lines on a stderr that
+// is not a terminal: --log-every's default, and the period of commands
+// without the flag.
+const defaultLogEvery = 10 * time.Second
+
 // addLogEvery defines --log-every on f, for the commands that show
 // progress.
 func addLogEvery(f *pflag.FlagSet, v *string) {
-	f.StringVar(v, "log-every", "10", "when stderr is not a terminal, print a progress line every this many seconds (or a duration like 30s)")
+	f.StringVar(v, "log-every", seconds(defaultLogEvery), "when stderr is not a terminal, print a progress line every this many seconds (or a duration like 30s)")
 }
+
+// seconds is d as the default of a flag that parseInterval reads: in
+// seconds, as torchrun writes durations ("0.1").
+func seconds(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'g', -1, 64) }
 
 // logEvery parses --log-every.
 func logEvery(s string) (time.Duration, error) {

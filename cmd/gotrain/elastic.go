@@ -27,31 +27,25 @@ type elasticFlags struct {
 	local    string
 
 	// Set by nnodes when the job is elastic.
-	on       bool
-	rdzv     rendezvous.Config
-	isHost   *bool
-	runIDSet bool
-}
-
-var elasticOpts elasticFlags
-
-func init() {
-	f := runCmd.Flags()
-	o := &elasticOpts
-	f.StringVar(&o.backend, "rdzv-backend", "", "rendezvous of an elastic job: c10d (a store served by the launcher at --rdzv-endpoint, the default with it) or etcd; static (the default without it) uses --node-rank")
-	f.StringVar(&o.endpoint, "rdzv-endpoint", "", "HOST:PORT of the rendezvous: the c10d store (served by the node whose address it is) or etcd (host:2379, or several, comma-separated)")
-	f.StringVar(&o.conf, "rdzv-conf", "", "rendezvous settings as key=value,...: last_call_timeout (s, default 30), join_timeout (s, default 600), keep_alive_interval (s, default 1), keep_alive_max_attempts (default 5), is_host (c10d: true or false)")
-	f.StringVar(&o.local, "local-addr", "", "this node's address as the other nodes reach it (default: the one it reaches --rdzv-endpoint from)")
+	on     bool
+	rdzv   rendezvous.Config
+	isHost *bool
 }
 
 // elasticKeys are the --rdzv-conf keys.
 var elasticKeys = []string{"last_call_timeout", "join_timeout", "keep_alive_interval", "keep_alive_max_attempts", "is_host"}
 
+// defaultKeepAliveAttempts is keep_alive_max_attempts when --rdzv-conf
+// leaves it out: the heartbeats a node may miss before the others drop
+// it, as the rendezvous' own defaults have it.
+const defaultKeepAliveAttempts = int(rendezvous.DefaultDeadAfter / rendezvous.DefaultHeartbeatInterval)
+
 // nnodes parses --nnodes and, for an elastic job (a MIN:MAX range, or
 // --rdzv-endpoint or a dynamic --rdzv-backend given), checks the
-// rendezvous flags and returns 1, with run's static place reset, so that
-// the static checks pass: each round sets the node's place. A static job
-// gets parseNNodes's result.
+// rendezvous flags and returns 1, with run's static place (the flags of
+// f bound to it) back at its defaults, so that the static checks pass:
+// each round sets the node's place. A static job gets parseNNodes's
+// result.
 func (o *elasticFlags) nnodes(f *pflag.FlagSet, run *runFlags) (int, error) {
 	s, nodeRank := run.nnodes, run.nodeRank
 	lo, hi, isRange := strings.Cut(s, ":")
@@ -98,7 +92,10 @@ func (o *elasticFlags) nnodes(f *pflag.FlagSet, run *runFlags) (int, error) {
 		o.backend = "c10d"
 	}
 	// A place from PET_ variables gives way to the rendezvous'.
-	run.nodeRank, run.masterAddr, run.masterPort = 0, launch.DefaultMasterAddr, launch.DefaultMasterPort
+	for _, name := range []string{"node-rank", "master-addr", "master-port"} {
+		fl := f.Lookup(name)
+		_ = fl.Value.Set(fl.DefValue) // a default parses
+	}
 	for _, ep := range strings.Split(o.endpoint, ",") {
 		if h, p, err := net.SplitHostPort(ep); err != nil || h == "" || p == "" {
 			return 0, badFlag("rdzv-endpoint", o.endpoint, "want HOST:PORT")
@@ -133,7 +130,7 @@ func (o *elasticFlags) parseConf() error {
 	if o.conf == "" {
 		return nil
 	}
-	interval, attempts := rendezvous.DefaultHeartbeatInterval, 5
+	interval, attempts := rendezvous.DefaultHeartbeatInterval, defaultKeepAliveAttempts
 	for _, kv := range strings.Split(o.conf, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		if !ok {

@@ -17,10 +17,12 @@ import (
 // lookupEnv reads the environment; tests replace it.
 var lookupEnv = os.LookupEnv
 
-var envCmd = &cobra.Command{
-	Use:   "env",
-	Short: "Show the job this process belongs to, as a worker would find it",
-	Long: `Env prints what a worker started here would find with
+// newEnvCmd is `gotrain env`.
+func newEnvCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "env",
+		Short: "Show the job this process belongs to, as a worker would find it",
+		Long: `Env prints what a worker started here would find with
 dist.Init(ctx, dist.Config{InitMethod: "env://"}): which engine started it
 (gotrain run or torchrun, Slurm srun, Open MPI mpirun, MPICH/Intel MPI
 mpiexec, a Kubeflow PyTorchJob or TrainJob), the variables it read, and the
@@ -32,16 +34,15 @@ its address through the launcher.
 When the variables are incomplete or contradict each other it prints one
 line naming them and exits with status 1: a worker would fail the same way
 rather than train alone.`,
-	Example: `  srun -N 2 -n 4 gotrain env
+		Example: `  srun -N 2 -n 4 gotrain env
   mpirun -np 2 gotrain env
   RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 gotrain env`,
-	Args: cobra.NoArgs,
-	RunE: func(cmd *cobra.Command, _ []string) error {
-		return runEnv(cmd.Context(), cmd.OutOrStdout(), lookupEnv)
-	},
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runEnv(cmd.Context(), cmd.OutOrStdout(), lookupEnv)
+		},
+	}
 }
-
-func init() { rootCmd.AddCommand(envCmd) }
 
 // envRendezvousTimeout bounds the PMI exchange of `gotrain env`.
 const envRendezvousTimeout = 30 * time.Second

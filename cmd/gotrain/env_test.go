@@ -59,7 +59,7 @@ func TestPETEnv(t *testing.T) {
 // Every `gotrain run` flag has its PET_ variable.
 func TestPETEnvEveryRunFlag(t *testing.T) {
 	n := 0
-	runCmd.Flags().VisitAll(func(fl *pflag.Flag) {
+	newRunCmd().Flags().VisitAll(func(fl *pflag.Flag) {
 		if fl.Name == "help" {
 			return
 		}

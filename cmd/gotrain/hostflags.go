@@ -37,11 +37,6 @@ type hostFlags struct {
 	masterPort    int // train mnist's; run has its own --master-port
 }
 
-// runHostOpts are `gotrain run`'s.
-var runHostOpts hostFlags
-
-func init() { runHostOpts.register(runCmd.Flags()) }
-
 // register defines the flags on f.
 func (h *hostFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&h.hosts, "hosts", "", "run on these machines over ssh: HOST[:SLOTS],... (node 0 first; slots = workers per host unless --nproc-per-node)")
@@ -118,15 +113,26 @@ func (h hostFlags) check(f *pflag.FlagSet) ([]hosts.Host, error) {
 	var err error
 	if h.hosts != "" {
 		if hs, err = hosts.Parse(h.hosts); err != nil {
-			return nil, badFlag("hosts", h.hosts, strings.TrimPrefix(strings.TrimPrefix(err.Error(), hosts.ErrSyntax.Error()), ": "))
+			return nil, badFlag("hosts", h.hosts, hostsProblem(err))
 		}
 	} else if hs, err = hosts.ReadFile(h.hostfile); err != nil {
-		return nil, badFlag("hostfile", h.hostfile, strings.TrimPrefix(strings.TrimPrefix(err.Error(), hosts.ErrSyntax.Error()), ": "))
+		return nil, badFlag("hostfile", h.hostfile, hostsProblem(err))
 	}
 	if err := launch.CheckMasterAddr(hs[0].Addr(), len(hs), os.Getenv(launch.EnvAllowLoopback) == "1"); err != nil {
 		return nil, badFlag("hosts", hs[0].String(), "node 0's address "+err.Error())
 	}
 	return hs, nil
+}
+
+// hostsProblem says what is wrong with a host list after its flag: a
+// syntax error's reason (the flag names the list already), or why the
+// hostfile could not be read.
+func hostsProblem(err error) string {
+	var se *hosts.SyntaxError
+	if errors.As(err, &se) {
+		return se.Reason
+	}
+	return err.Error()
 }
 
 // nproc is the workers per host: --nproc-per-node if given (a number:
@@ -183,12 +189,13 @@ func (h hostFlags) fanoutConfig(f *pflag.FlagSet, o runFlags, hs []hosts.Host, a
 }
 
 // runOnHosts is `gotrain run --hosts`.
-func runOnHosts(ctx context.Context, f *pflag.FlagSet, o runFlags, h hostFlags, args []string) error {
+func runOnHosts(ctx context.Context, f *pflag.FlagSet, o *runOptions, args []string) error {
+	h := o.hosts
 	hs, err := h.check(f)
 	if err != nil {
 		return err
 	}
-	cfg, err := h.fanoutConfig(f, o, hs, args)
+	cfg, err := h.fanoutConfig(f, o.runFlags, hs, args)
 	if err != nil {
 		return err
 	}
@@ -197,10 +204,10 @@ func runOnHosts(ctx context.Context, f *pflag.FlagSet, o runFlags, h hostFlags, 
 		return err
 	}
 	o.timeout.export()
-	if err := runObserve.check(f, false, 2, true); err != nil { // the launcher serves even one worker
+	if err := o.observe.check(f, false, 2, true); err != nil { // the launcher serves even one worker
 		return err
 	}
-	return launchOnHosts(ctx, cfg, h, o.output, &runObserve, every, true, nil)
+	return launchOnHosts(ctx, cfg, h, o.output, &o.observe, every, true, nil)
 }
 
 // launchOnHosts checks every host (pre-flight, and --copy), then runs the

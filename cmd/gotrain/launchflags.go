@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/gotrain/gotrain/distributed"
 	"github.com/gotrain/gotrain/internal/logging"
 	"github.com/gotrain/gotrain/launch"
 )
@@ -119,7 +121,7 @@ type timeoutFlag struct{ d time.Duration }
 
 // register defines the flag on f.
 func (t *timeoutFlag) register(f *pflag.FlagSet) {
-	f.DurationVar(&t.d, "timeout", 0, "bound on each collective operation, e.g. 10m, after which a live but stuck peer fails the job (default $GOTRAIN_TIMEOUT or 5m)")
+	f.DurationVar(&t.d, "timeout", 0, fmt.Sprintf("bound on each collective operation, e.g. 10m, after which a live but stuck peer fails the job (default $GOTRAIN_TIMEOUT or %gm)", distributed.DefaultTimeout.Minutes()))
 }
 
 // check refuses a timeout that is given but not positive.

@@ -20,30 +20,52 @@ import (
 	"github.com/gotrain/gotrain/launch"
 )
 
-// rootCmd is the top of the CLI; each subcommand lives in its own file and
-// adds itself in init.
-var rootCmd = &cobra.Command{
-	Use:           "gotrain",
-	Short:         "Distributed data-parallel training in Go",
-	SilenceUsage:  true,
-	SilenceErrors: true,
-	Args:          cobra.ArbitraryArgs,
-	RunE:          unknownSubcommand,
+// newRootCmd builds the CLI's command tree, one constructor per command.
+// Each call builds a fresh tree with its own flag values.
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "gotrain",
+		Short:         "Distributed data-parallel training in Go",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.ArbitraryArgs,
+		RunE:          unknownSubcommand,
+	}
+	root.SetFlagErrorFunc(flagErrorFunc)
+	root.AddCommand(
+		newRunCmd(),
+		newBenchCmd(),
+		newEnvCmd(),
+		newStoreCmd(),
+		newTraceCmd(),
+		newPlotCmd(),
+		newAgentCmd(),
+		newPreflightNodeCmd(),
+	)
+	// CALL SITE for `gotrain train`: train.go and train_gpt.go still
+	// build trainCmd in init(); its constructor (newTrainCmd) replaces
+	// this line, and rootCmd below goes with those init()s.
+	root.AddCommand(trainCmd)
+	return root
 }
 
-// benchCmd groups the benchmarks (`gotrain bench gemm|allreduce|...`).
-var benchCmd = &cobra.Command{
-	Use:   "bench BENCHMARK",
-	Short: "Measure kernels and collectives",
-	Args:  cobra.ArbitraryArgs,
-	RunE:  unknownSubcommand,
-}
+// rootCmd only takes what train.go's init() registers (trainCmd, which
+// newRootCmd adds to each tree it builds); nothing executes it.
+var rootCmd = &cobra.Command{Use: "gotrain"}
 
-func init() {
-	rootCmd.AddCommand(benchCmd)
-	rootCmd.AddCommand(newTraceCmd())
-	rootCmd.AddCommand(newPlotCmd())
-	rootCmd.SetFlagErrorFunc(flagErrorFunc)
+// newBenchCmd groups the benchmarks (`gotrain bench gemm|allreduce|...`).
+func newBenchCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench BENCHMARK",
+		Short: "Measure kernels and collectives",
+		Args:  cobra.ArbitraryArgs,
+		RunE:  unknownSubcommand,
+	}
+	cmd.AddCommand(newBenchGemmCmd(), newBenchTrainCmd())
+	for _, op := range []string{"allreduce", "broadcast", "allgather"} {
+		cmd.AddCommand(newBenchCollectiveCmd(op))
+	}
+	return cmd
 }
 
 // Exit statuses: a failed run, and a command line refused before anything
@@ -61,7 +83,7 @@ func main() {
 	// instead of killing the process (and, for `run`, the job with it).
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := rootCmd.ExecuteContext(ctx)
+	err := newRootCmd().ExecuteContext(ctx)
 	stop()
 	if err != nil {
 		var ec exitCodeError

@@ -29,16 +29,6 @@ type observeFlags struct {
 	flightDir      string
 }
 
-// runObserve are `gotrain run`'s.
-var runObserve observeFlags
-
-func init() {
-	runObserve.registerLauncher(runCmd.Flags())
-	f := runCmd.Flags()
-	f.StringVar(&runObserve.metrics, "metrics", "", "write every rank's metrics rows (JSON lines, see package metrics) to this file")
-	f.StringVar(&runObserve.trace, "trace", "", "write the merged timeline of every rank (Chrome trace-event JSON) to this file")
-}
-
 // registerLauncher defines the launcher-side flags on f.
 func (o *observeFlags) registerLauncher(f *pflag.FlagSet) {
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics of every rank at http://ADDR/metrics (e.g. :9090)")

@@ -3,7 +3,6 @@ package main
 import (
 	"strings"
 
-	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
@@ -13,13 +12,6 @@ import (
 // PET_NPROC_PER_NODE, PET_MASTER_ADDR and PET_MASTER_PORT, so a pod's
 // command can be `gotrain run PROGRAM` and nothing more.
 const PETPrefix = "PET_"
-
-func init() {
-	// Before RunE, after parsing: the command line wins over PET_.
-	runCmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
-		return applyPETEnv(cmd.Flags(), lookupEnv)
-	}
-}
 
 // petName is the variable that gives flag name: PET_ and the name in
 // upper case with '-' as '_'.

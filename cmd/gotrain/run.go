@@ -15,9 +15,11 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gotrain/gotrain/launch"
+	"github.com/gotrain/gotrain/launch/rendezvous"
 )
 
-// runFlags are `gotrain run`'s flags, named as torchrun names them.
+// runFlags are the flags of `gotrain run` that a launcher takes on one
+// node, named as torchrun names them.
 type runFlags struct {
 	nprocPerNode    string
 	nnodes          string
@@ -36,12 +38,21 @@ type runFlags struct {
 	logEvery        string
 }
 
-var runOpts runFlags
+// runOptions are all of `gotrain run`'s flags, by concern.
+type runOptions struct {
+	runFlags
+	elastic elasticFlags // the rendezvous of an elastic job
+	hosts   hostFlags    // a job on several machines over ssh
+	observe observeFlags // what the launcher records and serves
+}
 
-var runCmd = &cobra.Command{
-	Use:   "run [flags] PROGRAM [ARGS...]",
-	Short: "Launch a program's distributed workers, like torchrun",
-	Long: `Run starts --nproc-per-node copies of PROGRAM on this node, each with
+// newRunCmd is `gotrain run`.
+func newRunCmd() *cobra.Command {
+	o := &runOptions{}
+	cmd := &cobra.Command{
+		Use:   "run [flags] PROGRAM [ARGS...]",
+		Short: "Launch a program's distributed workers, like torchrun",
+		Long: `Run starts --nproc-per-node copies of PROGRAM on this node, each with
 torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
 GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT, ...), a
 shared random GOTRAIN_TOKEN and GOTRAIN_NUM_THREADS/OMP_NUM_THREADS set to
@@ -67,22 +78,31 @@ machine, --hosts node0:2,node1:2 (or --hostfile) starts them all over ssh,
 checks every host first, and stops or restarts all of them together. For an elastic
 job give every node --nnodes MIN:MAX, --rdzv-endpoint, --rdzv-id and the
 token instead: nodes may then leave and arrive, and the group re-forms.`,
-	Example: `  gotrain run --nproc-per-node 4 ./mytrainer --epochs 5
+		Example: `  gotrain run --nproc-per-node 4 ./mytrainer --epochs 5
   gotrain run --standalone --nproc-per-node 2 -- sh -c 'echo $RANK of $WORLD_SIZE'
   GOTRAIN_TOKEN=$(openssl rand -hex 32) gotrain run --nnodes 2 --node-rank 0 \
       --nproc-per-node 2 --master-addr 10.0.0.1 ./mytrainer
   gotrain run --hosts node0:2,node1:2 --copy ./mytrainer`,
-	Args: func(cmd *cobra.Command, args []string) error {
-		if len(args) == 0 {
-			return usagef("run: missing PROGRAM to launch (usage: gotrain run [flags] PROGRAM [ARGS...])")
-		}
-		return nil
-	},
-	RunE: runRun,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usagef("run: missing PROGRAM to launch (usage: gotrain run [flags] PROGRAM [ARGS...])")
+			}
+			return nil
+		},
+		// After parsing, before RunE: the command line wins over PET_.
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return applyPETEnv(cmd.Flags(), lookupEnv)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(cmd.Context(), cmd.Flags(), args)
+		},
+	}
+	o.register(cmd.Flags())
+	return cmd
 }
 
-func init() {
-	f := runCmd.Flags()
+// register defines every flag of `gotrain run` on f, with its default.
+func (o *runOptions) register(f *pflag.FlagSet) {
 	// Everything after PROGRAM belongs to PROGRAM, as with torchrun.
 	f.SetInterspersed(false)
 	// torchrun accepts --nproc_per_node as well as --nproc-per-node, and
@@ -94,7 +114,6 @@ func init() {
 		}
 		return pflag.NormalizedName(name)
 	})
-	o := &runOpts
 	f.StringVar(&o.nprocPerNode, "nproc-per-node", "1", "workers on this node: a number, or auto/cpu for one per CPU")
 	f.StringVar(&o.nnodes, "nnodes", "1", "number of nodes: N, or MIN:MAX for an elastic job (with --rdzv-endpoint)")
 	f.IntVar(&o.nodeRank, "node-rank", 0, "this node's rank in [0, nnodes)")
@@ -102,8 +121,8 @@ func init() {
 	f.IntVar(&o.masterPort, "master-port", launch.DefaultMasterPort, "port of the rendezvous store on master-addr")
 	f.BoolVar(&o.standalone, "standalone", false, "single-node job on a free local port with a random run id")
 	f.IntVar(&o.maxRestarts, "max-restarts", 0, "how many times to restart all workers after a failure")
-	f.StringVar(&o.monitorInterval, "monitor-interval", "0.1", "poll period while stopping workers, in seconds or as a duration (100ms)")
-	f.StringVar(&o.stopTimeout, "stop-timeout", "3s", "grace period between SIGTERM and SIGKILL when stopping workers")
+	f.StringVar(&o.monitorInterval, "monitor-interval", seconds(launch.DefaultMonitorInterval), "poll period while stopping workers, in seconds or as a duration (100ms)")
+	f.StringVar(&o.stopTimeout, "stop-timeout", launch.DefaultStopTimeout.String(), "grace period between SIGTERM and SIGKILL when stopping workers")
 	f.StringVar(&o.logDir, "log-dir", "", "also write each worker's stdout and stderr to files under this directory (see --tee and --redirects)")
 	f.StringVar(&o.runID, "run-id", "", `job id given to the workers (default: random with --standalone, "none" otherwise)`)
 	f.BoolVar(&o.noPython, "no-python", false, "accepted for torchrun compatibility: PROGRAM is always run directly")
@@ -111,7 +130,20 @@ func init() {
 	o.output.register(f)
 	o.timeout.register(f)
 	addLogEvery(f, &o.logEvery)
-	rootCmd.AddCommand(runCmd)
+
+	// torchrun's elastic rendezvous, with --nnodes MIN:MAX and --rdzv-id.
+	e := &o.elastic
+	f.StringVar(&e.backend, "rdzv-backend", "", "rendezvous of an elastic job: c10d (a store served by the launcher at --rdzv-endpoint, the default with it) or etcd; static (the default without it) uses --node-rank")
+	f.StringVar(&e.endpoint, "rdzv-endpoint", "", "HOST:PORT of the rendezvous: the c10d store (served by the node whose address it is) or etcd (host:2379, or several, comma-separated)")
+	f.StringVar(&e.conf, "rdzv-conf", "", fmt.Sprintf("rendezvous settings as key=value,...: last_call_timeout (s, default %s), join_timeout (s, default %s), keep_alive_interval (s, default %s), keep_alive_max_attempts (default %d), is_host (c10d: true or false)",
+		seconds(rendezvous.DefaultLastCall), seconds(rendezvous.DefaultJoinTimeout), seconds(rendezvous.DefaultHeartbeatInterval), defaultKeepAliveAttempts))
+	f.StringVar(&e.local, "local-addr", "", "this node's address as the other nodes reach it (default: the one it reaches --rdzv-endpoint from)")
+
+	o.hosts.register(f)
+
+	o.observe.registerLauncher(f)
+	f.StringVar(&o.observe.metrics, "metrics", "", "write every rank's metrics rows (JSON lines, see package metrics) to this file")
+	f.StringVar(&o.observe.trace, "trace", "", "write the merged timeline of every rank (Chrome trace-event JSON) to this file")
 }
 
 // checkLauncher checks the flags a launcher takes on one node or on
@@ -141,8 +173,9 @@ func (o runFlags) checkLauncher(f *pflag.FlagSet) (monitor, stop time.Duration, 
 }
 
 // runConfig turns the flags and arguments into a launch.Config, refusing
-// with a usage error any value the launcher would not run with.
-func runConfig(f *pflag.FlagSet, o runFlags, args []string) (launch.Config, error) {
+// with a usage error any value the launcher would not run with. An
+// elastic job's static place goes back to its defaults in o.
+func runConfig(f *pflag.FlagSet, o *runOptions, args []string) (launch.Config, error) {
 	cfg := launch.Config{
 		Program:     args[0],
 		Args:        args[1:],
@@ -159,7 +192,7 @@ func runConfig(f *pflag.FlagSet, o runFlags, args []string) (launch.Config, erro
 		return cfg, badFlag("nproc-per-node", o.nprocPerNode, err.Error())
 	}
 	// An elastic job (elastic.go) passes as one node: its rounds place it.
-	if cfg.NNodes, err = elasticOpts.nnodes(f, &o); err != nil {
+	if cfg.NNodes, err = o.elastic.nnodes(f, &o.runFlags); err != nil {
 		return cfg, err
 	}
 	addrErr := launch.CheckMasterAddr(o.masterAddr, cfg.NNodes, os.Getenv(launch.EnvAllowLoopback) == "1")
@@ -188,34 +221,35 @@ func runConfig(f *pflag.FlagSet, o runFlags, args []string) (launch.Config, erro
 	return cfg, nil
 }
 
-func runRun(cmd *cobra.Command, args []string) error {
-	if runHostOpts.applies(cmd.Flags()) {
-		return runOnHosts(cmd.Context(), cmd.Flags(), runOpts, runHostOpts, args)
+// run launches the job of the parsed flags f and args.
+func (o *runOptions) run(ctx context.Context, f *pflag.FlagSet, args []string) error {
+	if o.hosts.applies(f) {
+		return runOnHosts(ctx, f, o, args)
 	}
-	cfg, err := runConfig(cmd.Flags(), runOpts, args)
+	cfg, err := runConfig(f, o, args)
 	if err != nil {
 		return err
 	}
-	every, err := logEvery(runOpts.logEvery)
+	every, err := logEvery(o.logEvery)
 	if err != nil {
 		return err
 	}
 	// The console first: the launcher's records then print through it.
 	cons := attachConsole(&cfg, every)
 	defer cons.Close()
-	runOpts.timeout.export()
-	runOpts.output.setupLauncherLog(&cfg)
-	if err := runObserve.check(cmd.Flags(), false, cfg.NProcPerNode, true); err != nil {
+	o.timeout.export()
+	o.output.setupLauncherLog(&cfg)
+	if err := o.observe.check(f, false, cfg.NProcPerNode, true); err != nil {
 		return err
 	}
-	obs, err := runObserve.attach(&cfg)
+	obs, err := o.observe.attach(&cfg)
 	if err != nil {
 		return err
 	}
 	// main's context is cancelled by SIGINT and SIGTERM without saying
 	// which; the workers should get the very signal the user sent, so
 	// catch the signals here and pass them on as the cancellation cause.
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(cmd.Context()))
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
@@ -228,7 +262,7 @@ func runRun(cmd *cobra.Command, args []string) error {
 		}
 	}()
 
-	leave, err := elasticOpts.attach(ctx, cmd.Flags(), &cfg)
+	leave, err := o.elastic.attach(ctx, f, &cfg)
 	if err != nil {
 		return err
 	}

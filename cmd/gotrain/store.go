@@ -15,47 +15,48 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gotrain/gotrain/distributed/store"
+	"github.com/gotrain/gotrain/launch"
 )
 
 // tokenEnv names the environment variable holding the job's shared token.
-const tokenEnv = "GOTRAIN_TOKEN"
+const tokenEnv = launch.EnvToken
 
-// storeCmd serves a standalone TCP rendezvous store, for jobs whose store
-// should outlive any one worker (elastic restarts, multi-node).
-var storeCmd = &cobra.Command{
-	Use:   "store --addr host:port",
-	Short: "Serve a standalone TCP rendezvous store",
-	Long: `Serve a standalone TCP rendezvous store, the one rank 0 would otherwise
+// newStoreCmd is `gotrain store`: a standalone TCP rendezvous store, for
+// jobs whose store should outlive any one worker (elastic restarts,
+// multi-node).
+func newStoreCmd() *cobra.Command {
+	var addr, tokenFile string
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:   "store --addr host:port",
+		Short: "Serve a standalone TCP rendezvous store",
+		Long: `Serve a standalone TCP rendezvous store, the one rank 0 would otherwise
 host. Workers reach it with MASTER_ADDR/MASTER_PORT (or tcp://host:port)
 and must present the same token: set ` + tokenEnv + ` or pass --token-file.
 On SIGINT or SIGTERM the server stops accepting, waits up to --grace for
 connected clients to leave, then exits.`,
-	Args: noArgs,
-	RunE: func(cmd *cobra.Command, _ []string) error {
-		addr, _ := cmd.Flags().GetString("addr")
-		tokenFile, _ := cmd.Flags().GetString("token-file")
-		grace, _ := cmd.Flags().GetDuration("grace")
-		if err := checkListenAddr("addr", addr); err != nil {
-			return err
-		}
-		if grace < 0 {
-			return badFlag("grace", grace, "must be at least 0")
-		}
-		token, err := loadToken(tokenFile)
-		if err != nil && tokenFile != "" {
-			return badFlag("token-file", tokenFile, rootCause(err))
-		} else if err != nil {
-			return usageError{err.Error()}
-		}
-		return serveStore(cmd.Context(), cmd.OutOrStdout(), addr, token, grace)
-	},
-}
-
-func init() {
-	storeCmd.Flags().String("addr", ":29500", "listen address host:port (port 0 picks a free port)")
-	storeCmd.Flags().String("token-file", "", "read the shared token from this file instead of $"+tokenEnv)
-	storeCmd.Flags().Duration("grace", 5*time.Second, "on shutdown, how long to wait for clients to disconnect")
-	rootCmd.AddCommand(storeCmd)
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkListenAddr("addr", addr); err != nil {
+				return err
+			}
+			if grace < 0 {
+				return badFlag("grace", grace, "must be at least 0")
+			}
+			token, err := loadToken(tokenFile)
+			if err != nil && tokenFile != "" {
+				return badFlag("token-file", tokenFile, rootCause(err))
+			} else if err != nil {
+				return usageError{err.Error()}
+			}
+			return serveStore(cmd.Context(), cmd.OutOrStdout(), addr, token, grace)
+		},
+	}
+	// The port rank 0 serves the store on, which workers dial by default.
+	cmd.Flags().StringVar(&addr, "addr", ":"+strconv.Itoa(launch.DefaultMasterPort), "listen address host:port (port 0 picks a free port)")
+	cmd.Flags().StringVar(&tokenFile, "token-file", "", "read the shared token from this file instead of $"+tokenEnv)
+	cmd.Flags().DurationVar(&grace, "grace", 5*time.Second, "on shutdown, how long to wait for clients to disconnect")
+	return cmd
 }
 
 // serveStore runs the store server until ctx ends, printing its address

@@ -13,8 +13,30 @@ import (
 	"strings"
 )
 
-// ErrSyntax is wrapped by every error about a malformed host list.
+// ErrSyntax is matched (errors.Is) by every error about a malformed host
+// list, each a *SyntaxError.
 var ErrSyntax = errors.New("hosts: bad host list")
+
+// SyntaxError is a malformed host list or hostfile.
+type SyntaxError struct {
+	// Entry is what is malformed, as written: an entry of the list, a
+	// line of the hostfile, a host listed twice, or the whole list or
+	// file when no one entry is at fault.
+	Entry string
+	// Reason says what is wrong, naming Entry (and a hostfile's line):
+	// `"a:0": slots must be a whole number of at least 1, got "0"`.
+	Reason string
+}
+
+func (e *SyntaxError) Error() string { return ErrSyntax.Error() + ": " + e.Reason }
+
+// Is makes a SyntaxError match ErrSyntax.
+func (e *SyntaxError) Is(target error) bool { return target == ErrSyntax }
+
+// syntaxError is the *SyntaxError about entry with a formatted reason.
+func syntaxError(entry, format string, args ...any) error {
+	return &SyntaxError{Entry: entry, Reason: fmt.Sprintf(format, args...)}
+}
 
 // Host is one machine of a job.
 type Host struct {
@@ -46,7 +68,7 @@ func Parse(list string) ([]Host, error) {
 	for _, entry := range strings.Split(list, ",") {
 		entry = strings.TrimSpace(entry)
 		if entry == "" {
-			return nil, fmt.Errorf("%w: %q has an empty entry", ErrSyntax, list)
+			return nil, syntaxError(list, "%q has an empty entry", list)
 		}
 		h, err := parseEntry(entry)
 		if err != nil {
@@ -68,7 +90,7 @@ func parseEntry(entry string) (Host, error) {
 	case strings.HasPrefix(rest, "["):
 		end := strings.Index(rest, "]")
 		if end < 0 {
-			return Host{}, fmt.Errorf("%w: %q: unclosed [", ErrSyntax, entry)
+			return Host{}, syntaxError(entry, "%q: unclosed [", entry)
 		}
 		name = rest[1:end]
 		switch tail := rest[end+1:]; {
@@ -76,21 +98,21 @@ func parseEntry(entry string) (Host, error) {
 		case strings.HasPrefix(tail, ":"):
 			slots = tail[1:]
 		default:
-			return Host{}, fmt.Errorf("%w: %q: want [ADDRESS]:SLOTS", ErrSyntax, entry)
+			return Host{}, syntaxError(entry, "%q: want [ADDRESS]:SLOTS", entry)
 		}
 	case strings.Count(rest, ":") == 1:
 		name, slots, _ = strings.Cut(rest, ":")
 	case strings.Count(rest, ":") > 1:
-		return Host{}, fmt.Errorf("%w: %q: write an IPv6 address in brackets, as [%s]", ErrSyntax, entry, rest)
+		return Host{}, syntaxError(entry, "%q: write an IPv6 address in brackets, as [%s]", entry, rest)
 	}
 	h := Host{Name: user + name}
-	if err := checkName(entry, name, user); err != nil {
+	if err := checkName(entry, entry, name, user); err != nil {
 		return Host{}, err
 	}
 	if slots != "" || strings.HasSuffix(rest, ":") {
 		n, err := strconv.Atoi(slots)
 		if err != nil || n < 1 {
-			return Host{}, fmt.Errorf("%w: %q: slots must be a whole number of at least 1, got %q", ErrSyntax, entry, slots)
+			return Host{}, syntaxError(entry, "%q: slots must be a whole number of at least 1, got %q", entry, slots)
 		}
 		h.Slots = n
 	}
@@ -110,7 +132,7 @@ func ParseFile(r io.Reader, name string) ([]Host, error) {
 		if len(fields) == 0 {
 			continue
 		}
-		where := fmt.Sprintf("%s:%d", name, n)
+		where, entry := fmt.Sprintf("%s:%d", name, n), strings.TrimSpace(line)
 		h := Host{Name: fields[0]}
 		if strings.HasPrefix(h.Name, "[") && strings.HasSuffix(h.Name, "]") {
 			h.Name = h.Name[1 : len(h.Name)-1]
@@ -119,7 +141,7 @@ func ParseFile(r io.Reader, name string) ([]Host, error) {
 		if i := strings.LastIndex(host, "@"); i >= 0 {
 			user, host = host[:i+1], host[i+1:]
 		}
-		if err := checkName(where+": "+fields[0], host, user); err != nil {
+		if err := checkName(entry, where+": "+fields[0], host, user); err != nil {
 			return nil, err
 		}
 		for _, f := range fields[1:] {
@@ -128,12 +150,12 @@ func ParseFile(r io.Reader, name string) ([]Host, error) {
 			case ok && key == "slots":
 				v, err := strconv.Atoi(val)
 				if err != nil || v < 1 {
-					return nil, fmt.Errorf("%w: %s: slots must be a whole number of at least 1, got %q", ErrSyntax, where, val)
+					return nil, syntaxError(entry, "%s: slots must be a whole number of at least 1, got %q", where, val)
 				}
 				h.Slots = v
 			case ok && key == "max_slots":
 			default:
-				return nil, fmt.Errorf("%w: %s: unknown field %q (want slots=N)", ErrSyntax, where, f)
+				return nil, syntaxError(entry, "%s: unknown field %q (want slots=N)", where, f)
 			}
 		}
 		out = append(out, h)
@@ -142,7 +164,7 @@ func ParseFile(r io.Reader, name string) ([]Host, error) {
 		return nil, fmt.Errorf("hosts: read %s: %w", name, err)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: %s lists no host", ErrSyntax, name)
+		return nil, syntaxError(name, "%s lists no host", name)
 	}
 	return out, checkUnique(out)
 }
@@ -157,17 +179,18 @@ func ReadFile(path string) ([]Host, error) {
 	return ParseFile(f, path)
 }
 
-// checkName refuses names ssh would misread or a shell would split.
-func checkName(entry, name, user string) error {
+// checkName refuses names ssh would misread or a shell would split; the
+// error names entry as label (a hostfile's with its line).
+func checkName(entry, label, name, user string) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("%w: %q has no host name", ErrSyntax, entry)
+		return syntaxError(entry, "%q has no host name", label)
 	case user == "@":
-		return fmt.Errorf("%w: %q has an empty user before @", ErrSyntax, entry)
+		return syntaxError(entry, "%q has an empty user before @", label)
 	case strings.HasPrefix(name, "-") || strings.HasPrefix(user, "-"):
-		return fmt.Errorf("%w: %q: a host name cannot start with '-'", ErrSyntax, entry)
+		return syntaxError(entry, "%q: a host name cannot start with '-'", label)
 	case strings.ContainsAny(name+user, " \t\"'`$\\;|&<>()*?[]{}!/="):
-		return fmt.Errorf("%w: %q: a host name cannot hold spaces, quotes or shell characters", ErrSyntax, entry)
+		return syntaxError(entry, "%q: a host name cannot hold spaces, quotes or shell characters", label)
 	}
 	return nil
 }
@@ -178,7 +201,7 @@ func checkUnique(hs []Host) error {
 	seen := map[string]bool{}
 	for _, h := range hs {
 		if seen[h.Name] {
-			return fmt.Errorf("%w: host %s is listed twice (give it more slots instead)", ErrSyntax, h.Name)
+			return syntaxError(h.Name, "host %s is listed twice (give it more slots instead)", h.Name)
 		}
 		seen[h.Name] = true
 	}

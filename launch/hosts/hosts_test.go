@@ -52,6 +52,35 @@ func TestParseRefuses(t *testing.T) {
 	}
 }
 
+// TestSyntaxError: a malformed list is a *SyntaxError naming the entry
+// at fault, whose message is ErrSyntax's and the reason.
+func TestSyntaxError(t *testing.T) {
+	for _, tc := range []struct {
+		err   func() error
+		entry string
+	}{
+		{func() error { _, err := Parse("node0:2, node1:x"); return err }, "node1:x"},
+		{func() error { _, err := Parse("a,,b"); return err }, "a,,b"},
+		{func() error { _, err := Parse("a,b,a"); return err }, "a"},
+		{func() error { _, err := ParseFile(strings.NewReader("a\n b  cpus=2 # two\n"), "hf"); return err }, "b  cpus=2"},
+		{func() error { _, err := ParseFile(strings.NewReader("-a slots=1\n"), "hf"); return err }, "-a slots=1"},
+		{func() error { _, err := ParseFile(strings.NewReader(""), "hf"); return err }, "hf"},
+	} {
+		err := tc.err()
+		var se *SyntaxError
+		if !errors.As(err, &se) || !errors.Is(err, ErrSyntax) {
+			t.Errorf("%v: not a *SyntaxError matching ErrSyntax", err)
+			continue
+		}
+		if se.Entry != tc.entry || se.Reason == "" || err.Error() != ErrSyntax.Error()+": "+se.Reason {
+			t.Errorf("%v: Entry %q, Reason %q; want Entry %q and the message ErrSyntax's and the reason", err, se.Entry, se.Reason, tc.entry)
+		}
+	}
+	if _, err := ReadFile(filepath.Join(t.TempDir(), "missing")); errors.Is(err, ErrSyntax) {
+		t.Errorf("a missing hostfile: %v matches ErrSyntax", err)
+	}
+}
+
 func TestParseFile(t *testing.T) {
 	const file = `# the cluster
 node0 slots=2   # the first host is node 0
