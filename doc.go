@@ -5,41 +5,56 @@
 //
 // # Layout
 //
-// The library, each package usable on its own, from the bottom up:
+// Each folder is a layer; arrows point down only, and each layer keeps
+// its private parts in an internal/ directory of its own. From the top:
 //
-//   - tensor: float32 tensors with reverse-mode autograd.
-//   - nn: modules, layers, losses and state dicts (torch.nn); nn/models
-//     holds ready-made models.
-//   - optim: optimizers and learning-rate schedulers (torch.optim).
+//   - cmd/gotrain: the CLI, flags and wiring only (gotrain run launches
+//     any program like torchrun; gotrain train JOB runs a built-in job;
+//     gotrain store, bench, env, trace, plot).
+//   - jobs/: the built-in training jobs, each only its model, data, loss
+//     and evaluation, on package harness.
+//   - harness: what every training program needs besides its model: the
+//     environment checks, the process group and DDP wiring, the meter,
+//     metrics and progress events, resume and checkpoints, the summary.
+//     examples/ shows programs of your own written on it.
+//   - launch: starts, watches and restarts the workers of a job on one
+//     node (torchrun); launch/fanout and launch/agent run a job on several
+//     machines over ssh (launch/ssh), after launch/preflight's checks,
+//     placing the binary with launch/bincache; launch/hosts reads host
+//     lists; launch/rendezvous is the membership of elastic jobs, over a
+//     c10d store or etcd (launch/rendezvous/etcd); launch/observe serves
+//     the job's metrics, Prometheus and the dashboard.
+//   - ddp: DistributedDataParallel over a process group, the one place
+//     where tensors meet collectives.
 //   - data: datasets, samplers (DistributedSampler) and the batch Loader,
 //     token windows for language models; data/text: a byte tokenizer and
 //     corpus checks; datasets/mnist: MNIST, embedded in the binary or read
 //     from IDX files; datasets/gotext: a corpus of Go sources, embedded.
+//   - nn: modules, layers, losses and state dicts (torch.nn); nn/models
+//     holds ready-made models. optim: optimizers and learning-rate
+//     schedulers (torch.optim). checkpoint: safetensors files and
+//     resumable training state.
+//   - tensor: float32 tensors with reverse-mode autograd.
 //   - distributed: process groups and their collectives
-//     (torch.distributed); distributed/store: the key-value stores ranks
-//     meet through.
-//   - ddp: DistributedDataParallel over a process group.
-//   - checkpoint: safetensors files and resumable training state.
-//   - launch: starts and restarts the workers of a job on one node
-//     (torchrun); launch/fanout and launch/agent run a job on several
-//     machines over ssh, launch/hosts reads their list;
-//     launch/rendezvous: the membership of elastic jobs, over a c10d
-//     store or etcd (launch/rendezvous/etcd).
-//   - progress: a training loop's progress, reported to the launcher's
-//     display (or drawn by the program itself when it runs alone).
-//   - metrics: a training loop's per-step metrics and timeline, written
-//     to files or reported to the launcher (which serves Prometheus and
-//     the dashboard).
+//     (torch.distributed) on flat buffers, knowing nothing of tensors;
+//     distributed/store: the key-value stores ranks meet through;
+//     distributed/clusterenv: where a worker sits in a job started by
+//     gotrain, torchrun, Slurm, MPI or Kubeflow; distributed/shm: shared
+//     memory between the ranks of a host; distributed/flightrec: reading
+//     the collective flight recorder's dumps. Its transports (TCP), the
+//     connection handshake and the PMI client are in distributed/internal.
+//   - internal: what every layer shares: the numeric kernels and their
+//     assembly generator (internal/kernels), the spare-CPU policy, the
+//     option applier, the log format and the test helpers.
 //
-// The program: cmd/gotrain is the CLI (gotrain run launches any program
-// like torchrun; gotrain train runs a job; gotrain store serves a store;
-// gotrain bench measures), and
-// jobs/ holds the training jobs it runs, written with the library as any
-// user would. examples/ holds programs to read and copy. internal/ holds
-// what only gotrain itself uses: the numeric kernels and their assembly,
-// the transports under the process groups, connection authentication,
-// shared memory, the launcher's console and log format, the spare-CPU
-// policy, the option applier and the test harnesses.
+// Beside the layers: event defines the records a worker sends its
+// launcher (progress, metric rows, trace spans, its summary), importing
+// only the standard library, so that what renders them links no tensor
+// code; progress reports a loop's progress as those events (or draws it
+// itself when run alone), progress/console renders them on a terminal;
+// metrics records a loop's per-step metrics and timeline.
+// testing/clustertest builds a cluster of network namespaces running real
+// sshd for multi-node tests.
 //
 // # Options
 //

@@ -1,8 +1,9 @@
 // Package observe is the launcher's side of a job's metrics: it takes the
 // rows, spans and worker hellos the workers send over their events pipes
-// (see package metrics), and writes the merged metrics file and trace,
-// serves Prometheus's /metrics, serves the live dashboard, and forwards
-// SIGUSR1 to the workers so that they dump their flight recorders.
+// (the records of package event, which package metrics sends), and
+// writes the merged metrics file and trace, serves Prometheus's /metrics,
+// serves the live dashboard, and forwards SIGUSR1 to the workers so that
+// they dump their flight recorders. It links no tensor code.
 package observe
 
 import (

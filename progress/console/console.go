@@ -1,7 +1,8 @@
 // Package console owns the terminal of a gotrain command: it renders the
-// progress events of the workers (JSON lines, see package progress) and
-// prints every line of output (the workers' prefixed lines, the launcher's
-// log records) without tearing the display.
+// progress events of the workers (JSON lines of package event, which
+// package progress sends) and prints every line of output (the workers'
+// prefixed lines, the launcher's log records) without tearing the
+// display.
 //
 // On a terminal the display is one live line, a bar for the current epoch
 // with the loss, samples/s, the ETA and the slowest rank's step time,
