@@ -1,7 +1,7 @@
 // Package event defines what a worker reports to its launcher: the
 // records written as JSON lines on the events pipe (progress bars, metric
-// rows, trace spans, who the worker is) and the variables that set the
-// pipe up. It imports only the standard library, so that the programs
+// rows, trace spans, who the worker is, the run's summary) and the
+// variables that set the pipe up. It imports only the standard library, so that the programs
 // rendering these records (the launcher's console, its metrics files,
 // Prometheus and dashboard servers) link no tensor code.
 package event
@@ -9,7 +9,9 @@ package event
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strconv"
+	"strings"
 )
 
 // EnvFD names the environment variable holding the descriptor of the
@@ -23,16 +25,22 @@ const EnvFD = "GOTRAIN_EVENTS_FD"
 // timeline's spans, which the launcher writes, instead of metrics.Config.Trace).
 const EnvObserve = "GOTRAIN_OBSERVE"
 
+// EnvSummary names the variable a launcher sets (to "1") for the workers
+// whose summary it prints itself, as `gotrain train` does: rank 0 then
+// sends its summary as an event of KindSummary instead of printing it.
+const EnvSummary = "GOTRAIN_SUMMARY"
+
 // The kinds of Event. A progress bar sends the first three, which the
 // launcher's display draws; a program sends the others with
 // progress.Reporter.Emit, their payload in Data.
 const (
-	KindEpoch = "epoch"   // a bar started
-	KindStep  = "step"    // a bar advanced
-	KindDone  = "done"    // a bar ended
-	KindRow   = "metrics" // Data is a JSON array of Rows, in step order
-	KindTrace = "trace"   // Data is a []TraceEvent
-	KindHello = "worker"  // Data is a Hello, a worker's first event
+	KindEpoch   = "epoch"   // a bar started
+	KindStep    = "step"    // a bar advanced
+	KindDone    = "done"    // a bar ended
+	KindRow     = "metrics" // Data is a JSON array of Rows, in step order
+	KindTrace   = "trace"   // Data is a []TraceEvent
+	KindHello   = "worker"  // Data is a Hello, a worker's first event
+	KindSummary = "summary" // Data is a Summary, rank 0's last event
 )
 
 // Row is one line of the metrics file: a step, or the mean of Every steps
@@ -99,6 +107,42 @@ type Hello struct {
 	Host    string `json:"host"`
 	PID     int    `json:"pid"`
 	Restart int    `json:"restart"`
+}
+
+// Summary is a run's result as rank 0 reports it once training is over:
+// the fields of its one-line summary, in order, and any text to show
+// before that line (a sample of generated text). A launcher that prints
+// the summary itself (see EnvSummary) prints Text, then Line, last.
+type Summary struct {
+	Fields []Field `json:"fields"`
+	Text   string  `json:"text,omitempty"`
+}
+
+// Field is one key=value of a Summary, its value formatted as printed.
+type Field struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// Add appends the field key with value formatted by format (a verb of
+// package fmt, such as "%d" or "%.4f").
+func (s *Summary) Add(key, format string, value any) {
+	s.Fields = append(s.Fields, Field{Key: key, Value: fmt.Sprintf(format, value)})
+}
+
+// Line returns the summary line: the fields as key=value, separated by
+// spaces, such as "model=mlp world=2 epochs=1".
+func (s Summary) Line() string {
+	var b strings.Builder
+	for i, f := range s.Fields {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(f.Key)
+		b.WriteByte('=')
+		b.WriteString(f.Value)
+	}
+	return b.String()
 }
 
 // TraceEvent is one Chrome trace event (the JSON object format that

@@ -17,3 +17,13 @@ func TestKindOf(t *testing.T) {
 		}
 	}
 }
+
+func TestSummaryLine(t *testing.T) {
+	var s Summary
+	s.Add("model", "%s", "mlp")
+	s.Add("world", "%d", 2)
+	s.Add("test_acc", "%.4f", 0.97654)
+	if got, want := s.Line(), "model=mlp world=2 test_acc=0.9765"; got != want {
+		t.Errorf("Line() = %q, want %q", got, want)
+	}
+}

@@ -26,7 +26,7 @@ import (
 )
 
 // hostFlags are the flags that launch a job on several machines over ssh,
-// shared by `run` and `train mnist`.
+// shared by `run` and `train JOB`.
 type hostFlags struct {
 	hosts         string
 	hostfile      string
@@ -34,7 +34,7 @@ type hostFlags struct {
 	copy          bool
 	exitWait      time.Duration
 	remoteGotrain string
-	masterPort    int // train mnist's; run has its own --master-port
+	masterPort    int // train's; run has its own --master-port
 }
 
 // register defines the flags on f.
@@ -47,7 +47,7 @@ func (h *hostFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&h.remoteGotrain, "remote-gotrain", "", "with --hosts: the path of gotrain on the hosts (default: the path of this gotrain)")
 }
 
-// registerTrain defines the flags on `train mnist`'s f, with the
+// registerTrain defines the flags on `train JOB`'s f, with the
 // rendezvous port that `run` has already.
 func (h *hostFlags) registerTrain(f *pflag.FlagSet) {
 	h.register(f)
@@ -215,8 +215,9 @@ func runOnHosts(ctx context.Context, f *pflag.FlagSet, o *runOptions, args []str
 // when the program is gotrain itself; obs, if not nil, says what the
 // launcher observes (the rows, spans and endpoints of every host's
 // ranks); stdout, if not nil, wraps where
-// the workers' stdout lines go ("[rankN]: " and the line); env is added to
-// the workers'.
+// the workers' stdout lines go ("[rankN]: " and the line); cfg.Events, if
+// set, receives the workers' events before the console (`gotrain train`
+// takes rank 0's summary); env is added to the workers'.
 func launchOnHosts(ctx context.Context, cfg fanout.Config, h hostFlags, output outputFlags, obs *observeFlags, every time.Duration, checkProgram bool, stdout func(io.Writer) io.Writer, env ...string) (err error) {
 	format := output.format()
 	cfg.LogFormat = format
@@ -231,7 +232,15 @@ func launchOnHosts(ctx context.Context, cfg fanout.Config, h hostFlags, output o
 		cfg.Stdout = stdout(cfg.Stdout)
 	}
 	cfg.Stderr = &syncWriter{w: cons.Writer()}
-	cfg.Events = cons.Event
+	// The events a caller takes (a job's summary) go to it first.
+	if take := cfg.Events; take != nil {
+		cfg.Events = func(rank int, line []byte) {
+			take(rank, line)
+			cons.Event(rank, line)
+		}
+	} else {
+		cfg.Events = cons.Event
+	}
 	log := logging.New(cfg.Stderr, format)
 	slog.SetDefault(log)
 	cfg.Logger = log
@@ -334,128 +343,4 @@ func preflightHosts(ctx context.Context, cfg *fanout.Config, h hostFlags, checkP
 		}
 	}
 	return nil
-}
-
-// trainMNISTOnHosts is `gotrain train mnist --hosts`.
-func trainMNISTOnHosts(ctx context.Context, f *pflag.FlagSet, fl trainMNISTFlags) error {
-	return demoJobOnHosts(ctx, f, demoJob{
-		hosts: fl.hosts, nproc: fl.nproc, logEvery: fl.logEvery, launch: fl.launch,
-		output: fl.output, timeout: fl.timeout, observe: fl.observe, progress: fl.job.Progress,
-		checks: []func() error{func() error { return fl.checkTraining(f) }, func() error { return fl.checkFiles(f) }},
-	})
-}
-
-// demoJob is what a demo job's flags give its launch on several hosts.
-type demoJob struct {
-	hosts    hostFlags
-	nproc    string
-	logEvery string
-	launch   launch.Config // MaxRestarts and LogDir
-	output   outputFlags
-	timeout  timeoutFlag
-	observe  observeFlags
-	progress bool
-	checks   []func() error // the job's own flags
-}
-
-// demoJobOnHosts is `gotrain train mnist|gpt --hosts`: the job's
-// workers, this gotrain re-run on every host, print rank 0's summary
-// last.
-func demoJobOnHosts(ctx context.Context, f *pflag.FlagSet, j demoJob) error {
-	h := j.hosts
-	hs, err := h.check(f)
-	if err != nil {
-		return err
-	}
-	n, err := h.nproc(f, j.nproc)
-	if err != nil {
-		return err
-	}
-	checks := []func() error{
-		j.output.checkFormat,
-		func() error { return j.timeout.check(f) },
-		func() error { return checkAtLeast("max-restarts", j.launch.MaxRestarts, 0) },
-	}
-	checks = append(checks, j.checks...)
-	// The launcher serves the endpoints even for one worker.
-	checks = append(checks, func() error { return j.observe.check(f, true, 2, j.progress) })
-	for _, check := range checks {
-		if err := check(); err != nil {
-			return err
-		}
-	}
-	if h.masterPort <= 0 || h.masterPort > 65535 {
-		return badFlag("master-port", h.masterPort, "must be in [1, 65535]")
-	}
-	if j.launch.LogDir != "" {
-		if err := checkWritableDir("log-dir", j.launch.LogDir); err != nil {
-			return err
-		}
-	}
-	// The output flags name local ranks that every host must have.
-	probe := launch.Config{NProcPerNode: slices.Min(fanout.Config{Hosts: hs, NProcPerNode: n}.Workers()), LogDir: j.launch.LogDir}
-	if err := j.output.apply(f, &probe); err != nil {
-		return err
-	}
-	every, err := logEvery(j.logEvery)
-	if err != nil {
-		return err
-	}
-	program := h.remoteGotrain
-	if program == "" {
-		if program, err = os.Executable(); err != nil {
-			return fmt.Errorf("finding the gotrain binary to start workers: %w", err)
-		}
-	}
-	cfg := fanout.Config{
-		Hosts: hs, SSH: ssh.Client{Options: h.sshOptions}, Gotrain: h.remoteGotrain,
-		Program: program, Args: os.Args[1:], NProcPerNode: n, MasterPort: h.masterPort,
-		MaxRestarts: j.launch.MaxRestarts, ExitWait: h.exitWait, LogDir: j.launch.LogDir,
-		Redirects: probe.Redirects, Tee: probe.Tee, LocalRanksFilter: probe.LocalRanksFilter,
-	}
-	j.timeout.export()
-	// Rank 0 prints the summary on its host; it is printed here last and
-	// unprefixed, as with local workers.
-	sum := &summaryCatcher{}
-	err = launchOnHosts(ctx, cfg, h, j.output, &j.observe, every, false, sum.wrap, trainWorkerEnv+"=1")
-	if err == nil && sum.line != "" {
-		fmt.Println(sum.line)
-	}
-	return err
-}
-
-// summaryCatcher passes on the workers' stdout lines but keeps rank 0's
-// summary line (model=... world=...) back, for the end.
-type summaryCatcher struct {
-	w    io.Writer
-	line string
-}
-
-// wrap makes s pass its lines on to w.
-func (s *summaryCatcher) wrap(w io.Writer) io.Writer {
-	s.w = w
-	return s
-}
-
-// summaryPrefix starts rank 0's summary line as the launcher prints it.
-const summaryPrefix = "[rank0]: model="
-
-func (s *summaryCatcher) Write(p []byte) (int, error) {
-	rest := string(p)
-	var out strings.Builder
-	for rest != "" {
-		line, tail, _ := strings.Cut(rest, "\n")
-		if strings.HasPrefix(line, summaryPrefix) {
-			s.line = strings.TrimPrefix(line, "[rank0]: ")
-		} else {
-			out.WriteString(line + "\n")
-		}
-		rest = tail
-	}
-	if out.Len() > 0 {
-		if _, err := io.WriteString(s.w, out.String()); err != nil {
-			return 0, err
-		}
-	}
-	return len(p), nil
 }

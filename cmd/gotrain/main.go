@@ -42,16 +42,9 @@ func newRootCmd() *cobra.Command {
 		newAgentCmd(),
 		newPreflightNodeCmd(),
 	)
-	// CALL SITE for `gotrain train`: train.go and train_gpt.go still
-	// build trainCmd in init(); its constructor (newTrainCmd) replaces
-	// this line, and rootCmd below goes with those init()s.
-	root.AddCommand(trainCmd)
+	root.AddCommand(newTrainCmd())
 	return root
 }
-
-// rootCmd only takes what train.go's init() registers (trainCmd, which
-// newRootCmd adds to each tree it builds); nothing executes it.
-var rootCmd = &cobra.Command{Use: "gotrain"}
 
 // newBenchCmd groups the benchmarks (`gotrain bench gemm|allreduce|...`).
 func newBenchCmd() *cobra.Command {

@@ -2,210 +2,200 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
-	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/gotrain/gotrain/event"
+	"github.com/gotrain/gotrain/harness"
 	"github.com/gotrain/gotrain/internal/kernels"
 	"github.com/gotrain/gotrain/internal/logging"
+	"github.com/gotrain/gotrain/jobs/gptjob"
+	"github.com/gotrain/gotrain/jobs/jobflag"
 	"github.com/gotrain/gotrain/jobs/mnistjob"
 	"github.com/gotrain/gotrain/launch"
-	"github.com/gotrain/gotrain/progress"
+	"github.com/gotrain/gotrain/launch/fanout"
+	"github.com/gotrain/gotrain/launch/ssh"
 	"github.com/gotrain/gotrain/tensor"
 )
 
+// trainJobs are the jobs `gotrain train` runs. Adding one is a package
+// under jobs/ whose Config has jobConfig's methods, and a line here.
+var trainJobs = []trainJob{
+	newTrainJob("mnist", mnistjob.Run),
+	newTrainJob("gpt", gptjob.Run),
+}
+
+// jobConfig is what `gotrain train` needs of a job's Config: its help,
+// its own flags, and the harness settings every job shares, which the
+// command fills from the flags common to all jobs.
+type jobConfig interface {
+	// Usage returns the command's one-line and longer help.
+	Usage() (short, long string)
+	// RegisterFlags defines the job's own flags, with their defaults.
+	RegisterFlags(f *pflag.FlagSet)
+	// CheckFlags refuses a value the job would not run with, naming the
+	// flag (a *jobflag.Error).
+	CheckFlags(f *pflag.FlagSet) error
+	// Harness returns the Config's harness settings.
+	Harness() *harness.Config
+}
+
+// trainJob is a job of `gotrain train`: its name, and how to make a
+// Config and run the job on it.
+type trainJob struct {
+	name string
+	new  func() (jobConfig, func(context.Context) error)
+}
+
+// newTrainJob is the job name whose Run is run.
+func newTrainJob[C any, PC interface {
+	*C
+	jobConfig
+}, R any](name string, run func(context.Context, C) (R, error)) trainJob {
+	return trainJob{name, func() (jobConfig, func(context.Context) error) {
+		cfg := PC(new(C))
+		return cfg, func(ctx context.Context) error {
+			_, err := run(ctx, *cfg)
+			return err
+		}
+	}}
+}
+
 // trainWorkerEnv marks a process started by `gotrain train` as one of its
-// workers; summaryFileEnv is where rank 0 leaves the summary line so the
-// launching process can print it last, unprefixed.
-const (
-	trainWorkerEnv = "GOTRAIN_TRAIN_WORKER"
-	summaryFileEnv = "GOTRAIN_TRAIN_SUMMARY"
-)
+// workers (whose summary the launching process prints, see
+// event.EnvSummary).
+const trainWorkerEnv = "GOTRAIN_TRAIN_WORKER"
 
-var trainCmd = &cobra.Command{
-	Use:   "train JOB",
-	Short: "Train a built-in demo job",
-	Args:  cobra.ArbitraryArgs,
-	RunE:  unknownSubcommand,
+// newTrainCmd is `gotrain train JOB`, a command per job.
+func newTrainCmd() *cobra.Command {
+	var names []string
+	for _, j := range trainJobs {
+		names = append(names, j.name)
+	}
+	cmd := &cobra.Command{
+		Use:   "train JOB",
+		Short: "Train a built-in job (" + strings.Join(names, ", ") + ")",
+		Args:  cobra.ArbitraryArgs,
+		RunE:  unknownSubcommand,
+	}
+	for _, j := range trainJobs {
+		cmd.AddCommand(j.command())
+	}
+	return cmd
 }
 
-func init() {
-	rootCmd.AddCommand(trainCmd)
-	trainCmd.AddCommand(newTrainMNISTCmd())
-}
-
-// trainMNISTFlags are the flags of `gotrain train mnist`: the job's
-// Config and, for --nproc-per-node > 1, the launcher's.
-type trainMNISTFlags struct {
-	job      mnistjob.Config
+// trainFlags are the flags of `gotrain train JOB`: the job's Config (its
+// own flags and the harness settings) and, for more than one worker, the
+// launcher's.
+type trainFlags struct {
+	job      jobConfig
+	run      func(context.Context) error
 	nproc    string
 	logEvery string
-	launch   launch.Config
+	launch   launch.Config // MaxRestarts and LogDir
 	output   outputFlags
 	timeout  timeoutFlag
 	hosts    hostFlags
 	observe  observeFlags
 }
 
-// newTrainMNISTCmd is `gotrain train mnist`.
-func newTrainMNISTCmd() *cobra.Command {
-	var fl trainMNISTFlags
-	cmd := &cobra.Command{
-		Use:   "mnist",
-		Short: "Train an MNIST classifier (MLP or the pytorch/examples CNN), on one or several local workers",
-		Long: `Train an MNIST classifier on the copy of MNIST shipped in the binary.
+// launchHelp is the end of every job's long help.
+const launchHelp = `With --nproc-per-node N > 1 it starts N workers like 'gotrain run' and
+trains them with DistributedDataParallel; with --hosts (or --hostfile) it
+starts them on those machines over ssh, as 'gotrain run --hosts'.
+--save and --resume make a job that carries on where it stopped, also after
+--max-restarts restarts its workers.`
 
-With --nproc-per-node N > 1 it starts N workers like 'gotrain run' and trains
-them with DistributedDataParallel. The last line printed is a summary:
-model= world= epochs= steps= samples_per_s= test_acc= peak_rss_mib=`,
-		Args: noArgs,
+// command is `gotrain train NAME`.
+func (j trainJob) command() *cobra.Command {
+	fl := &trainFlags{}
+	fl.job, fl.run = j.new()
+	short, long := fl.job.Usage()
+	cmd := &cobra.Command{
+		Use:   j.name,
+		Short: short + ", on one or several workers and machines",
+		Long:  long + "\n\n" + launchHelp,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if fl.hosts.applies(cmd.Flags()) {
+			f := cmd.Flags()
+			if fl.hosts.applies(f) {
 				if os.Getenv(trainWorkerEnv) == "" {
-					return trainMNISTOnHosts(cmd.Context(), cmd.Flags(), fl)
+					return fl.onHosts(cmd.Context(), f)
 				}
-				return trainMNIST(cmd.Context(), fl, 1) // one worker; the launcher checked the flags
+				return fl.train(cmd.Context(), 1) // one worker; the launcher checked the flags
 			}
-			n, err := fl.check(cmd.Flags())
+			n, err := fl.check(f)
 			if err != nil {
 				return err
 			}
-			return trainMNIST(cmd.Context(), fl, n)
+			return fl.train(cmd.Context(), n)
 		},
 	}
 	fl.register(cmd.Flags())
 	return cmd
 }
 
-// trainMNIST runs the job in this process, or starts the n workers that
-// do; fl has passed check.
-func trainMNIST(ctx context.Context, fl trainMNISTFlags, n int) error {
-	cfg := fl.job
-	if cfg.Momentum == 0 {
-		cfg.Momentum = -1 // the job's zero value means "default 0.9"
-	}
-	worker := os.Getenv(trainWorkerEnv) != ""
-	cfg.Metrics, cfg.Trace, cfg.MetricsEvery = fl.observe.jobConfig()
-	fl.timeout.export()
-	every, err := logEvery(fl.logEvery) // checked by check
-	if err != nil {
-		return err
-	}
-	if n > 1 && !worker {
-		fl.launch.NProcPerNode = n
-		return launchTrainWorkers(ctx, fl.launch, fl.output, every, fl.observe)
-	}
-	logOut := io.Writer(os.Stderr)
-	if cfg.Progress {
-		// Under the launcher this sends events; alone it renders here,
-		// with the job's lines and records printed above the bar.
-		rep := progress.FromEnv(progress.LogEvery(every))
-		defer rep.Close()
-		cfg.Reporter, cfg.Out = rep, rep.Writer()
-		logOut = rep.Writer()
-	}
-	// The job logs as --log-format says, with its rank if it has one.
-	log := logging.FromEnv(logOut, fl.output.logFormat)
-	slog.SetDefault(log)
-	cfg.Logger = log
-	res, err := mnistjob.Run(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	if res.Rank != 0 {
-		return nil
-	}
-	if f := os.Getenv(summaryFileEnv); f != "" {
-		return os.WriteFile(f, []byte(res.Summary()+"\n"), 0o644)
-	}
-	fmt.Println(res.Summary())
-	return nil
-}
-
-// register defines the flags on f, with their defaults.
-func (fl *trainMNISTFlags) register(f *pflag.FlagSet) {
-	cfg := &fl.job
+// register defines the flags on f: the launcher's, the job's own, and
+// the harness settings every job shares.
+func (fl *trainFlags) register(f *pflag.FlagSet) {
+	h := fl.job.Harness()
 	f.StringVar(&fl.nproc, "nproc-per-node", "1", "number of local workers (an integer, or auto for one per CPU)")
 	f.IntVar(&fl.launch.MaxRestarts, "max-restarts", 0, "with --nproc-per-node > 1: restart all workers up to N times when one fails (use with --save and --resume)")
 	f.StringVar(&fl.launch.LogDir, "log-dir", "", "with --nproc-per-node > 1: also write each worker's output under this directory (see --tee and --redirects)")
 	fl.output.register(f)
 	fl.timeout.register(f)
-	f.StringVar(&cfg.Model, "model", "mlp", "mlp (784-512-512-10) or cnn (the pytorch/examples MNIST Net)")
-	f.IntVar(&cfg.Epochs, "epochs", 1, "epochs to train")
-	f.IntVar(&cfg.BatchSize, "batch-size", 64, "batch size per worker")
-	f.Float64Var(&cfg.LR, "lr", 0, "learning rate (default 0.01 for sgd, 1.0 for adadelta, 0.001 for adam and adamw)")
-	f.StringVar(&cfg.Optimizer, "optimizer", "", "sgd, adadelta, adam or adamw (default sgd for mlp, adadelta for cnn)")
-	f.Float64Var(&cfg.Momentum, "momentum", 0.9, "SGD momentum (0 for none)")
-	f.Float64Var(&cfg.Gamma, "gamma", 0, "StepLR decay per epoch (0: 0.7 with adadelta, none otherwise; negative: none)")
-	f.Uint64Var(&cfg.Seed, "seed", 1, "random seed for initialisation and shuffling")
-	f.StringVar(&cfg.DataDir, "data", "", "directory with the MNIST IDX files (default: the copy shipped in the binary)")
-	f.StringVar(&cfg.Save, "save", "", "save the model here (safetensors, loadable by PyTorch) after each epoch, with a training checkpoint beside it")
-	f.BoolVar(&cfg.Resume, "resume", false, "continue from the training checkpoint beside --save if there is one")
-	f.IntVar(&cfg.SaveEvery, "save-every", 0, "also checkpoint every N steps")
-	f.IntVar(&cfg.MaxSteps, "max-steps", 0, "stop after N steps per worker (0: no limit)")
-	f.BoolVar(&cfg.Profile, "profile", false, "print the mean time per step in data, forward, backward, exposed allreduce wait and optimizer")
-	f.BoolVar(&cfg.Progress, "progress", true, "show a progress bar per epoch (plain lines when stderr is not a terminal)")
-	f.StringVar(&cfg.LRScaling, "lr-scaling", "", "adapt --lr to the global batch of N ranks: linear (×N) or none; default linear for sgd, none for adadelta, adam and adamw")
-	f.StringVar(&cfg.CommHook, "comm-hook", "allreduce", "how DDP reduces gradients: allreduce (float32), fp16 or bf16 (compressed)")
-	f.StringVar(&cfg.Precision, "precision", "fp32", "matmuls and convolutions in fp32, bf16 (mixed precision on a bf16 GEMM kernel: needs AMX_BF16, or AVX512_BF16 on AMD Zen 4 or later) or bf16-emulated (the same numerics in software, slower than fp32)")
+	fl.job.RegisterFlags(f)
+	f.StringVar(&h.Precision, "precision", harness.FP32, "matmuls and convolutions in fp32, bf16 (mixed precision on a bf16 GEMM kernel: needs AMX_BF16, or AVX512_BF16 on AMD Zen 4 or later) or bf16-emulated (the same numerics in software, slower than fp32)")
+	f.StringVar(&h.Save, "save", "", "save the model here (safetensors, loadable by PyTorch) at the end of every epoch and of the run, with a training checkpoint beside it")
+	f.BoolVar(&h.Resume, "resume", false, "continue from the training checkpoint beside --save if there is one")
+	f.IntVar(&h.SaveEvery, "save-every", 0, "also checkpoint every N steps")
+	f.BoolVar(&h.Profile, "profile", false, "print the mean time per step in data, forward, backward, exposed allreduce wait and optimizer")
+	f.BoolVar(&h.Progress, "progress", true, "show a progress bar per epoch or evaluation interval (plain lines when stderr is not a terminal)")
 	addLogEvery(f, &fl.logEvery)
 	fl.hosts.registerTrain(f)
 	fl.observe.registerJob(f)
 }
 
-// launchTrainWorkers re-runs this command as cfg.NProcPerNode workers
-// under the launcher and prints rank 0's summary as the last line.
-func launchTrainWorkers(ctx context.Context, cfg launch.Config, output outputFlags, every time.Duration, obs observeFlags) error {
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("finding the gotrain binary to start workers: %w", err)
-	}
-	dir, err := os.MkdirTemp("", "gotrain-train-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	summary := filepath.Join(dir, "summary")
-	cfg.Program, cfg.Args, cfg.Standalone = self, os.Args[1:], true
-	// The console first: the launcher's records then print through it.
-	cons := attachConsole(&cfg, every)
-	output.setupLauncherLog(&cfg)
-	cfg.Env = append(cfg.Env, trainWorkerEnv+"=1", summaryFileEnv+"="+summary)
-	o, err := obs.attach(&cfg)
-	if err != nil {
-		cons.Close()
-		return err
-	}
-	warnBeforeStart(cfg)
-	code, err := launch.Run(ctx, cfg)
-	o.done(code, err)
-	cons.Close()
+// train runs the job in this process, or starts the n workers that do;
+// the flags have passed check.
+func (fl *trainFlags) train(ctx context.Context, n int) error {
+	h := fl.job.Harness()
+	h.Metrics, h.Trace, h.MetricsEvery = fl.observe.jobConfig()
+	fl.timeout.export()
+	every, err := logEvery(fl.logEvery) // checked by check
 	if err != nil {
 		return err
 	}
-	if code != 0 {
-		return exitCodeError(code)
+	if n > 1 && os.Getenv(trainWorkerEnv) == "" {
+		fl.launch.NProcPerNode = n
+		return launchTrainWorkers(ctx, fl.launch, fl.output, every, fl.observe)
 	}
-	line, err := os.ReadFile(summary)
-	if err != nil {
-		return fmt.Errorf("rank 0 left no summary: %w", err)
+	if fl.output.logFormat != "" {
+		// The job, and the library under it, log as --log-format says.
+		_ = os.Setenv(logging.EnvFormat, fl.output.logFormat) // a valid name and value: cannot fail
+		slog.SetDefault(logging.FromEnv(os.Stderr, ""))
 	}
-	fmt.Print(strings.TrimSpace(string(line)) + "\n")
-	return nil
+	// Rank 0 prints the summary last, or, as one of this command's
+	// workers, sends it to the launching process (event.EnvSummary).
+	h.LogEvery, h.Summary = every, os.Stdout
+	return fl.run(ctx)
 }
 
 // check refuses, as usage errors naming the flag, every value the job or
 // the launcher would not run with, and returns the number of workers.
 // It runs in the launching process, before any worker starts.
-func (fl *trainMNISTFlags) check(f *pflag.FlagSet) (int, error) {
+func (fl *trainFlags) check(f *pflag.FlagSet) (int, error) {
 	n, err := parseNProcPerNode(fl.nproc)
 	if err != nil {
 		return 0, badFlag("nproc-per-node", fl.nproc, err.Error())
@@ -219,21 +209,17 @@ func (fl *trainMNISTFlags) check(f *pflag.FlagSet) (int, error) {
 	if err := fl.timeout.check(f); err != nil {
 		return 0, err
 	}
-	if err := fl.observe.check(f, true, n, fl.job.Progress); err != nil {
+	if err := fl.observe.check(f, true, n, fl.job.Harness().Progress); err != nil {
 		return 0, err
 	}
-	if err := fl.checkTraining(f); err != nil {
-		return 0, err
-	}
-	return n, fl.checkFiles(f)
+	return n, fl.checkJob(f)
 }
 
 // checkLauncher checks the flags of the launcher, which only n > 1 workers
 // use: given with one worker, they would silently do nothing.
-func (fl *trainMNISTFlags) checkLauncher(f *pflag.FlagSet, n int) error {
+func (fl *trainFlags) checkLauncher(f *pflag.FlagSet, n int) error {
 	if n == 1 {
-		launcherFlags := []string{"max-restarts", "log-dir", "tee", "redirects", "local-ranks-filter"}
-		for _, name := range launcherFlags {
+		for _, name := range []string{"max-restarts", "log-dir", "tee", "redirects", "local-ranks-filter"} {
 			if f.Changed(name) {
 				return badFlag(name, f.Lookup(name).Value.String(), "applies only with --nproc-per-node > 1 (one worker trains in this process)")
 			}
@@ -252,110 +238,213 @@ func (fl *trainMNISTFlags) checkLauncher(f *pflag.FlagSet, n int) error {
 	return fl.output.apply(f, &probe)
 }
 
-// checkTraining checks the job's hyper-parameters and choices.
-func (fl *trainMNISTFlags) checkTraining(f *pflag.FlagSet) error {
-	cfg := fl.job
-	if err := checkOneOf("model", cfg.Model, "mlp", "cnn"); err != nil {
+// checkJob checks the job's own flags, then the harness settings every
+// job shares: the precision and the checkpoint flags.
+func (fl *trainFlags) checkJob(f *pflag.FlagSet) error {
+	if err := fl.job.CheckFlags(f); err != nil {
+		var fe *jobflag.Error
+		switch {
+		case !errors.As(err, &fe):
+			return usagef("%s", err)
+		case fe.HasValue:
+			return badFlag(fe.Flag, fe.Value, fe.Why)
+		}
+		return flagNeeds(fe.Flag, fe.Why)
+	}
+	h := fl.job.Harness()
+	if err := checkPrecision(h.Precision); err != nil {
 		return err
 	}
-	if err := checkAtLeast("epochs", cfg.Epochs, 1); err != nil {
-		return err
-	}
-	if err := checkAtLeast("batch-size", cfg.BatchSize, 1); err != nil {
-		return err
-	}
-	if f.Changed("lr") {
-		if err := checkPositive("lr", cfg.LR); err != nil {
-			return err
-		}
-	}
-	opt := cfg.Optimizer
-	if f.Changed("optimizer") || opt != "" {
-		if err := checkOneOf("optimizer", opt, "sgd", "adadelta", "adam", "adamw"); err != nil {
-			return err
-		}
-	} else if opt = "sgd"; cfg.Model == "cnn" {
-		opt = "adadelta"
-	}
-	if m := cfg.Momentum; !(m >= 0) || math.IsInf(m, 0) {
-		return badFlag("momentum", m, "must be a number of at least 0 (0 for none)")
-	}
-	if f.Changed("momentum") && opt != "sgd" {
-		return badFlag("momentum", cfg.Momentum, "applies only to --optimizer sgd (the optimizer is "+opt+")")
-	}
-	if g := cfg.Gamma; math.IsNaN(g) || math.IsInf(g, 0) {
-		return badFlag("gamma", g, "must be a finite number (negative for no decay)")
-	}
-	if err := checkOneOf("lr-scaling", cfg.LRScaling, "", "linear", "none"); err != nil {
-		return badFlag("lr-scaling", cfg.LRScaling, "must be linear or none")
-	}
-	if err := checkOneOf("comm-hook", cfg.CommHook, "allreduce", "fp16", "bf16"); err != nil {
-		return err
-	}
-	if err := checkPrecision(cfg.Precision); err != nil {
-		return err
-	}
-	if f.Changed("max-steps") {
-		if err := checkAtLeast("max-steps", cfg.MaxSteps, 1); err != nil {
-			return badFlag("max-steps", cfg.MaxSteps, "must be at least 1 (leave it out for no limit)")
-		}
-	}
-	return nil
-}
-
-// checkFiles checks the data directory and the checkpoint flags.
-func (fl *trainMNISTFlags) checkFiles(f *pflag.FlagSet) error {
-	cfg := fl.job
-	if f.Changed("data") {
-		if err := checkMNISTDir("data", cfg.DataDir); err != nil {
-			return err
-		}
-	}
-	if f.Changed("save-every") {
-		if err := checkAtLeast("save-every", cfg.SaveEvery, 1); err != nil {
-			return badFlag("save-every", cfg.SaveEvery, "must be at least 1 (leave it out to checkpoint at epoch ends only)")
-		}
+	if f.Changed("save-every") && h.SaveEvery < 1 {
+		return badFlag("save-every", h.SaveEvery, "must be at least 1 (leave it out to checkpoint at the ends of epochs and of the run only)")
 	}
 	switch {
 	case f.Changed("save"):
-		return checkSavePath("save", cfg.Save)
-	case cfg.Resume:
+		return checkSavePath("save", h.Save)
+	case h.Resume:
 		return flagNeeds("resume", "needs --save, the checkpoint to resume from")
 	case f.Changed("save-every"):
-		return badFlag("save-every", cfg.SaveEvery, "needs --save, where to checkpoint")
+		return badFlag("save-every", h.SaveEvery, "needs --save, where to checkpoint")
 	}
 	return nil
-}
-
-// checkTrainMNISTArgs checks the arguments of a `gotrain train mnist` run
-// as that command would, for a command that runs it.
-func checkTrainMNISTArgs(args []string) error {
-	var fl trainMNISTFlags
-	f := pflag.NewFlagSet("train mnist", pflag.ContinueOnError)
-	f.SetOutput(io.Discard)
-	fl.register(f)
-	if err := f.Parse(args); err != nil {
-		return flagErrorFunc(nil, err)
-	}
-	if f.NArg() > 0 {
-		return usagef("train mnist: unexpected argument %q (it takes flags only)", f.Arg(0))
-	}
-	_, err := fl.check(f)
-	return err
 }
 
 // checkPrecision refuses a --precision value the job cannot run here:
 // bf16 needs a native bf16 kernel (it is refused, not silently emulated,
 // since emulation is slower than fp32; bf16-emulated asks for it).
 func checkPrecision(p string) error {
-	if err := checkOneOf("precision", p, "fp32", "bf16", "bf16-emulated"); err != nil {
+	if err := checkOneOf("precision", p, harness.FP32, harness.BF16, harness.BF16Emulated); err != nil {
 		return err
 	}
-	if p != "bf16" {
+	if p != harness.BF16 {
 		return nil
 	}
 	if err := tensor.CheckPrecision(tensor.BF16); err != nil {
 		return badFlag("precision", p, kernels.BF16Missing()+" (--precision bf16-emulated runs the same numerics in software, slower than fp32)")
 	}
 	return nil
+}
+
+// checkTrainArgs checks the arguments of a `gotrain train name` run as
+// that command would, for a command that runs it.
+func checkTrainArgs(name string, args []string) error {
+	i := slices.IndexFunc(trainJobs, func(j trainJob) bool { return j.name == name })
+	if i < 0 {
+		return usagef("train: unknown job %q", name)
+	}
+	fl := &trainFlags{}
+	fl.job, fl.run = trainJobs[i].new()
+	f := pflag.NewFlagSet("train "+name, pflag.ContinueOnError)
+	f.SetOutput(io.Discard)
+	fl.register(f)
+	if err := f.Parse(args); err != nil {
+		return flagErrorFunc(nil, err)
+	}
+	if f.NArg() > 0 {
+		return usagef("train %s: unexpected argument %q (it takes flags only)", name, f.Arg(0))
+	}
+	_, err := fl.check(f)
+	return err
+}
+
+// checkTrainMNISTArgs is checkTrainArgs for `gotrain train mnist`.
+func checkTrainMNISTArgs(args []string) error { return checkTrainArgs("mnist", args) }
+
+// launchTrainWorkers re-runs this command as cfg.NProcPerNode workers
+// under the launcher and prints rank 0's summary last.
+func launchTrainWorkers(ctx context.Context, cfg launch.Config, output outputFlags, every time.Duration, obs observeFlags) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding the gotrain binary to start workers: %w", err)
+	}
+	cfg.Program, cfg.Args, cfg.Standalone = self, os.Args[1:], true
+	// The console first: the launcher's records then print through it.
+	cons := attachConsole(&cfg, every)
+	var sum summaryCatcher
+	cfg.Events = sum.wrap(cfg.Events)
+	output.setupLauncherLog(&cfg)
+	cfg.Env = append(cfg.Env, trainWorkerEnv+"=1", event.EnvSummary+"=1")
+	o, err := obs.attach(&cfg)
+	if err != nil {
+		cons.Close()
+		return err
+	}
+	warnBeforeStart(cfg)
+	code, err := launch.Run(ctx, cfg)
+	o.done(code, err)
+	cons.Close()
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return exitCodeError(code)
+	}
+	return sum.print(os.Stdout)
+}
+
+// onHosts is `gotrain train JOB --hosts`: the job's workers, this gotrain
+// re-run on every host, send rank 0's summary, printed here last.
+func (fl *trainFlags) onHosts(ctx context.Context, f *pflag.FlagSet) error {
+	h := fl.hosts
+	hs, err := h.check(f)
+	if err != nil {
+		return err
+	}
+	n, err := h.nproc(f, fl.nproc)
+	if err != nil {
+		return err
+	}
+	checks := []func() error{
+		fl.output.checkFormat,
+		func() error { return fl.timeout.check(f) },
+		func() error { return checkAtLeast("max-restarts", fl.launch.MaxRestarts, 0) },
+		func() error { return fl.checkJob(f) },
+		// The launcher serves the endpoints even for one worker.
+		func() error { return fl.observe.check(f, true, 2, fl.job.Harness().Progress) },
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	if h.masterPort <= 0 || h.masterPort > 65535 {
+		return badFlag("master-port", h.masterPort, "must be in [1, 65535]")
+	}
+	if fl.launch.LogDir != "" {
+		if err := checkWritableDir("log-dir", fl.launch.LogDir); err != nil {
+			return err
+		}
+	}
+	// The output flags name local ranks that every host must have.
+	probe := launch.Config{NProcPerNode: slices.Min(fanout.Config{Hosts: hs, NProcPerNode: n}.Workers()), LogDir: fl.launch.LogDir}
+	if err := fl.output.apply(f, &probe); err != nil {
+		return err
+	}
+	every, err := logEvery(fl.logEvery)
+	if err != nil {
+		return err
+	}
+	program := h.remoteGotrain
+	if program == "" {
+		if program, err = os.Executable(); err != nil {
+			return fmt.Errorf("finding the gotrain binary to start workers: %w", err)
+		}
+	}
+	cfg := fanout.Config{
+		Hosts: hs, SSH: ssh.Client{Options: h.sshOptions}, Gotrain: h.remoteGotrain,
+		Program: program, Args: os.Args[1:], NProcPerNode: n, MasterPort: h.masterPort,
+		MaxRestarts: fl.launch.MaxRestarts, ExitWait: h.exitWait, LogDir: fl.launch.LogDir,
+		Redirects: probe.Redirects, Tee: probe.Tee, LocalRanksFilter: probe.LocalRanksFilter,
+	}
+	fl.timeout.export()
+	var sum summaryCatcher
+	cfg.Events = sum.event
+	if err := launchOnHosts(ctx, cfg, h, fl.output, &fl.observe, every, false, nil, trainWorkerEnv+"=1", event.EnvSummary+"=1"); err != nil {
+		return err
+	}
+	return sum.print(os.Stdout)
+}
+
+// summaryCatcher keeps the summary rank 0 sends as its last event
+// (event.KindSummary), for the launching process to print last.
+type summaryCatcher struct {
+	mu sync.Mutex // guards s
+	s  *event.Summary
+}
+
+// wrap returns an events function that passes each event to sum, then
+// to next.
+func (c *summaryCatcher) wrap(next func(rank int, line []byte)) func(rank int, line []byte) {
+	return func(rank int, line []byte) {
+		c.event(rank, line)
+		if next != nil {
+			next(rank, line)
+		}
+	}
+}
+
+// event takes one event line of a worker.
+func (c *summaryCatcher) event(rank int, line []byte) {
+	if rank != 0 || event.KindOf(line) != event.KindSummary {
+		return
+	}
+	var ev struct{ Data *event.Summary }
+	if json.Unmarshal(line, &ev) != nil || ev.Data == nil {
+		return
+	}
+	c.mu.Lock()
+	c.s = ev.Data
+	c.mu.Unlock()
+}
+
+// print writes the summary to w: its text, then its line.
+func (c *summaryCatcher) print(w io.Writer) error {
+	c.mu.Lock()
+	s := c.s
+	c.mu.Unlock()
+	if s == nil {
+		return errors.New("rank 0 sent no summary")
+	}
+	_, err := io.WriteString(w, s.Text+s.Line()+"\n")
+	return err
 }

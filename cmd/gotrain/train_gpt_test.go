@@ -12,6 +12,7 @@ import (
 
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/internal/kernels"
+	"github.com/gotrain/gotrain/jobs/gptjob"
 	"github.com/gotrain/gotrain/nn/models"
 	"github.com/gotrain/gotrain/tensor"
 )
@@ -164,19 +165,23 @@ func TestTrainGPTBadInput(t *testing.T) {
 }
 
 // TestTrainGPTExplicitZeros: 0 on the command line means none, not the
-// job's default.
+// job's default, and the flags left out keep the job's defaults.
 func TestTrainGPTExplicitZeros(t *testing.T) {
-	var fl trainGPTFlags
+	var cfg gptjob.Config
 	f := pflag.NewFlagSet("train gpt", pflag.ContinueOnError)
-	fl.register(f)
+	cfg.RegisterFlags(f)
 	if err := f.Parse([]string{"--weight-decay", "0", "--grad-clip", "0", "--warmup-steps", "0", "--beta1", "0", "--temperature", "0"}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := gptJobConfig(fl.job, f)
-	if cfg.WeightDecay >= 0 || cfg.GradClip >= 0 || cfg.WarmupSteps >= 0 || cfg.Beta1 >= 0 || cfg.Temperature >= 0 {
-		t.Fatalf("explicit zeros not passed as none: %+v", cfg)
+	for name, v := range map[string]*float64{"weight-decay": cfg.WeightDecay, "grad-clip": cfg.GradClip, "beta1": cfg.Beta1, "temperature": cfg.Temperature} {
+		if v == nil || *v != 0 {
+			t.Errorf("--%s 0 not passed as 0: %v", name, v)
+		}
 	}
-	if cfg.Beta2 != 0.95 || cfg.LR != 1e-3 || cfg.MinLR != 0 || cfg.NLayer != 4 || cfg.BatchSize != 32 {
+	if cfg.WarmupSteps == nil || *cfg.WarmupSteps != 0 {
+		t.Errorf("--warmup-steps 0 not passed as 0: %v", cfg.WarmupSteps)
+	}
+	if cfg.Beta2 != nil || cfg.MinLR != nil || cfg.LR != 1e-3 || cfg.NLayer != 4 || cfg.BatchSize != 32 {
 		t.Fatalf("defaults changed: %+v", cfg)
 	}
 }

@@ -45,6 +45,11 @@ func TestTrainMNIST(t *testing.T) {
 			if kv["model"] != "mlp" || kv["world"] != tc.world || kv["steps"] != "30" || kv["epochs"] != "1" {
 				t.Fatalf("summary %v: want model=mlp world=%s steps=30 epochs=1", kv, tc.world)
 			}
+			// Rank 0's summary reaches this process as an event, printed
+			// once, last and unprefixed, whatever the number of workers.
+			if lines := linesWith(stdout, "model="); len(lines) != 1 || !strings.HasPrefix(lines[0], "model=") {
+				t.Fatalf("summary lines %q: want one, unprefixed; stdout:\n%s", lines, stdout)
+			}
 			// 30 SGD steps take the MLP from chance (0.1) to about 0.77.
 			if acc := num(t, kv, "test_acc"); acc < 0.5 || acc > 1 {
 				t.Fatalf("test_acc=%v after 30 steps; want well above chance", acc)

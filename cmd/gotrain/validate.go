@@ -209,39 +209,3 @@ func rootCause(err error) string {
 		err = u
 	}
 }
-
-// mnistFiles are the IDX files `--data DIR` must hold (raw or .gz, in DIR
-// or DIR/MNIST/raw, as datasets/mnist.Load looks for them).
-var mnistFiles = []string{"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}
-
-// checkMNISTDir refuses a --data directory without the four MNIST files.
-func checkMNISTDir(name, dir string) error {
-	info, err := os.Stat(dir)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return badFlag(name, dir, "does not exist")
-	case err != nil:
-		return badFlag(name, dir, rootCause(err))
-	case !info.IsDir():
-		return badFlag(name, dir, "is not a directory")
-	}
-	var missing []string
-	for _, f := range mnistFiles {
-		found := false
-		for _, d := range []string{dir, filepath.Join(dir, "MNIST", "raw")} {
-			for _, p := range []string{f, f + ".gz"} {
-				if fi, err := os.Stat(filepath.Join(d, p)); err == nil && fi.Mode().IsRegular() {
-					found = true
-				}
-			}
-		}
-		if !found {
-			missing = append(missing, f)
-		}
-	}
-	if len(missing) > 0 {
-		return badFlag(name, dir, "missing "+strings.Join(missing, ", ")+
-			" (want the four MNIST IDX files, raw or .gz, in it or in its MNIST/raw)")
-	}
-	return nil
-}

@@ -23,6 +23,19 @@ import (
 // trained on.
 var ErrCorpus = errors.New("text: bad corpus")
 
+// A CorpusError is a corpus that cannot be trained on; it wraps ErrCorpus.
+// A program that names the file itself (a command line's flag) reports
+// Name and Problem, the rest of the message being the package's.
+type CorpusError struct {
+	Name    string // the corpus file, or whatever names the text
+	Problem string // what is wrong, after the name: "is empty"
+}
+
+func (e *CorpusError) Error() string { return ErrCorpus.Error() + ": " + e.Name + " " + e.Problem }
+
+// Unwrap returns ErrCorpus.
+func (e *CorpusError) Unwrap() error { return ErrCorpus }
+
 // ByteTokenizer is the byte-level tokenizer: each byte of the UTF-8 text
 // is one token, so its vocabulary is the 256 byte values and any text
 // round-trips exactly.
@@ -70,11 +83,11 @@ func ReadCorpus(path string) (string, error) {
 	return string(b), nil
 }
 
-// Check returns an error wrapping ErrCorpus, naming name, if b is empty
-// or not valid UTF-8 (with the offset of the first bad byte).
+// Check returns a *CorpusError naming name if b is empty or not valid
+// UTF-8 (with the offset of the first bad byte).
 func Check(name string, b []byte) error {
 	if len(b) == 0 {
-		return fmt.Errorf("%w: %s is empty", ErrCorpus, name)
+		return &CorpusError{Name: name, Problem: "is empty"}
 	}
 	if !utf8.Valid(b) {
 		off := 0
@@ -85,7 +98,7 @@ func Check(name string, b []byte) error {
 			}
 			off += size
 		}
-		return fmt.Errorf("%w: %s is not UTF-8 text (invalid byte 0x%02x at offset %d)", ErrCorpus, name, b[off], off)
+		return &CorpusError{Name: name, Problem: fmt.Sprintf("is not UTF-8 text (invalid byte 0x%02x at offset %d)", b[off], off)}
 	}
 	return nil
 }

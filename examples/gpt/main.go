@@ -1,25 +1,30 @@
-// Command gpt trains a byte-level GPT with DistributedDataParallel, written
-// as a user would write it with gotrain's public packages: nanoGPT's
-// training script in Go.
+// Command gpt trains a byte-level GPT with DistributedDataParallel: a
+// training program of your own on gotrain, nanoGPT's training script in
+// Go on package harness.
 //
-// It joins the process group (env:// under `gotrain run`, torchrun or a
-// Kubernetes PyTorchJob; alone without WORLD_SIZE), builds nanoGPT's model
-// (models.GPT), wraps it in DDP, cuts a UTF-8 corpus into windows whose
-// targets are the next bytes and gives each rank its shard with a
-// DistributedSampler, and trains with the usual transformer recipe: AdamW
-// with weight decay on the weight matrices only, a linear warm-up then
-// cosine decay stepped per batch, gradient clipping after the averaged
-// gradients are in place. Rank 0 prints the validation loss every
-// -eval-every steps, saves the model (loadable by nanoGPT's GPT in
-// PyTorch) and prints a sample. `gotrain train gpt` is the same recipe,
-// built in (jobs/gptjob).
+// The program is what is its own: nanoGPT's model (models.GPT), the data
+// (a UTF-8 corpus cut into windows whose targets are the next bytes, each
+// rank its shard through a DistributedSampler), the step (AdamW with
+// weight decay on the weight matrices only, a linear warm-up then cosine
+// decay stepped per batch, gradient clipping once DDP has averaged the
+// gradients) and the evaluation (the validation loss), a harness.Task.
+// The harness does the rest: it joins the process group (env:// under
+// `gotrain run`, torchrun or a Kubernetes PyTorchJob; alone without
+// WORLD_SIZE), wraps the model in DDP, runs the loop, evaluates every
+// -eval-every steps, checkpoints with -save (loadable by nanoGPT's GPT in
+// PyTorch) and has rank 0 report the summary. Rank 0 then prints a
+// sample of generated text.
 //
 //	go build -o gpt-example ./examples/gpt
 //	gotrain run --nproc-per-node 2 ./gpt-example -max-steps 200 -save gpt.safetensors
 //
 // Rank 0's last line, the only one on its stdout, is a summary:
 //
-//	model=gpt world=2 steps=200 train_loss=… val_loss=…
+//	model=gpt world=2 steps=200 train_loss=… val_loss=… tokens_per_s=… peak_rss_mib=…
+//
+// Its defaults are a GPT small enough to train in a minute on a laptop;
+// `gotrain train gpt` (jobs/gptjob) is the full recipe, built into
+// gotrain.
 package main
 
 import (
@@ -35,70 +40,64 @@ import (
 	"github.com/gotrain/gotrain/data"
 	"github.com/gotrain/gotrain/data/text"
 	"github.com/gotrain/gotrain/datasets/gotext"
-	"github.com/gotrain/gotrain/ddp"
-	"github.com/gotrain/gotrain/distributed"
+	"github.com/gotrain/gotrain/event"
+	"github.com/gotrain/gotrain/harness"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/nn/models"
 	"github.com/gotrain/gotrain/optim"
 	"github.com/gotrain/gotrain/tensor"
 )
 
-// options are the command line.
+// options are the command line: how the program runs (the harness's
+// settings) and what it trains.
 type options struct {
+	run                         harness.Config
 	nLayer, nHead, nEmbd, block int
 	batch, steps, warmup        int
 	lr                          float64
 	evalEvery, sample           int
-	data, save                  string
+	data                        string
 }
 
 func main() {
-	var o options
-	flag.IntVar(&o.nLayer, "n-layer", 4, "transformer blocks")
+	o := options{run: harness.Config{Summary: os.Stdout}}
+	flag.IntVar(&o.nLayer, "n-layer", 2, "transformer blocks")
 	flag.IntVar(&o.nHead, "n-head", 4, "attention heads")
-	flag.IntVar(&o.nEmbd, "n-embd", 128, "model width")
-	flag.IntVar(&o.block, "block-size", 128, "context length in bytes")
-	flag.IntVar(&o.batch, "batch-size", 32, "windows per rank per step")
-	flag.IntVar(&o.steps, "max-steps", 1000, "optimizer steps")
-	flag.IntVar(&o.warmup, "warmup-steps", 100, "steps of linear warm-up")
-	flag.Float64Var(&o.lr, "lr", 1e-3, "peak learning rate")
+	flag.IntVar(&o.nEmbd, "n-embd", 64, "model width")
+	flag.IntVar(&o.block, "block-size", 64, "context length in bytes")
+	flag.IntVar(&o.batch, "batch-size", 16, "windows per rank per step")
+	flag.IntVar(&o.steps, "max-steps", 300, "optimizer steps")
+	flag.IntVar(&o.warmup, "warmup-steps", 30, "steps of linear warm-up")
+	flag.Float64Var(&o.lr, "lr", 2e-3, "peak learning rate")
 	flag.IntVar(&o.evalEvery, "eval-every", 100, "validation loss every N steps")
 	flag.IntVar(&o.sample, "sample", 200, "bytes to generate at the end")
 	flag.StringVar(&o.data, "data", "", "UTF-8 text file (default: the Go sources shipped in gotrain)")
-	flag.StringVar(&o.save, "save", "", "rank 0 saves the model here (safetensors)")
+	flag.StringVar(&o.run.Save, "save", "", "rank 0 saves the model here (safetensors), with a training checkpoint beside it")
+	flag.BoolVar(&o.run.Resume, "resume", false, "with -save: carry on from the training checkpoint beside it")
 	flag.Parse()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if r := os.Getenv("RANK"); r != "" {
-		log = log.With("rank", r)
-	}
-	slog.SetDefault(log)
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	// `gotrain run` forwards SIGINT and SIGTERM: stop cleanly on either.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := train(ctx, o); err != nil {
+	err := train(ctx, o)
+	stop()
+	if err != nil {
 		slog.Error("gpt: training failed", "err", err)
 		os.Exit(1)
 	}
 }
 
+// train is the program: build, train, report, sample.
 func train(ctx context.Context, o options) error {
-	// 1. The process group, when started as one of several ranks.
-	world, rank := 1, 0
-	var pg *distributed.Group
-	if os.Getenv("WORLD_SIZE") != "" && os.Getenv("WORLD_SIZE") != "1" {
-		var err error
-		if pg, err = distributed.Init(ctx, distributed.Config{InitMethod: "env://"}); err != nil {
-			return err
-		}
-		defer pg.Destroy()
-		world, rank = pg.Size(), pg.Rank()
+	r, err := harness.Start(ctx, o.run) // joins the group if there is one
+	if err != nil {
+		return err
 	}
+	defer r.Close()
 
-	// 2. The data: byte tokens, 90% for training (a window at every
+	// The data: byte tokens, 90% for training (a window at every
 	// position, each rank its shard), the rest for validation.
 	corpus := gotext.Corpus()
 	if o.data != "" {
-		var err error
 		if corpus, err = text.ReadCorpus(o.data); err != nil {
 			return err
 		}
@@ -114,28 +113,22 @@ func train(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("validation split: %w", err)
 	}
-	sampler := data.NewDistributedSampler(trainSet.Len(), world, rank, data.Seed(1))
-	loader := data.NewSequenceLoader(trainSet, o.batch, sampler, data.DropLast(true))
+	sampler := data.NewDistributedSampler(trainSet.Len(), r.World(), r.Rank(), data.Seed(1))
 
-	// 3. The model, the same on every rank; DDP broadcasts rank 0's
-	// weights and averages the gradients in Backward.
+	// The model, the same on every rank; DDP (with a group) broadcasts
+	// rank 0's weights and averages the gradients in Backward.
 	nn.SetSeed(1)
 	model := models.GPT(models.GPTConfig{VocabSize: tok.VocabSize(), BlockSize: o.block,
 		NLayer: o.nLayer, NHead: o.nHead, NEmbd: o.nEmbd, Bias: true})
-	forward, params := model.Forward, nn.Parameters(model)
-	if pg != nil {
-		dm, err := ddp.New(ctx, model, pg)
-		if err != nil {
-			return err
-		}
-		defer dm.Close()
-		forward, params = dm.Forward, dm.Parameters()
+	m, err := r.Wrap(ctx, model)
+	if err != nil {
+		return err
 	}
 
-	// 4. AdamW: weight decay on matrices and embeddings, none on biases
+	// AdamW: weight decay on matrices and embeddings, none on biases
 	// and LayerNorm weights; warm-up then cosine decay, per batch.
 	var decay, noDecay []*tensor.Tensor
-	for _, p := range params {
+	for _, p := range m.Parameters() {
 		if p.Dim() >= 2 {
 			decay = append(decay, p)
 		} else {
@@ -144,71 +137,82 @@ func train(ctx context.Context, o options) error {
 	}
 	opt := optim.NewAdamW(decay, o.lr, optim.Betas(0.9, 0.95), optim.WeightDecay(0.1))
 	opt.AddParamGroup(noDecay, optim.WeightDecay(0))
-	warm := optim.NewLinearLR(opt, 0.01, 1, max(o.warmup, 1))
-	cos := optim.NewCosineAnnealingLR(opt, max(o.steps-o.warmup, 1), o.lr/10)
-	sched := optim.NewSequentialLR(opt, []optim.Scheduler{warm, cos}, []int{max(o.warmup, 1)})
+	warmup := max(o.warmup, 1)
+	sched := optim.NewSequentialLR(opt, []optim.Scheduler{optim.NewLinearLR(opt, 0.01, 1, warmup),
+		optim.NewCosineAnnealingLR(opt, max(o.steps-warmup, 1), o.lr/10)}, []int{warmup})
 
-	// 5. The loop.
-	step, trainLoss, valLoss := 0, 0.0, 0.0
-	for epoch := 0; step < o.steps; epoch++ {
-		sampler.SetEpoch(epoch)
-		for b := range loader.Batches() {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			opt.ZeroGrad()
-			logits := forward(nn.IDTensor(b.Inputs, b.Len(), b.T)) // [B, T, 256]
-			loss := tensor.CrossEntropyIgnore(logits, b.Targets, models.IgnoreIndex, "mean")
-			if err := loss.Backward(); err != nil { // a failed allreduce surfaces here
-				return err
-			}
-			optim.ClipGradNorm(params, 1.0) // on the averaged gradients
-			opt.Step()
-			sched.Step()
-			step++
-			trainLoss = float64(loss.Item())
-			if rank == 0 && (step%o.evalEvery == 0 || step == o.steps) {
-				valLoss = evaluate(model, validSet, o.batch)
-				fmt.Fprintf(os.Stderr, "step %d: train_loss=%.4f val_loss=%.4f lr=%.3g\n", step, trainLoss, valLoss, opt.LR())
-			}
-			if step == o.steps {
-				break
-			}
-		}
+	t := &task{model: model, replica: m, opt: opt, sched: sched, valid: validSet, batch: o.batch}
+	stats, err := r.Train(ctx, t, harness.Loop{
+		Data:      data.NewSequenceLoader(trainSet, o.batch, sampler, data.DropLast(true)),
+		Sampler:   sampler,
+		State:     &checkpoint.TrainingState{Model: model, Optimizer: opt, Scheduler: sched},
+		Steps:     o.steps,
+		EvalEvery: o.evalEvery,
+		Tokens:    true,
+	})
+	if err != nil {
+		return err
 	}
-
-	// 6. Rank 0 saves and samples.
-	if rank != 0 {
-		return nil
+	if r.Rank() == 0 && o.sample > 0 {
+		fmt.Fprintf(r.Out(), "sample:\n%s\n", text.Printable(generate(model, tok, o.sample)))
 	}
-	if o.save != "" {
-		if err := checkpoint.Save(o.save, model); err != nil {
-			return err
-		}
-	}
-	if o.sample > 0 {
-		fmt.Fprintf(os.Stderr, "sample:\n%s\n", text.Printable(generate(model, tok, o.sample)))
-	}
-	fmt.Printf("model=gpt world=%d steps=%d train_loss=%.4f val_loss=%.4f\n", world, step, trainLoss, valLoss)
-	return nil
+	var s event.Summary
+	s.Add("model", "%s", "gpt")
+	s.Add("world", "%d", stats.World)
+	s.Add("steps", "%d", stats.Steps)
+	s.Add("train_loss", "%.4f", stats.TrainLoss)
+	s.Add("val_loss", "%.4f", t.valLoss)
+	s.Add("tokens_per_s", "%.0f", stats.Throughput)
+	s.Add("peak_rss_mib", "%.0f", stats.PeakRSSMiB)
+	return r.Report(s) // rank 0's last line
 }
 
-// evaluate is the mean loss over up to 20 batches of validation windows.
-func evaluate(model *models.GPTModel, ds *data.TokenWindows, batch int) float64 {
-	nn.SetTrain(model, false)
-	defer nn.SetTrain(model, true)
+// task is what the harness trains: nanoGPT's step and the validation
+// loss.
+type task struct {
+	model   *models.GPTModel // evaluated and sampled on rank 0
+	replica harness.Model    // model, or its DDP wrapper: trained
+	opt     *optim.AdamW
+	sched   optim.Scheduler
+	valid   *data.TokenWindows
+	batch   int
+	valLoss float64
+}
+
+// Step is one optimizer step on a batch of windows.
+func (t *task) Step(_ context.Context, s harness.Step, b data.Batch) (float64, error) {
+	t.opt.ZeroGrad()
+	logits := t.replica.Forward(nn.IDTensor(b.Inputs, b.Len(), b.T)) // [B, T, 256]
+	loss := tensor.CrossEntropyIgnore(logits, b.Targets, models.IgnoreIndex, "mean")
+	s.Forwarded()
+	if err := loss.Backward(); err != nil { // a failed allreduce surfaces here
+		return 0, err
+	}
+	s.Backwarded()
+	optim.ClipGradNorm(t.replica.Parameters(), 1.0) // on the averaged gradients
+	t.opt.Step()
+	t.sched.Step()
+	return float64(loss.Item()), nil
+}
+
+// Evaluate is the mean loss over up to 20 batches of validation windows,
+// with the learning rate.
+func (t *task) Evaluate(context.Context) ([]harness.Metric, error) {
+	nn.SetTrain(t.model, false)
+	defer nn.SetTrain(t.model, true)
 	var sum float64
 	n := 0
 	tensor.NoGrad(func() {
-		for b := range data.NewSequenceLoader(ds, batch, data.NewSequentialSampler(ds.Len())).Batches() {
-			_, loss := model.Loss(b.Inputs, b.Targets, b.Len(), b.T)
+		for b := range data.NewSequenceLoader(t.valid, t.batch, data.NewSequentialSampler(t.valid.Len())).Batches() {
+			_, loss := t.model.Loss(b.Inputs, b.Targets, b.Len(), b.T)
 			sum += float64(loss.Item())
 			if n++; n == 20 {
 				break
 			}
 		}
 	})
-	return sum / float64(n)
+	t.valLoss = sum / float64(n)
+	return []harness.Metric{{Name: "val_loss", Value: t.valLoss}, {Name: "lr", Value: t.opt.LR(), Format: "%.3g"}}, nil
 }
 
 // generate samples n bytes after a newline at temperature 0.8.

@@ -187,29 +187,29 @@ func TestUnknownModelFails(t *testing.T) {
 	}
 }
 
-// The flags map onto the job's Config: --init-method only when given (so
-// that a lone process without WORLD_SIZE trains alone), --scale-lr to the
-// LR scaling, --momentum 0 to "none" (the job's 0 is its default).
+// The flags map onto the harness's settings and the program's own:
+// without --init-method it stays "" (so that a lone process without
+// WORLD_SIZE trains alone), and --momentum 0 is no momentum.
 func TestParseFlags(t *testing.T) {
 	for _, tc := range []struct {
-		args                         []string
-		initMethod, lrScaling, optim string
-		momentum                     float64
-		rank, world                  int
+		args              []string
+		initMethod, model string
+		momentum          float64
+		rank, world       int
 	}{
-		{nil, "", "linear", "sgd", 0.9, 0, 0},
-		{[]string{"--init-method", "tcp://127.0.0.1:1", "--rank", "1", "--world-size", "2"}, "tcp://127.0.0.1:1", "linear", "sgd", 0.9, 1, 2},
-		{[]string{"--init-method=env://", "--scale-lr=false", "--momentum", "0"}, "env://", "none", "sgd", -1, 0, 0},
-		{[]string{"--model", "cnn", "--momentum", "0.5"}, "", "linear", "sgd", 0.5, 0, 0},
+		{nil, "", "mlp", 0.9, 0, 0},
+		{[]string{"--init-method", "tcp://127.0.0.1:1", "--rank", "1", "--world-size", "2"}, "tcp://127.0.0.1:1", "mlp", 0.9, 1, 2},
+		{[]string{"--init-method=env://", "--momentum", "0"}, "env://", "mlp", 0, 0, 0},
+		{[]string{"--model", "cnn", "--momentum", "0.5"}, "", "cnn", 0.5, 0, 0},
 	} {
-		cfg, err := parseFlags(flag.NewFlagSet("mnist", flag.ContinueOnError), tc.args)
+		o, err := parseFlags(flag.NewFlagSet("mnist", flag.ContinueOnError), tc.args)
 		if err != nil {
 			t.Fatalf("parseFlags(%q): %v", tc.args, err)
 		}
-		if cfg.InitMethod != tc.initMethod || cfg.LRScaling != tc.lrScaling || cfg.Optimizer != tc.optim ||
-			cfg.Momentum != tc.momentum || cfg.Rank != tc.rank || cfg.WorldSize != tc.world {
-			t.Errorf("parseFlags(%q) = %+v; want init method %q, lr scaling %q, optimizer %q, momentum %v, rank %d of %d",
-				tc.args, cfg, tc.initMethod, tc.lrScaling, tc.optim, tc.momentum, tc.rank, tc.world)
+		if o.run.InitMethod != tc.initMethod || o.model != tc.model || o.momentum != tc.momentum ||
+			o.run.Rank != tc.rank || o.run.WorldSize != tc.world || o.run.Summary != os.Stdout {
+			t.Errorf("parseFlags(%q) = %+v; want init method %q, model %q, momentum %v, rank %d of %d, the summary on stdout",
+				tc.args, o, tc.initMethod, tc.model, tc.momentum, tc.rank, tc.world)
 		}
 	}
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 
+	"github.com/gotrain/gotrain/harness"
 	"github.com/gotrain/gotrain/jobs/gptjob"
 )
 
@@ -13,9 +13,9 @@ import (
 // process: the validation loss falls from ln 256 = 5.55.
 func ExampleRun() {
 	res, err := gptjob.Run(context.Background(), gptjob.Config{
-		NLayer: 1, NHead: 2, NEmbd: 16, BlockSize: 16, BatchSize: 8, MaxSteps: 30, WarmupSteps: -1, LR: 1e-2,
+		NLayer: 1, NHead: 2, NEmbd: 16, BlockSize: 16, BatchSize: 8, MaxSteps: 30, WarmupSteps: new(0), LR: 1e-2,
 		EvalEvery: 30, EvalBatches: 2, Sample: 20,
-		Out: io.Discard, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Config: harness.Config{Out: io.Discard},
 	})
 	if err != nil {
 		panic(err)

@@ -12,13 +12,15 @@ import (
 	"testing"
 
 	"github.com/gotrain/gotrain/data"
+	"github.com/gotrain/gotrain/harness"
 )
 
 // tiny is a config small enough for a test: a one-block GPT of width 16
 // on windows of 16 bytes.
 func tiny() Config {
 	return Config{NLayer: 1, NHead: 2, NEmbd: 16, BlockSize: 16, BatchSize: 4, MaxSteps: 12, EvalEvery: 6, EvalBatches: 2,
-		WarmupSteps: 2, LR: 3e-3, Seed: 1, Out: io.Discard, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		WarmupSteps: new(2), LR: 3e-3, Seed: 1,
+		Config: harness.Config{Out: io.Discard, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}}
 }
 
 func TestRunTrainsAndSamples(t *testing.T) {
@@ -127,12 +129,12 @@ func TestBadBatches(t *testing.T) {
 	defer j.close()
 	ids := make([]int, 2*16)
 	ids[5] = 300
-	_, err = j.step(&meter{}, data.Batch{Inputs: ids, Targets: make([]int, len(ids)), T: 16, Indices: make([]int, 2)})
+	_, err = j.step(harness.Step{}, data.Batch{Inputs: ids, Targets: make([]int, len(ids)), T: 16, Indices: make([]int, 2)})
 	if err == nil || !strings.Contains(err.Error(), "token id 300") || !strings.Contains(err.Error(), "vocabulary size 256") {
 		t.Errorf("id out of range: err = %v", err)
 	}
 	long := make([]int, 20)
-	_, err = j.step(&meter{}, data.Batch{Inputs: long, Targets: long, T: 20, Indices: make([]int, 1)})
+	_, err = j.step(harness.Step{}, data.Batch{Inputs: long, Targets: long, T: 20, Indices: make([]int, 1)})
 	if err == nil || !strings.Contains(err.Error(), "sequence length 20 is longer than the block size 16") {
 		t.Errorf("too long: err = %v", err)
 	}
@@ -146,7 +148,10 @@ func TestConfigMistakes(t *testing.T) {
 		{func(c *Config) { c.NEmbd, c.NHead = 30, 4 }, "NEmbd 30 is not a multiple of NHead 4"},
 		{func(c *Config) { c.Dropout = 1 }, "Dropout 1"},
 		{func(c *Config) { c.LR = math.NaN() }, "LR NaN"},
-		{func(c *Config) { c.Beta2 = 1 }, "Beta2 1"},
+		{func(c *Config) { c.Beta2 = new(1.0) }, "Beta2 1"},
+		{func(c *Config) { c.GradClip = new(-1.0) }, "GradClip -1"},
+		{func(c *Config) { c.WarmupSteps = new(-1) }, "WarmupSteps -1"},
+		{func(c *Config) { c.Precision = "fp16" }, `harness: Precision "fp16"`},
 		{func(c *Config) { c.Resume = true }, "Resume needs Save"},
 		{func(c *Config) { c.BatchSize = -1 }, "BatchSize -1"},
 	} {

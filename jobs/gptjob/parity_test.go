@@ -14,6 +14,7 @@ import (
 	"github.com/gotrain/gotrain/data"
 	"github.com/gotrain/gotrain/datasets/gotext"
 	"github.com/gotrain/gotrain/distributed"
+	"github.com/gotrain/gotrain/harness"
 	"github.com/gotrain/gotrain/internal/testfixture"
 	"github.com/gotrain/gotrain/internal/testproc"
 )
@@ -45,9 +46,9 @@ func TestMain(m *testing.M) {
 // parityConfig is the job's default GPT and recipe with the fixture's
 // schedule and batch (per rank), from the fixture's weights.
 func parityConfig(f *parityFixture, world int) Config {
-	return Config{BlockSize: f.BlockSize, BatchSize: f.GlobalBatch / world, MaxSteps: f.Steps, LR: f.LR, MinLR: f.MinLR,
-		WarmupSteps: f.Warmup, GradClip: f.Clip, Init: "testdata/parity_init.safetensors",
-		Out: io.Discard, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return Config{BlockSize: f.BlockSize, BatchSize: f.GlobalBatch / world, MaxSteps: f.Steps, LR: f.LR, MinLR: new(f.MinLR),
+		WarmupSteps: new(f.Warmup), GradClip: new(f.Clip), Init: "testdata/parity_init.safetensors",
+		Config: harness.Config{Out: io.Discard, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}}
 }
 
 // parityBatch is rank's share of step's global batch: the training split
@@ -74,13 +75,13 @@ func paritySteps(ctx context.Context, f *parityFixture, cfg Config, rank, world 
 	defer j.close()
 	var losses, lrs []float64
 	for step := range f.Steps {
-		loss, err := j.step(&meter{}, parityBatch(j, f, step, rank, world))
+		loss, err := j.step(harness.Step{}, parityBatch(j, f, step, rank, world))
 		if err != nil {
 			return nil, nil, err
 		}
 		mean := []float64{loss}
-		if j.pg != nil {
-			if err := j.pg.AllReduce(ctx, mean, distributed.Avg); err != nil {
+		if pg := j.run.Group(); pg != nil {
+			if err := pg.AllReduce(ctx, mean, distributed.Avg); err != nil {
 				return nil, nil, err
 			}
 		}

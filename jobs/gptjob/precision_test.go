@@ -18,7 +18,7 @@ import (
 func precisionConfig(precision string, log io.Writer) Config {
 	cfg := tiny()
 	cfg.NLayer, cfg.NHead, cfg.NEmbd, cfg.BlockSize, cfg.BatchSize = 2, 2, 32, 64, 8
-	cfg.MaxSteps, cfg.EvalEvery, cfg.EvalBatches, cfg.WarmupSteps, cfg.LR = 500, 250, 16, 20, 5e-3
+	cfg.MaxSteps, cfg.EvalEvery, cfg.EvalBatches, cfg.WarmupSteps, cfg.LR = 500, 250, 16, new(20), 5e-3
 	cfg.Precision = precision
 	cfg.Logger = slog.New(slog.NewTextHandler(log, nil))
 	return cfg
@@ -98,7 +98,7 @@ func TestPrecisionRejected(t *testing.T) {
 		cfg := tiny()
 		cfg.Precision = p
 		_, err := Run(context.Background(), cfg)
-		if err == nil || err.Error() != `gptjob: Precision "`+p+`": want fp32, bf16 or bf16-emulated` {
+		if err == nil || err.Error() != `gptjob: harness: Precision "`+p+`": want fp32, bf16 or bf16-emulated` {
 			t.Errorf("Precision %s: %v", p, err)
 		}
 	}

@@ -7,95 +7,23 @@ import (
 	"runtime/metrics"
 
 	"github.com/gotrain/gotrain/data"
+	"github.com/gotrain/gotrain/harness"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/nn/models"
 	"github.com/gotrain/gotrain/optim"
 	"github.com/gotrain/gotrain/tensor"
 )
 
-// run trains from the resumed step to MaxSteps, evaluating every
-// EvalEvery steps and at the end, then samples and returns the summary.
-func (j *job) run(ctx context.Context) (Result, error) {
-	m := newMeter(j)
-	defer m.close()
-	if err := m.openMetrics(j); err != nil {
-		return Result{}, err
-	}
-	res := Result{World: j.world, Rank: j.rank, Precision: j.cfg.Precision}
-	nn.SetTrain(j.model, true)
-	for epoch := j.ckpt.Epoch; int(j.ckpt.Step) < j.cfg.MaxSteps; epoch++ {
-		j.ckpt.Epoch = epoch
-		j.sampler.SetEpoch(epoch) // keeps a resumed position within this epoch
-		m.startEpoch(epoch)
-		for b := range j.loader.Batches() {
-			if err := j.trainStep(ctx, m, b); err != nil {
-				return res, err
-			}
-			if int(j.ckpt.Step) >= j.cfg.MaxSteps {
-				break
-			}
-		}
-	}
-	if err := m.finish(ctx); err != nil {
-		return res, err
-	}
-	res = m.summarise(res)
-	if err := j.untimedCheckpoint(m); err != nil {
-		return res, err
-	}
-	if err := m.closeMetrics(); err != nil {
-		return res, err
-	}
-	if j.rank == 0 && j.cfg.Sample > 0 {
-		s, err := j.generate(j.cfg.Sample)
-		if err != nil {
-			return res, err
-		}
-		res.Sample = s
-	}
-	return res, nil
-}
-
-// trainStep takes one step on batch b and does what falls due after it:
-// the evaluation and the checkpoint.
-func (j *job) trainStep(ctx context.Context, m *meter, b data.Batch) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := m.startStep(ctx); err != nil {
-		return err
-	}
-	loss, err := j.step(m, b)
-	if err != nil {
-		return err
-	}
-	j.ckpt.Step++
-	m.stepped(loss, len(b.Inputs), j.opt.LR(), int(j.ckpt.Step))
+// Step is one optimizer step on a batch: the PyTorch loop of nanoGPT,
+// marking its phases on s. It returns this rank's loss.
+func (j *job) Step(_ context.Context, s harness.Step, b data.Batch) (float64, error) {
+	loss, err := j.step(s, b)
 	collectIfDue()
-	step := int(j.ckpt.Step)
-	if step%j.cfg.EvalEvery == 0 || step == j.cfg.MaxSteps {
-		if err := m.evaluated(ctx, step, j.evaluate); err != nil {
-			return err
-		}
-	}
-	if every := j.cfg.SaveEvery; every > 0 && step%every == 0 && step < j.cfg.MaxSteps {
-		return j.untimedCheckpoint(m)
-	}
-	return nil
+	return loss, err
 }
 
-// untimedCheckpoint checkpoints (on rank 0, with Save) outside the
-// clock, as a span of the timeline.
-func (j *job) untimedCheckpoint(m *meter) error {
-	if j.rank != 0 || j.cfg.Save == "" {
-		return nil
-	}
-	return m.untimed("checkpoint", j.checkpoint)
-}
-
-// step is one optimizer step on a batch: the PyTorch loop of nanoGPT,
-// with the meter marking its phases. It returns this rank's loss.
-func (j *job) step(m *meter, b data.Batch) (float64, error) {
+// step is Step without the garbage collection.
+func (j *job) step(s harness.Step, b data.Batch) (float64, error) {
 	B, T := b.Len(), b.T
 	if err := j.model.Check(b.Inputs, B, T); err != nil {
 		return 0, fmt.Errorf("gptjob: %w", err)
@@ -103,11 +31,11 @@ func (j *job) step(m *meter, b data.Batch) (float64, error) {
 	j.opt.ZeroGrad()
 	var logits, loss *tensor.Tensor
 	// The loss, like every op but the matmuls, is float32 under autocast.
-	j.inPrecision(func() {
-		logits = j.forward(nn.IDTensor(b.Inputs, B, T))
+	j.run.Autocast(func() {
+		logits = j.replica.Forward(nn.IDTensor(b.Inputs, B, T))
 		loss = tensor.CrossEntropyIgnore(logits, b.Targets, models.IgnoreIndex, "mean")
 	})
-	m.forwarded()
+	s.Forwarded()
 	// Nothing but the graph reads the logits: Backward hands their
 	// storage (the largest activation) back to the buffer pool rather
 	// than leaving it as garbage every step.
@@ -116,15 +44,22 @@ func (j *job) step(m *meter, b data.Batch) (float64, error) {
 	if err := loss.Backward(); err != nil {
 		return 0, err
 	}
-	m.backwarded()
+	s.Backwarded()
 	// Backward has left the averaged gradients in place: every rank
 	// clips by the same norm.
-	if j.cfg.GradClip > 0 {
-		optim.ClipGradNorm(j.params, j.cfg.GradClip)
+	if clip := *j.cfg.GradClip; clip > 0 {
+		optim.ClipGradNorm(j.params, clip)
 	}
 	j.opt.Step()
 	j.sched.Step()
 	return float64(loss.Item()), nil
+}
+
+// Evaluate is rank 0's validation loss, with the learning rate the next
+// step trains at.
+func (j *job) Evaluate(context.Context) ([]harness.Metric, error) {
+	j.valLoss = j.evaluate()
+	return []harness.Metric{{Name: "val_loss", Value: j.valLoss}, {Name: "lr", Value: j.opt.LR(), Format: "%.3g"}}, nil
 }
 
 // gcBudget is how far the heap may grow past the live data of the last
@@ -171,7 +106,7 @@ func (j *job) evaluate() float64 {
 	var sum float64
 	n := 0
 	tensor.NoGrad(func() {
-		j.inPrecision(func() {
+		j.run.Autocast(func() {
 			for b := range loader.Batches() {
 				T, batch := b.T, 0.0
 				for lo := 0; lo < b.Len(); lo += evalChunk {
@@ -197,13 +132,13 @@ func (j *job) evaluate() float64 {
 // sample.py starts), at cfg.Temperature (0: the most likely byte each
 // time), the context cropped to the block size.
 func (j *job) generate(n int) (string, error) {
-	temperature, topK := float32(j.cfg.Temperature), 0
+	temperature, topK := float32(*j.cfg.Temperature), 0
 	if temperature <= 0 {
 		temperature, topK = 1, 1 // the top one alone: greedy
 	}
 	var ids []int
 	var err error
-	j.inPrecision(func() { ids, err = j.model.Generate([]int{'\n'}, n, temperature, topK, tensor.NewRNG(j.cfg.Seed+1)) })
+	j.run.Autocast(func() { ids, err = j.model.Generate([]int{'\n'}, n, temperature, topK, tensor.NewRNG(j.cfg.Seed+1)) })
 	if err == nil {
 		var s string
 		if s, err = j.tok.Decode(ids[1:]); err == nil {

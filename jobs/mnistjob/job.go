@@ -1,25 +1,26 @@
-// Package mnistjob is the MNIST training job: the program the README
-// teaches (process group, DDP, DistributedSampler, optimizer, rank-0
-// checkpoint) that both `gotrain train mnist` and examples/mnist run, with
-// test accuracy after each epoch, resume, an optional progress bar and a
-// per-step profile.
+// Package mnistjob is the MNIST training job that `gotrain train mnist`
+// runs: an MLP or the pytorch/examples CNN trained with DDP on MNIST,
+// with its test accuracy after each epoch. It is the model, the data, the
+// loss and the evaluation; package harness is the rest (the process
+// group, DDP, the loop's bookkeeping, checkpoints and resuming, progress,
+// metrics and the summary).
 //
-// Run reads as its steps: join the group, build the model, wrap it in
-// DDP, load the data, make the optimizer, resume, train (train.go), and
-// each is a method of job named for what it does.
+// Run reads as its steps: check the Config, start the harness run, build
+// the model and wrap it, load the data, make the optimizer, resume, train;
+// job is the harness.Task, its Step the classic PyTorch step.
 package mnistjob
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/data"
 	"github.com/gotrain/gotrain/datasets/mnist"
 	"github.com/gotrain/gotrain/ddp"
-	"github.com/gotrain/gotrain/distributed"
+	"github.com/gotrain/gotrain/event"
+	"github.com/gotrain/gotrain/harness"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/nn/models"
 	"github.com/gotrain/gotrain/optim"
@@ -37,98 +38,90 @@ type Result struct {
 	SamplesPerSec float64 // all ranks, over the steps after the first 5
 	TestAccuracy  float64 // after the last epoch; 0 on ranks other than 0
 	PeakRSSMiB    float64
-	Profile       Profile
+	Profile       harness.Profile
 }
 
-// Summary is the `key=value` line the CLI and the example print last.
-func (r Result) Summary() string {
-	return fmt.Sprintf("model=%s world=%d epochs=%d steps=%d samples_per_s=%.0f test_acc=%.4f peak_rss_mib=%.0f",
-		r.Model, r.World, r.Epochs, r.Steps, r.SamplesPerSec, r.TestAccuracy, r.PeakRSSMiB)
+// Summary is the `key=value` line rank 0 prints last.
+func (r Result) Summary() string { return r.summary().Line() }
+
+func (r Result) summary() event.Summary {
+	var s event.Summary
+	s.Add("model", "%s", r.Model)
+	s.Add("world", "%d", r.World)
+	s.Add("epochs", "%d", r.Epochs)
+	s.Add("steps", "%d", r.Steps)
+	s.Add("samples_per_s", "%.0f", r.SamplesPerSec)
+	s.Add("test_acc", "%.4f", r.TestAccuracy)
+	s.Add("peak_rss_mib", "%.0f", r.PeakRSSMiB)
+	return s
 }
 
-// job is one run's state, built up by Run's steps.
+// job is the run's model, data and optimizer: the harness.Task.
 type job struct {
-	cfg         Config
-	log         *slog.Logger
-	pg          *distributed.Group // nil when training alone
-	world, rank int
-	prefetch    sync.WaitGroup // decoding the shipped MNIST ahead of loadData
-
-	model   nn.Module  // the replica: what is evaluated and saved
-	dm      *ddp.Model // nil when training alone
-	forward func(*tensor.Tensor) *tensor.Tensor
-	params  []*tensor.Tensor
+	cfg     Config
+	run     *harness.Run
+	model   nn.Module     // the replica: what is evaluated and saved
+	replica harness.Model // model, or its DDP wrapper: what is trained
 
 	trainSet, testSet *mnist.Dataset
 	sampler           *data.DistributedSampler
 	loader            *data.Loader
 	opt               optim.Optimizer
 	sched             optim.Scheduler // nil without decay
-
-	ckpt  checkpoint.TrainingState // counters and what SaveTraining writes
-	extra resumeState
-}
-
-// resumeState is what the training sidecar carries besides model,
-// optimizer and scheduler.
-type resumeState struct {
-	Sampler data.SamplerState `json:"sampler"`
+	accuracy          float64         // of the last evaluation
 }
 
 // Run trains on this process's share of MNIST, as one rank of a job if
-// cfg (or the environment, see Config.InitMethod) names one. It returns
+// cfg (or the environment, see harness.Config.InitMethod) names one, and
+// has rank 0 report the summary (see harness.Run.Report). It returns
 // the first error of the environment (config, data, a peer, ctx).
 func Run(ctx context.Context, cfg Config) (Result, error) {
-	if err := cfg.resolve(); err != nil {
-		return Result{}, err
+	if err := cfg.check(); err != nil {
+		return Result{}, fmt.Errorf("mnistjob: %w", err)
 	}
-	j := &job{cfg: cfg, log: cfg.Logger, world: 1}
-	defer j.close()
+	cfg = cfg.withDefaults()
 	if cfg.DataDir == "" {
 		// The shipped copy decompresses (about 0.2 s of CPU) while the
 		// group forms and DDP copies the weights; loadData then finds it
 		// decoded.
-		j.prefetch.Go(func() {
+		var prefetch sync.WaitGroup
+		defer prefetch.Wait()
+		prefetch.Go(func() {
 			_, _ = mnist.Embedded(mnist.Train)
 			_, _ = mnist.Embedded(mnist.Test)
 		})
 	}
-	if cfg.Precision == "bf16-emulated" {
-		defer tensor.SetBF16Emulation(tensor.SetBF16Emulation(true))
-		j.log.Info("bf16 emulated: matmul and convolution operands rounded to bf16 in software, multiplied in float32 (bf16 numerics at below-fp32 speed)")
+	r, err := harness.Start(ctx, cfg.Config)
+	if err != nil {
+		return Result{}, fmt.Errorf("mnistjob: %w", err)
 	}
-	if err := j.joinGroup(ctx); err != nil {
-		return Result{}, err
-	}
-	j.buildModel()
-	if err := j.wrapDDP(ctx); err != nil {
+	defer r.Close()
+	j := &job{cfg: cfg, run: r}
+	if err := j.buildModel(ctx); err != nil {
 		return Result{}, err
 	}
 	if err := j.loadData(); err != nil {
 		return Result{}, err
 	}
 	j.newOptimizer()
-	if err := j.resume(ctx); err != nil {
+	loop := harness.Loop{Data: j.loader, Sampler: j.sampler, Epochs: cfg.Epochs, MaxSteps: cfg.MaxSteps,
+		State: &checkpoint.TrainingState{Model: j.model, Optimizer: j.opt, Scheduler: j.sched}}
+	if err := j.resume(ctx, &loop); err != nil {
 		return Result{}, err
 	}
-	return j.train(ctx)
-}
-
-// joinGroup joins the process group if the job has more than one rank.
-func (j *job) joinGroup(ctx context.Context) error {
-	if j.cfg.InitMethod == "" {
-		return nil
-	}
-	pg, err := distributed.Init(ctx, distributed.Config{InitMethod: j.cfg.InitMethod, Rank: j.cfg.Rank, WorldSize: j.cfg.WorldSize})
+	stats, err := r.Train(ctx, j, loop)
 	if err != nil {
-		return fmt.Errorf("mnistjob: joining the process group: %w", err)
+		return Result{}, err
 	}
-	j.pg, j.world, j.rank = pg, pg.Size(), pg.Rank()
-	return nil
+	res := Result{Model: cfg.Model, World: stats.World, Rank: stats.Rank, Epochs: stats.Epochs, Steps: stats.Steps,
+		SamplesPerSec: stats.Throughput, TestAccuracy: j.accuracy, PeakRSSMiB: stats.PeakRSSMiB, Profile: stats.Profile}
+	return res, r.Report(res.summary())
 }
 
-// buildModel makes the model from the seed, the same on every rank.
-func (j *job) buildModel() {
+// buildModel makes the model from the seed, the same on every rank, and
+// wraps it for training: in DDP when there is a group, which checks that
+// every rank built the same model and copies rank 0's weights to all.
+func (j *job) buildModel(ctx context.Context) error {
 	nn.SetSeed(j.cfg.Seed)
 	switch j.cfg.Model {
 	case "mlp":
@@ -136,35 +129,14 @@ func (j *job) buildModel() {
 	case "cnn":
 		j.model = models.MNISTNet()
 	default:
-		panic("mnistjob: buildModel: model " + j.cfg.Model + " passed validate")
+		panic("mnistjob: buildModel: model " + j.cfg.Model + " passed check")
 	}
-	j.forward, j.params = j.model.Forward, nn.Parameters(j.model)
-}
-
-// wrapDDP wraps the model in DDP when there is a group: New checks that
-// every rank built the same model and copies rank 0's weights to all;
-// each Backward then averages the gradients.
-func (j *job) wrapDDP(ctx context.Context) error {
-	if j.pg == nil {
-		return nil
-	}
-	dm, err := ddp.New(ctx, j.model, j.pg, ddp.GradientAsBucketView(true), ddp.WithCommHook(commHooks[j.cfg.CommHook]))
+	var err error
+	j.replica, err = j.run.Wrap(ctx, j.model, ddp.WithCommHook(commHooks[j.cfg.CommHook]))
 	if err != nil {
-		return fmt.Errorf("mnistjob: wrapping the model in DDP: %w", err)
+		return fmt.Errorf("mnistjob: %w", err)
 	}
-	j.dm, j.forward, j.params = dm, dm.Forward, dm.Parameters()
 	return nil
-}
-
-// close releases DDP, then the group.
-func (j *job) close() {
-	j.prefetch.Wait()
-	if j.dm != nil {
-		j.dm.Close()
-	}
-	if j.pg != nil {
-		j.pg.Destroy()
-	}
 }
 
 // loadData loads both splits and gives this rank its shard of the
@@ -182,7 +154,7 @@ func (j *job) loadData() error {
 	if err != nil {
 		return fmt.Errorf("mnistjob: loading MNIST: %w", err)
 	}
-	j.sampler = data.NewDistributedSampler(j.trainSet.Len(), j.world, j.rank, data.Seed(j.cfg.Seed))
+	j.sampler = data.NewDistributedSampler(j.trainSet.Len(), j.run.World(), j.run.Rank(), data.Seed(j.cfg.Seed))
 	j.loader = data.NewLoader(j.trainSet, j.cfg.BatchSize, j.sampler)
 	return nil
 }
@@ -190,82 +162,74 @@ func (j *job) loadData() error {
 // newOptimizer makes the optimizer, at the learning rate scaled to the
 // world, and the per-epoch StepLR schedule if Gamma asks for one.
 func (j *job) newOptimizer() {
-	lr := scaledLR(j.cfg, j.world)
+	params, lr := j.replica.Parameters(), scaledLR(j.cfg, j.run.World())
 	switch j.cfg.Optimizer {
 	case "sgd":
-		j.opt = optim.NewSGD(j.params, lr, optim.Momentum(j.cfg.Momentum))
+		j.opt = optim.NewSGD(params, lr, optim.Momentum(*j.cfg.Momentum))
 	case "adadelta":
-		j.opt = optim.NewAdadelta(j.params, lr)
+		j.opt = optim.NewAdadelta(params, lr)
 	case "adam":
-		j.opt = optim.NewAdam(j.params, lr)
+		j.opt = optim.NewAdam(params, lr)
 	case "adamw":
-		j.opt = optim.NewAdamW(j.params, lr)
+		j.opt = optim.NewAdamW(params, lr)
 	default:
-		panic("mnistjob: newOptimizer: optimizer " + j.cfg.Optimizer + " passed validate")
+		panic("mnistjob: newOptimizer: optimizer " + j.cfg.Optimizer + " passed check")
 	}
-	if j.cfg.Gamma > 0 {
-		j.sched = optim.NewStepLR(j.opt, 1, j.cfg.Gamma)
+	if *j.cfg.Gamma > 0 {
+		j.sched = optim.NewStepLR(j.opt, 1, *j.cfg.Gamma)
 	}
-	j.ckpt = checkpoint.TrainingState{Model: j.model, Optimizer: j.opt, Scheduler: j.sched, Extra: &j.extra}
 }
 
-// resume loads rank 0's last training checkpoint on every rank, if asked
-// and if rank 0 has one: the same weights, optimizer state, counters and
-// place in the data. Rank 0's file is the source of truth and reaches the
-// other ranks over the group, so ranks need no shared file system.
-func (j *job) resume(ctx context.Context) error {
-	if !j.cfg.Resume {
-		return nil
-	}
-	var g checkpoint.Group // a nil *distributed.Group would not be a nil Group
-	if j.pg != nil {
-		g = j.pg
-	}
-	resumed, err := checkpoint.ResumeFrom(ctx, g, j.cfg.Save, &j.ckpt)
+// resume loads rank 0's last checkpoint on every rank, if asked. An
+// elastic job resumes in a world of another size: the harness re-shards
+// the epoch's rest, and the learning rate scaled to the world follows it
+// (the schedule's decay so far is kept).
+func (j *job) resume(ctx context.Context, loop *harness.Loop) error {
+	was, err := j.run.Resume(ctx, loop)
 	if err != nil {
-		return fmt.Errorf("mnistjob: resuming: %w", err)
+		return fmt.Errorf("mnistjob: %w", err)
 	}
-	if !resumed {
-		j.log.Info("no checkpoint yet; starting fresh", "checkpoint", j.cfg.Save)
-		return nil
-	}
-	if err := j.sampler.Restore(j.extra.Sampler); err != nil {
-		return fmt.Errorf("mnistjob: resuming the sampler from %s: %w", j.cfg.Save, err)
-	}
-	// An elastic job resumes in a world of another size: the sampler has
-	// re-sharded the epoch's rest, and a learning rate scaled to the
-	// world follows it (the schedule's decay so far is kept).
-	if was := j.extra.Sampler.Replicas; was > 0 && was != j.world {
-		if lr := scaledLR(j.cfg, j.world) / scaledLR(j.cfg, was); lr != 1 {
+	if world := j.run.World(); was > 0 && was != world {
+		if lr := scaledLR(j.cfg, world) / scaledLR(j.cfg, was); lr != 1 {
 			j.opt.SetLR(j.opt.LR() * lr)
 		}
-		j.log.Info("resuming in a world of another size", "was", was, "world", j.world, "lr", j.opt.LR())
+		j.run.Logger().Info("resuming in a world of another size", "was", was, "world", world, "lr", j.opt.LR())
 	}
-	j.log.Info("resumed", "checkpoint", j.cfg.Save, "epoch", j.ckpt.Epoch, "step", j.ckpt.Step)
 	return nil
 }
 
-// checkpoint has rank 0 save the model and the training sidecar, from
-// which a run resumes at epoch.
-func (j *job) checkpoint(epoch int) error {
-	if j.rank != 0 || j.cfg.Save == "" {
-		return nil
+// Step is the PyTorch DDP step on batch b.
+func (j *job) Step(_ context.Context, s harness.Step, b data.Batch) (float64, error) {
+	j.opt.ZeroGrad()
+	var loss *tensor.Tensor
+	j.run.Autocast(func() { loss = nn.CrossEntropy(j.replica.Forward(b.X), b.Y) })
+	s.Forwarded()
+	// A failed allreduce (a dead peer) surfaces here, never as a hang.
+	if err := loss.Backward(); err != nil {
+		return 0, err
 	}
-	j.extra.Sampler = j.sampler.State()
-	j.ckpt.Epoch = epoch
-	return checkpoint.SaveTraining(j.cfg.Save, j.ckpt)
+	s.Backwarded()
+	j.opt.Step()
+	return float64(loss.Item()), nil
 }
 
-// evaluate returns the model's accuracy on the test set, in eval mode,
+// EndEpoch steps the per-epoch schedule.
+func (j *job) EndEpoch(int) {
+	if j.sched != nil {
+		j.sched.Step()
+	}
+}
+
+// Evaluate returns the model's accuracy on the test set, in eval mode,
 // and puts it back in training mode.
-func (j *job) evaluate() float64 {
+func (j *job) Evaluate(context.Context) ([]harness.Metric, error) {
 	nn.SetTrain(j.model, false)
 	defer nn.SetTrain(j.model, true)
 	// Batches of 200 bound the CNN's im2col memory in eval.
 	loader := data.NewLoader(j.testSet, 200, data.NewSequentialSampler(j.testSet.Len()))
 	correct := 0
 	tensor.NoGrad(func() {
-		j.inPrecision(func() {
+		j.run.Autocast(func() {
 			for b := range loader.Batches() {
 				for i, p := range tensor.ArgMax(j.model.Forward(b.X), 1) {
 					if p == b.Y[i] {
@@ -275,18 +239,6 @@ func (j *job) evaluate() float64 {
 			}
 		})
 	})
-	return float64(correct) / float64(j.testSet.Len())
-}
-
-// inPrecision runs f with the matmuls and convolutions in the job's
-// precision (Config.Precision, checked by validate).
-func (j *job) inPrecision(f func()) {
-	if j.cfg.Precision != "bf16" && j.cfg.Precision != "bf16-emulated" {
-		f()
-		return
-	}
-	if err := tensor.Autocast(tensor.BF16, f); err != nil {
-		// validate and Run made BF16 available; losing it is a bug.
-		panic(fmt.Sprintf("mnistjob: %v", err))
-	}
+	j.accuracy = float64(correct) / float64(j.testSet.Len())
+	return []harness.Metric{{Name: "test_acc", Value: j.accuracy}}, nil
 }

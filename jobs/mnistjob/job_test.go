@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/harness"
 	"github.com/gotrain/gotrain/internal/testproc"
 	"github.com/gotrain/gotrain/launch"
 )
@@ -73,7 +74,7 @@ func runLocal(t *testing.T, cfg Config) (Result, string) {
 }
 
 func TestRunSingleProcess(t *testing.T) {
-	res, out := runLocal(t, Config{MaxSteps: 20, Profile: true})
+	res, out := runLocal(t, Config{MaxSteps: 20, Config: harness.Config{Profile: true}})
 	if res.Model != "mlp" || res.World != 1 || res.Epochs != 1 || res.Steps != 20 {
 		t.Fatalf("result %+v: want mlp, world 1, epoch 1, 20 steps", res)
 	}
@@ -119,19 +120,21 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		{Config{LRScaling: "sqrt"}, `LRScaling "sqrt"`},
 		{Config{Epochs: -1}, "Epochs -1"},
 		{Config{BatchSize: -64}, "BatchSize -64"},
-		{Config{SaveEvery: -1}, "SaveEvery -1"},
-		{Config{SaveEvery: 5}, "SaveEvery 5 needs Save"},
+		{Config{Config: harness.Config{SaveEvery: -1}}, "SaveEvery -1"},
+		{Config{Config: harness.Config{SaveEvery: 5}}, "SaveEvery 5 needs Save"},
 		{Config{MaxSteps: -1}, "MaxSteps -1"},
 		{Config{LR: -0.1}, "LR -0.1"},
 		{Config{LR: math.NaN()}, "LR NaN"},
 		{Config{LR: math.Inf(1)}, "LR +Inf"},
-		{Config{Momentum: math.NaN()}, "Momentum NaN"},
-		{Config{Gamma: math.Inf(-1)}, "Gamma -Inf"},
+		{Config{Momentum: new(math.NaN())}, "Momentum NaN"},
+		{Config{Momentum: new(-0.5)}, "Momentum -0.5"},
+		{Config{Gamma: new(math.Inf(-1))}, "Gamma -Inf"},
 		// The value named is the one passed, not the one scaled to the world.
-		{Config{LR: -1, Optimizer: "sgd", LRScaling: "linear", Rank: 0, WorldSize: 2}, "LR -1:"},
-		{Config{Rank: 2, WorldSize: 2}, "Rank 2 of WorldSize 2"},
-		{Config{Rank: -1}, "Rank -1"},
-		{Config{Resume: true}, "Resume needs Save"},
+		{Config{LR: -1, Optimizer: "sgd", LRScaling: "linear", Config: harness.Config{Rank: 0, WorldSize: 2}}, "LR -1:"},
+		{Config{Config: harness.Config{Rank: 2, WorldSize: 2}}, "Rank 2 of WorldSize 2"},
+		{Config{Config: harness.Config{Rank: -1}}, "Rank -1"},
+		{Config{Config: harness.Config{Resume: true}}, "Resume needs Save"},
+		{Config{Config: harness.Config{Precision: "fp16"}}, `Precision "fp16": want fp32, bf16 or bf16-emulated`},
 	} {
 		cfg := tc.cfg
 		cfg.Out = io.Discard
@@ -169,11 +172,11 @@ func TestScaledLR(t *testing.T) {
 func TestResumeEqualsUninterrupted(t *testing.T) {
 	dir := t.TempDir()
 	straight := filepath.Join(dir, "straight.safetensors")
-	runLocal(t, Config{MaxSteps: 40, Save: straight})
+	runLocal(t, Config{MaxSteps: 40, Config: harness.Config{Save: straight}})
 
 	resumed := filepath.Join(dir, "resumed.safetensors")
-	runLocal(t, Config{MaxSteps: 20, Save: resumed, SaveEvery: 7, Resume: true})
-	res, out := runLocal(t, Config{MaxSteps: 20, Save: resumed, Resume: true})
+	runLocal(t, Config{MaxSteps: 20, Config: harness.Config{Save: resumed, SaveEvery: 7, Resume: true}})
+	res, out := runLocal(t, Config{MaxSteps: 20, Config: harness.Config{Save: resumed, Resume: true}})
 	if !strings.Contains(out, "msg=resumed") || !strings.Contains(out, "step=20") {
 		t.Fatalf("second run did not resume at step 20:\n%s", out)
 	}
@@ -209,7 +212,7 @@ func TestResumeMidEpochStepsScheduleOnce(t *testing.T) {
 // naming both files, and the model file is not overwritten by a fresh run.
 func TestResumeWithoutSidecarFails(t *testing.T) {
 	save := filepath.Join(t.TempDir(), "m.safetensors")
-	runLocal(t, Config{MaxSteps: 3, Save: save})
+	runLocal(t, Config{MaxSteps: 3, Config: harness.Config{Save: save}})
 	side := checkpoint.TrainingPath(save)
 	if err := os.Remove(side); err != nil {
 		t.Fatal(err)
@@ -219,7 +222,7 @@ func TestResumeWithoutSidecarFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("WORLD_SIZE", "")
-	_, err = Run(context.Background(), Config{MaxSteps: 3, Save: save, Resume: true, Out: io.Discard})
+	_, err = Run(context.Background(), Config{MaxSteps: 3, Config: harness.Config{Save: save, Resume: true, Out: io.Discard}})
 	if err == nil || !strings.Contains(err.Error(), save) || !strings.Contains(err.Error(), side) {
 		t.Fatalf("resuming without %s: %v; want an error naming it and %s", side, err, save)
 	}
@@ -232,7 +235,7 @@ func TestResumeWithoutSidecarFails(t *testing.T) {
 // and the tensor.
 func TestResumeFromFlippedByteFails(t *testing.T) {
 	save := filepath.Join(t.TempDir(), "m.safetensors")
-	runLocal(t, Config{MaxSteps: 3, Save: save})
+	runLocal(t, Config{MaxSteps: 3, Config: harness.Config{Save: save}})
 	side := checkpoint.TrainingPath(save)
 	b, err := os.ReadFile(side)
 	if err != nil {
@@ -243,7 +246,7 @@ func TestResumeFromFlippedByteFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("WORLD_SIZE", "")
-	_, err = Run(context.Background(), Config{MaxSteps: 3, Save: save, Resume: true, Out: io.Discard})
+	_, err = Run(context.Background(), Config{MaxSteps: 3, Config: harness.Config{Save: save, Resume: true, Out: io.Discard}})
 	if !errors.Is(err, checkpoint.ErrCorrupt) || !strings.Contains(err.Error(), side) || !regexp.MustCompile(`tensor "[^"]+": checksum mismatch`).MatchString(err.Error()) {
 		t.Fatalf("resuming from a flipped byte in %s: %v; want ErrCorrupt naming it and the tensor", side, err)
 	}
@@ -251,7 +254,7 @@ func TestResumeFromFlippedByteFails(t *testing.T) {
 
 func TestResumeFromCorruptCheckpointFails(t *testing.T) {
 	save := filepath.Join(t.TempDir(), "m.safetensors")
-	runLocal(t, Config{MaxSteps: 3, Save: save})
+	runLocal(t, Config{MaxSteps: 3, Config: harness.Config{Save: save}})
 	side := checkpoint.TrainingPath(save)
 	b, err := os.ReadFile(side)
 	if err != nil {
@@ -261,7 +264,7 @@ func TestResumeFromCorruptCheckpointFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("WORLD_SIZE", "")
-	_, err = Run(context.Background(), Config{MaxSteps: 3, Save: save, Resume: true, Out: io.Discard})
+	_, err = Run(context.Background(), Config{MaxSteps: 3, Config: harness.Config{Save: save, Resume: true, Out: io.Discard}})
 	if err == nil || !strings.Contains(err.Error(), side) {
 		t.Fatalf("resuming from a truncated %s: %v; want an error naming it", side, err)
 	}
@@ -273,11 +276,11 @@ func TestResumeFromCorruptCheckpointFails(t *testing.T) {
 func TestTwoRanksMatchOneProcessWithTwiceTheBatch(t *testing.T) {
 	dir := t.TempDir()
 	one := filepath.Join(dir, "one.safetensors")
-	runLocal(t, Config{MaxSteps: 20, BatchSize: 64, Save: one})
+	runLocal(t, Config{MaxSteps: 20, BatchSize: 64, Config: harness.Config{Save: one}})
 
 	two := filepath.Join(dir, "two.safetensors")
 	// The global batch stays 64, so the learning rate must not scale.
-	runRanks(t, Config{MaxSteps: 20, BatchSize: 32, Save: two, LRScaling: "none"})
+	runRanks(t, Config{MaxSteps: 20, BatchSize: 32, LRScaling: "none", Config: harness.Config{Save: two}})
 
 	a, b := readTensors(t, one), readTensors(t, two)
 	if len(a) != len(b) {
@@ -340,11 +343,11 @@ func runRanks(t *testing.T, cfg Config, env ...string) string {
 func TestTwoRanksResumeWithoutSharedFiles(t *testing.T) {
 	dir := t.TempDir()
 	straight := filepath.Join(dir, "straight", "m.safetensors")
-	runRanks(t, Config{MaxSteps: 40, Save: straight}, rankDirsEnv+"=1")
+	runRanks(t, Config{MaxSteps: 40, Config: harness.Config{Save: straight}}, rankDirsEnv+"=1")
 
 	resumed := filepath.Join(dir, "resumed", "m.safetensors")
-	runRanks(t, Config{MaxSteps: 20, Save: resumed, SaveEvery: 7, Resume: true}, rankDirsEnv+"=1")
-	out := runRanks(t, Config{MaxSteps: 20, Save: resumed, Resume: true}, rankDirsEnv+"=1")
+	runRanks(t, Config{MaxSteps: 20, Config: harness.Config{Save: resumed, SaveEvery: 7, Resume: true}}, rankDirsEnv+"=1")
+	out := runRanks(t, Config{MaxSteps: 20, Config: harness.Config{Save: resumed, Resume: true}}, rankDirsEnv+"=1")
 	if n := len(regexp.MustCompile(`resumed.*step=20`).FindAllString(out, -1)); n != 2 {
 		t.Fatalf("%d ranks logged a resume at step 20; want 2. Output:\n%s", n, out)
 	}
@@ -396,9 +399,9 @@ func TestRunRejectsMalformedEnv(t *testing.T) {
 			t.Setenv("RANK", "")
 			t.Setenv("LOCAL_WORLD_SIZE", "")
 			t.Setenv(tc.name, tc.value)
-			_, err := Run(context.Background(), Config{MaxSteps: 1, Out: io.Discard})
-			want := fmt.Sprintf("mnistjob: environment variable %s=%q", tc.name, tc.value)
-			if err == nil || !strings.Contains(err.Error(), want) {
+			_, err := Run(context.Background(), Config{MaxSteps: 1, Config: harness.Config{Out: io.Discard}})
+			want := fmt.Sprintf("environment variable %s=%q", tc.name, tc.value)
+			if err == nil || !strings.HasPrefix(err.Error(), "mnistjob: ") || !strings.Contains(err.Error(), want) {
 				t.Fatalf("Run = %v; want an error containing %s", err, want)
 			}
 		})
@@ -410,8 +413,8 @@ func TestRunRejectsMalformedEnv(t *testing.T) {
 // that linear scaling doubled for two ranks.
 func TestResumeInSmallerWorldRescalesLR(t *testing.T) {
 	save := filepath.Join(t.TempDir(), "m.safetensors")
-	runRanks(t, Config{MaxSteps: 10, Save: save})
-	res, out := runLocal(t, Config{MaxSteps: 5, Save: save, Resume: true})
+	runRanks(t, Config{MaxSteps: 10, Config: harness.Config{Save: save}})
+	res, out := runLocal(t, Config{MaxSteps: 5, Config: harness.Config{Save: save, Resume: true}})
 	if !regexp.MustCompile(`resuming in a world of another size.* was=2 world=1 lr=0\.01\b`).MatchString(out) {
 		t.Fatalf("no rescaled learning rate logged on resume; output:\n%s", out)
 	}

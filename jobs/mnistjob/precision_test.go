@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gotrain/gotrain/harness"
 	"github.com/gotrain/gotrain/tensor"
 )
 
@@ -18,8 +19,8 @@ func TestBF16ReachesFP32Accuracy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains two MNIST epochs")
 	}
-	fp32, out32 := runLocal(t, Config{Precision: "fp32"})
-	bf16, out := runLocal(t, Config{Precision: "bf16-emulated"})
+	fp32, out32 := runLocal(t, Config{Config: harness.Config{Precision: "fp32"}})
+	bf16, out := runLocal(t, Config{Config: harness.Config{Precision: "bf16-emulated"}})
 	t.Logf("test accuracy fp32 %.4f, bf16 %.4f", fp32.TestAccuracy, bf16.TestAccuracy)
 	if fp32.TestAccuracy < 0.9 {
 		t.Fatalf("fp32 test accuracy %.4f after an epoch; want above 0.9", fp32.TestAccuracy)
@@ -41,14 +42,14 @@ func TestBF16ReachesFP32Accuracy(t *testing.T) {
 
 func TestPrecisionRejected(t *testing.T) {
 	t.Setenv("WORLD_SIZE", "")
-	_, err := Run(context.Background(), Config{Precision: "fp16", MaxSteps: 1, Out: io.Discard})
+	_, err := Run(context.Background(), Config{MaxSteps: 1, Config: harness.Config{Precision: "fp16", Out: io.Discard}})
 	if err == nil || !strings.Contains(err.Error(), `Precision "fp16": want fp32, bf16 or bf16-emulated`) {
 		t.Errorf("Precision fp16: %v", err)
 	}
 	if tensor.BF16Native() {
 		return
 	}
-	_, err = Run(context.Background(), Config{Precision: "bf16", MaxSteps: 1, Out: io.Discard})
+	_, err = Run(context.Background(), Config{MaxSteps: 1, Config: harness.Config{Precision: "bf16", Out: io.Discard}})
 	if err == nil || !strings.Contains(err.Error(), "Precision bf16: bf16 not supported: this CPU") || strings.Contains(err.Error(), "\n") {
 		t.Errorf("Precision bf16 without a bf16 kernel: %v; want one line naming the CPU", err)
 	}
@@ -73,8 +74,8 @@ func TestBF16NativeReachesFP32Accuracy(t *testing.T) {
 	if !tensor.BF16Native() {
 		t.Skip("no native bf16 kernel on this CPU")
 	}
-	fp32, out32 := runLocal(t, Config{Precision: "fp32"})
-	bf16, out := runLocal(t, Config{Precision: "bf16"})
+	fp32, out32 := runLocal(t, Config{Config: harness.Config{Precision: "fp32"}})
+	bf16, out := runLocal(t, Config{Config: harness.Config{Precision: "bf16"}})
 	t.Logf("test accuracy fp32 %.4f, bf16 %.4f", fp32.TestAccuracy, bf16.TestAccuracy)
 	if d := fp32.TestAccuracy - bf16.TestAccuracy; d > 0.005 {
 		t.Fatalf("bf16 test accuracy %.4f is %.2f points below fp32's %.4f", bf16.TestAccuracy, 100*d, fp32.TestAccuracy)

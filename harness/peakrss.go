@@ -1,4 +1,4 @@
-package gptjob
+package harness
 
 import "syscall"
 

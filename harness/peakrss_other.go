@@ -1,6 +1,6 @@
 //go:build !darwin
 
-package gptjob
+package harness
 
 // maxrssPerMiB converts getrusage's ru_maxrss, in KiB on Linux and the
 // BSDs.

@@ -1,7 +1,0 @@
-//go:build !darwin
-
-package mnistjob
-
-// maxrssPerMiB converts getrusage's ru_maxrss, in KiB on Linux and the
-// BSDs.
-const maxrssPerMiB = 1 << 10
