@@ -2,14 +2,17 @@ package data
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/tensor"
 	"go.uber.org/goleak"
+
+	"github.com/gotrain/gotrain/internal/testproc"
+	"github.com/gotrain/gotrain/tensor"
 )
 
 // indexDataset returns n examples of shape [2 3] whose values encode the
@@ -89,6 +92,20 @@ func (d *countingDataset) Example(i int, x []float32) int {
 	return d.TensorDataset.Example(i, x)
 }
 
+// prefetcherWaits reports whether the loader's producer goroutine is
+// blocked in a select (for a free buffer) or has exited.
+func prefetcherWaits() bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "data.(*Loader).runPrefetch.func") {
+			head, _, _ := strings.Cut(g, "\n")
+			return strings.Contains(head, "[select")
+		}
+	}
+	return true
+}
+
 // TestLoaderBatchValidDuringBody lets the prefetcher fill every buffer it
 // can while the loop body holds a batch, then checks the batch is intact.
 func TestLoaderBatchValidDuringBody(t *testing.T) {
@@ -98,16 +115,12 @@ func TestLoaderBatchValidDuringBody(t *testing.T) {
 	l := NewLoader(ds, bs, NewRandomSampler(n, 1), Prefetch(prefetch))
 	k := 0
 	for b := range l.Batches() {
-		// The producer may fill batches up to k+prefetch before blocking.
+		// The producer may fill batches up to k+prefetch before it blocks
+		// for a free buffer.
 		want := int64(min(k+1+prefetch, n/bs) * bs)
-		deadline := time.Now().Add(5 * time.Second)
-		for ds.calls.Load() < want {
-			if time.Now().After(deadline) {
-				t.Fatalf("batch %d: prefetcher stalled at %d examples, want %d", k, ds.calls.Load(), want)
-			}
-			time.Sleep(100 * time.Microsecond)
+		if !testproc.Poll(5*time.Second, func() bool { return ds.calls.Load() >= want && prefetcherWaits() }) {
+			t.Fatalf("batch %d: prefetcher stalled at %d examples, want %d", k, ds.calls.Load(), want)
 		}
-		time.Sleep(time.Millisecond) // let it try to go further
 		if got := ds.calls.Load(); got > want {
 			t.Fatalf("batch %d: prefetcher assembled %d examples, more than %d buffers allow", k, got, want)
 		}

@@ -71,9 +71,6 @@ func ddpWorker() error {
 			return fmt.Errorf("step %d, Backward failed after %v: %w", s, time.Since(start).Round(time.Millisecond), err)
 		}
 		opt.Step()
-		if kill >= 0 {
-			time.Sleep(20 * time.Millisecond) // let the victim reach its step
-		}
 	}
 	var buf bytes.Buffer
 	for _, p := range nn.Parameters(m) {

@@ -40,11 +40,28 @@ func sigtermWorker() error {
 	}
 	xs, ys := fixedData(perRank)
 	x, y := slice(xs, ys, 0, perRank)
-	fmt.Println("backward")
 	start := time.Now()
-	err = nn.CrossEntropy(dm.Forward(x), y).Backward()
+	errc := make(chan error, 1)
+	go func() { errc <- nn.CrossEntropy(dm.Forward(x), y).Backward() }()
+	// "backward" once a reduction has started, which waits for rank 0.
+	if !testproc.Poll(30*time.Second, func() bool { return reducing(g) }) {
+		return fmt.Errorf("Backward started no reduction")
+	}
+	fmt.Println("backward")
+	err = <-errc
 	fmt.Printf("returned after %v: %v\n", time.Since(start).Round(time.Millisecond), err)
 	return err
+}
+
+// reducing reports whether g's flight recorder shows a collective that
+// has started and not ended.
+func reducing(g *distributed.Group) bool {
+	for _, r := range g.FlightRecord() {
+		if r.State == distributed.StateStarted {
+			return true
+		}
+	}
+	return false
 }
 
 // TestMultiProcessSIGTERMStopsBackward: SIGTERM to a rank whose Backward
@@ -70,7 +87,6 @@ func TestMultiProcessSIGTERMStopsBackward(t *testing.T) {
 			if _, ok := ws[victim].WaitLine("backward", 30*time.Second); !ok {
 				t.Fatalf("rank %d never reached Backward", victim)
 			}
-			time.Sleep(300 * time.Millisecond) // inside the wait
 			sent := time.Now()
 			if err := ws[victim].Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)

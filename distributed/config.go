@@ -313,6 +313,11 @@ func (c *Config) resolveTimeouts() error {
 	return nil
 }
 
+// defaultPorts is the range resolvePortRange defaults to: DefaultPortMin
+// to DefaultPortMax, or, in a test of a full default range, a range of
+// the test's own.
+var defaultPorts = [2]int{DefaultPortMin, DefaultPortMax}
+
 // resolvePortRange takes the data-plane port range from
 // GOTRAIN_PORT_RANGE (MIN-MAX), else the default range, when unset, and
 // validates it: 1 <= PortMin <= PortMax <= 65535.
@@ -327,7 +332,7 @@ func (c *Config) resolvePortRange() error {
 			}
 			c.PortMin, c.PortMax = a, b
 		} else {
-			c.PortMin, c.PortMax, c.portFallback = DefaultPortMin, DefaultPortMax, true
+			c.PortMin, c.PortMax, c.portFallback = defaultPorts[0], defaultPorts[1], true
 		}
 	}
 	if c.PortMin < 0 || c.PortMax < c.PortMin || c.PortMax > 65535 || (c.PortMin == 0) != (c.PortMax == 0) {

@@ -284,14 +284,16 @@ func TestMismatch(t *testing.T) {
 // TestStuckPeerTimeout: a live peer that never joins the collective fails
 // it at the operation timeout, naming the peer.
 func TestStuckPeerTimeout(t *testing.T) {
+	timedOut := make(chan struct{}) // rank 0's allreduce has returned
 	runGroup(t, 2, func(c *Config) { c.Timeout = 300 * time.Millisecond }, func(ctx context.Context, g *Group) error {
 		if g.Rank() == 1 {
-			time.Sleep(time.Second)
+			<-timedOut
 			if err := g.Barrier(ctx); err == nil {
 				return errors.New("barrier after the peer timed out: no error")
 			}
 			return nil
 		}
+		defer close(timedOut)
 		start := time.Now()
 		err := g.AllReduce(ctx, make([]float32, 100), Sum)
 		if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "peer rank 1") {
@@ -305,10 +307,12 @@ func TestStuckPeerTimeout(t *testing.T) {
 }
 
 func TestContextCancel(t *testing.T) {
+	cancelled := make(chan struct{}) // rank 0's allreduce has returned
 	runGroup(t, 2, nil, func(ctx context.Context, g *Group) error {
 		if g.Rank() == 1 {
-			time.Sleep(500 * time.Millisecond) // stay alive past rank 0's deadline
+			<-cancelled // alive, but not in the allreduce, until then
 		} else {
+			defer close(cancelled)
 			cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 			defer cancel()
 			if err := g.AllReduce(cctx, make([]float32, 10), Sum); !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {

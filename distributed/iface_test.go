@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testproc"
 )
 
 func init() {
@@ -190,15 +192,15 @@ func TestProcessSocketIfname(t *testing.T) {
 		}
 	}
 	rules := [2]string{"=" + h0.Dev, n.Subnet}
-	var ps [2]*nsProc
+	var ps [2]*testproc.Proc
 	for r := range 2 {
 		ps[r] = startInNetns(t, n, "joinBarrier", r, "GOTRAIN_LISTEN_HOST=", "GOTRAIN_SOCKET_IFNAME="+rules[r], "GOTRAIN_SHM=0", "GOTRAIN_CONNECT_TIMEOUT=20s")
 	}
 	for r, p := range ps {
-		if _, ok := p.waitLine("joined", 30*time.Second); !ok {
-			t.Fatalf("rank %d did not join:\n%s", r, p.output())
+		if _, ok := p.WaitLine("joined", 30*time.Second); !ok {
+			t.Fatalf("rank %d did not join:\n%s", r, p.Text())
 		}
-		out := p.output()
+		out := p.Text()
 		want := "address=" + n.Hosts[r].Addr + " "
 		ok := false
 		for l := range strings.Lines(out) {
@@ -224,16 +226,16 @@ func TestProcessHostnameLoopback(t *testing.T) {
 	for r, addr := range []string{"127.0.1.1", n.Hosts[0].Addr} {
 		n.Hosts[r].SetHosts(t, "127.0.0.1 localhost\n"+addr+" "+name+"\n")
 	}
-	var ps [2]*nsProc
+	var ps [2]*testproc.Proc
 	for r := range 2 {
 		ps[r] = startInNetns(t, n, "joinBarrier", r, "GOTRAIN_LISTEN_HOST=", "MASTER_ADDR="+name,
 			"GOTRAIN_SOCKET_IFNAME=", "GLOO_SOCKET_IFNAME=", "GOTRAIN_SHM=0", "GOTRAIN_CONNECT_TIMEOUT=20s")
 	}
 	for r, p := range ps {
-		if _, ok := p.waitLine("joined", 30*time.Second); !ok {
-			t.Fatalf("rank %d did not join:\n%s", r, p.output())
+		if _, ok := p.WaitLine("joined", 30*time.Second); !ok {
+			t.Fatalf("rank %d did not join:\n%s", r, p.Text())
 		}
-		out := p.output()
+		out := p.Text()
 		ok := false
 		for l := range strings.Lines(out) {
 			if strings.Contains(l, "advertising address") {

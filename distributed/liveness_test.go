@@ -23,7 +23,9 @@ const victimEnv = "GOTRAIN_TEST_VICTIM"
 func init() {
 	// allreduceUntilFailure allreduces until an operation fails, the
 	// victim leaving (returning, so its deferred Destroy says goodbye)
-	// after its first allreduce when leave is set.
+	// after its first allreduce when leave is set: once every other rank
+	// has said in the store that it goes on to the next one, in which it
+	// then waits for the victim.
 	allreduceUntilFailure := func(leave bool) func() int {
 		return func() int {
 			return rank(func(ctx context.Context, g *Group) error {
@@ -35,14 +37,30 @@ func init() {
 						fmt.Printf("errors.Is(ErrPeerLost)=%v\n", errors.Is(err, ErrPeerLost))
 						return err
 					}
-					if i == 0 {
-						fmt.Println("ready")
-						if leave && fmt.Sprint(g.Rank()) == victim {
-							time.Sleep(100 * time.Millisecond) // the others wait in the next allreduce
-							fmt.Println("leaving")
-							return nil
+					if i > 0 {
+						continue
+					}
+					fmt.Println("ready")
+					if !leave {
+						continue
+					}
+					if fmt.Sprint(g.Rank()) != victim {
+						if err := g.st.Set(ctx, fmt.Sprint("next/", g.Rank()), nil); err != nil {
+							return err
+						}
+						continue
+					}
+					var others []string
+					for r := range g.Size() {
+						if fmt.Sprint(r) != victim {
+							others = append(others, fmt.Sprint("next/", r))
 						}
 					}
+					if err := g.st.Wait(ctx, others...); err != nil {
+						return err
+					}
+					fmt.Println("leaving")
+					return nil
 				}
 			})
 		}
@@ -80,12 +98,30 @@ func init() {
 			if os.Getenv("GOTRAIN_TEST_BIG") == "1" {
 				n = 16 << 20 // 64 MiB: sends block on the peer's full socket
 			}
+			errc := make(chan error, 1)
+			go func() { errc <- g.AllReduce(ctx, make([]float32, n), Sum) }()
+			// "waiting" once the flight recorder has it inside the
+			// allreduce, for the test to send SIGTERM.
+			if !testproc.Poll(30*time.Second, func() bool { return running(g, "allreduce") }) {
+				return errors.New("the allreduce never started")
+			}
 			fmt.Println("waiting")
-			err := g.AllReduce(ctx, make([]float32, n), Sum)
+			err := <-errc
 			fmt.Printf("failed: %v\n", err)
 			return err
 		})
 	}
+}
+
+// running reports whether g's flight recorder shows an operation op
+// that has started and not ended.
+func running(g *Group, op string) bool {
+	for _, r := range g.FlightRecord() {
+		if r.Op == op && r.State == StateStarted {
+			return true
+		}
+	}
+	return false
 }
 
 // sharedMemoryAndTCP runs fn with the shared-memory arena and without.
@@ -188,7 +224,6 @@ func testSIGTERM(t *testing.T, env ...string) {
 	if _, ok := ws[victim].WaitLine("waiting", 30*time.Second); !ok {
 		t.Fatalf("rank %d never reached its allreduce", victim)
 	}
-	time.Sleep(300 * time.Millisecond) // inside the wait
 	sent := time.Now()
 	if err := ws[victim].Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -270,32 +305,39 @@ func (s *syncBuffer) String() string {
 
 // TestLongWaitLogged: while an allreduce waits for a late peer longer
 // than waitLogAfter, the waiting rank logs that it waits for that peer
-// and that the peer is alive; the late rank, which waits for nobody,
-// logs nothing.
+// and that the peer is alive, again once per waitLogAfter; the late
+// rank, which waits for nobody, logs nothing.
 func TestLongWaitLogged(t *testing.T) {
 	old := waitLogAfter
 	waitLogAfter = 300 * time.Millisecond
 	defer func() { waitLogAfter = old }()
+	const reports = 3 // rank 1 joins once rank 0 has logged the wait this often
 	for _, algo := range []string{AlgoShm, AlgoRing} {
 		t.Run(algo, func(t *testing.T) {
 			logs := []*syncBuffer{{}, {}}
+			var start time.Time // before rank 0's allreduce
 			runGroup(t, 2, func(c *Config) {
 				c.AllReduceAlgo = algo
 				c.Logger = slog.New(slog.NewTextHandler(logs[c.Rank], nil))
 			}, func(ctx context.Context, g *Group) error {
-				if g.Rank() == 1 {
-					time.Sleep(1500 * time.Millisecond)
+				if g.Rank() == 0 {
+					start = time.Now()
+				} else if !testproc.Poll(30*time.Second, func() bool { return strings.Count(logs[0].String(), "still waiting") >= reports }) {
+					return fmt.Errorf("rank 0 did not log the wait %d times in 30 s:\n%s", reports, logs[0].String())
 				}
 				return g.AllReduce(ctx, make([]float32, 1<<16), Sum)
 			})
+			waited := time.Since(start)
 			got := logs[0].String()
 			t.Logf("rank 0 logged:\n%s", got)
 			if !strings.Contains(got, "still waiting for peers") || !strings.Contains(got, "waiting_for=[1]") ||
 				!strings.Contains(got, "rank 1 heard") {
 				t.Errorf("rank 0 did not log that it waits for the live rank 1:\n%s", got)
 			}
-			if n := strings.Count(got, "still waiting"); n > 5 {
-				t.Errorf("rank 0 logged the wait %d times in 1.5 s, want once per %v", n, waitLogAfter)
+			// The k-th report comes k·waitLogAfter or more after the
+			// allreduce started, however late the ticks.
+			if n := strings.Count(got, "still waiting"); time.Duration(n)*waitLogAfter > waited {
+				t.Errorf("rank 0 logged the wait %d times in %v, want at most once per %v", n, waited, waitLogAfter)
 			}
 			if l := logs[1].String(); strings.Contains(l, "still waiting") {
 				t.Errorf("rank 1, which waited for nobody, logged a wait:\n%s", l)

@@ -1,14 +1,10 @@
 package distributed
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,44 +21,9 @@ func newNetnsPair(t *testing.T) *clustertest.Cluster {
 	return clustertest.New(t, clustertest.Options{Hosts: 2, NoSSH: true})
 }
 
-// nsProc is a rank running in a namespace, and its output lines.
-type nsProc struct {
-	cmd   *exec.Cmd
-	mu    sync.Mutex
-	lines []testproc.Line
-	done  chan struct{}
-}
-
-// waitLine waits up to timeout for a line starting with prefix.
-func (p *nsProc) waitLine(prefix string, timeout time.Duration) (testproc.Line, bool) {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		p.mu.Lock()
-		for _, l := range p.lines {
-			if strings.HasPrefix(l.Text, prefix) {
-				p.mu.Unlock()
-				return l, true
-			}
-		}
-		p.mu.Unlock()
-		time.Sleep(5 * time.Millisecond)
-	}
-	return testproc.Line{}, false
-}
-
-func (p *nsProc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var b strings.Builder
-	for _, l := range p.lines {
-		b.WriteString(l.Text + "\n")
-	}
-	return b.String()
-}
-
 // startInNetns runs worker as rank r of world 2 on host r of n, rank 0
 // serving the store at its host's address.
-func startInNetns(t *testing.T, n *clustertest.Cluster, worker string, r int, env ...string) *nsProc {
+func startInNetns(t *testing.T, n *clustertest.Cluster, worker string, r int, env ...string) *testproc.Proc {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -74,33 +35,7 @@ func startInNetns(t *testing.T, n *clustertest.Cluster, worker string, r int, en
 		fmt.Sprintf("RANK=%d", r), "LOCAL_RANK=0", "MASTER_ADDR="+n.Hosts[0].Addr, "MASTER_PORT=29517",
 		"GOTRAIN_LISTEN_HOST="+h.Addr, "GOTRAIN_TOKEN=proc-test", "GOTRAIN_RUN_ID="+t.Name())
 	cmd.Env = append(cmd.Env, env...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &nsProc{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		s := bufio.NewScanner(out)
-		for s.Scan() {
-			p.mu.Lock()
-			p.lines = append(p.lines, testproc.Line{At: time.Now(), Text: s.Text()})
-			p.mu.Unlock()
-		}
-		cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
-		if t.Failed() {
-			t.Logf("rank on %s:\n%s", h.Name, p.output())
-		}
-	})
-	return p
+	return testproc.Watch(t, cmd, r)
 }
 
 // TestProcessPartition: two ranks in two network namespaces allreduce
@@ -118,19 +53,19 @@ func TestProcessPartition(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNetnsPair(t)
-			ps := [2]*nsProc{}
+			ps := [2]*testproc.Proc{}
 			for r := range 2 {
 				ps[r] = startInNetns(t, n, "freeze", r, "GOTRAIN_SHM=0", "GOTRAIN_HEARTBEAT_TIMEOUT=2s")
 			}
 			for r, p := range ps {
-				if _, ok := p.waitLine("ready", 30*time.Second); !ok {
+				if _, ok := p.WaitLine("ready", 30*time.Second); !ok {
 					t.Fatalf("rank %d never finished its first allreduce", r)
 				}
 			}
 			cut := time.Now()
 			tc.split(n.Hosts[1], t)
 			for r, p := range ps {
-				l, ok := p.waitLine("failed:", 70*time.Second)
+				l, ok := p.WaitLine("failed:", 70*time.Second)
 				if !ok {
 					t.Fatalf("rank %d did not fail after the partition", r)
 				}

@@ -42,14 +42,20 @@ func TestDefaultPortRange(t *testing.T) {
 }
 
 // TestDefaultPortRangeFull: when every port of the default range is
-// taken, the group still forms on other ports, and each rank logs it.
+// taken, the group still forms on other ports, and each rank logs it. The
+// default range here is one of the test's own, which it fills, so that
+// other tests and programs on the machine keep the real one.
 func TestDefaultPortRangeFull(t *testing.T) {
 	t.Setenv("GOTRAIN_PORT_RANGE", "")
-	for p := DefaultPortMin; p <= DefaultPortMax; p++ {
-		if ln, err := net.Listen("tcp", ":"+strconv.Itoa(p)); err == nil {
-			t.Cleanup(func() { ln.Close() })
-		}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	old := defaultPorts
+	defaultPorts = [2]int{port, port}
+	t.Cleanup(func() { defaultPorts = old })
 	var mu sync.Mutex
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&lockedWriter{mu: &mu, w: &logs}, nil))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gotrain/gotrain/distributed/internal/auth"
 	"github.com/gotrain/gotrain/internal/testnet"
+	"github.com/gotrain/gotrain/internal/testproc"
 )
 
 // TestMasterAddrChecks: a master address that cannot be right is refused
@@ -59,21 +60,18 @@ func TestStoreRefusalFailsRendezvous(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for {
-		c, err := net.Dial("tcp", "127.0.0.1:"+port)
-		if err != nil {
-			if ctx.Err() != nil {
-				t.Fatalf("rank 0 never served the store: %v", err)
-			}
-			time.Sleep(10 * time.Millisecond) // rank 0 is not serving yet
-			continue
-		}
-		_, err = auth.Client(ctx, c, []byte(testToken), auth.Hello{Version: auth.ProtocolVersion + 1, Role: auth.RoleStore, Rank: -1, WorldSize: -1})
-		c.Close()
-		if !errors.Is(err, auth.ErrVersion) {
-			t.Fatalf("handshake with another version: %v, want auth.ErrVersion", err)
-		}
-		break
+	var c net.Conn
+	if !testproc.Poll(10*time.Second, func() bool {
+		var err error
+		c, err = net.Dial("tcp", "127.0.0.1:"+port)
+		return err == nil
+	}) {
+		t.Fatal("rank 0 never served the store")
+	}
+	_, err := auth.Client(ctx, c, []byte(testToken), auth.Hello{Version: auth.ProtocolVersion + 1, Role: auth.RoleStore, Rank: -1, WorldSize: -1})
+	c.Close()
+	if !errors.Is(err, auth.ErrVersion) {
+		t.Fatalf("handshake with another version: %v, want auth.ErrVersion", err)
 	}
 	select {
 	case err := <-errc:

@@ -3,6 +3,7 @@ package launch_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testproc"
 	"github.com/gotrain/gotrain/launch"
 	"github.com/gotrain/gotrain/launch/rendezvous"
 )
@@ -19,26 +21,41 @@ import (
 // elasticNode is one node's launch.Run of an elastic job over a shared
 // in-memory rendezvous.
 type elasticNode struct {
+	mu       sync.Mutex // guards out and log while the node runs
 	out, log bytes.Buffer
 	code     int
 	err      error
 }
 
-// runElasticNodes runs len(starts) nodes of the shell script, node i
-// starting after starts[i], and waits for all of them.
-func runElasticNodes(t *testing.T, minN, maxN, maxRestarts int, script string, starts []time.Duration) []*elasticNode {
+// printed reports whether the node's workers have printed s.
+func (n *elasticNode) printed(s string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return strings.Contains(n.out.String(), s)
+}
+
+// runElasticNodes runs len(after) nodes of the shell script and waits for
+// all of them. Node i starts at once if after[i] is "", else once an
+// earlier node's workers have printed after[i].
+func runElasticNodes(t *testing.T, minN, maxN, maxRestarts int, script string, after []string) []*elasticNode {
 	t.Helper()
 	b := rendezvous.NewMemBackend()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	env := append(os.Environ(), "GOTRAIN_TOKEN=00112233445566778899aabbccddeeff", launch.EnvAllowLoopback+"=1")
-	nodes := make([]*elasticNode, len(starts))
+	nodes := make([]*elasticNode, len(after))
+	for i := range nodes {
+		nodes[i] = &elasticNode{}
+	}
 	var wg sync.WaitGroup
-	for i, after := range starts {
-		n := &elasticNode{}
-		nodes[i] = n
+	for i, n := range nodes {
 		wg.Go(func() {
-			time.Sleep(after)
+			if after[i] != "" && !testproc.Poll(60*time.Second, func() bool {
+				return slices.ContainsFunc(nodes[:i], func(m *elasticNode) bool { return m.printed(after[i]) })
+			}) {
+				n.code, n.err = 1, errors.New("never started: no node printed "+after[i])
+				return
+			}
 			rz, err := rendezvous.New(ctx, b, rendezvous.Config{
 				RunID: "elastic-test", Addr: "127.0.0.1", MinNodes: minN, MaxNodes: maxN,
 				LastCall: 100 * time.Millisecond, HeartbeatInterval: 20 * time.Millisecond,
@@ -50,13 +67,12 @@ func runElasticNodes(t *testing.T, minN, maxN, maxRestarts int, script string, s
 				return
 			}
 			defer rz.Close()
-			var mu sync.Mutex
-			lw := &lockedBuf{mu: &mu, b: &n.log}
+			lw := &lockedBuf{mu: &n.mu, b: &n.log}
 			n.code, n.err = launch.Run(ctx, launch.Config{
 				Program: "sh", Args: []string{"-c", script}, Env: env,
 				Rendezvous: rz, RunID: "elastic-test", MaxRestarts: maxRestarts,
 				MonitorInterval: 10 * time.Millisecond, StopTimeout: time.Second,
-				Stdout: &lockedBuf{mu: &mu, b: &n.out}, Stderr: lw,
+				Stdout: &lockedBuf{mu: &n.mu, b: &n.out}, Stderr: lw,
 				Logger: slog.New(slog.NewTextHandler(lw, nil)),
 			})
 		})
@@ -87,7 +103,7 @@ func outputs(nodes []*elasticNode) string {
 // Two nodes get dense ranks of one world of 2 from the rendezvous, with
 // node rank 0's address as the master.
 func TestElasticPlacesWorkers(t *testing.T) {
-	nodes := runElasticNodes(t, 2, 2, 0, `echo "place $RANK/$WORLD_SIZE/$GROUP_RANK/$GROUP_WORLD_SIZE/$TORCHELASTIC_RESTART_COUNT $MASTER_ADDR"`, []time.Duration{0, 0})
+	nodes := runElasticNodes(t, 2, 2, 0, `echo "place $RANK/$WORLD_SIZE/$GROUP_RANK/$GROUP_WORLD_SIZE/$TORCHELASTIC_RESTART_COUNT $MASTER_ADDR"`, []string{"", ""})
 	var places []string
 	for _, n := range nodes {
 		if n.code != 0 || n.err != nil {
@@ -105,8 +121,8 @@ func TestElasticPlacesWorkers(t *testing.T) {
 // A node that arrives while the group of 2 runs makes it re-form as 3,
 // without counting a restart; the workers of the world of 3 finish.
 func TestElasticGrowsOnArrival(t *testing.T) {
-	script := `if [ "$WORLD_SIZE" = 3 ]; then echo "done $RANK restarts=$TORCHELASTIC_RESTART_COUNT"; exit 0; fi; exec sleep 30`
-	nodes := runElasticNodes(t, 2, 3, 0, script, []time.Duration{0, 0, time.Second})
+	script := `if [ "$WORLD_SIZE" = 3 ]; then echo "done $RANK restarts=$TORCHELASTIC_RESTART_COUNT"; exit 0; fi; echo "world of $WORLD_SIZE runs"; exec sleep 30`
+	nodes := runElasticNodes(t, 2, 3, 0, script, []string{"", "", "world of 2 runs"})
 	for _, n := range nodes {
 		if n.code != 0 || n.err != nil || !strings.Contains(n.out.String(), "restarts=0") {
 			t.Fatalf("a node exited %d, %v, or its world of 3 did not finish with no restart:\n%s", n.code, n.err, outputs(nodes))
@@ -117,7 +133,7 @@ func TestElasticGrowsOnArrival(t *testing.T) {
 // Workers that keep failing use up --max-restarts for the group: two
 // rounds (restart 0 and 1), then the job fails with the worker's code.
 func TestElasticMaxRestarts(t *testing.T) {
-	nodes := runElasticNodes(t, 2, 2, 1, `exit 3`, []time.Duration{0, 0})
+	nodes := runElasticNodes(t, 2, 2, 1, `exit 3`, []string{"", ""})
 	reported := false
 	for _, n := range nodes {
 		if n.code == 0 {

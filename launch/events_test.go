@@ -26,7 +26,7 @@ func TestEvents(t *testing.T) {
 	j.cfg.LogDir = t.TempDir()
 	var got []string
 	j.cfg.Events = func(rank int, line []byte) { got = append(got, fmt.Sprintf("%d %s", rank, line)) }
-	if code, _, err := j.run(t, context.Background()); code != 0 || err != nil {
+	if code, err := j.run(t, context.Background()); code != 0 || err != nil {
 		t.Fatalf("Run = %d, %v; stderr:\n%s", code, err, j.stderr.String())
 	}
 	slices.Sort(got)
@@ -48,7 +48,7 @@ func TestEvents(t *testing.T) {
 
 	j.cfg.Events = nil
 	j.cfg.Args = []string{"-c", `echo "fd=${` + event.EnvFD + `-unset}"`}
-	if code, _, err := j.run(t, context.Background()); code != 0 || err != nil {
+	if code, err := j.run(t, context.Background()); code != 0 || err != nil {
 		t.Fatalf("Run = %d, %v; stderr:\n%s", code, err, j.stderr.String())
 	}
 	if n := strings.Count(j.stdout.String(), "fd=unset\n"); n != 2 {

@@ -27,6 +27,13 @@ const (
 	drainWait = time.Second
 )
 
+// stopTimer starts the StopTimeout of a stop: the channel receives when
+// it has passed. Tests replace it to decide when that is.
+var stopTimer = func(d time.Duration) (c <-chan time.Time, stop func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
+
 // SignalError is a context cancellation cause that names the signal the
 // launcher received. When Run's ctx is cancelled with a SignalError cause
 // (context.WithCancelCause), Run forwards that signal to the workers instead
@@ -316,8 +323,8 @@ func (j *job) stop(workers []*worker, exits <-chan exitEvent, sig syscall.Signal
 	if !signalled && allExited(workers) {
 		return
 	}
-	deadline := time.NewTimer(j.cfg.StopTimeout)
-	defer deadline.Stop()
+	deadline, stopDeadline := stopTimer(j.cfg.StopTimeout)
+	defer stopDeadline()
 	tick := time.NewTicker(j.cfg.MonitorInterval)
 	defer tick.Stop()
 	record := func(ev exitEvent) {
@@ -328,7 +335,7 @@ func (j *job) stop(workers []*worker, exits <-chan exitEvent, sig syscall.Signal
 		case ev := <-exits:
 			record(ev)
 		case <-tick.C:
-		case <-deadline.C:
+		case <-deadline:
 			var killed []int
 			for _, w := range workers {
 				if w.groupAlive() {

@@ -61,18 +61,16 @@ func (j *job) dir() string { v, _ := lookup(j.cfg.Env, envDir); return v }
 
 func (j *job) setEnv(kv ...string) { j.cfg.Env = append(j.cfg.Env, kv...) }
 
-// run runs the job and reports how long Run took.
-func (j *job) run(t *testing.T, ctx context.Context) (int, time.Duration, error) {
+// run runs the job, its output logged if the test fails.
+func (j *job) run(t *testing.T, ctx context.Context) (int, error) {
 	t.Helper()
-	start := time.Now()
 	code, err := launch.Run(ctx, j.cfg)
-	elapsed := time.Since(start)
 	t.Cleanup(func() {
 		if t.Failed() || os.Getenv("LAUNCH_TEST_VERBOSE") != "" {
 			t.Logf("stdout:\n%s\nstderr:\n%s\nlauncher log:\n%s", j.stdout.String(), j.stderr.String(), j.log.String())
 		}
 	})
-	return code, elapsed, err
+	return code, err
 }
 
 // linesOf splits prefixed console output into each rank's lines, failing
@@ -157,14 +155,9 @@ func pidsIn(t *testing.T, dir string) []int {
 func assertGone(t *testing.T, pids []int) {
 	t.Helper()
 	for _, pid := range pids {
-		deadline := time.Now().Add(2 * time.Second)
-		for isLive(pid) {
-			if time.Now().After(deadline) {
-				t.Errorf("process %d still runs after Run returned", pid)
-				syscall.Kill(pid, syscall.SIGKILL)
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
+		if !testproc.Poll(5*time.Second, func() bool { return !isLive(pid) }) {
+			t.Errorf("process %d still runs after Run returned", pid)
+			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
 }
@@ -183,20 +176,40 @@ func isLive(pid int) bool {
 }
 
 // waitForFiles waits until n pid files exist in dir, or reports failure
-// after 10 s. It may run on any goroutine.
+// after 30 s. It may run on any goroutine.
 func waitForFiles(t *testing.T, dir string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	pidFiles := func() int {
 		files, _ := filepath.Glob(filepath.Join(dir, "pid-*[0-9]"))
-		if len(files) >= n {
-			return
+		return len(files)
+	}
+	if !testproc.Poll(30*time.Second, func() bool { return pidFiles() >= n }) {
+		t.Errorf("workers did not start: %d of %d pid files", pidFiles(), n)
+	}
+}
+
+// stopBound is how soon after a worker's failure (or the context's end)
+// Run returns, at most, when the job's workers stop at SIGTERM: the bound
+// is one StopTimeout and the last output's drain, several times over for a
+// loaded machine. Workers that did not stop would keep Run for their
+// minute of sleep.
+func stopBound(j *job) time.Duration { return 4 * (j.cfg.StopTimeout + time.Second) }
+
+// failedAt makes j record when the launcher sees its first worker fail.
+func (j *job) failedAt() func() time.Time {
+	var mu sync.Mutex
+	var at time.Time
+	j.cfg.OnWorkerFailure = func(launch.Failure) {
+		mu.Lock()
+		defer mu.Unlock()
+		if at.IsZero() {
+			at = time.Now()
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("workers did not start: %d of %d pid files", len(files), n)
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
+	}
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return at
 	}
 }
 
@@ -218,7 +231,7 @@ func TestEnvContractTwoNodes(t *testing.T) {
 	var wg sync.WaitGroup
 	codes, errs := [2]int{}, [2]error{}
 	for node, j := range jobs {
-		wg.Go(func() { codes[node], _, errs[node] = j.run(t, context.Background()) })
+		wg.Go(func() { codes[node], errs[node] = j.run(t, context.Background()) })
 	}
 	wg.Wait()
 	threads := strconv.Itoa(max(1, runtime.NumCPU()/2))
@@ -259,7 +272,7 @@ func TestStandaloneEnv(t *testing.T) {
 	tokens := map[string]bool{}
 	for range 2 {
 		j := newJob(t, 2, "env", nil)
-		code, _, err := j.run(t, context.Background())
+		code, err := j.run(t, context.Background())
 		if code != 0 || err != nil {
 			t.Fatalf("Run = %d, %v", code, err)
 		}
@@ -295,7 +308,7 @@ func TestStandaloneEnv(t *testing.T) {
 func TestMultiNodeNeedsToken(t *testing.T) {
 	j := newJob(t, 1, "env", nil)
 	j.cfg.Standalone, j.cfg.NNodes, j.cfg.MasterAddr = false, 2, "10.9.8.7"
-	code, _, err := j.run(t, context.Background())
+	code, err := j.run(t, context.Background())
 	if !errors.Is(err, launch.ErrConfig) || !strings.Contains(err.Error(), "GOTRAIN_TOKEN") || code != 1 {
 		t.Fatalf("Run = %d, %v; want a configuration error naming GOTRAIN_TOKEN", code, err)
 	}
@@ -346,7 +359,7 @@ func TestProgramNotFound(t *testing.T) {
 func TestOutputPrefixes(t *testing.T) {
 	j := newJob(t, 3, "lines", nil)
 	j.cfg.LogDir = t.TempDir()
-	code, _, err := j.run(t, context.Background())
+	code, err := j.run(t, context.Background())
 	if code != 0 || err != nil {
 		t.Fatalf("Run = %d, %v", code, err)
 	}
@@ -412,12 +425,13 @@ func TestOutputPrefixes(t *testing.T) {
 // the other workers get SIGTERM.
 func TestExitCodePropagation(t *testing.T) {
 	j := newJob(t, 3, "sleep", map[int]string{1: "exit:7"})
-	code, elapsed, err := j.run(t, context.Background())
+	failed := j.failedAt()
+	code, err := j.run(t, context.Background())
 	if code != 7 || err != nil {
 		t.Fatalf("Run = %d, %v; want 7, nil", code, err)
 	}
-	if elapsed > 5*time.Second {
-		t.Errorf("Run took %v to stop the job", elapsed)
+	if d := time.Since(failed()); d > stopBound(j) {
+		t.Errorf("Run took %v after the failure to stop the job, want at most %v", d, stopBound(j))
 	}
 	// A worker that had not installed its handler yet dies of SIGTERM
 	// silently; the others report it.
@@ -434,17 +448,18 @@ func TestExitCodePropagation(t *testing.T) {
 }
 
 // TestWorkerKilled: one worker SIGKILLs itself once the others (and a child
-// of one of them) sleep; they are all stopped within 5 s and the job exits
-// 128+9.
+// of one of them) sleep; they are all stopped, within stopBound, and the
+// job exits 128+9.
 func TestWorkerKilled(t *testing.T) {
 	j := newJob(t, 3, "sleep", map[int]string{0: "killself", 2: "spawn"})
 	j.setEnv(envPeers + "=2")
-	code, elapsed, err := j.run(t, context.Background())
+	failed := j.failedAt()
+	code, err := j.run(t, context.Background())
 	if code != 128+int(syscall.SIGKILL) || err != nil {
 		t.Fatalf("Run = %d, %v; want %d, nil", code, err, 128+int(syscall.SIGKILL))
 	}
-	if elapsed > 5*time.Second {
-		t.Errorf("the others were stopped after %v, want within 5 s", elapsed)
+	if d := time.Since(failed()); d > stopBound(j) {
+		t.Errorf("the others were stopped %v after the failure, want within %v", d, stopBound(j))
 	}
 	for _, r := range []int{1, 2} {
 		if !strings.Contains(j.stdout.String(), fmt.Sprintf("[rank%d]: rank %d got terminated", r, r)) {
@@ -461,18 +476,42 @@ func TestWorkerKilled(t *testing.T) {
 	assertGone(t, pids)
 }
 
-// TestStopEscalatesToKill: a worker that ignores SIGTERM is SIGKILLed after
-// StopTimeout.
+// TestStopEscalatesToKill: a worker that ignores SIGTERM is SIGKILLed when
+// StopTimeout has passed, and not before.
 func TestStopEscalatesToKill(t *testing.T) {
 	j := newJob(t, 2, "sleep-ignore", map[int]string{1: "killself"})
 	j.setEnv(envPeers + "=1")
-	j.cfg.StopTimeout = 300 * time.Millisecond
-	code, elapsed, err := j.run(t, context.Background())
-	if code != 137 || err != nil {
-		t.Fatalf("Run = %d, %v; want 137, nil", code, err)
+	timeouts := launch.StopTimeouts(t)
+	type result struct {
+		code int
+		err  error
 	}
-	if elapsed > 4*time.Second {
-		t.Errorf("Run took %v with a 300ms stop timeout", elapsed)
+	done := make(chan result, 1)
+	go func() {
+		code, err := launch.Run(context.Background(), j.cfg)
+		done <- result{code, err}
+	}()
+	var r result
+	select {
+	case timeout := <-timeouts: // rank 1 died; rank 0 got SIGTERM
+		if timeout.D != j.cfg.StopTimeout {
+			t.Errorf("the stop waits %v, want StopTimeout %v", timeout.D, j.cfg.StopTimeout)
+		}
+		pids := pidsIn(t, j.dir())
+		if len(pids) != 1 || !isLive(pids[0]) {
+			t.Errorf("rank 0 (pids %v) is not running before the stop timeout", pids)
+		}
+		select {
+		case r = <-done:
+			t.Fatalf("Run = %d, %v before the stop timeout passed", r.code, r.err)
+		default:
+		}
+		timeout.Pass()
+		r = <-done
+	case r = <-done:
+	}
+	if r.code != 137 || r.err != nil {
+		t.Fatalf("Run = %d, %v; want 137, nil\nlauncher log:\n%s", r.code, r.err, j.log.String())
 	}
 	if !strings.Contains(j.log.String(), "did not stop in time") {
 		t.Errorf("no escalation logged:\n%s", j.log.String())
@@ -485,7 +524,7 @@ func TestStopEscalatesToKill(t *testing.T) {
 func TestRestartOnce(t *testing.T) {
 	j := newJob(t, 2, "restart", map[int]string{1: "dieonce"})
 	j.cfg.MaxRestarts = 1
-	code, _, err := j.run(t, context.Background())
+	code, err := j.run(t, context.Background())
 	if code != 0 || err != nil {
 		t.Fatalf("Run = %d, %v; want 0, nil", code, err)
 	}
@@ -506,7 +545,7 @@ func TestRestartOnce(t *testing.T) {
 func TestRestartsExhausted(t *testing.T) {
 	j := newJob(t, 2, "restart", map[int]string{0: "exit:5"})
 	j.cfg.MaxRestarts = 2
-	code, _, err := j.run(t, context.Background())
+	code, err := j.run(t, context.Background())
 	if code != 5 || err != nil {
 		t.Fatalf("Run = %d, %v; want 5, nil", code, err)
 	}
@@ -529,16 +568,22 @@ func TestContextCancel(t *testing.T) {
 			j := newJob(t, 2, "sleep", nil)
 			ctx, cancel := context.WithCancelCause(context.Background())
 			defer cancel(nil)
+			var mu sync.Mutex
+			var at time.Time
+			cancelled := func() time.Time { mu.Lock(); defer mu.Unlock(); return at }
 			go func() {
 				waitForFiles(t, j.dir(), 2)
+				mu.Lock()
+				at = time.Now()
+				mu.Unlock()
 				cancel(tc.cause)
 			}()
-			code, elapsed, err := j.run(t, ctx)
+			code, err := j.run(t, ctx)
 			if code != 128+int(tc.sig) || !errors.Is(err, launch.ErrInterrupted) || !errors.Is(err, context.Canceled) {
 				t.Fatalf("Run = %d, %v; want %d and ErrInterrupted", code, err, 128+int(tc.sig))
 			}
-			if elapsed > 5*time.Second {
-				t.Errorf("Run took %v", elapsed)
+			if d := time.Since(cancelled()); d > stopBound(j) {
+				t.Errorf("Run returned %v after the cancellation, want at most %v", d, stopBound(j))
 			}
 			for r := range 2 {
 				if want := fmt.Sprintf("[rank%d]: rank %d got %v", r, r, tc.sig); !strings.Contains(j.stdout.String(), want) {
@@ -554,7 +599,7 @@ func TestContextCancel(t *testing.T) {
 // its process group does not leave it running after the job.
 func TestLeftoverChildrenStopped(t *testing.T) {
 	j := newJob(t, 1, "spawn-exit", nil)
-	code, _, err := j.run(t, context.Background())
+	code, err := j.run(t, context.Background())
 	if code != 0 || err != nil {
 		t.Fatalf("Run = %d, %v", code, err)
 	}
@@ -571,7 +616,7 @@ func TestLeftoverChildrenStopped(t *testing.T) {
 func TestAnyProgram(t *testing.T) {
 	j := newJob(t, 2, "", nil)
 	j.cfg.Program, j.cfg.Args = "sh", []string{"-c", `echo "$RANK/$WORLD_SIZE"; exit $((3 * RANK))`}
-	code, _, err := j.run(t, context.Background())
+	code, err := j.run(t, context.Background())
 	if code != 3 || err != nil {
 		t.Fatalf("Run = %d, %v; want rank 1's 3", code, err)
 	}
@@ -589,7 +634,7 @@ func TestStartFailure(t *testing.T) {
 	}
 	j := newJob(t, 2, "env", nil)
 	j.cfg.Program = prog
-	code, _, err := j.run(t, context.Background())
+	code, err := j.run(t, context.Background())
 	if code != 1 || err == nil || !strings.Contains(err.Error(), prog) || !strings.Contains(err.Error(), "rank 0") {
 		t.Fatalf("Run = %d, %v; want 1 and an error naming the program and rank 0", code, err)
 	}
@@ -602,7 +647,7 @@ func TestLogDirNotCreatable(t *testing.T) {
 	}
 	j := newJob(t, 1, "env", nil)
 	j.cfg.LogDir = filepath.Join(file, "logs")
-	code, _, err := j.run(t, context.Background())
+	code, err := j.run(t, context.Background())
 	if code != 1 || err == nil || !strings.Contains(err.Error(), "log directory") {
 		t.Fatalf("Run = %d, %v; want 1 and a log directory error", code, err)
 	}
@@ -637,20 +682,34 @@ func TestLauncherKilled(t *testing.T) {
 
 // TestEscapedChildDoesNotHoldUpRun: a worker's child that left its process
 // group (setsid) but holds the stdout pipe cannot be stopped by the
-// launcher, and must not keep Run from returning.
+// launcher, and must not keep Run from returning: Run returns while the
+// child still runs (it sleeps for a minute), soon after the worker
+// exited.
 func TestEscapedChildDoesNotHoldUpRun(t *testing.T) {
 	j := newJob(t, 1, "escape", nil)
+	childDir := filepath.Join(j.dir(), "child")
 	t.Cleanup(func() {
-		for _, pid := range pidsIn(t, filepath.Join(j.dir(), "child")) {
+		for _, pid := range pidsIn(t, childDir) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
-	code, elapsed, err := j.run(t, context.Background())
+	code, err := j.run(t, context.Background())
+	returned := time.Now()
 	if code != 0 || err != nil {
 		t.Fatalf("Run = %d, %v", code, err)
 	}
-	if elapsed > 4*time.Second {
-		t.Errorf("Run took %v waiting for an escaped child's output", elapsed)
+	pids := pidsIn(t, childDir)
+	if len(pids) != 1 || !isLive(pids[0]) {
+		t.Fatalf("the escaped child (pids %v) is not running when Run returns: Run waited for it", pids)
+	}
+	// The worker exits once its child has written its pid file, and its
+	// output drains for at most a second after that.
+	fi, err := os.Stat(filepath.Join(childDir, "pid-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, bound := returned.Sub(fi.ModTime()), 10*time.Second; d > bound {
+		t.Errorf("Run returned %v after the worker's child was up, want at most %v", d, bound)
 	}
 	if !strings.Contains(j.stdout.String(), "[rank0]: parent done\n") {
 		t.Errorf("worker output lost: %q", j.stdout.String())
@@ -666,7 +725,7 @@ func TestOneAttemptForAnOuterLauncher(t *testing.T) {
 	var early, final []launch.Failure
 	j.cfg.OnWorkerFailure = func(f launch.Failure) { early = append(early, f) }
 	j.cfg.OnFailure = func(f launch.Failure) { final = append(final, f) }
-	code, _, err := j.run(t, context.Background())
+	code, err := j.run(t, context.Background())
 	if code != 4 || err != nil {
 		t.Fatalf("Run = %d, %v; want 4, nil (no restart)", code, err)
 	}
@@ -681,7 +740,7 @@ func TestOneAttemptForAnOuterLauncher(t *testing.T) {
 	// it: the workers' view of RestartCount is checked on a clean run.
 	j = newJob(t, 1, "env", nil)
 	j.cfg.AgentStore, j.cfg.RestartCount, j.cfg.NoRestart = true, 2, true
-	if code, _, err := j.run(t, context.Background()); code != 0 || err != nil {
+	if code, err := j.run(t, context.Background()); code != 0 || err != nil {
 		t.Fatalf("Run = %d, %v", code, err)
 	}
 	for _, want := range []string{"TORCHELASTIC_USE_AGENT_STORE=True", "GOTRAIN_RESTART_COUNT=2", "TORCHELASTIC_RESTART_COUNT=2"} {
@@ -706,7 +765,7 @@ func TestEnvOffsetNode(t *testing.T) {
 	j.cfg.Program, j.cfg.Args = "sh", []string{"-c", `env; printf 'e\n' >&3; [ "$LOCAL_RANK" = 1 ] && { sleep 0.3; echo "bad step" >&2; exit 5; }; exit 0`}
 	var fails []launch.Failure
 	j.cfg.OnFailure = func(f launch.Failure) { fails = append(fails, f) }
-	code, _, err := j.run(t, context.Background())
+	code, err := j.run(t, context.Background())
 	if code != 5 || err != nil {
 		t.Fatalf("Run = %d, %v; want 5, nil", code, err)
 	}

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testproc"
 )
 
 // startGroup starts `sh -c 'sleep 30 & wait'` in a process group of its
@@ -55,10 +57,9 @@ func TestReaperStopsListedGroups(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("listed group still running 5 s after the reaper")
 	}
-	for deadline := time.Now().Add(5 * time.Second); pgroupAlive(lp); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the listed group's child survived the reaper")
-		}
+	// The child is SIGKILLed with its leader; init reaps it.
+	if !testproc.Poll(5*time.Second, func() bool { return !pgroupAlive(lp) }) {
+		t.Fatal("the listed group's child survived the reaper")
 	}
 	if !pgroupAlive(fp) {
 		t.Fatal("the reaper stopped a group it was told is gone")

@@ -58,14 +58,10 @@ func shmHoldWorker() int {
 	os.Rename(rec+".tmp", rec)
 	if os.Getenv(envShmMode) == "kill" {
 		want, _ := strconv.Atoi(os.Getenv("LOCAL_WORLD_SIZE"))
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			if m, _ := filepath.Glob(filepath.Join(dir, "path-[0-9]*")); len(m) >= want {
-				break
-			}
-		}
+		awaitFiles(filepath.Join(dir, "path-[0-9]"), want)
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	}
-	time.Sleep(time.Minute)
+	time.Sleep(time.Minute) // held until killed; the minute ends an orphan
 	return 1
 }
 
@@ -90,17 +86,17 @@ func shmTestJob(t *testing.T) string {
 // to limit for it.
 func recorded(t *testing.T, dir, rank string, limit time.Duration) (path string, pid int) {
 	t.Helper()
-	for deadline := time.Now().Add(limit); ; time.Sleep(10 * time.Millisecond) {
-		b, err := os.ReadFile(filepath.Join(dir, "path-"+rank))
-		if err == nil {
-			p, n, _ := strings.Cut(string(b), "\n")
-			pid, _ := strconv.Atoi(n)
-			return p, pid
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rank %s recorded no shared-memory file in %v", rank, limit)
-		}
+	var b []byte
+	if !testproc.Poll(limit, func() bool {
+		var err error
+		b, err = os.ReadFile(filepath.Join(dir, "path-"+rank))
+		return err == nil
+	}) {
+		t.Fatalf("rank %s recorded no shared-memory file in %v", rank, limit)
 	}
+	path, n, _ := strings.Cut(string(b), "\n")
+	pid, _ = strconv.Atoi(n)
+	return path, pid
 }
 
 // TestKilledWorkerLeavesNoShmFile: a worker SIGKILLed while it holds a
@@ -189,16 +185,19 @@ func TestKilledLauncherShmFileRemovedByNextRun(t *testing.T) {
 // test binary, not its parent, cannot reap).
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	gone := func() bool {
 		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
-			return
+			return true
 		}
 		if i := bytes.LastIndexByte(stat, ')'); i >= 0 {
 			if f := strings.Fields(string(stat[i+1:])); len(f) > 0 && (f[0] == "Z" || f[0] == "X") {
-				return
+				return true
 			}
 		}
+		return false
 	}
-	t.Fatalf("worker %d still runs after its launcher was killed", pid)
+	if !testproc.Poll(10*time.Second, gone) {
+		t.Fatalf("worker %d still runs after its launcher was killed", pid)
+	}
 }

@@ -46,7 +46,7 @@ func TestRedirectsTeeFilter(t *testing.T) {
 			j := newJob(t, 2, "both", nil)
 			j.cfg.LogDir = t.TempDir()
 			j.cfg.Redirects, j.cfg.Tee, j.cfg.LocalRanksFilter = tc.redirects, tc.tee, tc.filter
-			if code, _, err := j.run(t, context.Background()); code != 0 || err != nil {
+			if code, err := j.run(t, context.Background()); code != 0 || err != nil {
 				t.Fatalf("Run = %d, %v", code, err)
 			}
 			roots, _ := filepath.Glob(filepath.Join(j.cfg.LogDir, "*_*"))
@@ -115,7 +115,7 @@ func TestFailureReport(t *testing.T) {
 		}
 		var got []launch.Failure
 		j.cfg.OnFailure = func(f launch.Failure) { got = append(got, f) }
-		code, _, err := j.run(t, context.Background())
+		code, err := j.run(t, context.Background())
 		if code != 5 || err != nil {
 			t.Fatalf("Run = %d, %v; want 5, nil", code, err)
 		}
@@ -143,7 +143,7 @@ func TestFailureReport(t *testing.T) {
 func TestFailureLogged(t *testing.T) {
 	j := newJob(t, 2, "sleep", map[int]string{0: "killself"})
 	j.setEnv(envPeers + "=1")
-	code, _, err := j.run(t, context.Background())
+	code, err := j.run(t, context.Background())
 	if code != 128+int(syscall.SIGKILL) || err != nil {
 		t.Fatalf("Run = %d, %v", code, err)
 	}

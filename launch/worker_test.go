@@ -98,18 +98,13 @@ func testWorker() int {
 	case action == "sleep-ignore":
 		signal.Ignore(syscall.SIGTERM, syscall.SIGINT)
 		writePid(pidFile)
-		time.Sleep(time.Minute)
+		time.Sleep(time.Minute) // until SIGKILLed; the minute ends an orphan
 		return 0
 	case action == "killself":
 		want, _ := strconv.Atoi(os.Getenv(envPeers))
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			if m, _ := filepath.Glob(filepath.Join(dir, "pid-*")); len(m) >= want {
-				break
-			}
-		}
+		awaitFiles(filepath.Join(dir, "pid-*[0-9]"), want)
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		time.Sleep(time.Minute)
-		return 0
+		panic("alive after SIGKILL")
 	case action == "spawn", action == "spawn-exit", action == "escape":
 		os.MkdirAll(filepath.Join(dir, "child"), 0o755)
 		child := exec.Command(os.Args[0])
@@ -127,12 +122,7 @@ func testWorker() int {
 		}
 		// The child's pid file appears in dir/child; wait for it so the
 		// test sees both.
-		for i := 0; i < 1000; i++ {
-			if _, err := os.Stat(filepath.Join(dir, "child", "pid-"+rank)); err == nil {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		awaitFiles(filepath.Join(dir, "child", "pid-"+rank), 1)
 		if action == "spawn-exit" || action == "escape" {
 			fmt.Println("parent done")
 			return 0
@@ -166,6 +156,15 @@ func testWorker() int {
 	}
 	fmt.Fprintf(os.Stderr, "unknown test action %q\n", action)
 	return 99
+}
+
+// awaitFiles waits until n files match pattern. The test's own bound ends
+// a worker that waits forever.
+func awaitFiles(pattern string, n int) {
+	testproc.Poll(time.Minute, func() bool {
+		m, _ := filepath.Glob(pattern)
+		return len(m) >= n
+	})
 }
 
 func writePid(path string) {

@@ -59,7 +59,10 @@ func TestRowsToLauncherBatched(t *testing.T) {
 		st.Forwarded()
 		st.Backwarded()
 		if i == steps/2 {
-			time.Sleep(250 * time.Millisecond) // a period passes: the pending rows go
+			// A pause longer than the send period, which is what makes the
+			// pending rows go before the buffer fills: only its length at
+			// least matters.
+			time.Sleep(250 * time.Millisecond)
 		}
 		if err := st.End(8, float64(i), 0.1); err != nil {
 			t.Fatal(err)

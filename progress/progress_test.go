@@ -23,7 +23,7 @@ import (
 func reportSteps(rep *progress.Reporter, metrics ...progress.Field) {
 	bar := rep.Epoch(0, 1, 3)
 	for _, l := range []float64{0.9, 0.5, 0.1} {
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // a step's work: its time and rate are of something
 		bar.Step(64, progress.Loss(l))
 	}
 	bar.Done(metrics...)

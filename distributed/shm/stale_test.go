@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		fmt.Println(path)
-		time.Sleep(time.Minute)
+		time.Sleep(time.Minute) // a holder, until the test kills it; the minute ends an orphan
 		os.Exit(1)
 	}
 }

@@ -48,7 +48,7 @@ func Dial(ctx context.Context, addr string, token []byte) (*Client, error) {
 	backoff := 10 * time.Millisecond
 	var last error
 	for attempt := 1; ; attempt++ {
-		conn, err := d.DialContext(ctx, "tcp", addr)
+		conn, err := dialTCP(ctx, &d, addr)
 		if err == nil {
 			_, err = auth.Client(ctx, conn, token, auth.Hello{Role: auth.RoleStore, Rank: -1, WorldSize: -1})
 			if err == nil {
@@ -72,6 +72,13 @@ func Dial(ctx context.Context, addr string, token []byte) (*Client, error) {
 		return nil, fmt.Errorf("store: connect to %s: no store server reachable after %d attempts in %v: %w (last error: %v)",
 			addr, attempt, time.Since(start).Round(time.Millisecond), context.Cause(ctx), last)
 	}
+}
+
+// dialTCP makes Dial's connection attempts; tests watch them through it.
+var dialTCP = dialTCPDefault
+
+func dialTCPDefault(ctx context.Context, d *net.Dialer, addr string) (net.Conn, error) {
+	return d.DialContext(ctx, "tcp", addr)
 }
 
 func newClient(addr string, conn net.Conn) *Client {

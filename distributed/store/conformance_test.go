@@ -23,6 +23,27 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// waitingCtx is a context that tells when a call first waits on it:
+// every store looks for its key (or waits for its reply) before it
+// selects on Done.
+type waitingCtx struct {
+	context.Context
+	once    sync.Once
+	waiting chan struct{}
+}
+
+func (c *waitingCtx) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.waiting) })
+	return c.Context.Done()
+}
+
+// waitingFor returns a context of d for a blocking call and a channel
+// closed once the call waits.
+func waitingFor(t *testing.T, d time.Duration) (context.Context, <-chan struct{}) {
+	c := &waitingCtx{Context: ctxFor(t, d), waiting: make(chan struct{})}
+	return c, c.waiting
+}
+
 func mustSet(t *testing.T, s Store, key, value string) {
 	t.Helper()
 	if err := s.Set(ctxFor(t, 5*time.Second), key, []byte(value)); err != nil {
@@ -103,15 +124,16 @@ func testConformance(t *testing.T, pair newPair) {
 	t.Run("GetReleasedBySet", func(t *testing.T) {
 		a, b := pair(t)
 		got := make(chan string, 1)
+		ctx, waiting := waitingFor(t, 5*time.Second)
 		go func() {
-			v, err := a.Get(ctxFor(t, 5*time.Second), "late")
+			v, err := a.Get(ctx, "late")
 			if err != nil {
 				got <- "error: " + err.Error()
 				return
 			}
 			got <- string(v)
 		}()
-		time.Sleep(20 * time.Millisecond)
+		<-waiting
 		select {
 		case v := <-got:
 			t.Fatalf("Get returned %q before the key was set", v)
@@ -339,11 +361,12 @@ func testConformance(t *testing.T, pair newPair) {
 	t.Run("Close", func(t *testing.T) {
 		a, _ := pair(t)
 		blocked := make(chan error, 1)
+		ctx, waiting := waitingFor(t, 10*time.Second)
 		go func() {
-			_, err := a.Get(ctxFor(t, 10*time.Second), "never")
+			_, err := a.Get(ctx, "never")
 			blocked <- err
 		}()
-		time.Sleep(20 * time.Millisecond)
+		<-waiting
 		if err := a.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
 		}

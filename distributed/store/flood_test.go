@@ -4,11 +4,14 @@ import (
 	"context"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gotrain/gotrain/distributed/internal/auth"
 	"github.com/gotrain/gotrain/internal/testlog"
+	"github.com/gotrain/gotrain/internal/testproc"
 )
 
 // A connection that never finishes its handshake is dropped after
@@ -31,10 +34,8 @@ func TestIdleHandshakeDropped(t *testing.T) {
 	if d := time.Since(start); d < auth.HandshakeTimeout-time.Second {
 		t.Fatalf("an idle handshake dropped after %v, before its bound %v", d, auth.HandshakeTimeout)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for !strings.Contains(logs.String(), "store: handshake failed") && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	// Logged on the connection's goroutine, after it closed.
+	testproc.Poll(5*time.Second, func() bool { return strings.Contains(logs.String(), "store: handshake failed") })
 	if !strings.Contains(logs.String(), "store: handshake failed") {
 		t.Fatalf("log %q does not report the dropped handshake", logs.String())
 	}
@@ -56,26 +57,13 @@ func TestIdleFloodBounded(t *testing.T) {
 	}()
 	// 127.0.0.2 is another host to the server, and still loopback.
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+	flooded := time.Now()
 	for range flood {
 		c, err := d.Dial("tcp", s.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		conns = append(conns, c)
-	}
-	// Past the bound, the server closes each new connection at once.
-	bound := auth.MaxPendingHandshakes() / 2
-	closed := 0
-	for _, c := range conns {
-		c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-		if _, err := c.Read(make([]byte, 1)); err != nil {
-			if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
-				closed++
-			}
-		}
-	}
-	if closed < flood-bound {
-		t.Fatalf("%d of %d idle connections closed at once; want all but the %d in their handshake", closed, flood, bound)
 	}
 	// A real client gets in while the flood holds its slots (they time
 	// out only after auth.HandshakeTimeout).
@@ -88,6 +76,27 @@ func TestIdleFloodBounded(t *testing.T) {
 	defer cl.Close()
 	if err := cl.Set(ctx, "k", []byte("v")); err != nil {
 		t.Fatal(err)
+	}
+	// Past the bound, the server closes each new connection at once: well
+	// before the connections in their handshake time out.
+	// (A read past its deadline fails without looking, so the reads wait
+	// side by side.)
+	bound := auth.MaxPendingHandshakes() / 2
+	var closed atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(func() {
+			c.SetReadDeadline(flooded.Add(auth.HandshakeTimeout / 2))
+			if _, err := c.Read(make([]byte, 1)); err != nil {
+				if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+					closed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if closed := int(closed.Load()); closed < flood-bound {
+		t.Fatalf("%d of %d idle connections closed within %v; want all but the %d in their handshake", closed, flood, auth.HandshakeTimeout/2, bound)
 	}
 	if n := strings.Count(logs.String(), "\n"); n > 4 {
 		t.Fatalf("%d log lines for a flood of %d connections; want a few:\n%s", n, flood, logs.String())

@@ -80,7 +80,7 @@ func rankWorker() error {
 	}
 	// Barrier: nobody leaves (and, for the file store, removes the file)
 	// before everyone has counted.
-	if _, err := s.Add(ctx, "done", 1); err != nil {
+	if err := s.Set(ctx, fmt.Sprint("done/", rank), nil); err != nil {
 		return err
 	}
 	return s.Wait(ctx, "release")
@@ -92,16 +92,12 @@ func testProcesses(t *testing.T, kind, where string, s Store) {
 		Env:     []string{"STORE_TEST_KIND=" + kind, "STORE_TEST_WHERE=" + where},
 		Timeout: 30 * time.Second,
 	})
-	ctx := ctxFor(t, 30*time.Second)
-	for {
-		v, err := s.Get(ctx, "done")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(v) == fmt.Sprint(world) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	var done []string
+	for r := range world {
+		done = append(done, fmt.Sprint("done/", r))
+	}
+	if err := s.Wait(ctxFor(t, 30*time.Second), done...); err != nil {
+		t.Fatal(err)
 	}
 	mustGet(t, s, "counter", fmt.Sprint(world*20))
 	mustSet(t, s, "release", "")
@@ -134,11 +130,12 @@ func TestTCPServerKilled(t *testing.T) {
 	}
 	defer c.Close()
 	errc := make(chan error, 1)
+	ctx, waiting := waitingFor(t, 30*time.Second)
 	go func() {
-		_, err := c.Get(ctxFor(t, 30*time.Second), "never")
+		_, err := c.Get(ctx, "never")
 		errc <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	<-waiting
 	server.Kill()
 	select {
 	case err := <-errc:

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/gotrain/gotrain/distributed/internal/auth"
 	"github.com/gotrain/gotrain/internal/testlog"
 	"github.com/gotrain/gotrain/internal/testnet"
+	"github.com/gotrain/gotrain/internal/testproc"
 )
 
 var testToken = []byte("test token")
@@ -28,6 +30,14 @@ func startServer(t *testing.T) *Server {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// connCount is the number of connections s serves, in their handshake
+// or after it.
+func (s *Server) connCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
 }
 
 func dial(t *testing.T, s *Server) *Client {
@@ -65,11 +75,8 @@ func TestTCPWrongToken(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("a refused token was retried for %v", d)
 	}
-	// The server logs the refusal, naming the peer.
-	deadline := time.Now().Add(2 * time.Second)
-	for !strings.Contains(logs.String(), "wrong or missing token") && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	// The server logs the refusal, naming the peer, on its own goroutine.
+	testproc.Poll(5*time.Second, func() bool { return strings.Contains(logs.String(), "wrong or missing token") })
 	if l := logs.String(); !strings.Contains(l, "wrong or missing token") || !strings.Contains(l, "remote=127.0.0.1:") {
 		t.Fatalf("server log %q does not report the refused peer", l)
 	}
@@ -99,13 +106,32 @@ func TestTCPDialBeforeListen(t *testing.T) {
 		err error
 	}
 	done := make(chan result, 1)
+	refused := make(chan struct{}) // Dial's first attempt failed
+	var once sync.Once
+	dialTCP = func(ctx context.Context, d *net.Dialer, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			once.Do(func() { close(refused) })
+		}
+		return c, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	go func() {
-		c, err := Dial(ctxFor(t, 10*time.Second), addr, testToken)
+		c, err := Dial(ctx, addr, testToken)
 		done <- result{c, err}
 	}()
-	time.Sleep(150 * time.Millisecond)
+	// Dial is done with dialTCP once it has returned.
+	defer func() { dialTCP = dialTCPDefault }()
+	select {
+	case <-refused:
+	case r := <-done:
+		t.Fatalf("Dial returned %v before anything listened on %s", r.err, addr)
+	}
 	s, err := Listen(addr, testToken)
 	if err != nil {
+		cancel()
+		<-done
 		t.Skipf("port %s was taken meanwhile: %v", addr, err)
 	}
 	defer s.Close()
@@ -125,12 +151,13 @@ func TestTCPServerGone(t *testing.T) {
 	const blocked = 5
 	errs := make(chan error, blocked)
 	for range blocked {
+		ctx, waiting := waitingFor(t, 30*time.Second)
 		go func() {
-			_, err := c.Get(ctxFor(t, 30*time.Second), "never")
+			_, err := c.Get(ctx, "never")
 			errs <- err
 		}()
+		<-waiting
 	}
-	time.Sleep(30 * time.Millisecond)
 	start := time.Now()
 	s.Close()
 	for range blocked {
@@ -161,18 +188,14 @@ func TestTCPCancelledGetReleasedOnServer(t *testing.T) {
 			t.Fatalf("Get = %v", err)
 		}
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for {
+	// The server cancels them when the cancel frames arrive.
+	waiters := func() int {
 		s.data.mu.Lock()
-		n := len(s.data.waiters)
-		s.data.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d keys still have waiters on the server", n)
-		}
-		time.Sleep(5 * time.Millisecond)
+		defer s.data.mu.Unlock()
+		return len(s.data.waiters)
+	}
+	if !testproc.Poll(5*time.Second, func() bool { return waiters() == 0 }) {
+		t.Fatalf("%d keys still have waiters on the server", waiters())
 	}
 }
 
@@ -229,10 +252,7 @@ func TestTCPMalformedFrames(t *testing.T) {
 			} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 				t.Fatal("server kept the connection open after a malformed frame")
 			}
-			deadline := time.Now().Add(2 * time.Second)
-			for !strings.Contains(logs.String(), "closing connection") && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
+			testproc.Poll(5*time.Second, func() bool { return strings.Contains(logs.String(), "closing connection") })
 			if !strings.Contains(logs.String(), "malformed frame") {
 				t.Errorf("server log %q does not report the malformed frame", logs.String())
 			}
@@ -311,7 +331,10 @@ func TestTCPSilentPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	time.Sleep(20 * time.Millisecond)
+	// The server has accepted it and waits for its hello.
+	if !testproc.Poll(5*time.Second, func() bool { return s.connCount() == 1 }) {
+		t.Fatal("the server did not take the connection")
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -326,21 +349,18 @@ func TestOnRefusedReplaysEarlyRefusals(t *testing.T) {
 	if _, err := Dial(ctxFor(t, 5*time.Second), s.Addr().String(), []byte("wrong")); !errors.Is(err, auth.ErrAuth) {
 		t.Fatalf("Dial with a wrong token: %v", err)
 	}
-	// The server refuses on its own goroutine; wait until it has.
+	// The server refuses on the connection's goroutine, which is done
+	// when it no longer counts the connection.
 	got := make(chan error, 4)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		s.rmu.Lock()
-		n := len(s.early)
-		s.rmu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d early refusals kept, want 1", n)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testproc.Poll(5*time.Second, func() bool { return s.connCount() == 0 }) {
+		t.Fatal("the server still serves the refused connection")
 	}
+	s.rmu.Lock()
+	if n := len(s.early); n != 1 {
+		s.rmu.Unlock()
+		t.Fatalf("%d early refusals kept, want 1", n)
+	}
+	s.rmu.Unlock()
 	s.OnRefused(func(_ net.Addr, err error) { got <- err })
 	select {
 	case err := <-got:
@@ -354,7 +374,9 @@ func TestOnRefusedReplaysEarlyRefusals(t *testing.T) {
 	if _, err := Dial(ctxFor(t, 5*time.Second), s.Addr().String(), []byte("wrong")); !errors.Is(err, auth.ErrAuth) {
 		t.Fatalf("Dial with a wrong token: %v", err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	if !testproc.Poll(5*time.Second, func() bool { return s.connCount() == 0 }) {
+		t.Fatal("the server still serves the refused connection")
+	}
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
 	if len(s.early) != 0 || len(got) != 0 {

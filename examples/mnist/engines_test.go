@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testenv"
+	"github.com/gotrain/gotrain/internal/testlog"
 	"github.com/gotrain/gotrain/internal/testnet"
 	"github.com/gotrain/gotrain/internal/testproc"
 )
@@ -30,21 +32,9 @@ func needEngine(t *testing.T, progs ...string) []string {
 	t.Helper()
 	var paths []string
 	for _, p := range progs {
-		path, err := exec.LookPath(p)
-		if err != nil {
-			engineMissing(t, "%s is not installed (Debian: slurm-wlm, munge, openmpi-bin, mpich): %v", p, err)
-		}
-		paths = append(paths, path)
+		paths = append(paths, testenv.LookPath(t, p))
 	}
 	return paths
-}
-
-func engineMissing(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("GOTRAIN_REQUIRE_ENGINES") == "1" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
 }
 
 // workerEnv is the environment an engine passes on to the example's
@@ -126,7 +116,7 @@ func TestMPIKilledWorker(t *testing.T) {
 			defer cancel()
 			cmd := exec.CommandContext(ctx, launcher, append(tc.args, testBinary(t), "--epochs", "20")...)
 			cmd.Env = workerEnv(mark)
-			var out bytes.Buffer
+			var out testlog.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			cmd.WaitDelay = 5 * time.Second
 			if err := cmd.Start(); err != nil {
@@ -143,8 +133,11 @@ func TestMPIKilledWorker(t *testing.T) {
 				}
 				pids = processesWith(mark)
 			}
-			// Let them join the group and train a few steps.
-			time.Sleep(3 * time.Second)
+			// They have joined the group and trained once rank 0 reports
+			// its first epoch; the second is under way.
+			if !testproc.Poll(60*time.Second, func() bool { return strings.Contains(out.String(), "epoch 1: ") }) {
+				t.Fatalf("%s: no epoch done in 60 s\n%s", tc.launcher, out.String())
+			}
 			victim := pids[len(pids)-1]
 			if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
 				t.Fatal(err)

@@ -11,6 +11,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testenv"
+	"github.com/gotrain/gotrain/internal/testproc"
 )
 
 // slurmCluster is a one-node Slurm cluster this test started: munged,
@@ -81,21 +84,19 @@ PartitionName=test Nodes=%[1]s Default=YES MaxTime=INFINITE State=UP
 		"--pid-file="+dir+"/munged.pid", "--log-file="+dir+"/log/munged.log", "--seed-file="+dir+"/munge.seed")
 	c.start(t, bins[1], "-D", "-i", "-f", c.conf)
 	c.start(t, bins[2], "-D", "-f", c.conf, "-N", host)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var state string
+	idle := func() bool {
 		sinfo := exec.Command(bins[5], "-h", "-o", "%T")
 		sinfo.Env = append(os.Environ(), "SLURM_CONF="+c.conf)
 		out, _ := sinfo.CombinedOutput()
-		state := strings.TrimSpace(string(out))
-		if state == "idle" {
-			return c
-		}
-		if time.Now().After(deadline) {
-			logs, _ := exec.Command("sh", "-c", "tail -n 5 "+dir+"/log/*").CombinedOutput()
-			engineMissing(t, "Slurm did not start within 30s (sinfo: %q); logs:\n%s", state, logs)
-		}
-		time.Sleep(200 * time.Millisecond)
+		state = strings.TrimSpace(string(out))
+		return state == "idle"
 	}
+	if !testproc.Poll(60*time.Second, idle) {
+		logs, _ := exec.Command("sh", "-c", "tail -n 5 "+dir+"/log/*").CombinedOutput()
+		testenv.Need(t, "Slurm", fmt.Sprintf("did not start within 60s (sinfo: %q); logs:\n%s", state, logs))
+	}
+	return c
 }
 
 // env is the environment for the cluster's commands: this test's workers
@@ -111,7 +112,7 @@ func (c *slurmCluster) start(t *testing.T, name string, args ...string) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
-		engineMissing(t, "start %s: %v", name, err)
+		testenv.Need(t, "Slurm", fmt.Sprintf("start %s: %v", name, err))
 	}
 	c.procs = append(c.procs, cmd)
 }

@@ -5,28 +5,19 @@ package testbrowser
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/gotrain/gotrain/internal/testenv"
 )
 
 // Chromium returns the Chromium binary, or skips t without one (fails it
 // with GOTRAIN_REQUIRE_ENGINES=1).
 func Chromium(t testing.TB) string {
 	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("GOTRAIN_REQUIRE_ENGINES") == "1" {
-		t.Fatal("chromium is not installed (apt-get install chromium) and GOTRAIN_REQUIRE_ENGINES=1")
-	}
-	t.Skip("chromium is not installed (apt-get install chromium); skipping the browser test")
-	return ""
+	return testenv.LookPath(t, "chromium", "chromium-browser", "google-chrome")
 }
 
 // Context starts a headless Chromium window of 1280×900 for t, ended

@@ -214,6 +214,33 @@ func Start(t testing.TB, worker string, n int, o Options) *Ranks {
 	return rs
 }
 
+// Watch starts cmd, a program the test built itself (such as one run
+// in another namespace), as a Proc of the given rank: its output captured
+// line by line, killed when the test ends, its output logged if the test
+// failed.
+func Watch(t testing.TB, cmd *exec.Cmd, rank int) *Proc {
+	t.Helper()
+	p := &Proc{Rank: rank, Cmd: cmd, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = &p.out, &p.out
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("testproc: start %s: %v", cmd.Path, err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		p.out.flush()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("rank %d (%s) exited with %v; output:\n%s", rank, cmd.Path, p.err, p.Output())
+		}
+	})
+	return p
+}
+
 // watchdog kills every rank at the timeout.
 func (rs *Ranks) watchdog() {
 	timer := time.NewTimer(rs.timeout)
@@ -334,22 +361,47 @@ func (p *Proc) Lines() []Line { return p.out.lines() }
 // WaitLine waits up to timeout for a line that starts with prefix and
 // returns the first such line. A zero timeout looks once.
 func (p *Proc) WaitLine(prefix string, timeout time.Duration) (Line, bool) {
-	deadline := time.Now().Add(timeout)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	last := timeout == 0
 	for {
-		for _, l := range p.Lines() {
+		lines, grew := p.out.watch()
+		for _, l := range lines {
 			if strings.HasPrefix(l.Text, prefix) {
 				return l, true
 			}
 		}
-		if !time.Now().Before(deadline) {
+		if last {
 			return Line{}, false
 		}
 		select {
-		case <-p.done:
-			deadline = time.Now() // the output is complete: one last look
-		case <-time.After(5 * time.Millisecond):
+		case <-grew:
+		case <-p.done: // the output is complete: one last look
+			last = true
+		case <-timer.C:
+			last = true
 		}
 	}
+}
+
+// Poll calls cond until it returns true, and reports whether it did
+// within limit: for a state the test cannot be told of, such as a file
+// appearing or a port listening. It looks again after 1 ms, then less
+// often, up to every 50 ms; limit only bounds how long a failing test
+// waits.
+func Poll(limit time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	for wait := time.Millisecond; !cond(); wait = min(2*wait, 50*time.Millisecond) {
+		again := time.NewTimer(wait)
+		select {
+		case <-again.C:
+		case <-deadline.C:
+			again.Stop()
+			return cond()
+		}
+	}
+	return true
 }
 
 // lineWriter splits what a process writes into lines stamped with their
@@ -358,6 +410,7 @@ type lineWriter struct {
 	mu      sync.Mutex
 	partial []byte
 	done    []Line
+	grew    chan struct{} // closed when a line is added, then replaced
 }
 
 func (w *lineWriter) Write(b []byte) (int, error) {
@@ -371,8 +424,17 @@ func (w *lineWriter) Write(b []byte) (int, error) {
 			w.partial = append(w.partial, b...)
 			return n, nil
 		}
-		w.done = append(w.done, Line{now, string(append(w.partial, b[:i]...))})
+		w.add(Line{now, string(append(w.partial, b[:i]...))})
 		w.partial, b = w.partial[:0], b[i+1:]
+	}
+}
+
+// add appends l and wakes the watchers; w.mu is held.
+func (w *lineWriter) add(l Line) {
+	w.done = append(w.done, l)
+	if w.grew != nil {
+		close(w.grew)
+		w.grew = nil
 	}
 }
 
@@ -380,7 +442,7 @@ func (w *lineWriter) flush() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.partial) > 0 {
-		w.done = append(w.done, Line{time.Now(), string(w.partial)})
+		w.add(Line{time.Now(), string(w.partial)})
 		w.partial = nil
 	}
 }
@@ -389,4 +451,14 @@ func (w *lineWriter) lines() []Line {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Clone(w.done)
+}
+
+// watch returns the lines so far and a channel closed when more arrive.
+func (w *lineWriter) watch() ([]Line, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.grew == nil {
+		w.grew = make(chan struct{})
+	}
+	return slices.Clone(w.done), w.grew
 }

@@ -25,11 +25,11 @@ var workers = Workers{
 			fmt.Println("failing")
 			return 3
 		}
-		time.Sleep(time.Minute)
+		time.Sleep(time.Minute) // until killed; the minute ends an orphan
 		return 0
 	},
 	"sleep": func() int {
-		time.Sleep(time.Minute)
+		time.Sleep(time.Minute) // until killed; the minute ends an orphan
 		return 0
 	},
 }

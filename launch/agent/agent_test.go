@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 		"sleep": func() int {
 			_ = os.WriteFile(filepath.Join(os.Getenv("PID_DIR"), strconv.Itoa(os.Getpid())), nil, 0o644)
 			fmt.Println("up", os.Getenv("RANK"), os.Getenv("GOTRAIN_RESTART_COUNT"), os.Getenv("GOTRAIN_AGENT_STORE"))
-			time.Sleep(time.Minute)
+			time.Sleep(time.Minute) // until the agent stops it; the minute ends an orphan
 			return 0
 		},
 		"event": func() int {
@@ -121,11 +121,8 @@ func waitGone(t *testing.T, dir string, want int, limit time.Duration) {
 	deadline := time.Now().Add(limit)
 	for _, e := range entries {
 		pid, _ := strconv.Atoi(e.Name())
-		for syscall.Kill(pid, 0) == nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("worker %d still runs after %v", pid, limit)
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !testproc.Poll(time.Until(deadline), func() bool { return syscall.Kill(pid, 0) != nil }) {
+			t.Fatalf("worker %d still runs after %v", pid, limit)
 		}
 	}
 }

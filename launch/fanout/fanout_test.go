@@ -32,7 +32,8 @@ func TestMain(m *testing.M) {
 	testproc.Dispatch(testproc.Workers{
 		"agent": func() int {
 			if h := os.Getenv("SILENT_HOST"); h != "" && h == os.Getenv("FAKE_SSH_HOST") {
-				// A hung agent: ready, then nothing.
+				// A hung agent: ready, then nothing until killed (the
+				// minute ends an orphan).
 				fmt.Println(`{"type":"ready"}`)
 				time.Sleep(time.Minute)
 				return 0
@@ -53,8 +54,9 @@ func TestMain(m *testing.M) {
 			return 0
 		},
 		// fail: rank $FAIL_RANK fails with code 3 on restart 0 (every
-		// restart without $FAIL_ONCE); the others wait to be stopped,
-		// or exit 0 on a later restart.
+		// restart without $FAIL_ONCE), once every rank has started,
+		// leaving the file "failed" in $PID_DIR; the others wait to be
+		// stopped, or exit 0 on a later restart.
 		"fail": func() int {
 			recordPID()
 			rank := os.Getenv("RANK")
@@ -63,26 +65,30 @@ func TestMain(m *testing.M) {
 				return 0
 			}
 			if rank == os.Getenv("FAIL_RANK") {
-				time.Sleep(300 * time.Millisecond)
+				world, _ := strconv.Atoi(os.Getenv("WORLD_SIZE"))
+				testproc.Poll(time.Minute, func() bool { return len(pidsIn(os.Getenv("PID_DIR"))) >= world })
+				_ = os.WriteFile(filepath.Join(os.Getenv("PID_DIR"), "failed"), nil, 0o644)
 				fmt.Fprintln(os.Stderr, "boom on rank", rank)
 				return 3
 			}
-			time.Sleep(time.Minute)
+			time.Sleep(time.Minute) // until stopped; the minute ends an orphan
 			return 0
 		},
-		// slow: node 1's workers run for a minute, node 0's finish at once.
+		// slow: node 1's workers run for a minute, node 0's finish at
+		// once, leaving the file "finished-<rank>" in $PID_DIR.
 		"slow": func() int {
 			recordPID()
 			if os.Getenv("GROUP_RANK") == "1" {
-				time.Sleep(time.Minute)
+				time.Sleep(time.Minute) // until stopped; the minute ends an orphan
 			}
+			_ = os.WriteFile(filepath.Join(os.Getenv("PID_DIR"), "finished-"+os.Getenv("RANK")), nil, 0o644)
 			return 0
 		},
 		// chatty: a line, then a minute's wait.
 		"chatty": func() int {
 			recordPID()
 			fmt.Println("started", os.Getenv("RANK"))
-			time.Sleep(time.Minute)
+			time.Sleep(time.Minute) // until stopped; the minute ends an orphan
 			return 0
 		},
 		// events: each rank sends one progress event.
@@ -97,7 +103,7 @@ func TestMain(m *testing.M) {
 				// Node 1's agent, for a test to kill.
 				_ = os.WriteFile(filepath.Join(os.Getenv("PID_DIR"), "agent"), []byte(strconv.Itoa(os.Getppid())), 0o644)
 			}
-			time.Sleep(time.Minute)
+			time.Sleep(time.Minute) // until stopped; the minute ends an orphan
 			return 0
 		},
 		// allreduce: every rank joins through the agent's store and sums
@@ -136,6 +142,28 @@ func recordPID() {
 	if dir := os.Getenv("PID_DIR"); dir != "" {
 		_ = os.WriteFile(filepath.Join(dir, strconv.Itoa(os.Getpid())), nil, 0o644)
 	}
+}
+
+// pidsIn returns the worker pids recorded in dir.
+func pidsIn(dir string) []int {
+	entries, _ := os.ReadDir(dir)
+	var pids []int
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// modified is when the file dir/name was written.
+func modified(t *testing.T, dir, name string) time.Time {
+	t.Helper()
+	fi, err := os.Stat(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.ModTime()
 }
 
 // fakeSSH writes an ssh stand-in that runs the remote command here, as
@@ -207,19 +235,14 @@ func pidDir(t *testing.T) (string, func(limit time.Duration)) {
 	dir := t.TempDir()
 	return dir, func(limit time.Duration) {
 		t.Helper()
-		entries, _ := os.ReadDir(dir)
-		entries = slices.DeleteFunc(entries, func(e os.DirEntry) bool { return e.Name() == "agent" })
-		if len(entries) == 0 {
+		pids := pidsIn(dir)
+		if len(pids) == 0 {
 			t.Fatal("no worker recorded its pid")
 		}
 		deadline := time.Now().Add(limit)
-		for _, e := range entries {
-			pid, _ := strconv.Atoi(e.Name())
-			for syscall.Kill(pid, 0) == nil {
-				if time.Now().After(deadline) {
-					t.Fatalf("worker pid %d still running after %v", pid, limit)
-				}
-				time.Sleep(20 * time.Millisecond)
+		for _, pid := range pids {
+			if !testproc.Poll(time.Until(deadline), func() bool { return syscall.Kill(pid, 0) != nil }) {
+				t.Fatalf("worker pid %d still running after %v", pid, limit)
 			}
 		}
 	}
@@ -272,13 +295,13 @@ func TestRunFailureStopsEveryNode(t *testing.T) {
 	cfg, _, errOut := config(t, "fail", "FAIL_RANK=3", "PID_DIR="+dir)
 	var failures []launch.Failure
 	cfg.OnFailure = func(f launch.Failure) { failures = append(failures, f) }
-	start := time.Now()
 	code, err := fanout.Run(context.Background(), cfg)
 	if err != nil || code != 3 {
 		t.Fatalf("Run = %d, %v, want 3, nil; stderr:\n%s", code, err, errOut)
 	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("the job took %v to stop", d)
+	// The others sleep for a minute unless stopped: within StopTimeout.
+	if d, bound := time.Since(modified(t, dir, "failed")), 5*cfg.StopTimeout; d > bound {
+		t.Errorf("the job took %v after the failure to stop, want at most %v", d, bound)
 	}
 	if len(failures) != 1 {
 		t.Fatalf("%d failure reports, want 1", len(failures))
@@ -300,7 +323,7 @@ func slicesContain(lines []string, s string) bool {
 }
 
 func TestRunRestartsEveryNode(t *testing.T) {
-	cfg, out, errOut := config(t, "fail", "FAIL_RANK=2", "FAIL_ONCE=1")
+	cfg, out, errOut := config(t, "fail", "FAIL_RANK=2", "FAIL_ONCE=1", "PID_DIR="+t.TempDir())
 	cfg.MaxRestarts = 1
 	code, err := fanout.Run(context.Background(), cfg)
 	if err != nil || code != 0 {
@@ -320,13 +343,18 @@ func TestRunExitWait(t *testing.T) {
 	dir, gone := pidDir(t)
 	cfg, _, errOut := config(t, "slow", "PID_DIR="+dir)
 	cfg.ExitWait = 500 * time.Millisecond
-	start := time.Now()
 	code, err := fanout.Run(context.Background(), cfg)
 	if err != nil || code != 1 {
 		t.Fatalf("Run = %d, %v, want 1, nil; stderr:\n%s", code, err, errOut)
 	}
-	if d := time.Since(start); d > 8*time.Second {
-		t.Errorf("the job took %v to end", d)
+	// Node 1's workers sleep for a minute unless stopped: once ExitWait
+	// has passed after node 0's finished, within StopTimeout.
+	finished := modified(t, dir, "finished-0")
+	if f1 := modified(t, dir, "finished-1"); f1.After(finished) {
+		finished = f1
+	}
+	if d, bound := time.Since(finished), 5*(cfg.ExitWait+cfg.StopTimeout); d > bound {
+		t.Errorf("the job took %v after node 0 finished to end, want at most %v", d, bound)
 	}
 	if !strings.Contains(errOut.String(), "node 1 (127.0.0.2) still ran after --exit-wait 500ms") {
 		t.Errorf("stderr does not name the node still running:\n%s", errOut)
@@ -354,12 +382,8 @@ func TestRunInterruptStopsEveryNode(t *testing.T) {
 	cfg, _, errOut := config(t, "sleep", "PID_DIR="+dir)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	go func() {
-		for {
-			if e, _ := os.ReadDir(dir); len(e) == 5 {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		// The 4 workers and node 1's agent are up.
+		testproc.Poll(time.Minute, func() bool { e, _ := os.ReadDir(dir); return len(e) == 5 })
 		cancel(&launch.SignalError{Signal: syscall.SIGINT})
 	}()
 	code, err := fanout.Run(ctx, cfg)
@@ -437,24 +461,24 @@ func TestForwardEnv(t *testing.T) {
 func TestRunAgentKilled(t *testing.T) {
 	dir, gone := pidDir(t)
 	cfg, _, errOut := config(t, "sleep", "PID_DIR="+dir)
+	killed := make(chan time.Time, 1)
 	go func() {
-		for {
-			if b, err := os.ReadFile(filepath.Join(dir, "agent")); err == nil {
-				if pid, err := strconv.Atoi(string(b)); err == nil {
-					syscall.Kill(pid, syscall.SIGKILL)
-					return
-				}
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		var pid int
+		testproc.Poll(time.Minute, func() bool {
+			b, err := os.ReadFile(filepath.Join(dir, "agent"))
+			pid, _ = strconv.Atoi(string(b))
+			return err == nil && pid > 0
+		})
+		killed <- time.Now()
+		syscall.Kill(pid, syscall.SIGKILL)
 	}()
-	start := time.Now()
 	code, err := fanout.Run(context.Background(), cfg)
 	if err != nil || code != 1 {
 		t.Fatalf("Run = %d, %v, want 1, nil; stderr:\n%s", code, err, errOut)
 	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("took %v", d)
+	// The lost node's workers sleep for a minute unless stopped.
+	if d, bound := time.Since(<-killed), 5*cfg.StopTimeout; d > bound {
+		t.Errorf("Run took %v after the agent's kill, want at most %v", d, bound)
 	}
 	if !strings.Contains(errOut.String(), "lost the agent") || !strings.Contains(errOut.String(), "host=127.0.0.2") {
 		t.Errorf("stderr does not name the lost host:\n%s", errOut)
@@ -510,16 +534,14 @@ func TestRunStreamsLogs(t *testing.T) {
 	streamed := make(chan bool, 1)
 	go func() {
 		defer cancel()
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		streamed <- testproc.Poll(30*time.Second, func() bool {
 			logs, _ := filepath.Glob(filepath.Join(cfg.LogDir, "*", "127.0.0.2", "attempt_0", "0", "stdout.log"))
-			if len(logs) == 1 {
-				if b, _ := os.ReadFile(logs[0]); string(b) == "started 2\n" {
-					streamed <- true
-					return
-				}
+			if len(logs) != 1 {
+				return false
 			}
-		}
-		streamed <- false
+			b, _ := os.ReadFile(logs[0])
+			return string(b) == "started 2\n"
+		})
 	}()
 	code, err := fanout.Run(ctx, cfg)
 	if !errors.Is(err, launch.ErrInterrupted) || code != 128+int(syscall.SIGTERM) {

@@ -15,11 +15,8 @@ import (
 // step, without ssh's own handshakes (the hosts are this machine, reached
 // through a fake ssh).
 func BenchmarkCheck(b *testing.B) {
-	dir := b.TempDir()
+	dir := fakeSSHDir(b, b.TempDir())
 	prog := filepath.Join(dir, "ssh")
-	if err := os.WriteFile(prog, []byte(fakeSSH), 0o755); err != nil {
-		b.Fatal(err)
-	}
 	b.Setenv("FAKE_SSH_DIR", dir)
 	for h, addr := range map[string]string{"node0": "127.0.0.1", "node1": "127.0.0.2"} {
 		if err := os.WriteFile(filepath.Join(dir, h+".env"), []byte("export GOTRAIN_LISTEN_HOST="+addr+"\n"), 0o644); err != nil {

@@ -12,11 +12,13 @@ import (
 )
 
 // local runs commands on this machine through sh, as ssh runs them on a
-// host, and reports failures as package ssh does.
+// host with only the system's programs, and reports failures as package
+// ssh does.
 type local struct{}
 
 func (local) Run(ctx context.Context, host string, stdin io.Reader, argv ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, "sh", "-c", ssh.Quote(argv...))
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", ssh.Quote(argv...))
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	var stderr bytes.Buffer
 	cmd.Stdin, cmd.Stderr = stdin, &stderr
 	out, err := cmd.Output()
@@ -28,7 +30,7 @@ func (local) Run(ctx context.Context, host string, stdin io.Reader, argv ...stri
 
 func ExampleCheck() {
 	// A launcher passes ssh.Client{Options: ...}; here the "hosts" are
-	// this machine, which has no gotrain-v0 in its PATH.
+	// this machine, which has no gotrain-v0 in the system's directories.
 	err := preflight.Check(context.Background(), local{}, preflight.Plan{
 		Hosts: []preflight.Host{
 			{Name: "node0", Addr: "10.0.0.1", Workers: 2},

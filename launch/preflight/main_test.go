@@ -3,6 +3,7 @@ package preflight
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -36,7 +38,11 @@ func TestMain(m *testing.M) {
 			}
 			closeAfterListen = func(port int) bool { return closed[port] }
 		}
-		if err := Node(context.Background(), os.Stdin, os.Stdout); err != nil {
+		var out io.Writer = os.Stdout
+		if path := os.Getenv("PREFLIGHT_TEST_ANSWERED"); path != "" {
+			out = &answerMark{w: os.Stdout, path: path}
+		}
+		if err := Node(context.Background(), os.Stdin, out); err != nil {
 			fmt.Fprintln(os.Stderr, "gotrain:", err)
 			os.Exit(1)
 		}
@@ -45,11 +51,29 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// answerMark is the node's output, which creates the file path once the
+// node has answered: PREFLIGHT_TEST_ANSWERED tells a test when that is.
+type answerMark struct {
+	w    io.Writer
+	path string
+	once sync.Once
+}
+
+func (a *answerMark) Write(p []byte) (int, error) {
+	n, err := a.w.Write(p)
+	a.once.Do(func() { os.WriteFile(a.path, nil, 0o644) })
+	return n, err
+}
+
 // fakeSSH is an ssh that runs the command on this machine, as host:
-// with $dir/home/HOST as HOME and $dir/HOST.env sourced first (the
-// host's environment), and that fails as ssh does for the hosts named
-// badauth, nokey and down, and never answers for the host named hang.
+// with $dir/home/HOST as HOME, $dir/sys (the system programs a host's
+// shell needs, and nothing else: no gotrain the machine may have) as
+// PATH, and $dir/HOST.env sourced first (the host's environment), and
+// that fails as ssh does for the hosts named badauth, nokey and down, and
+// never answers for the host named hang.
 const fakeSSH = `#!/bin/sh
+PATH="$FAKE_SSH_DIR/sys"
+export PATH
 while [ $# -gt 0 ]; do
   case "$1" in
   --) shift; break ;;
@@ -81,13 +105,39 @@ type cluster struct {
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
-	dir := t.TempDir()
-	prog := filepath.Join(dir, "ssh")
-	if err := os.WriteFile(prog, []byte(fakeSSH), 0o755); err != nil {
+	dir := fakeSSHDir(t, t.TempDir())
+	t.Setenv("FAKE_SSH_DIR", dir)
+	return &cluster{t: t, dir: dir, ssh: ssh.Client{Program: filepath.Join(dir, "ssh")}}
+}
+
+// sysPrograms are the programs the fake hosts' shells run: the fake ssh's
+// own, and those of package bincache's scripts.
+var sysPrograms = []string{"sh", "sleep", "mkdir", "mktemp", "tee", "rm", "chmod", "mv", "cat", "wc", "cut", "sha256sum"}
+
+// fakeSSHDir writes the fake ssh to dir/ssh and links sysPrograms, from
+// the system's directories, into dir/sys, and returns dir.
+func fakeSSHDir(t testing.TB, dir string) string {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "ssh"), []byte(fakeSSH), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("FAKE_SSH_DIR", dir)
-	return &cluster{t: t, dir: dir, ssh: ssh.Client{Program: prog}}
+	sys := filepath.Join(dir, "sys")
+	if err := os.Mkdir(sys, 0o755); err != nil {
+		t.Fatal(err)
+	}
+next:
+	for _, name := range sysPrograms {
+		for _, d := range []string{"/usr/bin", "/bin"} {
+			if err := os.Symlink(filepath.Join(d, name), filepath.Join(sys, name)); err == nil {
+				if _, err := os.Stat(filepath.Join(sys, name)); err == nil {
+					continue next
+				}
+				os.Remove(filepath.Join(sys, name))
+			}
+		}
+		t.Fatalf("no %s in /usr/bin or /bin", name)
+	}
+	return dir
 }
 
 // env sets host's environment variables (lines of sh).

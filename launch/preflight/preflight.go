@@ -176,6 +176,10 @@ func Check(ctx context.Context, r Runner, plan Plan) error {
 	return err
 }
 
+// withTimeout bounds a check by Plan.Timeout; tests replace it to decide
+// when that has passed.
+var withTimeout = context.WithTimeout
+
 // Prepare is Check, also returning where each host (in plan's order)
 // runs gotrain and the program from: with plan.Copy, the copies it placed
 // in the hosts' caches.
@@ -184,7 +188,7 @@ func Prepare(ctx context.Context, r Runner, plan Plan) ([]Placement, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.Timeout)
+	ctx, cancel := withTimeout(ctx, p.Timeout)
 	defer cancel()
 	c := &checker{plan: p, r: r, token: randomToken()}
 	c.run(ctx)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testproc"
 	"github.com/gotrain/gotrain/launch/ssh"
 )
 
@@ -325,18 +326,51 @@ func TestCheckCopy(t *testing.T) {
 	)
 }
 
+// expiring is a context whose deadline passes when expire is closed.
+type expiring struct {
+	context.Context
+	expire chan struct{}
+}
+
+func (e *expiring) Done() <-chan struct{} { return e.expire }
+
+func (e *expiring) Err() error {
+	select {
+	case <-e.expire:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
 // TestCheckHostHangs: a host that never answers fails at the plan's
-// timeout, named, and the others' sessions are closed.
+// timeout, named, and the others' sessions are closed. The timeout
+// passes once node0 has answered.
 func TestCheckHostHangs(t *testing.T) {
 	c := newCluster(t)
+	answered := filepath.Join(t.TempDir(), "answered")
+	c.env("node0", "export PREFLIGHT_TEST_ANSWERED="+answered)
 	p := testPlan(t, "node0=127.0.0.1", "hang")
-	p.Timeout = 500 * time.Millisecond
-	start := time.Now()
+	p.Timeout = 42 * time.Second
+	timeout := &expiring{Context: context.Background(), expire: make(chan struct{})}
+	var expired time.Time
+	withTimeout = func(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+		if d != p.Timeout {
+			t.Errorf("the check's timeout is %v, want the plan's %v", d, p.Timeout)
+		}
+		go func() {
+			testproc.Poll(time.Minute, func() bool { _, err := os.Stat(answered); return err == nil })
+			expired = time.Now()
+			close(timeout.expire)
+		}()
+		return timeout, func() {}
+	}
+	defer func() { withTimeout = context.WithTimeout }()
 	wantLines(t, lines(t, Check(context.Background(), c.ssh, p)),
 		[]string{"host hang: no answer from preflight-node", "deadline exceeded"},
 	)
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("Check took %v with a 500ms timeout", d)
+	if d := time.Since(expired); d > 5*time.Second {
+		t.Errorf("Check returned %v after its timeout", d)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/distributed/store"
+	"github.com/gotrain/gotrain/internal/testproc"
 )
 
 // fast is a Config for tests: quick polls and heartbeats; no last call
@@ -384,7 +385,14 @@ func TestStoreEndpointHostAndClient(t *testing.T) {
 		h.Close()
 		closed <- time.Now()
 	}()
-	time.Sleep(300 * time.Millisecond)
+	// The host has said it left, and lingers.
+	hostLeft := func() bool {
+		n, err := clientB.(*storeBackend).s.Add(ctx, leftKey+"h", 0)
+		return err == nil && n > 0
+	}
+	if !testproc.Poll(10*time.Second, hostLeft) {
+		t.Fatal("the host did not say it left")
+	}
 	left := time.Now()
 	if _, err := c.Complete(ctx, Round{Number: 0}); err != nil {
 		t.Fatalf("the other node lost the store while the host was closing: %v", err)

@@ -91,7 +91,12 @@ func TestRunReturnsStdout(t *testing.T) {
 	}
 }
 
+// useTempDir makes the test's own directory the one Multiplex makes its
+// socket directories in (and removes stale ones from).
+func useTempDir(t *testing.T) { t.Setenv("TMPDIR", t.TempDir()) }
+
 func TestMultiplexSharesOneConnectionPerHost(t *testing.T) {
+	useTempDir(t)
 	c, end, err := Client{Options: []string{"Port=2222"}}.Multiplex()
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +120,7 @@ func TestMultiplexSharesOneConnectionPerHost(t *testing.T) {
 }
 
 func TestMultiplexLeavesTheUsersControlSettings(t *testing.T) {
+	useTempDir(t)
 	for _, o := range []string{"ControlMaster=no", "controlpath=/tmp/mine-%C", "ControlPersist=60"} {
 		c, end, err := Client{Options: []string{o}}.Multiplex()
 		if err != nil {

@@ -33,6 +33,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testenv"
+	"github.com/gotrain/gotrain/internal/testproc"
 )
 
 // Prefix starts the name of every network namespace and link this
@@ -101,18 +104,6 @@ type Host struct {
 // counter distinguishes the clusters of one test binary.
 var counter atomic.Int64
 
-// required reports whether a missing engine fails the test.
-func required() bool { return os.Getenv("GOTRAIN_REQUIRE_ENGINES") == "1" }
-
-// need skips t, or fails it with GOTRAIN_REQUIRE_ENGINES=1, naming why.
-func need(t testing.TB, why string) {
-	t.Helper()
-	if required() {
-		t.Fatalf("clustertest: %s (GOTRAIN_REQUIRE_ENGINES=1)", why)
-	}
-	t.Skipf("clustertest: %s", why)
-}
-
 // Available returns why a cluster (with sshd on its hosts if ssh) cannot
 // be built here, or "".
 func Available(ssh bool) string {
@@ -124,8 +115,8 @@ func Available(ssh bool) string {
 		progs = append(progs, "ssh", "ssh-keygen")
 	}
 	for _, p := range progs {
-		if _, err := exec.LookPath(p); err != nil {
-			return "no " + p + " command"
+		if why := testenv.Missing(p); why != "" {
+			return why
 		}
 	}
 	if _, err := os.Stat(sshdPath); ssh && err != nil {
@@ -144,7 +135,7 @@ const sshdPath = "/usr/sbin/sshd"
 func New(t testing.TB, o Options) *Cluster {
 	t.Helper()
 	if why := Available(!o.NoSSH); why != "" {
-		need(t, why)
+		testenv.Need(t, "a namespace cluster", why)
 	}
 	if o.Hosts == 0 {
 		o.Hosts = 2
@@ -167,7 +158,7 @@ func New(t testing.TB, o Options) *Cluster {
 	t.Cleanup(func() { c.teardown(t) })
 	k, err := c.allocate()
 	if err != nil {
-		need(t, err.Error())
+		testenv.Need(t, "a namespace cluster", err.Error())
 	}
 	c.Subnet = fmt.Sprintf("10.97.%d.0/24", k)
 	c.LocalAddr = fmt.Sprintf("10.97.%d.254", k)
@@ -611,22 +602,23 @@ func (c *Cluster) teardown(t testing.TB) {
 		if t.Failed() && h.sshdLog != nil {
 			t.Logf("clustertest: sshd log of %s:\n%s", h.Name, h.sshdLog.String())
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			pids, err := netnsPIDs(h.NetNS)
+		// Killed processes leave the namespace once reaped; ones forked
+		// meanwhile are killed in turn.
+		var pids []int
+		if !testproc.Poll(10*time.Second, func() bool {
+			var err error
+			pids, err = netnsPIDs(h.NetNS)
 			if err != nil || len(pids) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("clustertest: processes %v left in %s after SIGKILL", pids, h.NetNS)
-				break
+				return true
 			}
 			for _, pid := range pids {
 				if p, err := os.FindProcess(pid); err == nil {
 					p.Kill()
 				}
 			}
-			time.Sleep(20 * time.Millisecond)
+			return false
+		}) {
+			t.Errorf("clustertest: processes %v left in %s after SIGKILL", pids, h.NetNS)
 		}
 		if h.exited != nil {
 			<-h.exited

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/testproc"
 )
 
 // TestMain lets the test binary serve as a program on a host:
@@ -227,12 +229,9 @@ func TestFirewall(t *testing.T) {
 		t.Errorf("link down: connected")
 	}
 	h.LinkUp(t)
-	deadline := time.Now().Add(5 * time.Second)
-	for dial() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("link up: %v", dial())
-		}
-		time.Sleep(50 * time.Millisecond)
+	// The link takes a moment to come up (IPv4 neighbour discovery).
+	if !testproc.Poll(10*time.Second, func() bool { return dial() == nil }) {
+		t.Fatalf("link up: %v", dial())
 	}
 }
 
@@ -313,20 +312,18 @@ func TestCleanup(t *testing.T) {
 	}
 }
 
-// alive reports whether pid is a process that is not a zombie, waiting a
-// moment for a killed one's parent to reap it.
+// alive reports whether pid is a process that is not a zombie, waiting
+// for a killed one's parent to reap it.
 func alive(pid int) bool {
-	for range 100 {
+	gone := func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
-			return false
+			return true
 		}
-		if i := strings.LastIndex(string(b), ") "); i >= 0 && strings.HasPrefix(string(b)[i+2:], "Z") {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
+		i := strings.LastIndex(string(b), ") ")
+		return i >= 0 && strings.HasPrefix(string(b)[i+2:], "Z")
 	}
-	return true
+	return !testproc.Poll(10*time.Second, gone)
 }
 
 // TestNoSSH: hosts without sshd still have their own namespaces, and

@@ -30,8 +30,16 @@ type Limiter struct {
 
 	mu    sync.Mutex
 	held  map[string]*heldWarnings // by message, while its interval runs
-	timer map[string]*time.Timer
+	timer map[string]stopper
+	// afterFunc starts an interval's timer: time.AfterFunc, or a test's
+	// clock.
+	afterFunc func(d time.Duration, f func()) stopper
 }
+
+// stopper is a started timer.
+type stopper interface{ Stop() bool }
+
+func afterFunc(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }
 
 type heldWarnings struct {
 	count int
@@ -44,7 +52,7 @@ func NewLimiter(log *slog.Logger, interval time.Duration) *Limiter {
 	if interval <= 0 {
 		interval = WarnInterval
 	}
-	return &Limiter{log: log, interval: interval, held: map[string]*heldWarnings{}, timer: map[string]*time.Timer{}}
+	return &Limiter{log: log, interval: interval, held: map[string]*heldWarnings{}, timer: map[string]stopper{}, afterFunc: afterFunc}
 }
 
 // Warn logs msg with args, or counts it if msg was logged within the
@@ -58,7 +66,7 @@ func (l *Limiter) Warn(msg string, args ...any) {
 		return
 	}
 	l.held[msg] = &heldWarnings{}
-	l.timer[msg] = time.AfterFunc(l.interval, func() { l.flush(msg) })
+	l.timer[msg] = l.afterFunc(l.interval, func() { l.flush(msg) })
 	l.logger().Warn(msg, args...)
 }
 
@@ -79,7 +87,7 @@ func (l *Limiter) flush(msg string) {
 	}
 	l.summarize(msg, h)
 	l.held[msg] = &heldWarnings{}
-	l.timer[msg] = time.AfterFunc(l.interval, func() { l.flush(msg) })
+	l.timer[msg] = l.afterFunc(l.interval, func() { l.flush(msg) })
 }
 
 // Stop writes the summaries held back so far and stops the timers.

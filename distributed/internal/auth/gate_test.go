@@ -5,11 +5,61 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/gotrain/gotrain/internal/testlog"
 )
+
+// fakeTimers is a Limiter's clock that the test advances: an interval
+// ends when the test says so.
+type fakeTimers struct {
+	mu      sync.Mutex
+	pending []*fakeTimer
+}
+
+type fakeTimer struct {
+	f       func()
+	stopped bool
+}
+
+func (ft *fakeTimers) afterFunc(_ time.Duration, f func()) stopper {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	tm := &fakeTimer{f: f}
+	ft.pending = append(ft.pending, tm)
+	return &fakeStop{ft, tm}
+}
+
+type fakeStop struct {
+	ft *fakeTimers
+	tm *fakeTimer
+}
+
+func (s *fakeStop) Stop() bool {
+	s.ft.mu.Lock()
+	defer s.ft.mu.Unlock()
+	was := !s.tm.stopped
+	s.tm.stopped = true
+	return was
+}
+
+// endInterval runs the timers started so far, as their interval ends.
+func (ft *fakeTimers) endInterval() {
+	ft.mu.Lock()
+	due := ft.pending
+	ft.pending = nil
+	ft.mu.Unlock()
+	for _, tm := range due {
+		ft.mu.Lock()
+		stopped := tm.stopped
+		ft.mu.Unlock()
+		if !stopped {
+			tm.f()
+		}
+	}
+}
 
 // A flood of one warning gives its first occurrence at once and then one
 // summary per interval with the count held back; a quiet interval ends it.
@@ -17,6 +67,8 @@ func TestLimiterSummarizes(t *testing.T) {
 	var buf testlog.Buffer
 	const interval = 300 * time.Millisecond
 	l := NewLimiter(slog.New(slog.NewTextHandler(&buf, nil)), interval)
+	clock := &fakeTimers{}
+	l.afterFunc = clock.afterFunc
 	defer l.Stop()
 	for i := range 100 {
 		l.Warn("flood", "i", i)
@@ -25,12 +77,12 @@ func TestLimiterSummarizes(t *testing.T) {
 	if got := strings.Count(buf.String(), "\n"); got != 2 {
 		t.Fatalf("%d lines at once; want the first of each message:\n%s", got, buf.String())
 	}
-	time.Sleep(interval + interval/2)
+	clock.endInterval()
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 3 || !strings.Contains(lines[2], "flood (repeated") || !strings.Contains(lines[2], "repeated=99") || !strings.Contains(lines[2], "i=99") {
 		t.Fatalf("after one interval:\n%s\nwant a third line summarizing 99 floods, the last i=99", buf.String())
 	}
-	time.Sleep(2 * interval) // a quiet interval: nothing more to say
+	clock.endInterval() // a quiet interval: nothing more to say
 	if n := len(strings.Split(strings.TrimSpace(buf.String()), "\n")); n != 3 {
 		t.Fatalf("%d lines after a quiet interval; want 3:\n%s", n, buf.String())
 	}

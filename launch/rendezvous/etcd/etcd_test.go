@@ -3,14 +3,15 @@ package etcd
 import (
 	"context"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testenv"
 	"github.com/gotrain/gotrain/internal/testlog"
+	"github.com/gotrain/gotrain/internal/testproc"
 )
 
 // startEtcd starts Debian's etcd on loopback on free ports with its own
@@ -18,13 +19,7 @@ import (
 // etcd unless GOTRAIN_REQUIRE_ENGINES=1.
 func startEtcd(t *testing.T) string {
 	t.Helper()
-	bin, err := exec.LookPath("etcd")
-	if err != nil {
-		if os.Getenv("GOTRAIN_REQUIRE_ENGINES") == "1" {
-			t.Fatal("etcd not installed (apt-get install etcd-server) and GOTRAIN_REQUIRE_ENGINES=1")
-		}
-		t.Skip("etcd not installed (Debian etcd-server); skipping")
-	}
+	bin := testenv.LookPath(t, "etcd")
 	free := func() string {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -47,15 +42,17 @@ func startEtcd(t *testing.T) string {
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if c, err := net.DialTimeout("tcp", client, time.Second); err == nil {
+	listening := func() bool {
+		c, err := net.DialTimeout("tcp", client, time.Second)
+		if err == nil {
 			c.Close()
-			return client
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("etcd not listening on %s:\n%s", client, out.String())
-		}
+		return err == nil
 	}
+	if !testproc.Poll(30*time.Second, listening) {
+		t.Fatalf("etcd not listening on %s:\n%s", client, out.String())
+	}
+	return client
 }
 
 func TestBackend(t *testing.T) {
@@ -105,7 +102,10 @@ func TestBackend(t *testing.T) {
 	if m, err := a.Alive(ctx, []string{"a", "b", "c"}); err != nil || !m["a"] || !m["b"] || m["c"] {
 		t.Fatalf("Alive: %v, %v; want a and b", m, err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	// a beats every 100 ms, well within its lease, while b's lapses.
+	beat := time.NewTicker(100 * time.Millisecond)
+	defer beat.Stop()
+	for deadline := time.Now().Add(10 * time.Second); ; <-beat.C {
 		if err := a.Beat(ctx, "a"); err != nil {
 			t.Fatal(err)
 		}

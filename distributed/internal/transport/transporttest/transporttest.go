@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/distributed/internal/transport"
+	"github.com/gotrain/gotrain/internal/testproc"
 )
 
 // Connect returns n connected meshes, the one at index r being rank r, or
@@ -138,13 +139,17 @@ func send(t *testing.T, m transport.Mesh, peer int, h transport.Header, payload 
 // failedWith waits for m to fail and returns its error.
 func failedWith(t *testing.T, m transport.Mesh) error {
 	t.Helper()
-	for deadline := time.Now().Add(bound); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if err := m.Err(); err != nil {
-			return err
-		}
+	if !testproc.Poll(bound, func() bool { return m.Err() != nil }) {
+		t.Fatalf("rank %d: mesh not failed within %v", m.Rank(), bound)
 	}
-	t.Fatalf("rank %d: mesh not failed within %v", m.Rank(), bound)
-	return nil
+	return m.Err()
+}
+
+// holdsFrame reports whether p's reader holds a frame nothing was posted
+// for: then, and only then, LastHeard is the present.
+func holdsFrame(p transport.Pair) bool {
+	now := time.Now()
+	return !p.LastHeard().Before(now)
 }
 
 // SizeOne: a mesh of one rank connects and closes.
@@ -222,7 +227,10 @@ func FramesPostedLate(t *testing.T, connect Connect) {
 	for seq, size := range sizes {
 		send(t, ms[0], 1, collective(uint64(seq), size), pattern(size, seq))
 	}
-	time.Sleep(20 * time.Millisecond) // let them arrive
+	// The first has arrived when rank 1 holds it; the others wait behind.
+	if !testproc.Poll(bound, func() bool { return holdsFrame(ms[1].Pair(0)) }) {
+		t.Fatalf("rank 1 holds no early frame %v after it was sent", bound)
+	}
 	for seq, size := range sizes {
 		r := transport.NewRecv(collective(uint64(seq), size), make([]byte, size), nil)
 		ms[1].Pair(0).Post(r)
@@ -280,7 +288,12 @@ func P2PTags(t *testing.T, connect Connect) {
 	send(t, ms[0], 1, p2p(3, 0), nil) // an empty message is one empty frame
 	send(t, ms[0], 1, p2p(5, 10), msg(5, 10))
 	send(t, ms[0], 1, p2p(5, 10), msg(6, 10))
-	time.Sleep(20 * time.Millisecond) // let them arrive before most receives are posted
+	// The others have arrived, before most receives are posted, when a
+	// last message sent after them has.
+	last := transport.NewRecv(p2p(9, 1), make([]byte, 1), nil)
+	ms[1].Pair(0).PostP2P(last)
+	send(t, ms[0], 1, p2p(9, 1), msg(9, 1))
+	awaitOK(t, "tag 9, sent last", last, msg(9, 1))
 
 	awaitOK(t, "tag 2, posted before it was sent", early, msg(2, 40))
 	for _, c := range []struct {
@@ -421,8 +434,7 @@ func PeerLeaves(t *testing.T, connect Connect) {
 	coll := transport.NewRecv(collective(0, 8), make([]byte, 32), nil)
 	ms[0].Pair(2).Post(coll)
 	pt := transport.NewRecv(p2p(1, 8), make([]byte, 32), nil)
-	ms[0].Pair(2).PostP2P(pt)
-	time.Sleep(10 * time.Millisecond) // the receives are pending
+	ms[0].Pair(2).PostP2P(pt) // pending once Post returns
 	start := time.Now()
 	ms[2].Close()
 	for _, c := range []struct {
@@ -562,7 +574,11 @@ func SendDeadline(t *testing.T, connect Connect) {
 func Heartbeats(t *testing.T, connect Connect) {
 	ms := mesh(t, connect, 2)
 	start := time.Now()
-	time.Sleep(3 * time.Second)
+	// Heard after a second of idleness: a heartbeat, as nothing else is sent.
+	heard := func() bool {
+		return ms[0].Pair(1).LastHeard().After(start.Add(time.Second)) && ms[1].Pair(0).LastHeard().After(start.Add(time.Second))
+	}
+	testproc.Poll(bound, heard)
 	for r, m := range ms {
 		if err := m.Err(); err != nil {
 			t.Fatalf("rank %d: idle mesh failed: %v", r, err)
