@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -37,9 +38,11 @@ func TestBenchGemmBound(t *testing.T) {
 			if m[1] != want.step || m[2] != precision || m[3] != want.gflop {
 				t.Errorf("bench gemm: %q, want step %s, precision %s and %s GFLOP per step", line, want.step, precision, want.gflop)
 			}
+			// The bound is the work over the time, each printed rounded: their
+			// product is the work within what the rounding allows.
 			secs, _ := strconv.ParseFloat(m[4], 64)
 			bound, _ := strconv.ParseFloat(m[5], 64)
-			if secs <= 0 || bound <= 0 || bound*secs < want.per*0.99 || bound*secs > want.per*1.01 {
+			if secs <= 0 || bound <= 0 || math.Abs(bound*secs/want.per-1) > halfUnit(m[4])/secs+halfUnit(m[5])/bound+1e-9 {
 				t.Errorf("bench gemm: bound %v %s/s inconsistent with %v s per step of %v", bound, want.unit, secs, want.per)
 			}
 		}

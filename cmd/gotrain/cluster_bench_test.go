@@ -48,25 +48,45 @@ func shapeLink(b *testing.B, c *clustertest.Cluster) {
 
 // onHosts runs one process per host of c, rank r on host r, given by
 // argv and env, and returns each one's combined output. It fails b if
-// any fails or all have not finished within limit.
-func onHosts(b *testing.B, c *clustertest.Cluster, limit time.Duration, argv func(r int) []string, env func(r int) []string) []string {
+// any fails or all have not finished within limit. With ready set, rank
+// 0 starts first and the others once its output holds ready.
+func onHosts(b *testing.B, c *clustertest.Cluster, limit time.Duration, ready string, argv func(r int) []string, env func(r int) []string) []string {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	outs := make([]testlog.Buffer, len(c.Hosts))
+	outs := make([]*output, len(c.Hosts))
 	errs := make([]error, len(c.Hosts))
 	var wg sync.WaitGroup
+	exited := make(chan struct{})
 	for r, h := range c.Hosts {
+		if r == 1 && ready != "" && !outs[0].waitFor(limit, func(s string) bool {
+			select {
+			case <-exited:
+				return true
+			default:
+				return strings.Contains(s, ready)
+			}
+		}) {
+			b.Fatalf("rank 0 on %s did not print %q within %v:\n%s", c.Hosts[0].Name, ready, limit, outs[0].String())
+		}
 		a := argv(r)
 		cmd := h.Command(ctx, a[0], a[1:]...)
 		cmd.Env = append(os.Environ(), env(r)...)
-		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		outs[r] = newOutput(nil)
+		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
 		cmd.WaitDelay = 5 * time.Second
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[r] = cmd.Wait() }()
+		go func() {
+			defer wg.Done()
+			errs[r] = cmd.Wait()
+			if r == 0 {
+				close(exited)
+				outs[0].bell.ring()
+			}
+		}()
 	}
 	wg.Wait()
 	res := make([]string, len(c.Hosts))
@@ -165,7 +185,7 @@ func BenchmarkClusterAllreduce(b *testing.B) {
 				ceiling := tcpCeiling(b, c, exe, sizeArgs)
 				var theirs map[int]float64
 				if gloo {
-					outs := onHosts(b, c, 5*time.Minute,
+					outs := onHosts(b, c, 5*time.Minute, "",
 						func(int) []string { return append([]string{"/usr/bin/python3", script}, sizeArgs...) },
 						func(r int) []string { return rankEnv(c, r, 29501) })
 					theirs = busbw(b, outs[0])
@@ -204,7 +224,7 @@ func BenchmarkClusterMLPCommHook(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		speed := map[string]float64{}
 		for _, hook := range []string{"allreduce", "bf16"} {
-			outs := onHosts(b, c, 5*time.Minute,
+			outs := onHosts(b, c, 5*time.Minute, "",
 				func(r int) []string {
 					return []string{exe, "run", "--nnodes", "2", "--node-rank", strconv.Itoa(r), "--nproc-per-node", "1",
 						"--master-addr", c.Hosts[0].Addr, "--master-port", "29500",
@@ -280,14 +300,15 @@ func benchFirstStep(b *testing.B, bin string) {
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
+		// Timed at the checkpoint's appearance (an inotify event).
 		var took time.Duration
-		for took == 0 {
+		if !waitDir(b, filepath.Dir(save), 2*time.Minute, func() bool {
 			if _, err := os.Stat(checkpoint.TrainingPath(save)); err == nil {
 				took = time.Since(start)
-			} else if ctx.Err() != nil {
-				b.Fatalf("no first step within 2 minutes:\n%s", out.String())
 			}
-			time.Sleep(2 * time.Millisecond)
+			return took > 0
+		}) {
+			b.Fatalf("no first step within 2 minutes:\n%s", out.String())
 		}
 		if err := cmd.Wait(); err != nil {
 			b.Fatalf("gotrain: %v\n%s", err, out.String())

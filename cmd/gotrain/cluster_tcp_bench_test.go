@@ -30,10 +30,10 @@ func init() {
 	}
 }
 
-// tcpDuplex is one end: RANK 0 listens on MASTER_ADDR:MASTER_PORT, RANK 1
-// dials it; for each size of TCP_SIZES both ends send and receive it at
-// once, three times, and rank 0 prints the best as "op=tcp bytes=
-// GBps=".
+// tcpDuplex is one end: RANK 0 listens on MASTER_ADDR:MASTER_PORT and
+// says so ("listening"), RANK 1 (started after that) dials it; for each
+// size of TCP_SIZES both ends send and receive it at once, three times,
+// and rank 0 prints the best as "op=tcp bytes= GBps=".
 func tcpDuplex() error {
 	addr := net.JoinHostPort(os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT"))
 	var conn net.Conn
@@ -42,24 +42,18 @@ func tcpDuplex() error {
 		if err != nil {
 			return err
 		}
+		fmt.Fprintln(os.Stderr, "listening")
 		conn, err = ln.Accept()
 		ln.Close()
 		if err != nil {
 			return err
 		}
 	} else {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			c, err := net.Dial("tcp", addr)
-			if err == nil {
-				conn = c
-				break
-			}
-			if time.Now().After(deadline) {
-				return err
-			}
-			time.Sleep(20 * time.Millisecond)
+		c, err := net.DialTimeout("tcp", addr, 30*time.Second)
+		if err != nil {
+			return err
 		}
+		conn = c
 	}
 	defer conn.Close()
 	buf := make([]byte, 4<<20)
@@ -111,7 +105,7 @@ func tcpDuplex() error {
 // bytes → GB/s.
 func tcpCeiling(b *testing.B, c *clustertest.Cluster, exe string, sizes []string) map[int]float64 {
 	b.Helper()
-	outs := onHosts(b, c, 2*time.Minute,
+	outs := onHosts(b, c, 2*time.Minute, "listening",
 		func(int) []string { return []string{exe} },
 		func(r int) []string {
 			return []string{testproc.WorkerEnv + "=" + tcpWorker, "RANK=" + strconv.Itoa(r),

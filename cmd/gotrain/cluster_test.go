@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,13 +11,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gotrain/gotrain/checkpoint"
-	"github.com/gotrain/gotrain/internal/testlog"
 	"github.com/gotrain/gotrain/internal/testproc"
 	"github.com/gotrain/gotrain/testing/clustertest"
 )
@@ -55,12 +57,12 @@ func mnistOnHosts(c *clustertest.Cluster, slots int, flags ...string) []string {
 }
 
 // startGotrain starts `gotrain args...` here with env added, its output
-// (both streams) in the returned buffer; it is killed when the test ends.
-func startGotrain(t *testing.T, ctx context.Context, env []string, args ...string) (*os.Process, *testlog.Buffer, <-chan int) {
+// (both streams) in the returned output; it is killed when the test ends.
+func startGotrain(t *testing.T, ctx context.Context, env []string, args ...string) (*os.Process, *output, <-chan int) {
 	t.Helper()
 	cmd := gotrainCmd(ctx, t, args...)
 	cmd.Env = append(cmd.Env, env...)
-	out := &testlog.Buffer{}
+	out := newOutput(nil)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -113,19 +115,37 @@ func leftovers(t *testing.T, h *clustertest.Host) (procs []clustertest.Proc, shm
 	return procs, shm
 }
 
-// waitFor polls cond every 50 ms for up to limit, returning how long it
-// took, or false.
-func waitFor(limit time.Duration, cond func() bool) (time.Duration, bool) {
-	start := time.Now()
+// waitGone waits up to limit until list returns no process, and returns
+// what it lists at the end: it waits for the exits of the processes
+// listed (by pidfd), then lists again, for any started meanwhile.
+// Zombies have exited and are not listed.
+func waitGone(t *testing.T, limit time.Duration, list func() []clustertest.Proc) []clustertest.Proc {
+	t.Helper()
+	deadline := time.Now().Add(limit)
 	for {
-		if cond() {
-			return time.Since(start), true
+		ps := slices.DeleteFunc(list(), func(p clustertest.Proc) bool { return zombie(p.PID) })
+		left := time.Until(deadline)
+		if len(ps) == 0 || left <= 0 {
+			return ps
 		}
-		if time.Since(start) > limit {
-			return time.Since(start), false
+		var pids []int
+		for _, p := range ps {
+			pids = append(pids, p.PID)
 		}
-		time.Sleep(50 * time.Millisecond)
+		w := watchExits(t, pids...)
+		w.wait(left)
+		w.close()
 	}
+}
+
+// zombie reports whether pid has exited but not been reaped (or is gone).
+func zombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
 }
 
 // params reads a safetensors model as name → values.
@@ -301,8 +321,8 @@ func TestClusterSSHRefused(t *testing.T) {
 	}
 	// Node 0's pre-flight session may still be exiting when gotrain
 	// returns: it must be gone soon, and no worker may appear.
-	if _, ok := waitFor(3*time.Second, func() bool { return len(workers(t, c.Hosts[0])) == 0 }); !ok {
-		t.Errorf("processes on %s 3 s after gotrain exited: %v", c.Hosts[0].Name, workers(t, c.Hosts[0]))
+	if left := waitGone(t, 3*time.Second, func() []clustertest.Proc { return workers(t, c.Hosts[0]) }); len(left) > 0 {
+		t.Errorf("processes on %s 3 s after gotrain exited: %v", c.Hosts[0].Name, left)
 	}
 	t.Logf("refused in %v: %s", took.Round(time.Millisecond), strings.TrimSpace(strings.Join(lines, "")))
 }
@@ -361,7 +381,7 @@ func TestClusterHostnameLoopback(t *testing.T) {
 	defer cancel()
 	args := append([]string{"train", "mnist", "--hosts", "node0:1,node1:1"}, c.SSHFlags()...)
 	cmd := c.Hosts[1].Command(ctx, exe, append(args, "--max-steps", "2", "--progress=false")...)
-	cmd.Env = append(testproc.Environ("gotrain"), "GOTRAIN_NUM_THREADS=1")
+	cmd.Env = append(testproc.Environ("gotrain"), "GOTRAIN_NUM_THREADS=1", "PATH="+childPATH)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("launched from node1: %v:\n%s", err, out)
@@ -388,26 +408,21 @@ func TestClusterHostnameLoopback(t *testing.T) {
 // startTraining starts a long MNIST job on c (slots workers per host)
 // that checkpoints every 5 steps, and waits for its first checkpoint:
 // then every rank is training.
-func startTraining(t *testing.T, c *clustertest.Cluster, slots int, flags ...string) (*os.Process, *testlog.Buffer, <-chan int, string) {
+func startTraining(t *testing.T, c *clustertest.Cluster, slots int, flags ...string) (*os.Process, *output, <-chan int, string) {
 	t.Helper()
 	return startTrainingEnv(t, c, nil, slots, flags...)
 }
 
 // startTrainingEnv is startTraining with env added to the launcher's
 // environment (whose GOTRAIN_* variables reach every host's workers).
-func startTrainingEnv(t *testing.T, c *clustertest.Cluster, env []string, slots int, flags ...string) (*os.Process, *testlog.Buffer, <-chan int, string) {
+func startTrainingEnv(t *testing.T, c *clustertest.Cluster, env []string, slots int, flags ...string) (*os.Process, *output, <-chan int, string) {
 	t.Helper()
 	save := filepath.Join(t.TempDir(), "model.safetensors")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	args := mnistOnHosts(c, slots, append([]string{"--epochs", "20", "--save", save, "--save-every", "5"}, flags...)...)
 	p, out, code := startGotrain(t, ctx, env, args...)
-	if _, ok := waitFor(40*time.Second, func() bool {
-		_, err := os.Stat(checkpoint.TrainingPath(save))
-		return err == nil
-	}); !ok {
-		t.Fatalf("no checkpoint after 40 s:\n%s", out.String())
-	}
+	waitFile(t, checkpoint.TrainingPath(save), 40*time.Second, out)
 	return p, out, code, save
 }
 
@@ -423,20 +438,20 @@ func TestClusterLinkDown(t *testing.T) {
 	_, out, code, _ := startTrainingEnv(t, c, []string{"GOTRAIN_HEARTBEAT_TIMEOUT=3s"}, 1)
 	cut := time.Now()
 	c.Hosts[1].LinkDown(t)
-	if d, ok := waitFor(10*time.Second, func() bool {
-		for l := range strings.Lines(out.String()) {
+	if !out.waitFor(10*time.Second, func(s string) bool {
+		for l := range strings.Lines(s) {
 			if strings.HasPrefix(l, "[rank0]:") && strings.Contains(l, "peer rank 1") {
 				return true
 			}
 		}
 		return false
-	}); !ok {
+	}) {
 		t.Errorf("rank 0 did not fail naming rank 1 within 10 s of the cut")
 	} else {
-		t.Logf("rank 0 failed %v after the cut", d.Round(time.Millisecond))
+		t.Logf("rank 0 failed %v after the cut", time.Since(cut).Round(time.Millisecond))
 	}
-	if _, ok := waitFor(10*time.Second-time.Since(cut), func() bool { return len(workers(t, c.Hosts[1])) == 0 }); !ok {
-		t.Errorf("workers still on %s 10 s after the cut: %v", c.Hosts[1].Name, workers(t, c.Hosts[1]))
+	if left := waitGone(t, 10*time.Second-time.Since(cut), func() []clustertest.Proc { return workers(t, c.Hosts[1]) }); len(left) > 0 {
+		t.Errorf("workers still on %s 10 s after the cut: %v", c.Hosts[1].Name, left)
 	} else {
 		t.Logf("%s's workers gone %v after the cut", c.Hosts[1].Name, time.Since(cut).Round(time.Millisecond))
 	}
@@ -466,11 +481,12 @@ func TestClusterLauncherKilled(t *testing.T) {
 	p.Signal(syscall.SIGKILL)
 	<-code
 	for _, h := range c.Hosts {
-		if _, ok := waitFor(5*time.Second-time.Since(killed), func() bool {
-			procs, shm := leftovers(t, h)
-			return len(procs) == 0 && len(shm) == 0
-		}); !ok {
-			procs, shm := leftovers(t, h)
+		procs := waitGone(t, 5*time.Second-time.Since(killed), func() []clustertest.Proc { ps, _ := leftovers(t, h); return ps })
+		// The host's /dev/shm is in its own mount namespace, out of this
+		// process's inotify's sight: it is listed until empty.
+		var shm []string
+		poll(5*time.Second-time.Since(killed), 50*time.Millisecond, func() bool { _, shm = leftovers(t, h); return len(shm) == 0 })
+		if len(procs) > 0 || len(shm) > 0 {
 			t.Errorf("%s, 5 s after the launcher was killed: processes %v, /dev/shm %v", h.Name, procs, shm)
 		}
 	}

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -23,7 +26,8 @@ type pageState struct {
 	Ranks      string `json:"ranks"`
 }
 
-const readPage = `(() => {
+// readPage is a JavaScript function that reads a pageState off the page.
+const readPage = `() => {
   const n = id => document.querySelectorAll("#" + id + " polyline").length;
   return {
     version: document.body.dataset.version || "",
@@ -32,7 +36,25 @@ const readPage = `(() => {
     rows: document.querySelectorAll("#workers tbody tr").length,
     ranks: document.getElementById("ranks").textContent,
   };
-})()`
+}`
+
+// waitPage waits until the page's state s satisfies cond, a JavaScript
+// expression of s, and returns that state: the page checks cond at each
+// change of its document (a MutationObserver), so the test waits for
+// the redraw itself. ctx bounds the wait.
+func waitPage(ctx context.Context, cond string) (pageState, error) {
+	return chromedp.Run(ctx, chromedp.Evaluate[pageState](`new Promise(resolve => {
+  const read = `+readPage+`;
+  const done = s => (`+cond+`);
+  const obs = new MutationObserver(() => {
+    const s = read();
+    if (done(s)) { obs.disconnect(); resolve(s); }
+  });
+  obs.observe(document.body, {subtree: true, childList: true, attributes: true, characterData: true});
+  const s = read();
+  if (done(s)) { obs.disconnect(); resolve(s); }
+})`, chromedp.EvalAwaitPromise))
+}
 
 // TestDashboardInChromium opens the dashboard of a 2-worker run in
 // headless Chromium: the curves are drawn (one step-time line per rank),
@@ -47,36 +69,25 @@ func TestDashboardInChromium(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/"), chromedp.WaitReady("#steptime polyline")); err != nil {
 		t.Fatalf("the dashboard drew no step-time curve: %v; output:\n%s", err, g.all.String())
 	}
-	read := func() pageState {
-		s, err := chromedp.Run(ctx, chromedp.Evaluate[pageState](readPage))
+	// Each wait is bounded by the page's progress, not the whole run's.
+	wait := func(what, cond string) pageState {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		s, err := waitPage(wctx, cond)
 		if err != nil {
-			t.Fatal(err)
+			now, _ := chromedp.Run(ctx, chromedp.Evaluate[pageState]("("+readPage+")()"))
+			t.Fatalf("the page did not show %s within 30 s (%v): it shows %+v; output:\n%s", what, err, now, g.all.String())
 		}
 		return s
 	}
-	var first pageState
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		first = read()
-		if first.StepTime == 2 && first.Rows == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the page shows %+v, want both ranks' curves and rows", first)
-		}
-	}
+	first := wait("both ranks' curves and rows", "s.steptime == 2 && s.rows == 2")
 	if first.Loss != 2 || first.Throughput != 1 || first.Exposed != 2 || first.LossPoints < 2 {
 		t.Fatalf("curves drawn: %+v", first)
 	}
-	var later pageState
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		later = read()
-		if later.Version != first.Version && later.LossPoints > first.LossPoints {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the page did not update: first %+v, 30 s later %+v", first, later)
-		}
-	}
+	version, _ := json.Marshal(first.Version)
+	later := wait(fmt.Sprintf("an update of %+v", first),
+		fmt.Sprintf("s.version !== %s && s.lossPoints > %d", version, first.LossPoints))
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)

@@ -2,30 +2,22 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/gotrain/gotrain/datasets/mnist"
+	"github.com/gotrain/gotrain/internal/testenv"
 	"github.com/gotrain/gotrain/internal/testproc"
 )
-
-// requireTool returns the path of tool, or skips the test without it
-// (fails instead when GOTRAIN_REQUIRE_ENGINES=1, as in CI).
-func requireTool(t *testing.T, tool string) string {
-	t.Helper()
-	path, err := exec.LookPath(tool)
-	if err != nil {
-		if os.Getenv("GOTRAIN_REQUIRE_ENGINES") == "1" {
-			t.Fatalf("%s is required (GOTRAIN_REQUIRE_ENGINES=1): %v", tool, err)
-		}
-		t.Skipf("%s not installed: %v", tool, err)
-	}
-	return path
-}
 
 // tmuxServer is a tmux server of the test's own, on its own socket in a
 // directory of its own (TMUX_TMPDIR), so none is left behind.
@@ -38,14 +30,14 @@ type tmuxServer struct {
 
 func newTmux(t *testing.T, name string) *tmuxServer {
 	t.Helper()
-	tmux := requireTool(t, "tmux")
+	tmux := testenv.LookPath(t, "tmux")
 	// Not t.TempDir(): a socket's path must stay short (108 bytes).
 	dir, err := os.MkdirTemp("", "tmux")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &tmuxServer{t: t, tmux: tmux, socket: fmt.Sprintf("gotrain-test-%d-%s", os.Getpid(), name),
-		env: append(os.Environ(), "TMUX_TMPDIR="+dir)}
+		env: append(os.Environ(), "TMUX_TMPDIR="+dir, "PATH="+childPATH)}
 	t.Cleanup(func() {
 		kill := exec.Command(s.tmux, "-L", s.socket, "kill-server")
 		kill.Env = s.env
@@ -66,6 +58,46 @@ func (s *tmuxServer) run(args ...string) string {
 	return string(out)
 }
 
+// session starts command in a new detached session of width×height and
+// returns a channel that receives a value (at most one pending) whenever
+// the command has written to its terminal: by then tmux has drawn it, so
+// a capture shows it. The command starts only once its output is piped.
+func (s *tmuxServer) session(name string, width, height int, command string) <-chan struct{} {
+	s.t.Helper()
+	fifo := filepath.Join(s.t.TempDir(), "pane")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	// Read and write: opening never blocks, and the reader sees no end of
+	// file between writers.
+	f, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { f.Close() })
+	wrote := make(chan struct{}, 1)
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := f.Read(buf); err != nil {
+				return
+			}
+			select {
+			case wrote <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	start := "start-" + name
+	// Inside the session, TMUX names this server for the inner tmux.
+	s.run("new-session", "-d", "-s", name, "-x", fmt.Sprint(width), "-y", fmt.Sprint(height),
+		fmt.Sprintf("'%s' wait-for %s; %s", s.tmux, start, command))
+	// tmux writes to the pipe after it has parsed the output onto the screen.
+	s.run("pipe-pane", "-O", "-t", name, "cat > '"+fifo+"'")
+	s.run("wait-for", "-S", start)
+	return wrote
+}
+
 // barLine matches the live display's line.
 var barLine = regexp.MustCompile(`^epoch \d+/\d+ \[[=> ]+\] .*\b[1-9]\d* samples/s`)
 
@@ -84,17 +116,22 @@ func TestTerminalDisplay(t *testing.T) {
 				tm := newTmux(t, fmt.Sprintf("%d-%d", width, workers))
 				cmd := fmt.Sprintf("cd '%s' && env %s '%s' train mnist --nproc-per-node %d --max-steps 400; echo gotrain-exit=$?; sleep 600",
 					t.TempDir(), testproc.Env("gotrain"), exe, workers)
-				tm.run("new-session", "-d", "-x", fmt.Sprint(width), "-y", "24", cmd)
+				wrote := tm.session("train", width, 24, cmd)
 				sawBar := ""
 				var screen string
-				for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(30 * time.Millisecond) {
-					if time.Now().After(deadline) {
+				// The screen is checked after each write to the terminal, until
+				// the command's exit status is on it.
+				deadline := time.After(90 * time.Second)
+				for !strings.Contains(screen, "gotrain-exit=") {
+					select {
+					case <-wrote:
+					case <-deadline:
 						t.Fatalf("gotrain still running after 90 s; screen:\n%s", screen)
 					}
 					// -p shows the screen's rows; -J joins rows that wrapped, so a
 					// bar that wrapped is too wide in one or the other.
-					screen = tm.run("capture-pane", "-p")
-					joined := tm.run("capture-pane", "-pJ")
+					screen = tm.run("capture-pane", "-p", "-t", "train")
+					joined := tm.run("capture-pane", "-pJ", "-t", "train")
 					for _, capture := range []string{screen, joined} {
 						var bars []string
 						for _, l := range strings.Split(capture, "\n") {
@@ -116,7 +153,6 @@ func TestTerminalDisplay(t *testing.T) {
 					}
 					if strings.Contains(screen, "gotrain-exit=") {
 						screen = joined
-						break
 					}
 				}
 				if sawBar == "" {
@@ -137,13 +173,51 @@ func TestTerminalDisplay(t *testing.T) {
 	}
 }
 
+// mnistSubset writes the first train and test examples of the shipped
+// MNIST as IDX files in a new directory, for --data: a job of whole
+// epochs that takes a fraction of the time.
+func mnistSubset(t *testing.T, train, test int) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, sp := range []struct {
+		split  mnist.Split
+		prefix string
+		n      int
+	}{{mnist.Train, "train", train}, {mnist.Test, "t10k", test}} {
+		d, err := mnist.Embedded(sp.split)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// IDX: a magic number (unsigned bytes, the number of dimensions),
+		// each dimension as a big-endian uint32, then the bytes.
+		images := binary.BigEndian.AppendUint32(nil, 0x0803)
+		for _, n := range []int{sp.n, mnist.Rows, mnist.Cols} {
+			images = binary.BigEndian.AppendUint32(images, uint32(n))
+		}
+		labels := binary.BigEndian.AppendUint32(nil, 0x0801)
+		labels = binary.BigEndian.AppendUint32(labels, uint32(sp.n))
+		for i := range sp.n {
+			images = append(images, d.Image(i)...)
+			labels = append(labels, byte(d.Label(i)))
+		}
+		for name, b := range map[string][]byte{sp.prefix + "-images-idx3-ubyte": images, sp.prefix + "-labels-idx1-ubyte": labels} {
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return dir
+}
+
 // TestPipedOutput: with stdout and stderr a pipe, the output is plain
 // lines: no carriage return, one line per epoch with the training loss
-// and the test accuracy, and progress lines every --log-every.
+// and the test accuracy, and progress lines every --log-every. A third of
+// MNIST makes epochs of 40 and 20 steps, far longer than --log-every.
 func TestPipedOutput(t *testing.T) {
+	data := mnistSubset(t, 20000, 2000)
 	for _, workers := range []string{"1", "2"} {
 		t.Run(workers+"workers", func(t *testing.T) {
-			all, stdout, code := runGotrain(t, 90*time.Second, "train", "mnist", "--nproc-per-node", workers,
+			all, stdout, code := runGotrain(t, 90*time.Second, "train", "mnist", "--nproc-per-node", workers, "--data", data,
 				"--batch-size", "512", "--epochs", "2", "--log-every", "0.02")
 			if code != 0 {
 				t.Fatalf("exit code %d; output:\n%s", code, all)

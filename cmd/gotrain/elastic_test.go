@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/checkpoint"
-	"github.com/gotrain/gotrain/internal/testlog"
+	"github.com/gotrain/gotrain/internal/testenv"
 	"github.com/gotrain/gotrain/internal/testnet"
 )
 
@@ -25,7 +25,7 @@ import (
 type elasticNode struct {
 	name string
 	cmd  *exec.Cmd
-	out  *testlog.Buffer
+	out  *output // rings the test's bell, as does the node's exit
 	done chan struct{}
 	err  error
 	// stopped: the test sent the launcher SIGSTOP, so only SIGKILL ends it.
@@ -43,24 +43,26 @@ func (n *elasticNode) exited() bool {
 
 // elasticJob is the MNIST job of the elastic tests: one epoch, resumed
 // from a checkpoint shared by the nodes (they are all this host), which
-// rank 0 writes every 20 steps.
-func elasticJob(t *testing.T, backend, endpoint, id, ckpt string) []string {
+// rank 0 writes every 20 steps. A round of fewer than 3 nodes closes
+// lastCall after the second has joined.
+func elasticJob(t *testing.T, backend, endpoint, id, ckpt string, lastCall time.Duration) []string {
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return []string{"run", "--nnodes", "2:3", "--rdzv-backend", backend, "--rdzv-endpoint", endpoint, "--rdzv-id", id,
-		"--rdzv-conf", "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempts=4",
+		"--rdzv-conf", fmt.Sprintf("last_call_timeout=%g,keep_alive_interval=0.5,keep_alive_max_attempts=4", lastCall.Seconds()),
 		"--max-restarts", "3", "--stop-timeout", "1s",
 		self, "train", "mnist", "--save", ckpt, "--resume", "--save-every", "20", "--progress=false"}
 }
 
-func startNode(ctx context.Context, t *testing.T, name string, args []string) *elasticNode {
+// startNode starts a node whose output and exit ring b.
+func startNode(ctx context.Context, t *testing.T, b *bell, name string, args []string) *elasticNode {
 	t.Helper()
 	cmd := gotrainCmd(ctx, t, args...)
 	cmd.Env = append(cmd.Env, "GOTRAIN_TOKEN=0123456789abcdef0123456789abcdef", "GOTRAIN_SHM=0", "GOTRAIN_NUM_THREADS=1",
 		"GOTRAIN_ALLOW_LOOPBACK=1") // every "node" is this host
-	n := &elasticNode{name: name, cmd: cmd, out: &testlog.Buffer{}, done: make(chan struct{})}
+	n := &elasticNode{name: name, cmd: cmd, out: newOutput(b), done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = n.out, n.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -68,6 +70,7 @@ func startNode(ctx context.Context, t *testing.T, name string, args []string) *e
 	go func() {
 		n.err = cmd.Wait()
 		close(n.done)
+		b.ring()
 	}()
 	t.Cleanup(func() {
 		if !n.exited() {
@@ -91,20 +94,16 @@ func dump(nodes []*elasticNode) string {
 	return b.String()
 }
 
-var startedRe = regexp.MustCompile(`msg="launch: starting workers".* round=(\d+) node_rank=(\d+) nnodes=(\d+) .*restart_count=(\d+)`)
+var startedRe = regexp.MustCompile(`msg="launch: starting workers".* round=(\d+) node_rank=(\d+) nnodes=(\d+) .*restart_count=(\d+)[ \n]`)
 
 // waitRound waits until every node of nodes starts its workers in round
 // with nnodes nodes and returns their node ranks, checked to be dense
-// (0..nnodes-1), and the group's restart count.
-func waitRound(t *testing.T, all, nodes []*elasticNode, round, nnodes int) (map[*elasticNode]int, int) {
+// (0..nnodes-1), and the group's restart count. b is the nodes' bell.
+func waitRound(t *testing.T, b *bell, all, nodes []*elasticNode, round, nnodes int) (map[*elasticNode]int, int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
 	ranks := map[*elasticNode]int{}
 	restarts := -1
-	for len(ranks) < len(nodes) {
-		if time.Now().After(deadline) {
-			t.Fatalf("round %d of %d nodes not formed by every node in 30s:%s", round, nnodes, dump(all))
-		}
+	formed := b.waitFor(30*time.Second, func() bool {
 		for _, n := range nodes {
 			if n.exited() {
 				t.Fatalf("node %s exited (%v) before round %d:%s", n.name, n.err, round, dump(all))
@@ -123,7 +122,10 @@ func waitRound(t *testing.T, all, nodes []*elasticNode, round, nnodes int) (map[
 				}
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		return len(ranks) == len(nodes)
+	})
+	if !formed {
+		t.Fatalf("round %d of %d nodes not formed by every node in 30s:%s", round, nnodes, dump(all))
 	}
 	var got []int
 	for _, r := range ranks {
@@ -177,16 +179,15 @@ func waitStep(t *testing.T, all []*elasticNode, ckpt string, step int) int {
 // re-formed may still see the last save of the group before it land.
 func waitStepOf(t *testing.T, all []*elasticNode, ckpt string, step, world int) int {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if s, _ := ckptStep(ckpt); s > step && (world == 0 || ckptWorld(ckpt) == world) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the checkpoint did not pass step %d in 30s:%s", step, dump(all))
-		}
-		time.Sleep(20 * time.Millisecond)
+	s := -1
+	passed := func() bool {
+		s, _ = ckptStep(ckpt)
+		return s > step && (world == 0 || ckptWorld(ckpt) == world)
 	}
+	if !waitDir(t, filepath.Dir(ckpt), 30*time.Second, passed) {
+		t.Fatalf("the checkpoint did not pass step %d in 30s:%s", step, dump(all))
+	}
+	return s
 }
 
 func rankZero(ranks map[*elasticNode]int) *elasticNode {
@@ -238,37 +239,41 @@ func lastResume(n *elasticNode) int {
 // GOTRAIN_REQUIRE_ENGINES=1.
 func startEtcd(t *testing.T) string {
 	t.Helper()
-	bin, err := exec.LookPath("etcd")
-	if err != nil {
-		if os.Getenv("GOTRAIN_REQUIRE_ENGINES") == "1" {
-			t.Fatal("etcd not installed (apt-get install etcd-server; .ci/engines.sh does) and GOTRAIN_REQUIRE_ENGINES=1")
-		}
-		t.Skip("etcd not installed (Debian etcd-server); skipping the etcd rendezvous test")
-	}
+	bin := testenv.LookPath(t, "etcd")
 	client, peer := testnet.FreeAddr(t), testnet.FreeAddr(t)
 	dir := t.TempDir()
 	cmd := exec.Command(bin, "--name", "gotrain-test", "--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", "http://"+client, "--advertise-client-urls", "http://"+client,
 		"--listen-peer-urls", "http://"+peer, "--initial-advertise-peer-urls", "http://"+peer,
 		"--initial-cluster", "gotrain-test=http://"+peer, "--log-level", "error")
-	out := &testlog.Buffer{}
+	out := newOutput(nil)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting etcd: %v", err)
 	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
-		cmd.Wait()
+		<-exited
 	})
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		if c, err := net.DialTimeout("tcp", client, time.Second); err == nil {
+	// etcd announces its client port only in its info log: the port is
+	// polled (a refused connection costs nothing), and etcd's exit ends
+	// the wait.
+	listening := poll(15*time.Second, 20*time.Millisecond, func() bool {
+		select {
+		case <-exited:
+			t.Fatalf("etcd exited:\n%s", out.String())
+		default:
+		}
+		c, err := net.DialTimeout("tcp", client, time.Second)
+		if err == nil {
 			c.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("etcd not listening on %s after 15s:\n%s", client, out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err == nil
+	})
+	if !listening {
+		t.Fatalf("etcd not listening on %s after 15s:\n%s", client, out.String())
 	}
 	return client
 }
@@ -281,14 +286,18 @@ func startEtcd(t *testing.T) string {
 func TestElasticEtcd(t *testing.T) {
 	endpoint := startEtcd(t)
 	ckpt := filepath.Join(t.TempDir(), "m.safetensors")
-	job := elasticJob(t, "etcd", endpoint, "etcd-test", ckpt)
+	// The three first nodes start together, and the first round must
+	// wait for the slowest of them to join: on a loaded machine it may
+	// come a second or more after the others.
+	job := elasticJob(t, "etcd", endpoint, "etcd-test", ckpt, 3*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
+	b := &bell{}
 	var all []*elasticNode
 	for _, name := range []string{"a", "b", "c"} {
-		all = append(all, startNode(ctx, t, name, job))
+		all = append(all, startNode(ctx, t, b, name, job))
 	}
-	ranks, _ := waitRound(t, all, all, 0, 3)
+	ranks, _ := waitRound(t, b, all, all, 0, 3)
 	step := waitStep(t, all, ckpt, 0)
 
 	var victim *elasticNode
@@ -301,16 +310,16 @@ func TestElasticEtcd(t *testing.T) {
 		}
 	}
 	victim.cmd.Process.Kill()
-	_, restarts := waitRound(t, all, alive, 1, 2)
+	_, restarts := waitRound(t, b, all, alive, 1, 2)
 	if restarts != 1 {
 		t.Fatalf("restart count %d after a node was lost; want 1:%s", restarts, dump(all))
 	}
 	step = waitStep(t, all, ckpt, step)
 
-	d := startNode(ctx, t, "d", job)
+	d := startNode(ctx, t, b, "d", job)
 	all = append(all, d)
 	alive = append(alive, d)
-	ranks, restarts = waitRound(t, all, alive, 2, 3)
+	ranks, restarts = waitRound(t, b, all, alive, 2, 3)
 	if restarts != 1 {
 		t.Fatalf("restart count %d after a node arrived; want still 1:%s", restarts, dump(all))
 	}
@@ -319,7 +328,7 @@ func TestElasticEtcd(t *testing.T) {
 	zero := rankZero(ranks)
 	zero.cmd.Process.Kill()
 	alive = slices.DeleteFunc(alive, func(n *elasticNode) bool { return n == zero })
-	ranks, restarts = waitRound(t, all, alive, 3, 2)
+	ranks, restarts = waitRound(t, b, all, alive, 3, 2)
 	if restarts != 2 {
 		t.Fatalf("restart count %d after rank 0's node was lost; want 2:%s", restarts, dump(all))
 	}
@@ -349,23 +358,26 @@ func TestElasticEtcd(t *testing.T) {
 func TestElasticC10d(t *testing.T) {
 	endpoint := testnet.FreeAddr(t)
 	ckpt := filepath.Join(t.TempDir(), "m.safetensors")
-	job := elasticJob(t, "c10d", endpoint, "c10d-test", ckpt)
+	// Each node starts once the group before it has formed: a short last
+	// call does not race them.
+	job := elasticJob(t, "c10d", endpoint, "c10d-test", ckpt, time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	host := startNode(ctx, t, "host", job)
-	for !strings.Contains(host.out.String(), "serving the c10d rendezvous store") {
-		if host.exited() {
-			t.Fatalf("the first node exited: %v\n%s", host.err, host.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	b := &bell{}
+	host := startNode(ctx, t, b, "host", job)
+	serving := b.waitFor(30*time.Second, func() bool {
+		return host.exited() || strings.Contains(host.out.String(), "serving the c10d rendezvous store")
+	})
+	if !serving || host.exited() {
+		t.Fatalf("the first node did not serve the store within 30 s (exited: %v, %v):\n%s", host.exited(), host.err, host.out.String())
 	}
-	all := []*elasticNode{host, startNode(ctx, t, "b", job)}
-	waitRound(t, all, all, 0, 2)
+	all := []*elasticNode{host, startNode(ctx, t, b, "b", job)}
+	waitRound(t, b, all, all, 0, 2)
 	step := waitStep(t, all, ckpt, 0)
 
-	c := startNode(ctx, t, "c", job)
+	c := startNode(ctx, t, b, "c", job)
 	all = append(all, c)
-	_, restarts := waitRound(t, all, all, 1, 3)
+	_, restarts := waitRound(t, b, all, all, 1, 3)
 	if restarts != 0 {
 		t.Fatalf("restart count %d after an arrival; want 0:%s", restarts, dump(all))
 	}
@@ -376,7 +388,7 @@ func TestElasticC10d(t *testing.T) {
 	// keep_alive_max_attempts (2 s) and re-form without it.
 	c.stopped = true
 	c.cmd.Process.Signal(syscall.SIGSTOP)
-	ranks, restarts := waitRound(t, all, all[:2], 2, 2)
+	ranks, restarts := waitRound(t, b, all, all[:2], 2, 2)
 	if restarts != 1 {
 		t.Fatalf("restart count %d after a node was lost; want 1:%s", restarts, dump(all))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/testlog"
 	"github.com/gotrain/gotrain/internal/testnet"
 )
 
@@ -160,48 +160,45 @@ func TestRunHostsLauncherKilled(t *testing.T) {
 
 func killLauncher(t *testing.T, sig syscall.Signal) {
 	useFakeSSH(t)
-	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// The agents stop their workers with SIGTERM, and SIGKILL after this
+	// grace; sleep ends at SIGTERM.
+	const grace = time.Second
 	cmd := gotrainCmd(ctx, t, "run", "--hosts", "127.0.0.1:2,127.0.0.2:2", "--master-port", strconv.Itoa(testnet.FreePort(t)),
-		"sh", "-c", `echo $$ > "`+dir+`/$RANK"; exec sleep 60`)
-	var out testlog.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+		"--stop-timeout", grace.String(), "sh", "-c", `echo "pid $$"; exec sleep 60`)
+	out := newOutput(nil)
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var pids []int
-	for deadline := time.Now().Add(20 * time.Second); len(pids) < 4; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatalf("workers did not start:\n%s", out.String())
-		}
-		pids = pids[:0]
-		for r := range 4 {
-			b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(r)))
-			if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && perr == nil {
-				pids = append(pids, pid)
-			}
-		}
+	pidRe := regexp.MustCompile(`(?m)^\[rank\d\]: pid (\d+)\n`) // whole lines
+	if !out.waitFor(20*time.Second, func(s string) bool { return len(pidRe.FindAllString(s, -1)) == 4 }) {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("workers did not start:\n%s", out.String())
 	}
+	var pids []int
+	for _, m := range pidRe.FindAllStringSubmatch(out.String(), -1) {
+		pid, _ := strconv.Atoi(m[1])
+		pids = append(pids, pid)
+	}
+	workers := watchExits(t, pids...) // while they run: their pids are theirs
 	cmd.Process.Signal(sig)
 	cmd.Wait()
 	if code := cmd.ProcessState.ExitCode(); sig == syscall.SIGINT && code != 130 {
 		t.Errorf("exit %d after SIGINT, want 130:\n%s", code, out.String())
 	}
-	limit := 5 * time.Second
+	// After SIGINT the launcher stops the workers before it exits: none
+	// may be left when it has. After SIGKILL each agent finds its
+	// launcher gone (its stdin ends) and stops its workers: within a few
+	// times the grace.
+	limit := 5 * grace
 	if sig == syscall.SIGINT {
-		limit = 100 * time.Millisecond // stopped before the launcher exited
+		limit = 0
 	}
-	deadline := time.Now().Add(limit)
-	for _, pid := range pids {
-		for syscall.Kill(pid, 0) == nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("worker %d still running %v after the launcher got %v:\n%s", pid, limit, sig, out.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+	if running := workers.wait(limit); len(running) > 0 {
+		t.Fatalf("workers %v (of %v) still running %v after the launcher got %v:\n%s", running, pids, limit, sig, out.String())
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testenv"
 	"github.com/gotrain/gotrain/internal/testlog"
 	"github.com/gotrain/gotrain/internal/testproc"
 )
@@ -28,13 +29,72 @@ func TestMain(m *testing.M) {
 		main() // exits non-zero on failure
 		return 0
 	}})
-	os.Exit(m.Run())
+	os.Exit(runTests(m))
 }
 
-// gotrainCmd returns the test binary set up to run as `gotrain args...`.
+// runTests runs the tests in an environment of their own: the variables
+// that configure gotrain, or place a process in a job (torchrun's, an
+// engine's), are not taken from whoever runs the tests, and HOME is an
+// empty directory, removed at the end. A test sets what it needs itself
+// (t.Setenv), and the processes it starts inherit it.
+func runTests(m *testing.M) int {
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if jobVariable(k) {
+			os.Unsetenv(k)
+		}
+	}
+	// The go command, which some tests run to build a program as a user
+	// does, keeps its caches and settings under HOME by default: they stay
+	// where they are.
+	for _, d := range []struct {
+		env  string
+		base func() (string, error)
+		sub  string
+	}{{"GOCACHE", os.UserCacheDir, "go-build"}, {"GOENV", os.UserConfigDir, "go/env"}, {"GOPATH", os.UserHomeDir, "go"}} {
+		if dir, err := d.base(); err == nil && os.Getenv(d.env) == "" {
+			os.Setenv(d.env, filepath.Join(dir, d.sub))
+		}
+	}
+	home, err := os.MkdirTemp("", "gotrain-test-home")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(home)
+	os.Setenv("HOME", home)
+	return m.Run()
+}
+
+// jobVariable reports whether k configures gotrain or a job's place,
+// other than the tests' own switches.
+func jobVariable(k string) bool {
+	switch k {
+	case testenv.RequireVar, "GOTRAIN_DASHBOARD_SCREENSHOT":
+		return false
+	case "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+		"GROUP_WORLD_SIZE", "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "GLOO_SOCKET_IFNAME", "OMP_NUM_THREADS":
+		return true
+	}
+	for _, p := range []string{"GOTRAIN_", "PET_", "TORCHELASTIC_", "SLURM_", "OMPI_", "PMI_", "PMIX_", "MPI_", "MPIR_CVAR_"} {
+		if strings.HasPrefix(k, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// childPATH is the PATH of the processes the tests start: the system's
+// programs (sh, sleep, ssh), and no directory where a gotrain might be
+// installed, as every gotrain the tests run is this test binary.
+const childPATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+// gotrainCmd returns the test binary set up to run as `gotrain args...`,
+// with PATH childPATH.
 func gotrainCmd(ctx context.Context, t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := testproc.Command(ctx, t, "gotrain", args...)
+	cmd.Env = append(cmd.Env, "PATH="+childPATH)
 	cmd.Dir = t.TempDir()
 	// On timeout, SIGTERM lets the launcher stop its workers (each in its
 	// own process group) before WaitDelay's SIGKILL.
@@ -92,11 +152,13 @@ func num(t *testing.T, kv map[string]string, key string) float64 {
 }
 
 // workerPID returns the pid of the child of parent whose environment has
-// RANK=rank, waiting up to limit for it to appear.
+// RANK=rank, waiting up to limit for it to appear. No event announces a
+// new child of another process, so the process table is polled.
 func workerPID(t *testing.T, parent, rank int, limit time.Duration) int {
 	t.Helper()
 	want := []byte("RANK=" + strconv.Itoa(rank))
-	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	found := 0
+	poll(limit, 10*time.Millisecond, func() bool {
 		entries, _ := os.ReadDir("/proc")
 		for _, e := range entries {
 			pid, err := strconv.Atoi(e.Name())
@@ -109,13 +171,17 @@ func workerPID(t *testing.T, parent, rank int, limit time.Duration) int {
 			}
 			for _, kv := range bytes.Split(env, []byte{0}) {
 				if bytes.Equal(kv, want) {
-					return pid
+					found = pid
+					return true
 				}
 			}
 		}
+		return false
+	})
+	if found == 0 {
+		t.Fatalf("no worker with RANK=%d under pid %d after %v", rank, parent, limit)
 	}
-	t.Fatalf("no worker with RANK=%d under pid %d after %v", rank, parent, limit)
-	return 0
+	return found
 }
 
 // parentPID reads the parent pid from /proc/pid/stat, or returns -1.
@@ -139,17 +205,6 @@ func parentPID(pid int) int {
 		return -1
 	}
 	return ppid
-}
-
-// waitFile waits up to limit for path to exist.
-func waitFile(t *testing.T, path string, limit time.Duration, out *testlog.Buffer) {
-	t.Helper()
-	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-	}
-	t.Fatalf("%s did not appear within %v; output:\n%s", path, limit, out.String())
 }
 
 // linesWith returns the lines of out that contain every one of words.

@@ -12,13 +12,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gotrain/gotrain/event"
-	"github.com/gotrain/gotrain/internal/testlog"
 )
 
 // readRows reads a metrics file.
@@ -196,17 +194,13 @@ func TestObserveFlagErrors(t *testing.T) {
 }
 
 // startedGotrain is a gotrain process running in the background, whose
-// stderr the test can wait on.
+// output the test can wait on.
 type startedGotrain struct {
-	t      *testing.T
-	done   chan struct{}
-	all    testlog.Buffer
-	mu     sync.Mutex
-	lines  []string
-	wake   chan struct{}
-	cancel context.CancelFunc
-	pid    int
-	code   int
+	t    *testing.T
+	done chan struct{} // closed when it has exited and its output is complete
+	all  *output       // stdout and stderr
+	pid  int
+	code int
 }
 
 // startWatched starts `gotrain args...` (killed at limit or the test's
@@ -216,31 +210,18 @@ func startWatched(t *testing.T, limit time.Duration, env []string, args ...strin
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	cmd := gotrainCmd(ctx, t, args...)
 	cmd.Env = append(cmd.Env, env...)
-	pr, pw := io.Pipe()
-	g := &startedGotrain{t: t, done: make(chan struct{}), wake: make(chan struct{}, 1), cancel: cancel}
-	cmd.Stdout = &g.all
-	cmd.Stderr = io.MultiWriter(&g.all, pw)
+	g := &startedGotrain{t: t, done: make(chan struct{}), all: newOutput(nil)}
+	cmd.Stdout, cmd.Stderr = g.all, g.all
 	if err := cmd.Start(); err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	g.pid = cmd.Process.Pid
 	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			g.mu.Lock()
-			g.lines = append(g.lines, sc.Text())
-			g.mu.Unlock()
-			select {
-			case g.wake <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	go func() {
 		_ = cmd.Wait()
 		g.code = cmd.ProcessState.ExitCode()
-		pw.Close()
 		close(g.done)
+		g.all.bell.ring() // for waitLine's waiters
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -249,35 +230,57 @@ func startWatched(t *testing.T, limit time.Duration, env []string, args ...strin
 	return g
 }
 
-// waitLine waits for a stderr line matching re and returns its
+// ended reports whether gotrain has exited.
+func (g *startedGotrain) ended() bool {
+	select {
+	case <-g.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitLine waits for a line of output matching re and returns its
 // submatches.
 func (g *startedGotrain) waitLine(re *regexp.Regexp, limit time.Duration) []string {
 	g.t.Helper()
-	deadline := time.After(limit)
-	seen := 0
-	for {
-		g.mu.Lock()
-		lines := g.lines[seen:]
-		seen = len(g.lines)
-		g.mu.Unlock()
-		for _, l := range lines {
-			if m := re.FindStringSubmatch(l); m != nil {
-				return m
+	var m []string
+	ended := false
+	g.all.waitFor(limit, func(string) bool {
+		ended = g.ended() // first: if it has exited, the output read next is complete
+		for l := range strings.Lines(g.all.String()) {
+			if !strings.HasSuffix(l, "\n") && !ended {
+				break // a line still being written
+			}
+			if m = re.FindStringSubmatch(l); m != nil {
+				return true
 			}
 		}
-		select {
-		case <-g.wake:
-		case <-g.done:
-			g.mu.Lock()
-			n := len(g.lines)
-			g.mu.Unlock()
-			if n == seen {
-				g.t.Fatalf("gotrain exited (code %d) before printing %v; output:\n%s", g.code, re, g.all.String())
-			}
-		case <-deadline:
-			g.t.Fatalf("no line %v within %v; output:\n%s", re, limit, g.all.String())
-		}
+		return ended
+	})
+	switch {
+	case m != nil:
+		return m
+	case ended:
+		g.t.Fatalf("gotrain exited (code %d) before printing %v; output:\n%s", g.code, re, g.all.String())
+	default:
+		g.t.Fatalf("no line %v within %v; output:\n%s", re, limit, g.all.String())
 	}
+	return nil
+}
+
+// fatal fails the test saying what went wrong, whether gotrain has
+// exited (a server of it that refuses connections has usually gone with
+// it: that is given a few seconds to show), and its output.
+func (g *startedGotrain) fatal(format string, args ...any) {
+	g.t.Helper()
+	state := "still running"
+	select {
+	case <-g.done:
+		state = fmt.Sprintf("exited with code %d", g.code)
+	case <-time.After(5 * time.Second):
+	}
+	g.t.Fatalf("%s; gotrain %s; output:\n%s", fmt.Sprintf(format, args...), state, g.all.String())
 }
 
 // stop ends the run with SIGTERM and waits for it.
@@ -303,7 +306,7 @@ func TestPrometheusDuringRun(t *testing.T) {
 	scrape := func() (string, map[string]float64) {
 		resp, err := http.Get(url)
 		if err != nil {
-			t.Fatal(err)
+			g.fatal("scraping %s: %v", url, err)
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
@@ -315,10 +318,12 @@ func TestPrometheusDuringRun(t *testing.T) {
 		}
 		return string(b), steps
 	}
-	var first map[string]float64
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		body, steps := scrape()
+	// /metrics announces nothing: it is scraped until both counters have
+	// moved past their first values.
+	var first, steps map[string]float64
+	var body string
+	moved := poll(60*time.Second, 100*time.Millisecond, func() bool {
+		body, steps = scrape()
 		if first == nil && len(steps) == 2 {
 			first = steps
 			for _, name := range []string{"gotrain_step_seconds", "gotrain_samples_per_second", "gotrain_exposed_allreduce_wait_seconds",
@@ -327,13 +332,12 @@ func TestPrometheusDuringRun(t *testing.T) {
 					t.Fatalf("no %s in /metrics:\n%s", name, body)
 				}
 			}
-		} else if first != nil && steps["0"] > first["0"] && steps["1"] > first["1"] {
-			break
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("steps did not move: first %v, now %v\n%s", first, steps, body)
-		}
-		time.Sleep(300 * time.Millisecond)
+		return first != nil && steps["0"] > first["0"] && steps["1"] > first["1"]
+	})
+	if !moved {
+		t.Fatalf("steps did not move in 60 s: first %v, now %v\n%s", first, steps, body)
 	}
 	g.stop()
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gotrain/gotrain/internal/testlog"
 	"github.com/gotrain/gotrain/internal/testnet"
@@ -27,7 +30,14 @@ func TestRunSurvivesClosedStdout(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	done := filepath.Join(dir, "done")
-	script := `echo first; sleep 0.5; i=0; while [ $i -lt 200 ]; do echo line $i; i=$((i+1)); done; sleep 0.5; echo ok > ` + done
+	// Each worker prints its first line, then waits on its FIFO until the
+	// test has closed stdout, so that its other lines come after.
+	for r := range 2 {
+		if err := unix.Mkfifo(filepath.Join(dir, "go."+strconv.Itoa(r)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := `echo first; read _ < ` + dir + `/go.$RANK; i=0; while [ $i -lt 200 ]; do echo line $i; i=$((i+1)); done; echo ok > ` + done
 	cmd := gotrainCmd(ctx, t, "run", "--nproc-per-node", "2", "--", "sh", "-c", script)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -43,6 +53,18 @@ func TestRunSurvivesClosedStdout(t *testing.T) {
 		t.Fatalf("first line %q, %v; stderr:\n%s", line, err, stderr.String())
 	}
 	stdout.Close() // as head does after its line
+	for r := range 2 {
+		// Opened for reading and writing, so that opening does not wait
+		// for the worker; the line stays in the FIFO until it reads it.
+		f, err := os.OpenFile(filepath.Join(dir, "go."+strconv.Itoa(r)), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString("go\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	err = cmd.Wait()
 	if err != nil {
 		t.Fatalf("gotrain run with stdout closed: %v; want exit 0; stderr:\n%s", err, stderr.String())
@@ -55,37 +77,33 @@ func TestRunSurvivesClosedStdout(t *testing.T) {
 // A SIGKILLed launcher leaves nothing behind: its workers die with it and
 // the children they started (here a shell's background sleep, in the
 // worker's process group) are stopped by the launcher's reaper, all within
-// 5 s.
+// a few times the grace the reaper gives them between SIGTERM and SIGKILL.
 func TestKilledLauncherLeavesNoProcess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	dir := t.TempDir()
-	script := `sleep 60 & echo $! > ` + filepath.Join(dir, "child.$RANK") + `; echo $$ > ` + filepath.Join(dir, "worker.$RANK") + `; wait`
-	cmd := gotrainCmd(ctx, t, "run", "--nproc-per-node", "2", "--", "sh", "-c", script)
-	var out testlog.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	const grace = time.Second
+	cmd := gotrainCmd(ctx, t, "run", "--nproc-per-node", "2", "--stop-timeout", grace.String(), "--",
+		"sh", "-c", `sleep 60 & echo "pids $$ $!"; wait`)
+	out := newOutput(nil)
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var pids []int
-	for _, name := range []string{"worker.0", "child.0", "worker.1", "child.1"} {
-		path := filepath.Join(dir, name)
-		waitFile(t, path, 30*time.Second, &out)
-		var pid int
-		for deadline := time.Now().Add(5 * time.Second); pid == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			b, _ := os.ReadFile(path)
-			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		}
-		if pid <= 1 {
-			t.Fatalf("%s: no pid; output:\n%s", name, out.String())
-		}
-		pids = append(pids, pid)
+	pidsRe := regexp.MustCompile(`(?m)^\[rank\d\]: pids (\d+) (\d+)\n`) // whole lines
+	if !out.waitFor(30*time.Second, func(s string) bool { return len(pidsRe.FindAllString(s, -1)) == 2 }) {
+		t.Fatalf("the workers did not start within 30 s; output:\n%s", out.String())
 	}
+	var pids []int // each worker's, then its child's
+	for _, m := range pidsRe.FindAllStringSubmatch(out.String(), -1) {
+		for _, p := range m[1:] {
+			pid, _ := strconv.Atoi(p)
+			pids = append(pids, pid)
+		}
+	}
+	procs := watchExits(t, pids...) // while they run: their pids are theirs
 	t.Cleanup(func() {
-		for _, pid := range pids {
-			if processLive(pid) {
-				syscall.Kill(pid, syscall.SIGKILL)
-			}
+		for _, pid := range procs.wait(0) {
+			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
 	killed := time.Now()
@@ -93,36 +111,11 @@ func TestKilledLauncherLeavesNoProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	for {
-		var alive []int
-		for _, pid := range pids {
-			if processLive(pid) {
-				alive = append(alive, pid)
-			}
-		}
-		if len(alive) == 0 {
-			t.Logf("all of %v gone %v after the launcher's SIGKILL", pids, time.Since(killed).Round(time.Millisecond))
-			return
-		}
-		if time.Since(killed) > 5*time.Second {
-			t.Fatalf("pids %v (of workers and children %v) alive 5 s after the launcher's SIGKILL; output:\n%s", alive, pids, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	limit := 5 * grace
+	if alive := procs.wait(limit); len(alive) > 0 {
+		t.Fatalf("pids %v (of workers and children %v) alive %v after the launcher's SIGKILL; output:\n%s", alive, pids, limit, out.String())
 	}
-}
-
-// processLive reports whether pid exists and is not a zombie.
-func processLive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return false
-	}
-	return s[i+2] != 'Z' && s[i+2] != 'X'
+	t.Logf("all of %v gone %v after the launcher's SIGKILL", pids, time.Since(killed).Round(time.Millisecond))
 }
 
 // A client holding hundreds of idle, unauthenticated connections to the

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/distributed/store"
-	"github.com/gotrain/gotrain/internal/testlog"
 )
 
 func TestLoadToken(t *testing.T) {
@@ -44,18 +43,18 @@ func TestLoadToken(t *testing.T) {
 func TestStoreCommand(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out testlog.Buffer
+	out := newOutput(nil)
 	done := make(chan error, 1)
-	go func() { done <- serveStore(ctx, &out, "127.0.0.1:0", []byte("tok"), time.Second) }()
+	go func() { done <- serveStore(ctx, out, "127.0.0.1:0", []byte("tok"), time.Second) }()
 
 	var addr string
 	re := regexp.MustCompile(`listening on (\S+)`)
-	for deadline := time.Now().Add(5 * time.Second); addr == "" && time.Now().Before(deadline); {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
+	out.waitFor(5*time.Second, func(s string) bool {
+		if m := re.FindStringSubmatch(s); m != nil {
 			addr = m[1]
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return addr != ""
+	})
 	if addr == "" {
 		t.Fatalf("no address printed; output %q", out.String())
 	}
