@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -17,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gotrain/gotrain/launch/internal/freeport"
 )
 
 const (
@@ -102,8 +102,8 @@ func Run(ctx context.Context, cfg Config) (exitCode int, err error) {
 			cfg.RunID = randomRunID()
 		}
 		if cfg.MasterPort == 0 {
-			if cfg.MasterPort, err = freePort(cfg.MasterAddr); err != nil {
-				return 1, err
+			if cfg.MasterPort, err = freeport.Pick(cfg.MasterAddr); err != nil {
+				return 1, fmt.Errorf("launch: %w", err)
 			}
 		}
 	}
@@ -395,36 +395,6 @@ func describeExit(code int) string {
 	}
 	return "exit status " + strconv.Itoa(code)
 }
-
-// freePort finds a free TCP port on addr. Another process could take it
-// before rank 0 listens on it; torchrun --standalone has the same window.
-// Ports the kernel hands
-// out for port 0 come from the same ephemeral range as the local ports of
-// outgoing connections, any of which could take it meanwhile; so it is
-// drawn first from below that range (standalonePortMin up to, not
-// including, the data plane's default range), where only listeners go.
-func freePort(addr string) (int, error) {
-	for range 32 {
-		p := standalonePortMin + rand.IntN(standalonePortMax-standalonePortMin)
-		if l, err := net.Listen("tcp", net.JoinHostPort(addr, strconv.Itoa(p))); err == nil {
-			l.Close()
-			return p, nil
-		}
-	}
-	l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("launch: find a free port on %s: %w", addr, err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// The range freePort draws from: below Linux's default ephemeral ports
-// (32768 on) and the store's and data plane's defaults (29500, 29600-29700).
-const (
-	standalonePortMin = 20000
-	standalonePortMax = 29400
-)
 
 // orStd returns w, or std if w is nil.
 func orStd(w, std io.Writer) io.Writer {

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/gotrain/gotrain/launch/internal/freeport"
 )
 
 // Defaults of the zero Config fields, torchrun's where torchrun has them
@@ -260,9 +261,10 @@ func (r *Rendezvous) sleep(ctx context.Context) bool {
 // the backend's error.
 func (r *Rendezvous) Next(ctx context.Context) (Round, error) {
 	c := r.cfg
-	port, err := freePort(c.Addr)
+	// The port of the round's store, should this node get node rank 0.
+	port, err := freeport.Pick(c.Addr)
 	if err != nil {
-		return Round{}, err
+		return Round{}, fmt.Errorf("rendezvous: this node's address: %w", err)
 	}
 	me := Member{ID: c.NodeID, Addr: c.Addr, Port: port, NProc: c.NProc}
 	start := time.Now()
@@ -461,16 +463,4 @@ func (r *Rendezvous) Complete(ctx context.Context, rd Round) (bool, error) {
 			return ok, err
 		}
 	}
-}
-
-// freePort finds a free TCP port on addr for the round's store, should
-// this node get node rank 0. Another process could take it before the
-// worker listens; torchrun's agents have the same window.
-func freePort(addr string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("rendezvous: find a free port on %s (this node's address): %w", addr, err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
