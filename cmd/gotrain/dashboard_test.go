@@ -62,7 +62,8 @@ func waitPage(ctx context.Context, cond string) (pageState, error) {
 // (to $GOTRAIN_DASHBOARD_SCREENSHOT if set, for the README).
 func TestDashboardInChromium(t *testing.T) {
 	ctx := testbrowser.Context(t, 90*time.Second)
-	g := startWatched(t, 120*time.Second, nil, "train", "mnist", "--nproc-per-node", "2", "--max-steps", "100000",
+	// The run lasts until the test stops it: the page must see it go on.
+	g := startWatched(t, 120*time.Second, nil, "train", "mnist", "--nproc-per-node", "2", "--epochs", "1000",
 		"--dashboard", "127.0.0.1:0")
 	base := g.waitLine(servingRe("dashboard"), 30*time.Second)[1]
 

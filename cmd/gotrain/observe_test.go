@@ -299,7 +299,7 @@ var servingRe = func(what string) *regexp.Regexp {
 // series exist for both ranks with their labels, and the step counters
 // move.
 func TestPrometheusDuringRun(t *testing.T) {
-	g := startWatched(t, 120*time.Second, nil, "train", "mnist", "--nproc-per-node", "2", "--max-steps", "100000",
+	g := startWatched(t, 120*time.Second, nil, "train", "mnist", "--nproc-per-node", "2", "--epochs", "1000", // on until stopped
 		"--metrics-addr", "127.0.0.1:0")
 	url := g.waitLine(servingRe("metrics"), 30*time.Second)[1] + "/metrics"
 	stepsRe := regexp.MustCompile(`(?m)^gotrain_steps_total\{node="0",rank="(\d)",run_id="[0-9a-f]+"\} (\d+)`)

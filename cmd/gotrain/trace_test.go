@@ -66,7 +66,8 @@ func TestFlightRecorderNamesTheStoppedRank(t *testing.T) {
 	const opTimeout = 10 * time.Second
 	dir := t.TempDir()
 	g := startWatched(t, opTimeout+120*time.Second, []string{"GOTRAIN_TIMEOUT=" + opTimeout.String(), "GOTRAIN_HEARTBEAT_TIMEOUT=10m"},
-		"train", "mnist", "--nproc-per-node", "2", "--max-steps", "100000", "--flight-dir", dir, "--dashboard", "127.0.0.1:0")
+		"train", "mnist", "--nproc-per-node", "2", "--epochs", "1000", // on until stopped
+		"--flight-dir", dir, "--dashboard", "127.0.0.1:0")
 	base := g.waitLine(servingRe("dashboard"), 30*time.Second)[1]
 	var pids [2]int
 	var st observe.State
