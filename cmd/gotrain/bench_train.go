@@ -55,7 +55,7 @@ func benchTrain(ctx context.Context, nproc, rounds int, trainArgs []string, out 
 	}
 	// Refuse a bad flag for the runs now, not after the first round.
 	for _, n := range []string{"1", strconv.Itoa(nproc)} {
-		if err := checkTrainMNISTArgs(slices.Concat(trainArgs, []string{"--nproc-per-node", n})); err != nil {
+		if err := checkTrainArgs("mnist", slices.Concat(trainArgs, []string{"--nproc-per-node", n})); err != nil {
 			return err
 		}
 	}

@@ -307,9 +307,6 @@ func checkTrainArgs(name string, args []string) error {
 	return err
 }
 
-// checkTrainMNISTArgs is checkTrainArgs for `gotrain train mnist`.
-func checkTrainMNISTArgs(args []string) error { return checkTrainArgs("mnist", args) }
-
 // launchTrainWorkers re-runs this command as cfg.NProcPerNode workers
 // under the launcher and prints rank 0's summary last.
 func launchTrainWorkers(ctx context.Context, cfg launch.Config, output outputFlags, every time.Duration, obs observeFlags) error {
