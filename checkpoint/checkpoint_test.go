@@ -194,9 +194,9 @@ func TestLoadStateDictMismatch(t *testing.T) {
 		name, path string
 		want       string
 	}{
-		{"missing", write("missing.safetensors", missing), "missing keys [4.bias]"},
-		{"unexpected", write("unexpected.safetensors", unexpected), "unexpected keys [9.weight]"},
-		{"mis-shaped", write("shape.safetensors", misshaped), "shape mismatch: 1.weight: have [16 64], got [16 63]"},
+		{"missing", write("missing.safetensors", missing), "1 missing key [4.bias]"},
+		{"unexpected", write("unexpected.safetensors", unexpected), "1 unexpected key [9.weight]"},
+		{"mis-shaped", write("shape.safetensors", misshaped), "1 shape mismatch: 1.weight: have [16 64], got [16 63]"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m := trainedModel(3)

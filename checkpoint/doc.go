@@ -5,7 +5,9 @@
 // load_state_dict and the other way round. Every file is written
 // atomically: to a temporary file in the same directory, fsynced, renamed
 // over the destination, and the directory fsynced; a crash leaves either
-// the old file or the new one, never a partial file.
+// the old file or the new one, never a partial file. SaveTraining commits
+// a model file and its training state as a pair: both are written and
+// fsynced before either replaces the previous pair.
 //
 // Reading validates the whole file before trusting it: a truncated or
 // corrupt file is an error that names the file and what is wrong, and a

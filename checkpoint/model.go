@@ -61,7 +61,7 @@ func loadEntries(path string, m nn.Module, entries []Entry) error {
 		sd[e.Name] = e.Tensor
 	}
 	if err := nn.LoadStateDict(m, sd, true); err != nil {
-		return fmt.Errorf("checkpoint: loading %s: %w", path, err)
+		return fmt.Errorf("checkpoint: loading %s: the model does not match the saved one: %w", path, err)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -49,7 +50,8 @@ func TrainingPath(path string) string {
 	return strings.TrimSuffix(path, ".safetensors") + ".train.safetensors"
 }
 
-// SaveTraining writes a training checkpoint as two files, each atomically:
+// SaveTraining writes a training checkpoint as two files, committed
+// together:
 //
 //  1. path: the model's state dict, exactly as Save writes it, so the file
 //     loads into PyTorch like any model checkpoint;
@@ -59,9 +61,15 @@ func TrainingPath(path string) string {
 //     hyper-parameters ("optimizer.*"), the scheduler's state
 //     ("scheduler.*"), Epoch, Step and the JSON of Extra.
 //
-// The sidecar is self-contained and written last, so it is the commit
-// point: a crash at any moment leaves a sidecar from one complete save,
-// and LoadTraining resumes from it whatever happened to the model file.
+// Both files are written in full to temporary files beside them and
+// fsynced before either is renamed into place, so a failed write (a full
+// disk, an I/O error) leaves the previous pair as it was, or no file at
+// all on a first save: never a model file without its training state.
+// Then the training state is renamed first, and the model file after
+// it, and the directory is fsynced. The training state is self-contained
+// and is the commit record: a crash between the two renames leaves the
+// new training state beside the previous model file, and LoadTraining
+// resumes from the new save whatever happened to the model file.
 func SaveTraining(path string, st TrainingState) error {
 	if st.Model == nil || st.Optimizer == nil {
 		return fmt.Errorf("checkpoint: SaveTraining %s: Model and Optimizer are required", path)
@@ -71,12 +79,6 @@ func SaveTraining(path string, st TrainingState) error {
 		return fmt.Errorf("checkpoint: SaveTraining %s: encoding Extra: %w", path, err)
 	}
 	model := modelEntries(st.Model)
-	if err := WriteFileAtomic(path, func(w io.Writer) error {
-		return writeTensors(w, model, modelMeta)
-	}); err != nil {
-		return err
-	}
-
 	meta := map[string]string{
 		"gotrain.training": trainingVersion,
 		"epoch":            strconv.Itoa(st.Epoch),
@@ -100,9 +102,30 @@ func SaveTraining(path string, st TrainingState) error {
 	for _, name := range slices.Sorted(maps.Keys(optState.Tensors)) {
 		entries = append(entries, Entry{Name: name, Tensor: optState.Tensors[name]})
 	}
-	return WriteFileAtomic(TrainingPath(path), func(w io.Writer) error {
-		return writeTensors(w, entries, meta)
-	})
+
+	side := TrainingPath(path)
+	sideTmp, err := writeTemp(side, func(w io.Writer) error { return writeTensors(w, entries, meta) })
+	if err != nil {
+		return err
+	}
+	modelTmp, err := writeTemp(path, func(w io.Writer) error { return writeTensors(w, model, modelMeta) })
+	if err != nil {
+		os.Remove(sideTmp)
+		return err
+	}
+	if err := os.Rename(sideTmp, side); err != nil {
+		os.Remove(sideTmp)
+		os.Remove(modelTmp)
+		return fmt.Errorf("checkpoint: writing %s: %w", side, err)
+	}
+	if err := os.Rename(modelTmp, path); err != nil {
+		os.Remove(modelTmp)
+		return fmt.Errorf("checkpoint: writing %s: %w (its training state %s is saved: a resume carries on from this save)", path, err, side)
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("checkpoint: writing %s: fsync directory: %w", path, err)
+	}
+	return nil
 }
 
 // LoadTraining resumes from the checkpoint SaveTraining wrote at path. It
@@ -158,12 +181,6 @@ func applyTraining(side string, sideEntries []Entry, meta map[string]string, st 
 	saved, err := parseSidecar(side, sideEntries, meta)
 	if err != nil {
 		return nil, err
-	}
-	if (len(saved.schedMeta) > 0) != (st.Scheduler != nil) {
-		if st.Scheduler == nil {
-			return nil, sidecarError(side, "holds scheduler state (%s) but no Scheduler was given", saved.schedMeta["scheduler"])
-		}
-		return nil, sidecarError(side, "holds no scheduler state but a Scheduler was given")
 	}
 	extraVal, err := decodeExtra(side, st.Extra, saved.extra)
 	if err != nil {
@@ -265,9 +282,9 @@ func decodeExtra(side string, dst any, extra string) (reflect.Value, error) {
 }
 
 // loadSaved loads the model, the optimizer and the scheduler of st from
-// saved. Each Load is all-or-nothing; snapshots undo the earlier ones if a
-// later one fails, so a failed resume changes nothing, and the returned
-// undo puts all three back.
+// saved, in that order. Each Load is all-or-nothing; snapshots undo the
+// earlier ones if a later one fails, so a failed resume changes nothing,
+// and the returned undo puts all three back.
 func loadSaved(side string, st *TrainingState, saved savedTraining) (undo func(), err error) {
 	modelBefore := snapshotModel(st.Model)
 	optBefore := st.Optimizer.StateDict()
@@ -280,8 +297,17 @@ func loadSaved(side string, st *TrainingState, saved savedTraining) (undo func()
 			panic("checkpoint: restoring the optimizer's own state failed: " + err.Error())
 		}
 	}
+	// The model first: a checkpoint of another model is best told as
+	// such, not as the optimizer or scheduler that differ with it.
 	if err := loadEntries(side, st.Model, saved.model); err != nil {
 		return nil, err
+	}
+	if (len(saved.schedMeta) > 0) != (st.Scheduler != nil) {
+		restoreModel(st.Model, modelBefore)
+		if st.Scheduler == nil {
+			return nil, sidecarError(side, "holds scheduler state (%s) but no Scheduler was given", saved.schedMeta["scheduler"])
+		}
+		return nil, sidecarError(side, "holds no scheduler state but a Scheduler was given")
 	}
 	if err := st.Optimizer.LoadStateDict(saved.optState); err != nil {
 		restoreModel(st.Model, modelBefore)

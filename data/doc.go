@@ -26,7 +26,10 @@
 // A language model's examples are token sequences with a target per
 // position: a SequenceDataset such as TokenWindows, batched by
 // NewSequenceLoader into Batch.Inputs and Batch.Targets of [B, T] token
-// ids, with the same samplers.
+// ids, with the same samplers. A regression's examples have float
+// targets: a TargetDataset such as TensorTargetDataset, batched by
+// NewTargetLoader into Batch.X and Batch.Target, a [n, target shape...]
+// tensor for a loss such as nn.MSE.
 //
 // Options and errors follow the module's conventions (package
 // github.com/gotrain/gotrain).

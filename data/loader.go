@@ -11,15 +11,19 @@ import (
 
 // Batch is a batch of examples assembled by a Loader.
 //
-// X, Y and Indices live in the Loader's reusable buffers: they are valid
-// until the loop body that received the batch returns. Copy what must
-// outlive it (tensor.Clone, slices.Clone).
+// X, Y, Target, Inputs, Targets and Indices live in the Loader's reusable
+// buffers: they are valid until the loop body that received the batch
+// returns. Copy what must outlive it (tensor.Clone, slices.Clone).
 type Batch struct {
 	// X holds the features, of shape [n, example shape...]; nil in a
 	// batch of a SequenceDataset.
 	X *tensor.Tensor
-	// Y holds the n labels; nil in a batch of a SequenceDataset.
+	// Y holds the n labels; nil in a batch of a SequenceDataset or a
+	// TargetDataset.
 	Y []int
+	// Target holds a TargetDataset's float targets, of shape [n, target
+	// shape...]; nil otherwise.
+	Target *tensor.Tensor
 	// Inputs holds a SequenceDataset's token ids, [n, T] row-major
 	// (Inputs[b*T+t] is position t of example b); nil otherwise.
 	Inputs []int
@@ -41,14 +45,17 @@ func (b Batch) Len() int { return len(b.Indices) }
 // Prefetch(n)+1 batches in memory, whatever the number of epochs. A Loader
 // may be ranged over again and again, but by one loop at a time.
 type Loader struct {
-	ds        Dataset         // nil for a SequenceDataset
-	seq       SequenceDataset // nil for a Dataset
+	ds        Dataset // the dataset batched: one of ds, seq and tds
+	seq       SequenceDataset
+	tds       TargetDataset
 	seqLen    int
 	sampler   Sampler
 	batchSize int
 	cfg       config
 	shape     []int // example shape
 	feature   int   // values per example
+	tshape    []int // target shape of a TargetDataset
+	tfeature  int   // values per target
 
 	// active guards against two loops ranging over Batches at once, which
 	// would share buffers.
@@ -62,7 +69,8 @@ type Loader struct {
 type batchBuffer struct {
 	x       []float32
 	y       []int
-	inputs  []int // [batchSize, seqLen] of a SequenceDataset
+	target  []float32 // [batchSize, tfeature] of a TargetDataset
+	inputs  []int     // [batchSize, seqLen] of a SequenceDataset
 	targets []int
 	indices []int
 }
@@ -159,7 +167,11 @@ func (l *Loader) buffers(n int) []*batchBuffer {
 			b.targets = make([]int, l.batchSize*l.seqLen)
 		} else {
 			b.x = make([]float32, l.batchSize*l.feature)
-			b.y = make([]int, l.batchSize)
+			if l.tds != nil {
+				b.target = make([]float32, l.batchSize*l.tfeature)
+			} else {
+				b.y = make([]int, l.batchSize)
+			}
 		}
 		l.bufs = append(l.bufs, b)
 	}
@@ -174,10 +186,13 @@ func (l *Loader) batchIndices(k int) []int {
 // fill copies the examples at idx into b.
 func (l *Loader) fill(b *batchBuffer, idx []int) {
 	for j, i := range idx {
-		if l.seq != nil {
+		switch {
+		case l.seq != nil:
 			lo, hi := j*l.seqLen, (j+1)*l.seqLen
 			l.seq.Sequence(i, b.inputs[lo:hi], b.targets[lo:hi])
-		} else {
+		case l.tds != nil:
+			l.tds.Example(i, b.x[j*l.feature:(j+1)*l.feature], b.target[j*l.tfeature:(j+1)*l.tfeature])
+		default:
 			b.y[j] = l.ds.Example(i, b.x[j*l.feature:(j+1)*l.feature])
 		}
 		b.indices[j] = i
@@ -190,6 +205,10 @@ func (l *Loader) batch(b *batchBuffer, n int) Batch {
 	}
 	shape := make([]int, 0, 1+len(l.shape))
 	shape = append(append(shape, n), l.shape...)
+	if l.tds != nil {
+		tshape := append([]int{n}, l.tshape...)
+		return Batch{X: tensor.New(b.x[:n*l.feature], shape...), Target: tensor.New(b.target[:n*l.tfeature], tshape...), Indices: b.indices[:n]}
+	}
 	return Batch{X: tensor.New(b.x[:n*l.feature], shape...), Y: b.y[:n], Indices: b.indices[:n]}
 }
 

@@ -2,12 +2,12 @@ package data
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"strconv"
 
 	"github.com/gotrain/gotrain/internal/cpu"
 	"github.com/gotrain/gotrain/internal/kernels"
+	"github.com/gotrain/gotrain/internal/logging"
 	"github.com/gotrain/gotrain/internal/option"
 )
 
@@ -97,7 +97,7 @@ func (c config) resolvePrefetch() config {
 		if err == nil && n >= 1 {
 			ranks = n
 		} else {
-			slog.Warn("data: ignoring invalid rank count", "env", envLocalWorldSize, "value", s, "using", ranks)
+			logging.Default().Warn("data: ignoring invalid rank count", "env", envLocalWorldSize, "value", s, "using", ranks)
 		}
 	}
 	c.prefetch = 0

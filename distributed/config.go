@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/distributed/clusterenv"
+	"github.com/gotrain/gotrain/internal/logging"
 )
 
 // Defaults of Config's zero fields.
@@ -47,7 +48,11 @@ type Config struct {
 	// Rank and WorldSize of this process. If WorldSize is 0 both come from
 	// the RANK and WORLD_SIZE environment variables, or with env:// from
 	// the variables of the engine that started the process (Slurm, MPI,
-	// Kubeflow), which then also give the master address and port.
+	// Kubeflow), which then also give the master address and port. With
+	// env:// and none of the launcher's variables (RANK, WORLD_SIZE,
+	// LOCAL_RANK, MASTER_ADDR, MASTER_PORT) set, the process was started
+	// by hand: it forms a world of one, rank 0 of 1, on an in-memory
+	// store, and logs so.
 	Rank, WorldSize int
 	// Timeout bounds every operation from the moment it starts running; 0
 	// means $GOTRAIN_TIMEOUT (a Go duration) or DefaultTimeout. A context
@@ -108,14 +113,21 @@ type Config struct {
 	// record (see DumpFlightRecorder) when an operation fails and on
 	// SIGUSR1; "" means $GOTRAIN_FLIGHT_DIR, or no automatic dumps.
 	FlightRecorderDir string
-	// Logger receives warnings (refused connections); nil means
-	// slog.Default().
+	// Logger receives warnings (refused connections) and the group's
+	// set-up records, each with rank=Rank; nil means the program's slog
+	// default if it set one, else records in the launcher's format
+	// (GOTRAIN_LOG_FORMAT: text or json) on stderr.
 	Logger *slog.Logger
 
 	portFallback     bool            // the port range is the default one: any free port if it is full
 	socketIfnameFrom string          // where SocketIfname came from, for messages
 	cluster          *clusterenv.Env // the engine env:// found (Slurm, MPI, Kubeflow), if any
+	alone            bool            // env:// without a launcher: a world of one on an in-memory store
 }
+
+// launcherVars are the variables a launcher sets for env://; with none of
+// them a process started by hand is a world of one.
+var launcherVars = []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
 
 // Allreduce algorithm names.
 const (
@@ -156,6 +168,10 @@ func (c Config) resolve(ctx context.Context) (Config, storeEnv, error) {
 	if err != nil {
 		return c, storeEnv{}, err
 	}
+	if c.alone {
+		c.Logger.Info("distributed: no launcher environment (none of " + strings.Join(launcherVars, ", ") +
+			" is set): a world of one, rank 0 of 1, on an in-memory store")
+	}
 	env := storeEnv{
 		masterHost: os.Getenv("MASTER_ADDR"),
 		masterPort: os.Getenv("MASTER_PORT"),
@@ -172,7 +188,7 @@ func (c Config) resolve(ctx context.Context) (Config, storeEnv, error) {
 			c.JobID = e.JobID
 		}
 		env.masterHost, env.masterPort, env.localWorldSize = e.MasterAddr, e.MasterPort, e.LocalWorldSize
-		c.Logger.Debug("distributed: place from the engine", "engine", e.Engine, "rank", e.Rank, "world", e.WorldSize,
+		c.Logger.Debug("distributed: place from the engine", "engine", e.Engine, "world", e.WorldSize,
 			"local_world", e.LocalWorldSize, "master", net.JoinHostPort(e.MasterAddr, e.MasterPort), "from", e.MasterFrom)
 	}
 	if env.restart == "" {
@@ -239,7 +255,13 @@ func (c Config) resolveFields() (Config, error) {
 		c.SocketBuffer = envInt0("GOTRAIN_SOCKET_BUFFER", 0)
 	}
 	if c.Logger == nil {
-		c.Logger = slog.Default()
+		c.Logger = logging.Default()
+	}
+	// Every record names this rank once, whatever the logger.
+	c.Logger = logging.WithRank(c.Logger, c.Rank)
+	if c.alone && c.ListenHost == "" {
+		// No peer will dial this rank: open no port beyond this host.
+		c.ListenHost = "127.0.0.1"
 	}
 	return c, nil
 }
@@ -257,6 +279,9 @@ func (c *Config) resolveWorld() error {
 			}
 			c.Rank, c.WorldSize, c.cluster = e.Rank, e.WorldSize, &e
 		}
+	}
+	if c.WorldSize == 0 && c.InitMethod == "env://" && c.cluster == nil && !anySet(launcherVars) {
+		c.Rank, c.WorldSize, c.alone = 0, 1, true
 	}
 	if c.WorldSize == 0 {
 		var err error
@@ -367,6 +392,16 @@ func envInt(name string) (int, error) {
 		return 0, fmt.Errorf("%w: %s=%q is not an integer", ErrConfig, name, s)
 	}
 	return v, nil
+}
+
+// anySet reports whether any of the environment variables names is set.
+func anySet(names []string) bool {
+	for _, n := range names {
+		if _, ok := os.LookupEnv(n); ok {
+			return true
+		}
+	}
+	return false
 }
 
 func envInt0(name string, def int) int {

@@ -7,7 +7,9 @@
 // Init joins a group the way torch.distributed.init_process_group does:
 // env:// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, as torchrun, a
 // Kubernetes PyTorchJob or `gotrain run` set them), tcp://host:port or
-// file:///path. Ranks meet through a store (package distributed/store),
+// file:///path; with env:// and none of a launcher's variables set, a
+// program started by hand is a world of one (rank 0 of 1, an in-memory
+// store) and logs so. Ranks meet through a store (package distributed/store),
 // then connect a full TCP mesh (distributed/internal/transport/tcp) in which every
 // connection is authenticated (distributed/internal/auth) with the job's token.
 //

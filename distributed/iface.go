@@ -250,6 +250,6 @@ func advertise(cfg Config, env storeEnv, master, port string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("distributed: rank %d: choose the address to advertise: %w", cfg.Rank, err)
 	}
-	cfg.Logger.Info("distributed: advertising address", "rank", cfg.Rank, "address", host, "why", why)
+	cfg.Logger.Info("distributed: advertising address", "address", host, "why", why) // the logger names the rank
 	return host, nil
 }

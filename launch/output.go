@@ -2,8 +2,14 @@ package launch
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
+
+	"github.com/gotrain/gotrain/internal/logging"
 )
 
 // maxLine is the longest line written in one piece. A longer line is cut
@@ -35,6 +41,62 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 // because the launcher's output went away. pumpLines returns at EOF, on a
 // read error, or when r is closed under it.
 func pumpLines(r io.Reader, prefix string, console, file io.Writer) {
+	pump(r, func(out, seg []byte) []byte { return append(append(out, prefix...), seg...) }, false, console, file)
+}
+
+// pumpJSONLines is pumpLines for a job that logs JSON (--log-format json):
+// every console line is one JSON object naming the worker's rank in a
+// "rank" field instead of a prefix. A worker's line that is a JSON object
+// gets the field unless it has a "rank" of its own; any other line (a
+// print, a panic, a progress bar's redraw) becomes a record whose "msg"
+// is the line, with the stream it came from. A '\r' ends a record as a
+// '\n' does.
+func pumpJSONLines(r io.Reader, rank int, stream string, console, file io.Writer) {
+	pump(r, func(out, seg []byte) []byte { return appendJSONLine(out, seg, rank, stream, time.Now()) }, true, console, file)
+}
+
+// appendJSONLine appends seg, one line of a worker's output with or
+// without its '\n' or '\r', to out as a JSON record with rank, and a '\n'.
+func appendJSONLine(out, seg []byte, rank int, stream string, now time.Time) []byte {
+	line := bytes.TrimRight(seg, "\r\n")
+	var fields map[string]json.RawMessage
+	if len(line) > 0 && line[0] == '{' && json.Unmarshal(line, &fields) == nil {
+		if _, ok := fields["rank"]; ok {
+			return append(append(out, line...), '\n')
+		}
+		out = strconv.AppendInt(append(out, `{"rank":`...), int64(rank), 10)
+		if rest := bytes.TrimSpace(line[1:]); len(rest) > 0 && rest[0] != '}' {
+			out = append(out, ',')
+		}
+		return append(append(out, line[1:]...), '\n')
+	}
+	rec, _ := json.Marshal(struct {
+		Time   time.Time `json:"time"`
+		Level  string    `json:"level"`
+		Msg    string    `json:"msg"`
+		Rank   int       `json:"rank"`
+		Stream string    `json:"stream"`
+	}{now, "INFO", string(line), rank, stream}) // cannot fail: invalid UTF-8 is replaced
+	return append(append(out, rec...), '\n')
+}
+
+// workerLogFormat is the log format the environment env gives a worker:
+// its last GOTRAIN_LOG_FORMAT, as the worker reads it.
+func workerLogFormat(env []string) string {
+	format := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, logging.EnvFormat+"="); ok {
+			format = v
+		}
+	}
+	return format
+}
+
+// pump is pumpLines with frame appending each line (with its '\n' or
+// '\r', or none for a piece of a longer line) to the console's buffer.
+// With ownLines, frame ends every line itself, so the '\n' of a "\r\n"
+// is dropped and a cut line gets no '\n' added.
+func pump(r io.Reader, frame func(out, seg []byte) []byte, ownLines bool, console, file io.Writer) {
 	buf := make([]byte, maxLine)
 	// out batches the whole lines of one read into one console write: far
 	// fewer system calls than a write per line, still never a torn line.
@@ -46,8 +108,8 @@ func pumpLines(r io.Reader, prefix string, console, file io.Writer) {
 		}
 	}
 	add := func(seg []byte, addNewline bool) {
-		out = append(append(out, prefix...), seg...)
-		if addNewline {
+		out = frame(out, seg)
+		if addNewline && !ownLines {
 			out = append(out, '\n')
 		}
 		if len(out) >= maxLine {
@@ -69,7 +131,9 @@ func pumpLines(r io.Reader, prefix string, console, file io.Writer) {
 			}
 			seg := buf[start : start+i+1]
 			if afterCR && i == 0 && seg[0] == '\n' {
-				out = append(out, '\n') // the rest of a "\r\n": ends the line already shown
+				if !ownLines {
+					out = append(out, '\n') // the rest of a "\r\n": ends the line already shown
+				}
 			} else {
 				add(seg, false)
 			}

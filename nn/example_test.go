@@ -81,7 +81,7 @@ func ExampleLoadStateDict() {
 	err := nn.LoadStateDict(model, sd, true)
 	fmt.Println(err)
 	// Output:
-	// nn: load state dict: missing keys [2.bias]; unexpected keys [2.extra]; shape mismatch: 2.weight: have [2 3], got [2 5]
+	// nn: load state dict: 1 missing key [2.bias]; 1 unexpected key [2.extra]; 1 shape mismatch: 2.weight: have [2 3], got [2 5]
 }
 
 // A transformer's pieces: token and position embeddings, LayerNorm and

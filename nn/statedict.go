@@ -74,25 +74,51 @@ type ShapeMismatch struct {
 	Got  []int // the state dict's shape (nil for a nil tensor)
 }
 
-// Error lists all problems, for example
-// "nn: load state dict: missing keys [0.bias]; unexpected keys [9.weight];
-// shape mismatch: 2.weight: have [10 512], got [10 256]".
+// shownKeys is how many keys of each kind Error names.
+const shownKeys = 3
+
+// Error counts the problems of each kind and names the first few of
+// each, for example "nn: load state dict: 2 missing keys [0.bias 2.bias];
+// 1 unexpected key [9.weight]; 1 shape mismatch: 2.weight: have [10 512],
+// got [10 256]". The fields hold them all.
 func (e *StateDictError) Error() string {
 	var parts []string
-	if len(e.Missing) > 0 {
-		parts = append(parts, fmt.Sprintf("missing keys %v", e.Missing))
+	if n := len(e.Missing); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d missing %s %s", n, plural(n, "key", "keys"), keyList(e.Missing)))
 	}
-	if len(e.Unexpected) > 0 {
-		parts = append(parts, fmt.Sprintf("unexpected keys %v", e.Unexpected))
+	if n := len(e.Unexpected); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d unexpected %s %s", n, plural(n, "key", "keys"), keyList(e.Unexpected)))
 	}
-	for _, m := range e.Mismatched {
-		got := "nil tensor"
-		if m.Got != nil {
-			got = fmt.Sprint(m.Got)
+	if n := len(e.Mismatched); n > 0 {
+		var shapes []string
+		for _, m := range e.Mismatched[:min(n, shownKeys)] {
+			got := "nil tensor"
+			if m.Got != nil {
+				got = fmt.Sprint(m.Got)
+			}
+			shapes = append(shapes, fmt.Sprintf("%s: have %v, got %s", m.Key, m.Have, got))
 		}
-		parts = append(parts, fmt.Sprintf("shape mismatch: %s: have %v, got %s", m.Key, m.Have, got))
+		if n > shownKeys {
+			shapes = append(shapes, fmt.Sprintf("and %d more", n-shownKeys))
+		}
+		parts = append(parts, fmt.Sprintf("%d shape %s: %s", n, plural(n, "mismatch", "mismatches"), strings.Join(shapes, "; ")))
 	}
 	return ErrStateDict.Error() + ": " + strings.Join(parts, "; ")
+}
+
+// keyList is the first shownKeys of keys in brackets, and how many more.
+func keyList(keys []string) string {
+	if len(keys) <= shownKeys {
+		return "[" + strings.Join(keys, " ") + "]"
+	}
+	return fmt.Sprintf("[%s ...and %d more]", strings.Join(keys[:shownKeys], " "), len(keys)-shownKeys)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // Is makes errors.Is(err, ErrStateDict) true.

@@ -2,6 +2,7 @@ package nn
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -77,8 +78,8 @@ func TestLoadStateDictListsAllProblemsSortedAndChangesNothing(t *testing.T) {
 	sd["0.weight"] = tensor.Full(7, 6, 4) // valid: must not be copied either
 
 	err := LoadStateDict(m, sd, true)
-	want := "nn: load state dict: missing keys [0.bias 2.bias]; unexpected keys [1.weight 9.weight]; " +
-		"shape mismatch: 2.weight: have [5 6], got [5 7]; shape mismatch: 4.weight: have [3 5], got [3 4]"
+	want := "nn: load state dict: 2 missing keys [0.bias 2.bias]; 2 unexpected keys [1.weight 9.weight]; " +
+		"2 shape mismatches: 2.weight: have [5 6], got [5 7]; 4.weight: have [3 5], got [3 4]"
 	if err == nil || err.Error() != want {
 		t.Fatalf("error\n %v\nwant\n %s", err, want)
 	}
@@ -113,7 +114,7 @@ func TestLoadStateDictNonStrict(t *testing.T) {
 	sd["2.bias"] = tensor.Zeros(4)
 	sd["4.weight"] = nil
 	err := LoadStateDict(m, sd, false)
-	want := "nn: load state dict: shape mismatch: 2.bias: have [5], got [4]; shape mismatch: 4.weight: have [3 5], got nil tensor"
+	want := "nn: load state dict: 2 shape mismatches: 2.bias: have [5], got [4]; 4.weight: have [3 5], got nil tensor"
 	if err == nil || err.Error() != want {
 		t.Fatalf("error %v, want %s", err, want)
 	}
@@ -132,7 +133,36 @@ func TestStateDictMapFeedsLoadStateDict(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := LoadStateDict(Sequential(Linear(4, 6)), sd, true); err == nil ||
-		!strings.Contains(err.Error(), "unexpected keys [2.bias 2.weight 4.weight]") {
+		!strings.Contains(err.Error(), "3 unexpected keys [2.bias 2.weight 4.weight]") {
 		t.Errorf("loading into a smaller model: %v", err)
+	}
+}
+
+// A state dict of another model is a short error: counts and the first
+// few keys of each kind, however large the models.
+func TestStateDictErrorIsShort(t *testing.T) {
+	var layers []Module
+	for range 40 {
+		layers = append(layers, Linear(3, 3))
+	}
+	m := Sequential(layers...)
+	sd := map[string]*tensor.Tensor{}
+	for i := range 50 {
+		sd[fmt.Sprintf("other.%d.weight", i)] = tensor.Zeros(1)
+	}
+	for i := range 10 {
+		sd[fmt.Sprintf("%d.weight", i)] = tensor.Zeros(2, 2)
+	}
+	err := LoadStateDict(m, sd, true)
+	var serr *StateDictError
+	if !errors.As(err, &serr) || len(serr.Missing) != 70 || len(serr.Unexpected) != 50 || len(serr.Mismatched) != 10 {
+		t.Fatalf("err = %v; want all 70 missing, 50 unexpected and 10 mis-shaped keys in the fields", err)
+	}
+	want := "nn: load state dict: 70 missing keys [0.bias 1.bias 10.bias ...and 67 more]; " +
+		"50 unexpected keys [other.0.weight other.1.weight other.10.weight ...and 47 more]; " +
+		"10 shape mismatches: 0.weight: have [3 3], got [2 2]; 1.weight: have [3 3], got [2 2]; " +
+		"2.weight: have [3 3], got [2 2]; and 7 more"
+	if err.Error() != want {
+		t.Fatalf("error\n %v\nwant\n %s", err, want)
 	}
 }

@@ -277,50 +277,30 @@ func CausalSelfAttention(nEmbd, nHead int, dropout float64, opts ...Option) *Cau
 }
 
 // Forward maps x [B, T, NEmbd] to [B, T, NEmbd]: each position attends to
-// itself and the positions before it. Without dropout (or in eval mode)
-// the attention is one fused op that never holds the T×T scores; with
-// attention dropout in training it materialises them. It panics naming
-// the layer and both shapes when x is not [B, T, NEmbd].
+// itself and the positions before it. The attention is one fused op that
+// never holds the T×T scores, also with attention dropout in training,
+// whose masks it regenerates from a seed (tensor.SelfAttentionQKVDropout)
+// rather than storing them. It panics naming the layer and both shapes
+// when x is not [B, T, NEmbd].
 func (a *CausalSelfAttentionLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 	s := x.Shape()
 	if len(s) != 3 || s[2] != a.NEmbd {
 		panic(fmt.Sprintf("nn: CausalSelfAttention(n_embd=%d, n_head=%d): input %v does not match [B, T, %d]",
 			a.NEmbd, a.NHead, s, a.NEmbd))
 	}
-	b, t, c := s[0], s[1], s[2]
-	h, dh := a.NHead, c/a.NHead
 	qkv := a.CAttn.Forward(x)
-	if a.Training() && a.AttnDropout.P > 0 {
-		heads := tensor.Permute(qkv.Reshape(b, t, 3, h, dh), 2, 0, 3, 1, 4)
-		parts := tensor.Unbind(heads, 0) // views: 3 × [B, H, T, Dh]
-		y := a.attendWithDropout(parts[0], parts[1], parts[2])
-		merged := tensor.Permute(y, 0, 2, 1, 3)
-		// These results own their storage and only the graph reads them:
-		// Backward hands it back for the next step (see tensor.Recycle).
-		tensor.Recycle(qkv, heads, y, merged)
-		return a.ResidDropout.Forward(a.CProj.Forward(merged.Reshape(b, t, c)))
-	}
 	// The fused attention reads the heads straight out of qkv and writes
 	// them side by side in [B, T, C]: no head split or merge copies.
-	y := tensor.SelfAttentionQKV(qkv, h, true)
+	var y *tensor.Tensor
+	if a.Training() && a.AttnDropout.P > 0 {
+		y = tensor.SelfAttentionQKVDropout(qkv, a.NHead, true, float32(a.AttnDropout.P), a.AttnDropout.rng)
+	} else {
+		y = tensor.SelfAttentionQKV(qkv, a.NHead, true)
+	}
+	// These results own their storage and only the graph reads them:
+	// Backward hands it back for the next step (see tensor.Recycle).
 	tensor.Recycle(qkv, y)
 	return a.ResidDropout.Forward(a.CProj.Forward(y))
-}
-
-// attendWithDropout is causal attention with dropout on the probabilities,
-// from unfused ops.
-func (a *CausalSelfAttentionLayer) attendWithDropout(q, k, v *tensor.Tensor) *tensor.Tensor {
-	t, dh := q.Size(2), q.Size(3)
-	att := tensor.MulScalar(tensor.MatMul(q, k, false, true), float32(1/math.Sqrt(float64(dh))))
-	mask := tensor.Zeros(t, t)
-	md := mask.Data()
-	for i := range t {
-		for j := i + 1; j < t; j++ {
-			md[i*t+j] = 1
-		}
-	}
-	att = tensor.Softmax(tensor.MaskedFill(att, mask, float32(math.Inf(-1))), -1)
-	return tensor.MatMul(a.AttnDropout.Forward(att), v, false, false)
 }
 
 // MultiheadAttentionLayer is PyTorch's nn.MultiheadAttention(embed_dim,

@@ -60,19 +60,7 @@ func SelfAttentionQKV(qkv *Tensor, heads int, causal bool) *Tensor {
 	if y, ok := selfAttentionAutocast(qkv, heads, causal); ok { // bf16 operands under Autocast
 		return y
 	}
-	b, t, c := s[0], s[1], s[2]/3
-	dh := c / heads
-	a := attnGeom{
-		heads: b * heads, nh: heads, tq: t, tk: t, dh: dh, bc: attnBc, causal: causal,
-		packed: true, ldq: 3 * c, ldkv: 3 * c, ldo: c,
-	}
-	if causal {
-		a.bc = attnBcCausal
-	}
-	a.scale = float32(1 / math.Sqrt(float64(max(dh, 1))))
-	a.gemm = newBF16Cast().gemmSerial()
-	out := &Tensor{data: getBuf(b * t * c), shape: []int{b, t, c}}
-	return a.run(out, qkv, qkv, qkv)
+	return selfAttentionQKV(qkv, heads, causal, nil)
 }
 
 // run computes the attention into out and records its backward pass; in
@@ -104,8 +92,12 @@ func (a attnGeom) run(out, q, k, v *Tensor) *Tensor {
 				dv = v.accGrad()
 			}
 		}
+		blocks := 2
+		if a.drop != nil {
+			blocks = 3 // and the dropped probabilities
+		}
 		parallelFor(a.heads, 1, func(_, lo, hi int) {
-			s := getBuf(2 * attnBr * attnBc)
+			s := getBuf(blocks * attnBr * attnBc)
 			d := make([]float32, a.tq)
 			for h := lo; h < hi; h++ {
 				a.backwardHead(h, q.data, k.data, v.data, out.data, g, lse, dq, dk, dv, s, d, fresh)
@@ -136,6 +128,9 @@ type attnGeom struct {
 	// gemm runs the block products: kernels.SgemmSerial, or under native
 	// bf16 autocast kernels.SgemmBF16Serial (see attentionAutocast).
 	gemm gemmFunc
+	// drop, if not nil, drops attention probabilities (see
+	// attention_dropout.go).
+	drop *attnDropout
 }
 
 func newAttnGeom(op string, q, k, v *Tensor, causal bool) attnGeom {
@@ -233,6 +228,9 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
 				}
 				lrow[r] += sum
 				mrow[r] = mx
+				if a.drop != nil { // after the sum: dropout follows the softmax
+					a.drop.apply(row[:lim], a.dropIndex(h, i0+r, j0))
+				}
 			}
 			a.gemm(false, false, br, dh, bc, 1, s, a.bc, vh[j0*ldkv:], ldkv, 1, oi, ldo)
 		}
@@ -271,7 +269,11 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 	for i := range a.tq {
 		d[i] = kernels.Dot(gh[i*ldo:i*ldo+dh], oh[i*ldo:])
 	}
-	p, dp := s[:attnBr*a.bc], s[attnBr*a.bc:]
+	p, dp := s[:attnBr*a.bc], s[attnBr*a.bc:2*attnBr*a.bc]
+	pd := p // the probabilities P·V used: P, or with dropout P∘M/(1−p)
+	if a.drop != nil {
+		pd = s[2*attnBr*a.bc:]
+	}
 	for j0 := 0; j0 < a.tk; j0 += a.bc {
 		bc := min(a.bc, a.tk-j0)
 		first := 0
@@ -293,9 +295,13 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 				lim8 := padMasked(row, min(bc, max(a.keysFor(i0+r)-j0, 0)))
 				kernels.ExpShiftSum(row[:lim8], row[:lim8], lh[i0+r]) // P = e^(S − lse)
 				clear(row[lim8:])
+				if a.drop != nil {
+					copy(pd[r*a.bc:r*a.bc+bc], row)
+					a.drop.apply(pd[r*a.bc:r*a.bc+bc], a.dropIndex(h, i0+r, j0))
+				}
 			}
-			if dvh != nil { // dV_j += Pᵀ·dO_i
-				a.gemm(true, false, bc, dh, br, 1, p, a.bc, gh[i0*ldo:], ldo, betaKV, dvh[j0*ldkv:], ldkv)
+			if dvh != nil { // dV_j += Pᵀ·dO_i (the dropped P)
+				a.gemm(true, false, bc, dh, br, 1, pd, a.bc, gh[i0*ldo:], ldo, betaKV, dvh[j0*ldkv:], ldkv)
 			}
 			if dqh == nil && dkh == nil {
 				continue
@@ -304,6 +310,9 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 			// apply the scale.
 			a.gemm(false, true, br, bc, dh, 1, gh[i0*ldo:], ldo, vh[j0*ldkv:], ldkv, 0, dp, a.bc)
 			for r := range br {
+				if a.drop != nil { // through the dropout: dP = dPd∘M/(1−p)
+					a.drop.apply(dp[r*a.bc:r*a.bc+bc], a.dropIndex(h, i0+r, j0))
+				}
 				kernels.SubMul(dp[r*a.bc:r*a.bc+bc], p[r*a.bc:], d[i0+r])
 			}
 			if dqh != nil { // dQ_i += scale·dS·K_j

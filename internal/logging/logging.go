@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"sync"
 )
 
 // Environment variables a worker's handler is configured by.
@@ -44,7 +45,8 @@ func CheckFormat(format string) error {
 
 // New returns a logger writing records to w in format ("" is Text, an
 // unknown format panics: check it first with CheckFormat), with attrs on
-// every record.
+// every record. With an integer "rank" among attrs, a record that names
+// the same rank again says it once (see WithRank).
 func New(w io.Writer, format string, attrs ...slog.Attr) *slog.Logger {
 	var h slog.Handler
 	switch format {
@@ -58,7 +60,42 @@ func New(w io.Writer, format string, attrs ...slog.Attr) *slog.Logger {
 	if len(attrs) > 0 {
 		h = h.WithAttrs(attrs)
 	}
+	for _, a := range attrs {
+		if v := a.Value.Resolve(); a.Key == "rank" && v.Kind() == slog.KindInt64 {
+			h = oneRank{h, v.Int64()}
+		}
+	}
 	return slog.New(h)
+}
+
+// WithRank returns l with rank=rank on every record, said once: a record
+// that names the same rank again (library code does, for loggers without
+// it) drops the repeat. A logger from New, FromEnv or WithRank that
+// already carries this rank is returned as it is.
+func WithRank(l *slog.Logger, rank int) *slog.Logger {
+	if h, ok := l.Handler().(oneRank); ok && h.rank == int64(rank) {
+		return l
+	}
+	return slog.New(oneRank{l.Handler().WithAttrs([]slog.Attr{slog.Int("rank", rank)}), int64(rank)})
+}
+
+// initial is the slog default before the program replaced it, if it does.
+var initial = slog.Default()
+
+// env is the logger FromEnv makes for the process on stderr, made once.
+var env = sync.OnceValue(func() *slog.Logger { return FromEnv(os.Stderr, "") })
+
+// Default returns the logger library code logs through when given none:
+// the program's slog default if it set one (slog.SetDefault), else the
+// logger FromEnv makes on stderr, in the launcher's format
+// (GOTRAIN_LOG_FORMAT) with the worker's rank, so that a program that
+// sets up no logging prints its library records as the launcher prints
+// its own.
+func Default() *slog.Logger {
+	if l := slog.Default(); l != initial {
+		return l
+	}
+	return env()
 }
 
 // FromEnv returns the logger for this process writing to w: in format, or
@@ -81,11 +118,6 @@ func FromEnv(w io.Writer, format string) *slog.Logger {
 		attrs = append(attrs, slog.Int("rank", r))
 	}
 	l := New(w, format, attrs...)
-	if hasRank {
-		// Library code names the rank too, for loggers without it: say it
-		// once.
-		l = slog.New(oneRank{l.Handler(), int64(r)})
-	}
 	if bad != nil {
 		l.Warn("logging: ignoring the log format", "err", bad, "using", Text)
 	}

@@ -6,6 +6,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/gotrain/gotrain/internal/logging"
 )
 
 // HandshakeTimeout bounds a server's side of one handshake, from accept to
@@ -46,7 +48,7 @@ type heldWarnings struct {
 	last  []any
 }
 
-// NewLimiter returns a Limiter writing to log (nil: slog.Default() at each
+// NewLimiter returns a Limiter writing to log (nil: logging.Default() at each
 // write) with one summary per interval (0: WarnInterval).
 func NewLimiter(log *slog.Logger, interval time.Duration) *Limiter {
 	if interval <= 0 {
@@ -114,7 +116,7 @@ func (l *Limiter) logger() *slog.Logger {
 	if l.log != nil {
 		return l.log
 	}
-	return slog.Default()
+	return logging.Default()
 }
 
 // refusals summarizes this package's own warnings about refused
