@@ -23,6 +23,12 @@
 //		}
 //	}
 //
+// A number that is not finite (the loss of a diverged step, or the mean
+// of rows' steps one of which diverged) is written as null, which JSON has
+// in place of NaN and infinity; event.Row reads null back as NaN. A row
+// says which unit its samples count ("unit":"tokens" for a language
+// model's tokens; none for samples).
+//
 // Under a launcher that observes the job (`gotrain run --metrics-addr`,
 // `--dashboard`, `--trace`, `--metrics`: it sets GOTRAIN_OBSERVE), the
 // rows and spans go to the launcher over the progress pipe instead, and
@@ -36,7 +42,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -72,6 +77,8 @@ type Config struct {
 	// Reporter, if it sends to a launcher, carries the rows and spans the
 	// launcher asks for (see event.EnvObserve).
 	Reporter *progress.Reporter
+	// Tokens says that a step's samples are tokens: the rows' unit.
+	Tokens bool
 }
 
 // Recorder records one rank's steps. It is for the goroutine running the
@@ -210,7 +217,7 @@ func (s *Step) End(n int, loss, lr float64) error {
 	}
 	r.steps++
 	row := event.Row{Time: unix(now), Start: unix(s.data), Rank: r.cfg.Rank, Restart: r.restart,
-		Epoch: max(r.epoch, 1), Step: r.steps, Steps: 1, Loss: loss, LR: lr, Samples: n,
+		Epoch: max(r.epoch, 1), Step: r.steps, Steps: 1, Loss: loss, LR: lr, Samples: n, Unit: r.unit(),
 		DataMS: ms(s.t0.Sub(s.data)), ForwardMS: ms(s.fwd.Sub(s.t0)),
 		BackwardMS: ms(s.bwd.Sub(s.fwd)), OptimizerMS: ms(now.Sub(s.bwd))}
 	row.StepMS = ms(now.Sub(s.data))
@@ -276,9 +283,6 @@ func (r *Recorder) emit() error {
 			}
 		}
 		r.sent, r.sentNow = r.sentNow, r.sent
-	}
-	if !finite(row.Loss) {
-		row.Loss = -1 // JSON has no NaN; a diverged loss is no row to lose
 	}
 	r.last = row
 	if r.rep == nil && r.w == nil {
@@ -381,7 +385,14 @@ func (r *Recorder) Close() error {
 
 func unix(t time.Time) float64   { return float64(t.UnixNano()) / 1e9 }
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
-func finite(v float64) bool      { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// unit is the rows' Unit.
+func (r *Recorder) unit() string {
+	if r.cfg.Tokens {
+		return "tokens"
+	}
+	return ""
+}
 
 // Active reports whether the recorder sends or writes anything: rows to a
 // file or a launcher, or a timeline.
