@@ -140,7 +140,8 @@ func (g *Group) arenaWaitErr(ctx context.Context, c *comm, r int, want uint64) e
 		return ErrGroupClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("waiting for peer rank %d (%s) in shared memory: %w", r, g.mesh.Pair(r).Addr(), err)
+		// A PeerError, so that a timeout blames the peer (see Blame).
+		return &transport.PeerError{Rank: r, Addr: g.mesh.Pair(r).Addr(), Err: fmt.Errorf("waiting in shared memory: %w", err)}
 	}
 	if err := g.mesh.Err(); err != nil {
 		return err

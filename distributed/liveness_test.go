@@ -35,6 +35,11 @@ func init() {
 					if err := g.AllReduce(ctx, buf, Sum); err != nil {
 						fmt.Printf("failed: %v\n", err)
 						fmt.Printf("errors.Is(ErrPeerLost)=%v\n", errors.Is(err, ErrPeerLost))
+						if pf, ok := Blame(err); ok {
+							fmt.Printf("blame: rank %d, silent %v\n", pf.Rank, pf.Silence > 0)
+						} else {
+							fmt.Println("blame: none")
+						}
 						return err
 					}
 					if i > 0 {
@@ -157,6 +162,32 @@ func awaitFailures(t *testing.T, ws []*testproc.Proc, victim int, since time.Tim
 	}
 }
 
+// awaitBlame checks that every rank but victim blamed its failure on
+// another rank (Blame), and at least one on victim itself, as fallen
+// silent if silent: the others may have heard of it from a rank that
+// did.
+func awaitBlame(t *testing.T, ws []*testproc.Proc, victim int, silent bool) {
+	t.Helper()
+	direct := 0
+	for _, w := range ws {
+		if w.Rank == victim {
+			continue
+		}
+		l, ok := w.WaitLine("blame: ", 5*time.Second)
+		switch {
+		case !ok || l.Text == "blame: none":
+			t.Errorf("rank %d blamed no peer for its failure: %q", w.Rank, l.Text)
+		case l.Text == fmt.Sprintf("blame: rank %d, silent %v", victim, silent):
+			direct++
+		case strings.HasPrefix(l.Text, fmt.Sprintf("blame: rank %d,", w.Rank)):
+			t.Errorf("rank %d blamed itself: %q", w.Rank, l.Text)
+		}
+	}
+	if direct == 0 {
+		t.Errorf("no rank blamed rank %d (silent %v)", victim, silent)
+	}
+}
+
 // TestProcessPeerLeaves: a rank returns from its loop (its deferred
 // Destroy says goodbye) while the others wait for it in the next
 // allreduce; they fail at once, saying it left.
@@ -169,6 +200,7 @@ func TestProcessPeerLeaves(t *testing.T) {
 			t.Fatalf("rank %d never left", victim)
 		}
 		awaitFailures(t, ws, victim, l.At, 2*time.Second, fmt.Sprintf("rank %d left the group", victim))
+		awaitBlame(t, ws, victim, false)
 		<-ws[victim].Done()
 		if err := ws[victim].Err(); err != nil {
 			t.Errorf("the rank that left: %v", err)
@@ -197,6 +229,7 @@ func TestProcessPeerFrozen(t *testing.T) {
 		}
 		defer ws[victim].Signal(syscall.SIGKILL)
 		awaitFailures(t, ws, victim, stopped, 6*time.Second, fmt.Sprintf("peer rank %d (", victim))
+		awaitBlame(t, ws, victim, true)
 	})
 }
 

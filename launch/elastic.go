@@ -101,7 +101,7 @@ func (j *job) runElastic(ctx context.Context) (int, error) {
 						j.log.Warn("launch: could not tell the other nodes that the job failed", "err", err)
 					}
 				}
-				j.reportFailure(j.failure(out.failed, rd.Failures))
+				j.reportFailure(out.report(rd.Failures, j.cfg.MaxRestarts))
 				return out.failed.code, nil
 			}
 			j.log.Warn("launch: a worker failed; re-forming the group",

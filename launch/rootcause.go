@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gotrain/gotrain/event"
 )
 
 // Bounds of the stderr tail kept per worker for the failure report.
@@ -19,8 +23,15 @@ const (
 	tailLineLen = 500 // bytes kept of each line
 )
 
-// Failure is the root cause of a failed job: the first worker that failed,
-// where, how, and the last lines it wrote to stderr.
+// Failure is the report on a failed worker and, as the root cause of a
+// failed job, the first primary failure: where it ran, how it ended, why
+// it counts as the cause, and the last lines it wrote to stderr.
+//
+// A primary failure is a rank's own: an error of its own, a signal that
+// killed or stopped it, or silence (it stopped answering, and the others
+// failed because of it). A secondary one is the fallout: a rank that
+// failed because another did (it exited with event.ExitPeer, naming that
+// rank) or because the launcher stopped it.
 type Failure struct {
 	Rank, LocalRank int
 	Host            string
@@ -30,28 +41,97 @@ type Failure struct {
 	Restarts        int            // restarts done before this failure
 	MaxRestarts     int
 	Stderr          []string // its last stderr lines, oldest first
+
+	// Time is when the launcher saw it fail.
+	Time time.Time `json:",omitzero"`
+	// Stopped is the signal that had stopped the worker (SIGSTOP,
+	// SIGTSTP) when the job failed, or 0; its exit is then the launcher's
+	// SIGKILL.
+	Stopped syscall.Signal `json:",omitempty"`
+	// Secondary means it failed only because of another rank, or because
+	// the launcher stopped it.
+	Secondary bool `json:",omitempty"`
+	// Blames says it named the rank it failed because of: BlameRank, and
+	// Silence, how long that rank had sent nothing (0 when it was not
+	// silence).
+	Blames    bool          `json:",omitempty"`
+	BlameRank int           `json:",omitempty"`
+	Silence   time.Duration `json:",omitempty"`
+	// Silent means the rank is the root cause because the others failed
+	// waiting for it, not through a failure of its own.
+	Silent bool `json:",omitempty"`
+	// BlamedBy are the ranks that failed because of this one.
+	BlamedBy []int `json:",omitempty"`
+	// Reason, if set, is the root cause when it is no worker (Rank is
+	// then -1): a node that became unreachable.
+	Reason string `json:",omitempty"`
 }
 
-// Cause says how the worker ended: "exit status 3" or "killed by signal
-// SIGKILL (killed)".
-func (f Failure) Cause() string {
-	if f.Signal != 0 {
-		name := unix.SignalName(f.Signal)
-		if name == "" {
-			name = "signal " + strconv.Itoa(int(f.Signal))
-		}
-		return "killed by signal " + name + " (" + f.Signal.String() + ")"
+// SignalName is sig as its constant is named: "SIGTERM".
+func SignalName(sig syscall.Signal) string {
+	if name := unix.SignalName(sig); name != "" {
+		return name
 	}
-	return describeExit(f.ExitCode)
+	return "signal " + strconv.Itoa(int(sig))
+}
+
+// Cause says how the worker ended and why it is to blame: "exit status
+// 3", "terminated by SIGTERM", "stopped (SIGSTOP) — no heartbeat for 14s"
+// or "went silent (no heartbeat for 14s); the launcher ended it
+// (terminated by SIGKILL)".
+func (f Failure) Cause() string {
+	ended := describeExit(f.ExitCode)
+	if f.Signal != 0 {
+		ended = "terminated by " + SignalName(f.Signal)
+	}
+	silence := ""
+	if f.Silence > 0 {
+		silence = fmt.Sprintf("no heartbeat for %v", f.Silence.Round(100*time.Millisecond))
+	}
+	switch {
+	case f.Reason != "":
+		return f.Reason
+	case f.Stopped != 0 && silence != "":
+		return "stopped (" + SignalName(f.Stopped) + ") — " + silence
+	case f.Stopped != 0:
+		return "stopped (" + SignalName(f.Stopped) + ")"
+	case f.Silent:
+		s := "went silent: the others failed waiting for it"
+		if silence != "" {
+			s = "went silent (" + silence + ")"
+		}
+		if f.PID != 0 { // a worker of this launcher, which ended it
+			s += "; the launcher ended it (" + ended + ")"
+		}
+		return s
+	case f.Secondary && f.Blames:
+		return ended + ", because of rank " + strconv.Itoa(f.BlameRank)
+	}
+	return ended
 }
 
 // String is the report as a block of lines, each ending in '\n', for a
 // person to read on the console.
 func (f Failure) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "launch: job failed; root cause: rank %d (local rank %d) on %s, pid %d: %s\n",
-		f.Rank, f.LocalRank, f.Host, f.PID, f.Cause())
+	switch {
+	case f.Rank < 0:
+		fmt.Fprintf(&b, "launch: job failed; root cause: %s\n", f.Cause())
+	case f.PID == 0 && f.Host != "":
+		fmt.Fprintf(&b, "launch: job failed; root cause: rank %d on %s: %s\n", f.Rank, f.Host, f.Cause())
+	case f.PID == 0:
+		fmt.Fprintf(&b, "launch: job failed; root cause: rank %d: %s\n", f.Rank, f.Cause())
+	default:
+		fmt.Fprintf(&b, "launch: job failed; root cause: rank %d (local rank %d) on %s, pid %d: %s\n",
+			f.Rank, f.LocalRank, f.Host, f.PID, f.Cause())
+	}
 	fmt.Fprintf(&b, "  exit code %d; %d of %d restarts used\n", f.ExitCode, f.Restarts, f.MaxRestarts)
+	if len(f.BlamedBy) > 0 {
+		fmt.Fprintf(&b, "  %s failed because of it\n", rankList(f.BlamedBy))
+	}
+	if f.Rank < 0 || f.PID == 0 {
+		return b.String() // no stderr of its own here
+	}
 	switch len(f.Stderr) {
 	case 0:
 		b.WriteString("  its stderr was empty\n")
@@ -67,11 +147,23 @@ func (f Failure) String() string {
 	return b.String()
 }
 
+// rankList is "rank 2" or "ranks 0, 1 and 3".
+func rankList(ranks []int) string {
+	s := make([]string, len(ranks))
+	for i, r := range ranks {
+		s[i] = strconv.Itoa(r)
+	}
+	if len(s) == 1 {
+		return "rank " + s[0]
+	}
+	return "ranks " + strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+}
+
 // attrs are the report as log attributes, for a machine to read.
 func (f Failure) attrs() []any {
 	return []any{"rank", f.Rank, "local_rank", f.LocalRank, "host", f.Host, "pid", f.PID,
 		"exit_code", f.ExitCode, "cause", f.Cause(), "restarts", f.Restarts,
-		"max_restarts", f.MaxRestarts, "stderr_tail", f.Stderr}
+		"max_restarts", f.MaxRestarts, "blamed_by", f.BlamedBy, "stderr_tail", f.Stderr}
 }
 
 // failure is the report on w, which failed after restarts restarts.
@@ -85,7 +177,99 @@ func (j *job) failure(w *worker, restarts int) Failure {
 	if w.code > 128 && w.code < 128+65 {
 		f.Signal = syscall.Signal(w.code - 128)
 	}
+	if w.code == event.ExitPeer {
+		f.Secondary = true
+		// The last such line: the worker's own verdict, written last.
+		for i := len(f.Stderr) - 1; i >= 0; i-- {
+			if rank, silence, ok := event.ParsePeerLine(f.Stderr[i]); ok {
+				f.Blames, f.BlameRank, f.Silence = true, rank, silence
+				break
+			}
+		}
+	}
 	return f
+}
+
+// RootCause picks the root cause among the failures of one attempt (of
+// one node, or of all): the earliest primary failure; else the rank the
+// secondary failures blame, following the chain (rank 2 blamed rank 0,
+// which blamed rank 1) to a rank that blamed nobody, reported as gone
+// silent; else the earliest failure. The result's BlamedBy lists the
+// ranks that blamed it. It returns false for no failures.
+func RootCause(fs []Failure) (Failure, bool) {
+	if len(fs) == 0 {
+		return Failure{}, false
+	}
+	byTime := slices.Clone(fs)
+	slices.SortStableFunc(byTime, func(a, b Failure) int { return a.Time.Compare(b.Time) })
+	var root Failure
+	found := false
+	for _, f := range byTime {
+		if !f.Secondary || f.Stopped != 0 {
+			root, found = f, true
+			break
+		}
+	}
+	if !found {
+		root, found = blamed(byTime)
+	}
+	if !found {
+		root = byTime[0]
+	}
+	root.BlamedBy = nil
+	for _, f := range fs {
+		if f.Blames && f.BlameRank == root.Rank && f.Rank != root.Rank && !slices.Contains(root.BlamedBy, f.Rank) {
+			root.BlamedBy = append(root.BlamedBy, f.Rank)
+			if root.Stopped != 0 {
+				root.Silence = max(root.Silence, f.Silence) // how long the others heard nothing
+			}
+		}
+	}
+	slices.Sort(root.BlamedBy)
+	return root, true
+}
+
+// blamed follows the blame from the earliest failure that names a rank
+// to a rank that names nobody, and reports that rank as gone silent.
+func blamed(byTime []Failure) (Failure, bool) {
+	find := func(rank int) *Failure {
+		for i := range byTime {
+			if byTime[i].Rank == rank && byTime[i].Rank >= 0 {
+				return &byTime[i]
+			}
+		}
+		return nil
+	}
+	var from *Failure
+	for i := range byTime {
+		if byTime[i].Blames {
+			from = &byTime[i]
+			break
+		}
+	}
+	if from == nil {
+		return Failure{}, false
+	}
+	seen := map[int]bool{from.Rank: true}
+	for {
+		next := find(from.BlameRank)
+		if next == nil || !next.Blames || seen[next.Rank] {
+			break
+		}
+		seen[next.Rank] = true
+		from = next
+	}
+	// A rank with no report of its own here (it ran on another node)
+	// stays secondary: inferred, it gives way to a primary failure that
+	// a launcher of several nodes may know of (its node lost).
+	root := Failure{Rank: from.BlameRank, LocalRank: -1, ExitCode: from.ExitCode, Time: from.Time, Secondary: true}
+	if f := find(from.BlameRank); f != nil {
+		root = *f
+		root.Secondary = false
+	}
+	root.Silent, root.Silence = true, from.Silence
+	root.Blames, root.BlameRank = false, 0
+	return root, true
 }
 
 // reportFailure hands the root cause to Config.OnFailure, or logs it as

@@ -389,7 +389,14 @@ func (l *launcher) run(ctx context.Context) (int, error) {
 			l.log.Info("fanout: all workers on every node finished", "restart_count", restart)
 			return 0, nil
 		case restartable && restart < c.MaxRestarts:
-			l.log.Warn("fanout: restarting every node", "failed_host", g.hosts[g.root],
+			cause := "?"
+			if f := g.failure(); f != nil {
+				cause = f.Cause()
+				if f.Rank >= 0 {
+					cause = fmt.Sprintf("rank %d on %s: %s", f.Rank, f.Host, cause)
+				}
+			}
+			l.log.Warn("fanout: restarting every node", "root_cause", cause,
 				"exit_code", code, "restart_count", restart+1, "max_restarts", c.MaxRestarts)
 		default:
 			l.reportFailure(g, restart, code)
@@ -408,12 +415,13 @@ func (l *launcher) attempt(ctx context.Context, restart int) (*gang, error) {
 		}
 	}
 	g := newGang(names)
+	g.offsets, g.workers = l.offsets, l.workers
 	for _, n := range l.nodes {
 		n.send(agent.Message{Type: agent.Start, Restart: restart})
 	}
 	beat := time.NewTicker(agent.HeartbeatInterval)
 	defer beat.Stop()
-	var exitWait, stopDeadline <-chan time.Time
+	var exitWait, stopDeadline, grace <-chan time.Time
 	ctxDone := ctx.Done()
 	stop := func(nodes []int, sig syscall.Signal) {
 		for _, i := range nodes {
@@ -432,9 +440,9 @@ func (l *launcher) attempt(ctx context.Context, restart int) (*gang, error) {
 			case m.err != nil:
 				err := n.failure(m.err)
 				l.log.Error("fanout: lost the agent", "host", n.host, "err", err)
-				stop(g.lostNode(m.node, err.Error()), 0)
+				stop(g.lostNode(m.node, err.Error(), time.Now()), 0)
 			case m.Type == agent.Failed && m.Restart == restart:
-				if nodes := g.failed(m.node, m.Failure); len(nodes) > 0 {
+				if nodes := g.failed(m.node, m.Failure, time.Now()); len(nodes) > 0 {
 					l.log.Warn("fanout: a worker failed; stopping every node", "host", n.host,
 						"rank", m.Failure.Rank, "cause", m.Failure.Cause())
 					stop(nodes, 0)
@@ -443,7 +451,7 @@ func (l *launcher) attempt(ctx context.Context, restart int) (*gang, error) {
 				if m.Error != "" {
 					l.log.Error("fanout: a node could not run its workers", "host", n.host, "err", m.Error)
 				}
-				if nodes := g.exited(m.node, m.Code, m.Failure, m.Interrupted, m.Error); len(nodes) > 0 {
+				if nodes := g.exited(m.node, m.Code, m.Failure, m.Interrupted, m.Error, time.Now()); len(nodes) > 0 {
 					l.log.Warn("fanout: a node failed; stopping every node", "host", n.host, "exit_code", m.Code)
 					stop(nodes, 0)
 				}
@@ -457,9 +465,13 @@ func (l *launcher) attempt(ctx context.Context, restart int) (*gang, error) {
 					why := fmt.Sprintf("host %s: the agent sent nothing for %v", n.host, l.cfg.HeartbeatTimeout)
 					l.log.Error("fanout: lost the agent", "host", n.host, "err", why)
 					n.abandon()
-					stop(g.lostNode(i, why), 0)
+					stop(g.lostNode(i, why, time.Now()), 0)
 				}
 			}
+		case <-grace:
+			grace = nil
+			l.log.Warn("fanout: no worker failed on its own within the stop timeout after one failed because of another rank; stopping every node")
+			stop(g.graceOver(), 0)
 		case <-exitWait:
 			exitWait = nil
 			nodes := g.exitWaitOver(l.cfg.ExitWait)
@@ -471,7 +483,7 @@ func (l *launcher) attempt(ctx context.Context, restart int) (*gang, error) {
 					why := fmt.Sprintf("host %s: the agent did not report its workers stopped within %v", n.host, l.cfg.StopTimeout+stopSlack)
 					l.log.Error("fanout: giving up on a node", "host", n.host, "err", why)
 					n.abandon()
-					g.lostNode(i, why)
+					g.lostNode(i, why, time.Now())
 				}
 			}
 		case <-ctxDone:
@@ -483,6 +495,11 @@ func (l *launcher) attempt(ctx context.Context, restart int) (*gang, error) {
 			}
 			l.log.Warn("fanout: interrupted, stopping every node", "signal", sig.String())
 			stop(g.interrupt(sig), sig)
+		}
+		if grace == nil && g.graceDue {
+			// The fallout of a failure often arrives before it: wait for
+			// the failure itself as a node waits for its own workers'.
+			grace = time.After(l.cfg.StopTimeout)
 		}
 		if exitWait == nil && g.needExitWait() {
 			exitWait = time.After(l.cfg.ExitWait)
@@ -538,17 +555,18 @@ func (l *launcher) writeLog(m nodeMsg) {
 	}
 }
 
-// reportFailure hands the root cause to OnFailure, or logs it.
+// reportFailure hands the root cause to OnFailure, or logs it. When no
+// worker's failure is the cause (a node could not run its workers, or
+// --exit-wait ran out) the report says so in its Reason.
 func (l *launcher) reportFailure(g *gang, restarts, code int) {
-	if g.exitWait {
-		l.log.Error("fanout: job failed: "+g.rootErr, "exit_code", code)
-		return
-	}
 	f := g.failure()
-	if f == nil {
-		// No worker failed: the node itself did (lost, or could not start).
-		l.log.Error("fanout: job failed", "host", g.hosts[g.root], "err", g.rootErr, "exit_code", code)
-		return
+	switch {
+	case g.exitWait:
+		f = &launch.Failure{Rank: -1, ExitCode: code, Reason: g.rootErr}
+	case f == nil && g.root >= 0:
+		f = &launch.Failure{Rank: -1, ExitCode: code, Reason: fmt.Sprintf("node %d (host %s): %s", g.root, g.hosts[g.root], g.rootErr)}
+	case f == nil:
+		f = &launch.Failure{Rank: -1, ExitCode: code, Reason: "a worker failed, and no node reported which"}
 	}
 	f.Restarts, f.MaxRestarts = restarts, l.cfg.MaxRestarts
 	if l.cfg.OnFailure != nil {
@@ -556,7 +574,7 @@ func (l *launcher) reportFailure(g *gang, restarts, code int) {
 		return
 	}
 	l.log.Error("fanout: job failed", "rank", f.Rank, "host", f.Host, "pid", f.PID, "exit_code", f.ExitCode,
-		"cause", f.Cause(), "stderr_tail", f.Stderr)
+		"cause", f.Cause(), "blamed_by", f.BlamedBy, "stderr_tail", f.Stderr)
 }
 
 // close ends every agent (closing its stdin stops it) and waits for the

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/distributed"
+	"github.com/gotrain/gotrain/event"
 	"github.com/gotrain/gotrain/internal/testnet"
 	"github.com/gotrain/gotrain/internal/testproc"
 	"github.com/gotrain/gotrain/launch"
@@ -69,6 +70,35 @@ func TestMain(m *testing.M) {
 				testproc.Poll(time.Minute, func() bool { return len(pidsIn(os.Getenv("PID_DIR"))) >= world })
 				_ = os.WriteFile(filepath.Join(os.Getenv("PID_DIR"), "failed"), nil, 0o644)
 				fmt.Fprintln(os.Stderr, "boom on rank", rank)
+				return 3
+			}
+			time.Sleep(time.Minute) // until stopped; the minute ends an orphan
+			return 0
+		},
+		// fallout: rank 0 (node 0) fails because of rank 3 (event.ExitPeer),
+		// and only once it is gone does rank 3 (node 1) fail on its own,
+		// with code 3; the others wait to be stopped.
+		"fallout": func() int {
+			recordPID()
+			dir := os.Getenv("PID_DIR")
+			switch os.Getenv("RANK") {
+			case "0":
+				testproc.Poll(time.Minute, func() bool { return len(pidsIn(dir)) >= 4 })
+				fmt.Fprintln(os.Stderr, event.PeerLine(3, 0))
+				_ = os.WriteFile(filepath.Join(dir, "peer-"+strconv.Itoa(os.Getpid())), nil, 0o644)
+				return event.ExitPeer
+			case "3":
+				var peer int
+				testproc.Poll(time.Minute, func() bool {
+					m, _ := filepath.Glob(filepath.Join(dir, "peer-*"))
+					if len(m) > 0 {
+						peer, _ = strconv.Atoi(strings.TrimPrefix(filepath.Base(m[0]), "peer-"))
+					}
+					return peer != 0
+				})
+				// Reaped by node 0's launcher: the fallout is on its way.
+				testproc.Poll(time.Minute, func() bool { return syscall.Kill(peer, 0) != nil })
+				fmt.Fprintln(os.Stderr, "disk full on rank 3")
 				return 3
 			}
 			time.Sleep(time.Minute) // until stopped; the minute ends an orphan
@@ -309,6 +339,26 @@ func TestRunFailureStopsEveryNode(t *testing.T) {
 	f := failures[0]
 	if f.Rank != 3 || f.Host != "127.0.0.2" || f.ExitCode != 3 || !slicesContain(f.Stderr, "boom on rank 3") {
 		t.Errorf("root cause %+v, want rank 3 on 127.0.0.2, exit 3, stderr boom", f)
+	}
+	gone(time.Second)
+}
+
+// TestRunRootCauseAfterItsFallout: a rank on node 0 fails because of
+// rank 3 on node 1 before rank 3 fails on its own. The root cause is
+// rank 3, with its exit code, blamed by rank 0.
+func TestRunRootCauseAfterItsFallout(t *testing.T) {
+	dir, gone := pidDir(t)
+	cfg, _, errOut := config(t, "fallout", "PID_DIR="+dir)
+	var failures []launch.Failure
+	cfg.OnFailure = func(f launch.Failure) { failures = append(failures, f) }
+	code, err := fanout.Run(context.Background(), cfg)
+	if err != nil || code != 3 || len(failures) != 1 {
+		t.Fatalf("Run = %d, %v with %d reports; want 3, nil, one report; stderr:\n%s", code, err, len(failures), errOut)
+	}
+	f := failures[0]
+	if f.Rank != 3 || f.Host != "127.0.0.2" || f.Secondary || f.Cause() != "exit status 3" ||
+		!slices.Equal(f.BlamedBy, []int{0}) || !slicesContain(f.Stderr, "disk full on rank 3") {
+		t.Errorf("root cause %+v (%s); want rank 3 on 127.0.0.2, exit status 3, blamed by rank 0", f, f.Cause())
 	}
 	gone(time.Second)
 }

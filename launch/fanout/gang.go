@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -14,24 +15,35 @@ import (
 // no I/O, so tests drive it without processes.
 type gang struct {
 	hosts    []string
+	offsets  []int // each node's first global rank, if known
+	workers  []int // each node's workers, if known
 	running  []bool
 	codes    []int
 	finished []bool // exited 0
 
-	root      int // the node whose failure ended the attempt, or -1
-	rootEarly *launch.Failure
-	rootFinal *launch.Failure
-	rootErr   string // why the root node failed when no worker did (agent lost, could not start)
-	lost      bool   // a node's agent is gone or cannot run the workers: no restart helps
-	exitWait  bool   // --exit-wait ran out
-	waiting   []string
-	stopping  bool
-	signal    syscall.Signal // forwarded on an interrupt, or 0
+	root     int    // the node whose failure stopped the attempt, or -1
+	rootErr  string // why the root node failed when no worker did (agent lost, could not start)
+	lost     bool   // a node's agent is gone or cannot run the workers: no restart helps
+	exitWait bool   // --exit-wait ran out
+	waiting  []string
+	stopping bool
+	signal   syscall.Signal // forwarded on an interrupt, or 0
+
+	// What each node reported, for the root cause (see failure): its
+	// failure (the final report, or the early one until it comes), when
+	// the launcher first heard of it, and why a node was lost.
+	reports  []*launch.Failure
+	heard    []time.Time
+	lostWhy  []string
+	lostAt   []time.Time
+	graceDue bool // a secondary failure came first: give the primary one time
 }
 
 func newGang(hosts []string) *gang {
 	g := &gang{hosts: hosts, running: make([]bool, len(hosts)), codes: make([]int, len(hosts)),
-		finished: make([]bool, len(hosts)), root: -1}
+		finished: make([]bool, len(hosts)), root: -1,
+		reports: make([]*launch.Failure, len(hosts)), heard: make([]time.Time, len(hosts)),
+		lostWhy: make([]string, len(hosts)), lostAt: make([]time.Time, len(hosts))}
 	for i := range g.running {
 		g.running[i] = true
 	}
@@ -51,32 +63,60 @@ func (g *gang) stopAll(skip int) []int {
 	return nodes
 }
 
-// failed: a worker on node failed (the agent's early report). The first
-// one is the root cause; the other nodes are stopped.
-func (g *gang) failed(node int, f *launch.Failure) []int {
+// failed: a worker on node failed (the agent's early report), heard at
+// at. The first primary failure stops the other nodes; a secondary one
+// (the fallout of another rank's failure) only asks for a grace period
+// (graceDue), in which the primary one may still arrive.
+func (g *gang) failed(node int, f *launch.Failure, at time.Time) []int {
+	g.note(node, f, at, false)
 	if g.root >= 0 || g.stopping {
 		return nil
 	}
-	g.root, g.rootEarly = node, f
+	if f != nil && f.Secondary {
+		g.graceDue = true
+		return nil
+	}
+	g.root = node
 	return g.stopAll(node)
+}
+
+// note records node's report f, heard at at; final replaces an early one.
+func (g *gang) note(node int, f *launch.Failure, at time.Time, final bool) {
+	if f == nil {
+		return
+	}
+	if g.heard[node].IsZero() {
+		g.heard[node] = at
+	}
+	if final || g.reports[node] == nil {
+		g.reports[node] = f
+	}
+}
+
+// graceOver: the grace period after a secondary failure ended without a
+// primary one; every node is stopped.
+func (g *gang) graceOver() []int {
+	g.graceDue = false
+	if g.stopping {
+		return nil
+	}
+	return g.stopAll(-1)
 }
 
 // exited: node's attempt ended with code; f is its root cause if a
 // worker failed, errText why it could not run.
-func (g *gang) exited(node, code int, f *launch.Failure, interrupted bool, errText string) []int {
+func (g *gang) exited(node, code int, f *launch.Failure, interrupted bool, errText string, at time.Time) []int {
 	if !g.running[node] {
 		return nil
 	}
+	g.note(node, f, at, true)
 	g.running[node] = false
 	g.codes[node] = code
 	if errText != "" {
 		g.lost = true // the same job would fail the same way again
 	}
-	if node == g.root {
-		g.rootFinal = f
-		if errText != "" && g.rootErr == "" {
-			g.rootErr = errText
-		}
+	if node == g.root && errText != "" && g.rootErr == "" {
+		g.rootErr = errText
 	}
 	switch {
 	case code == 0 && errText == "":
@@ -84,18 +124,22 @@ func (g *gang) exited(node, code int, f *launch.Failure, interrupted bool, errTe
 		return nil
 	case interrupted && g.stopping:
 		return nil // we stopped it
+	case g.root < 0 && !g.stopping && f != nil && f.Secondary && errText == "":
+		g.graceDue = true
+		return nil
 	case g.root < 0 && !g.stopping:
-		g.root, g.rootFinal, g.rootErr = node, f, errText
+		g.root, g.rootErr = node, errText
 		return g.stopAll(node)
 	}
 	return nil
 }
 
 // lostNode: node's agent is gone (its connection ended or went silent).
-func (g *gang) lostNode(node int, why string) []int {
+func (g *gang) lostNode(node int, why string, at time.Time) []int {
 	if !g.running[node] {
 		return nil
 	}
+	g.lostWhy[node], g.lostAt[node] = why, at
 	g.running[node] = false
 	g.codes[node] = 1
 	g.lost = true
@@ -163,12 +207,13 @@ func (g *gang) verdict() (ok bool, code int, restartable bool) {
 		return false, 128 + int(g.signal), false
 	case g.exitWait:
 		return false, 1, false
-	case g.root < 0:
+	case g.root < 0 && !g.stopping && !g.anyFailure():
 		return true, 0, false
 	}
-	code = g.codes[g.root]
 	if f := g.failure(); f != nil && f.ExitCode != 0 {
 		code = f.ExitCode
+	} else if g.root >= 0 {
+		code = g.codes[g.root]
 	}
 	if code == 0 {
 		code = 1
@@ -176,11 +221,85 @@ func (g *gang) verdict() (ok bool, code int, restartable bool) {
 	return false, code, !g.lost
 }
 
-// failure is the root cause's report: the final one (with all its stderr)
-// if the node sent it, else the early one.
-func (g *gang) failure() *launch.Failure {
-	if g.rootFinal != nil {
-		return g.rootFinal
+// anyFailure reports whether a node reported a failed worker or was lost.
+func (g *gang) anyFailure() bool {
+	for i := range g.hosts {
+		if g.reports[i] != nil || g.lostWhy[i] != "" {
+			return true
+		}
 	}
-	return g.rootEarly
+	return false
+}
+
+// failure is the root cause of the failed attempt, over every node (see
+// launch.RootCause): the earliest primary failure, by when the launcher
+// heard of it, where a node that was lost (unreachable, silent, gone) is
+// one; else the rank the others blamed, on whichever node it ran; nil if
+// no worker failed and no node was lost (a node could not run its
+// workers, or --exit-wait ran out: rootErr says why).
+func (g *gang) failure() *launch.Failure {
+	var fs []launch.Failure
+	for i := range g.hosts {
+		if g.lostWhy[i] != "" {
+			fs = append(fs, launch.Failure{Rank: -1, ExitCode: 1, Time: g.lostAt[i],
+				Reason: fmt.Sprintf("node %d (host %s%s) unreachable: %s", i, g.hosts[i], g.rankRange(i), g.lostWhy[i])})
+		}
+		if f := g.reports[i]; f != nil {
+			c := *f
+			c.Time = g.heard[i] // one clock for every node
+			fs = append(fs, c)
+		}
+	}
+	root, ok := launch.RootCause(fs)
+	if !ok {
+		return nil
+	}
+	if root.Rank < 0 {
+		// A lost node: the ranks that failed because of one of its ranks.
+		node := -1
+		for i := range g.hosts {
+			if g.lostWhy[i] != "" && g.lostAt[i].Equal(root.Time) {
+				node = i
+			}
+		}
+		for _, f := range fs {
+			switch {
+			case node < 0:
+			case f.Blames && g.nodeOf(f.BlameRank) == node:
+				root.BlamedBy = append(root.BlamedBy, f.Rank)
+			case f.Silent && f.PID == 0 && g.nodeOf(f.Rank) == node:
+				// A node's inference that one of the lost node's ranks
+				// went silent: its ranks failed because of the loss.
+				root.BlamedBy = append(root.BlamedBy, f.BlamedBy...)
+			}
+		}
+		slices.Sort(root.BlamedBy)
+	}
+	if root.Silent && root.Host == "" {
+		if n := g.nodeOf(root.Rank); n >= 0 {
+			root.Host = g.hosts[n]
+		}
+	}
+	return &root
+}
+
+// nodeOf is the node that runs global rank r, or -1 if unknown.
+func (g *gang) nodeOf(r int) int {
+	for i := len(g.offsets) - 1; i >= 0; i-- {
+		if r >= g.offsets[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+// rankRange is ", ranks 2-3" for node i, or "" if unknown.
+func (g *gang) rankRange(i int) string {
+	if i >= len(g.offsets) || i >= len(g.workers) {
+		return ""
+	}
+	if g.workers[i] == 1 {
+		return fmt.Sprintf(", rank %d", g.offsets[i])
+	}
+	return fmt.Sprintf(", ranks %d-%d", g.offsets[i], g.offsets[i]+g.workers[i]-1)
 }

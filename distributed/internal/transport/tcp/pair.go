@@ -254,8 +254,7 @@ func (p *pair) heartbeat(timeout, tick time.Duration) {
 			}
 			last = now
 			if silent := now.Sub(p.LastHeard()); silent > limit {
-				p.m.failPeer(p, fmt.Errorf("%w: nothing received for %v, not even a heartbeat: the process is frozen or stopped, "+
-					"or the network to it is down (GOTRAIN_HEARTBEAT_TIMEOUT sets this bound)", transport.ErrPeerLost, silent.Round(time.Millisecond)))
+				p.m.failPeer(p, &transport.SilenceError{Silence: silent})
 				return
 			}
 			if now.UnixNano()-p.lastSend.Load() >= int64(tick/2) {
