@@ -144,3 +144,22 @@ func missingRanks(st store.Store, size int) string {
 	}
 	return strings.Join(missing, ", ")
 }
+
+// storeHint is what to check when rank 0's store stayed out of reach
+// for the whole connect timeout (err is store.Dial's): "" for any other
+// failure, which names its own cause.
+func storeHint(err error) string {
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return ""
+	}
+	return ": is node 0 running, with the same master address and port as this node? (a node 0 that refused to start says why in its own output)"
+}
+
+// notJoinedHint is what to check about ranks that never registered when
+// the rendezvous ran out of time (err): "" when another cause ended it.
+func notJoinedHint(err error) string {
+	if !errors.Is(err, context.DeadlineExceeded) || errors.As(err, new(*reportedError)) {
+		return ""
+	}
+	return "; they never reached this store: is their node running, with this master address and port? (a node that refused to start says why in its own output)"
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/distributed/internal/auth"
+	"github.com/gotrain/gotrain/internal/resolve"
 )
 
 // ErrConnLost is wrapped by the errors of a Client whose connection to the
@@ -41,14 +42,31 @@ var _ Store = (*Client)(nil)
 // (or ctx ends): workers may start before rank 0's server. Without a
 // deadline in ctx it retries until ctx is cancelled. A refused handshake
 // (wrong token, other protocol version) or a peer that does not speak the
-// gotrain protocol is not retried.
+// gotrain protocol is not retried, nor is a host name that does not
+// resolve after resolve.Tries lookups: a name that is wrong does not
+// become right by waiting for the server.
 func Dial(ctx context.Context, addr string, token []byte) (*Client, error) {
 	start := time.Now()
+	if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
+		if _, err := resolveHost(ctx, host); err != nil {
+			return nil, fmt.Errorf("store: connect to %s: %w", addr, err)
+		}
+	}
 	d := net.Dialer{KeepAliveConfig: keepAlive}
 	backoff := 10 * time.Millisecond
 	var last error
+	dnsFails := 0
 	for attempt := 1; ; attempt++ {
 		conn, err := dialTCP(ctx, &d, addr)
+		if resolve.IsDNS(err) {
+			// It resolved before: a resolver that fails now is given
+			// the same few tries.
+			if dnsFails++; dnsFails >= resolve.Tries {
+				return nil, fmt.Errorf("store: connect to %s: %d lookups failed in a row: %w", addr, dnsFails, err)
+			}
+		} else {
+			dnsFails = 0
+		}
 		if err == nil {
 			_, err = auth.Client(ctx, conn, token, auth.Hello{Role: auth.RoleStore, Rank: -1, WorldSize: -1})
 			if err == nil {
@@ -73,6 +91,10 @@ func Dial(ctx context.Context, addr string, token []byte) (*Client, error) {
 			addr, attempt, time.Since(start).Round(time.Millisecond), context.Cause(ctx), last)
 	}
 }
+
+// resolveHost looks up the server's host before Dial's first attempt;
+// tests replace it.
+var resolveHost = resolve.Host
 
 // dialTCP makes Dial's connection attempts; tests watch them through it.
 var dialTCP = dialTCPDefault

@@ -134,10 +134,10 @@ func TestJudgeDials(t *testing.T) {
 	var fs []dialFailure
 	for port := 29600; port <= 29700; port++ {
 		if port != 29650 {
-			fs = append(fs, dialFailure{Node: 0, Port: port, Kind: kindTimeout, IP: "10.0.0.1", Detail: "i/o timeout"})
+			fs = append(fs, dialFailure{Node: 0, Port: port, Kind: kindTimeout, IP: "10.0.0.1", Detail: "i/o timeout", Probes: 5, TookMS: 6800})
 		}
 	}
-	fs = append(fs, dialFailure{Node: 0, Port: 29500, Kind: kindRefused, IP: "10.0.0.1", Detail: "connection refused"})
+	fs = append(fs, dialFailure{Node: 0, Port: 29500, Kind: kindRefused, IP: "10.0.0.1", Detail: "connection refused", Probes: 5, TookMS: 760})
 	c.judgeDials(1, dialReport{Failures: fs})
 	var got []string
 	for _, f := range c.failures {
@@ -147,8 +147,8 @@ func TestJudgeDials(t *testing.T) {
 		got = append(got, f.Line)
 	}
 	wantLines(t, got,
-		[]string{"host node1 → host alice@node0 (node0 = 10.0.0.1): data-plane ports 29600-29649,29651-29700 timed out after 1.5s", "a firewall drops them, or 10.0.0.1 is not routed from node1", "open TCP ports 29600-29700 on node0, or set GOTRAIN_PORT_RANGE"},
-		[]string{"host node1 → host alice@node0 (node0 = 10.0.0.1): rendezvous port 29500 refused", "open TCP port 29500 on node0, or choose another --master-port"},
+		[]string{"host node1 → host alice@node0 (node0 = 10.0.0.1): data-plane ports 29600-29649,29651-29700 timed out: all 5 probes to each port failed within 6.8s", "a firewall drops them, or 10.0.0.1 is not routed from node1", "open TCP ports 29600-29700 on node0, or set GOTRAIN_PORT_RANGE"},
+		[]string{"host node1 → host alice@node0 (node0 = 10.0.0.1): rendezvous port 29500 refused (connection refused; all 5 probes failed within 800ms", "open TCP port 29500 on node0, or choose another --master-port"},
 	)
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gotrain/gotrain/distributed"
 	"github.com/gotrain/gotrain/distributed/shm"
+	"github.com/gotrain/gotrain/internal/resolve"
 )
 
 // NodeCommand is the hidden gotrain subcommand that runs Node on a host.
@@ -367,13 +368,43 @@ func greetingFor(token string, node int) string {
 // dialConcurrency bounds a node's dials in flight.
 const dialConcurrency = 256
 
-// dialAll dials every port of every target at once (up to
-// dialConcurrency) and reports the failures.
+// How a port is probed: up to maxProbes attempts, the first bounded by
+// firstProbeTimeout (a working link answers in milliseconds, and a
+// dropped SYN is only resent after a second), each next one by twice the
+// last up to the dial timeout, with a backoff between them that starts at
+// probeBackoff and doubles; all of a node's probes end within the probe
+// budget. A port that answers any probe is reachable; the probes it lost
+// on the way measure the link's loss.
+const (
+	maxProbes         = 5
+	firstProbeTimeout = 500 * time.Millisecond
+	probeBackoff      = 50 * time.Millisecond
+	// DefaultProbeBudget bounds all of one node's probes.
+	DefaultProbeBudget = 10 * time.Second
+)
+
+// portResult is what the probes to one port found.
+type portResult struct {
+	probes, lost int
+	kind, detail string // the last failure's, when every probe failed
+	took         time.Duration
+	deadline     bool
+}
+
+// dialAll probes every port of every target at once (up to
+// dialConcurrency) and reports the ports no probe reached, and every
+// target's probes sent and lost.
 func dialAll(ctx context.Context, req request, dr dialRequest) dialReport {
 	timeout := time.Duration(dr.TimeoutMS) * time.Millisecond
 	if timeout <= 0 {
 		timeout = DefaultDialTimeout
 	}
+	budget := time.Duration(dr.BudgetMS) * time.Millisecond
+	if budget <= 0 {
+		budget = DefaultProbeBudget
+	}
+	ctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
 	var (
 		mu  sync.Mutex // guards rep
 		rep dialReport
@@ -385,22 +416,32 @@ func dialAll(ctx context.Context, req request, dr dialRequest) dialReport {
 		rep.Failures = append(rep.Failures, f)
 		mu.Unlock()
 	}
-	for _, t := range dr.Targets {
-		ip, err := resolve(ctx, t.Addr, timeout)
+	rep.Links = make([]linkStats, len(dr.Targets))
+	for k, t := range dr.Targets {
+		rep.Links[k].Node = t.Node
+		ips, err := resolve.Host(ctx, t.Addr)
 		if err != nil {
-			fail(dialFailure{Node: t.Node, Kind: kindResolve, Detail: errText(err)})
+			fail(dialFailure{Node: t.Node, Kind: kindResolve, Detail: resolveText(err)})
 			continue
 		}
+		ip := ips[0] // as net.Dial would try first
 		for _, port := range t.Ports {
 			wg.Go(func() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				kind, detail := dialOne(ctx, ip, port, timeout, req.Token, t.Accept, !slices.Contains(t.Accept, req.Node))
+				r := probePort(ctx, ip, port, timeout, req.Token, t.Accept, !slices.Contains(t.Accept, req.Node))
 				mu.Lock()
 				rep.Dialed++
+				l := &rep.Links[k]
+				l.Probes += r.probes
+				l.Lost += r.lost
+				if r.lost > 0 {
+					l.LostPorts = append(l.LostPorts, port)
+				}
 				mu.Unlock()
-				if kind != "" {
-					fail(dialFailure{Node: t.Node, Port: port, Kind: kind, IP: ip.String(), Detail: detail})
+				if r.kind != "" {
+					fail(dialFailure{Node: t.Node, Port: port, Kind: r.kind, IP: ip.String(), Detail: r.detail,
+						Probes: r.probes, TookMS: int(r.took / time.Millisecond), Deadline: r.deadline})
 				}
 			})
 		}
@@ -412,25 +453,57 @@ func dialAll(ctx context.Context, req request, dr dialRequest) dialReport {
 		}
 		return a.Port - b.Port
 	})
+	for k := range rep.Links {
+		slices.Sort(rep.Links[k].LostPorts)
+	}
 	return rep
 }
 
-// resolve is addr's address as this node dials it: the first the resolver
-// gives, as net.Dial would try first.
-func resolve(ctx context.Context, addr string, timeout time.Duration) (net.IP, error) {
-	if ip := net.ParseIP(addr); ip != nil {
-		return ip, nil
+// probePort probes ip:port until one probe is answered, maxProbes have
+// failed, or ctx ends. A probe that another program answers, or that
+// reaches this machine in place of another, is not tried again: that
+// answer does not change.
+func probePort(ctx context.Context, ip net.IP, port int, timeout time.Duration, token string, accept []int, elsewhere bool) portResult {
+	var r portResult
+	start := time.Now()
+	attempt := min(firstProbeTimeout, timeout)
+	backoff := probeBackoff
+	for r.probes < maxProbes {
+		kind, detail := dialOne(ctx, ip, port, attempt, token, accept, elsewhere)
+		r.probes++
+		if kind == "" {
+			r.kind, r.detail = "", ""
+			break
+		}
+		r.lost++
+		r.kind, r.detail = kind, detail
+		if kind == kindWrongPeer || kind == kindLoopback || ctx.Err() != nil {
+			break
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		backoff *= 2
+		attempt = min(2*attempt, timeout)
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	ips, err := net.DefaultResolver.LookupIP(ctx, "ip", addr)
-	if err != nil {
-		return nil, err
+	r.took = time.Since(start)
+	r.deadline = r.kind != "" && ctx.Err() != nil
+	return r
+}
+
+// resolveText is a failed lookup's message.
+func resolveText(err error) string {
+	var re *resolve.Error
+	if errors.As(err, &re) {
+		return fmt.Sprintf("%v (%d lookups in %v)", errText(re.Err), re.Tries, re.Took.Round(10*time.Millisecond))
 	}
-	if len(ips) == 0 {
-		return nil, fmt.Errorf("no address for %s", addr)
-	}
-	return ips[0], nil
+	return errText(err)
 }
 
 // dialOne dials ip:port and reads the greeting. It returns "" when a node
@@ -458,6 +531,10 @@ func dialKind(ctx context.Context, ip net.IP, port int, timeout time.Duration, t
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
 			return kindRefused, "connection closed without a greeting (" + errText(err) + ")"
+		}
+		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+			// The greeting (or the handshake's last ACK) was lost or late.
+			return kindTimeout, "connected, but no greeting within " + timeout.String()
 		}
 		return kindWrongPeer, "no greeting: " + errText(err)
 	}

@@ -5,6 +5,12 @@
 // Each problem is one line naming the host (for connectivity, the pair of
 // hosts and the ports) and its cause, with what to do where that helps.
 //
+// Connectivity is measured, not guessed from one dial: each port is
+// probed again after a probe that goes unanswered, with a backoff. A port
+// no probe reaches fails the check (a firewall, an address not routed);
+// probes lost on the way to ports that answered in the end are a warning
+// with the measured rate (Plan.Logger), and the job goes on.
+//
 // Every host is checked at once, in one ssh session each: the session
 // runs `gotrain preflight-node` (Node), which checks its host, opens the
 // ports, reports, dials the other nodes when told to, reports again and
@@ -58,9 +64,10 @@ type Starter interface {
 const (
 	// DefaultMasterPort is the rendezvous port, as torchrun's.
 	DefaultMasterPort = 29500
-	// DefaultDialTimeout bounds each dial of the connectivity check: a
-	// working link answers in a few milliseconds, so a dial that takes
-	// longer is a firewall dropping it or an address not routed.
+	// DefaultDialTimeout bounds the longest probe of the connectivity
+	// check: a working link answers in milliseconds, so the first probe
+	// of a port waits at most 500 ms and each next one (after a packet
+	// lost on the way) twice as long as the last, up to this.
 	DefaultDialTimeout = 1500 * time.Millisecond
 	// DefaultTimeout bounds the whole check.
 	DefaultTimeout = 30 * time.Second
@@ -114,7 +121,9 @@ type Plan struct {
 	// WorkerMemory is the memory each worker needs, in bytes; 0 means
 	// DefaultWorkerMemory.
 	WorkerMemory int64
-	// DialTimeout bounds each dial; 0 means DefaultDialTimeout.
+	// DialTimeout bounds each probe of a port; 0 means
+	// DefaultDialTimeout. A port is probed until it answers, up to 5
+	// times, within DefaultProbeBudget for all of a node's probes.
 	DialTimeout time.Duration
 	// Timeout bounds the whole check; 0 means DefaultTimeout.
 	Timeout time.Duration
@@ -303,8 +312,9 @@ type checker struct {
 	r     Runner
 	token string
 
-	mu       sync.Mutex // guards failures
+	mu       sync.Mutex // guards failures and warnings
 	failures []keyed
+	warnings []string
 
 	places []Placement
 }
@@ -601,7 +611,12 @@ func (c *checker) failNode(i int, err error) {
 		if ee.Code == 126 {
 			what = "not executable"
 		}
+		if ee.Code == 126 && ee.Stderr != "" {
+			what += ": " + ee.Stderr // an exec format error says it is for another machine
+		}
 		c.failHost(i, 0, "gotrain %s (%s): install this build there (or give its path), or use --copy", what, gotrain)
+	case errors.As(err, &ee) && crashLine(ee.Stderr) != "":
+		c.failHost(i, 0, "%s %s crashed (%s)", gotrain, NodeCommand, exitText(ee))
 	case errors.As(err, &ee):
 		c.failHost(i, 0, "%s %s failed (%s): a different gotrain build there? install this one, or use --copy", gotrain, NodeCommand, exitText(ee))
 	default:
@@ -785,6 +800,7 @@ func (c *checker) judgeDials(i int, rep dialReport) {
 		if g.ip != "" {
 			dialed = g.ip
 		}
+		tries := probesText(fs)
 		var line string
 		switch g.kind {
 		case kindResolve:
@@ -793,18 +809,81 @@ func (c *checker) judgeDials(i int, rep dialReport) {
 			line = fmt.Sprintf("%s: %s resolves to %s on %s, a loopback address (an /etc/hosts line there?), so %s dials itself, not %s (%s): list %s by an address the other nodes reach",
 				where, to.Addr, g.ip, from, from, to.Name, fs[0].Detail, to.Name)
 		case kindRefused:
-			line = fmt.Sprintf("%s: %s refused (%s: nothing listens there, or a firewall rejects it): %s", where, which, fs[0].Detail, open)
+			line = fmt.Sprintf("%s: %s refused (%s; %s: nothing listens there, or a firewall rejects it): %s", where, which, fs[0].Detail, tries, open)
 		case kindTimeout:
-			line = fmt.Sprintf("%s: %s timed out after %s (a firewall drops them, or %s is not routed from %s): %s", where, which, p.DialTimeout, dialed, from, open)
+			line = fmt.Sprintf("%s: %s timed out: %s (a firewall drops them, or %s is not routed from %s): %s", where, which, tries, dialed, from, open)
 		case kindNoRoute:
-			line = fmt.Sprintf("%s: %s: no route (%s): is %s the address of %s that %s reaches?", where, which, fs[0].Detail, dialed, to.Name, from)
+			line = fmt.Sprintf("%s: %s: no route (%s; %s): is %s the address of %s that %s reaches?", where, which, fs[0].Detail, tries, dialed, to.Name, from)
 		case kindWrongPeer:
 			line = fmt.Sprintf("%s: %s: %s, not %s's pre-flight: is %s the address of %s?", where, which, fs[0].Detail, to.Name, to.Addr, to.Name)
 		default:
-			line = fmt.Sprintf("%s: %s: %s", where, which, fs[0].Detail)
+			line = fmt.Sprintf("%s: %s: %s (%s)", where, which, fs[0].Detail, tries)
 		}
 		c.fail(i, 10+k, Failure{Host: from, Peer: to.Name, Line: line})
 	}
+	for _, l := range rep.Links {
+		if l.Lost == 0 || slices.ContainsFunc(order, func(g group) bool { return g.to == l.Node }) {
+			continue // no loss, or the failure lines say it
+		}
+		to := p.Hosts[l.Node]
+		var master bool
+		var ports []int
+		for _, port := range l.LostPorts {
+			if l.Node == 0 && port == p.MasterPort {
+				master = true
+			} else {
+				ports = append(ports, port)
+			}
+		}
+		which := portsText(master, p.MasterPort, ports)
+		if len(ports) > maxListedPorts {
+			// The rate is the news; a long list of ports is noise.
+			which = strings.TrimPrefix(portsText(master, p.MasterPort, nil)+" and ", " and ") + strconv.Itoa(len(ports)) + " data-plane ports"
+		}
+		c.warn(fmt.Sprintf("preflight: host %s → host %s (%s): %d of %d probes lost (%s) on %s, each port answered when probed again: the link drops packets; the job goes on, slower while the loss lasts",
+			from, to.Name, to.Addr, l.Lost, l.Probes, percent(l.Lost, l.Probes), which))
+	}
+}
+
+// maxListedPorts bounds the data-plane ports a loss warning lists.
+const maxListedPorts = 8
+
+// probesText says how the probes to a failed group of ports went.
+func probesText(fs []dialFailure) string {
+	probes, took, deadline := 0, 0, false
+	for _, f := range fs {
+		probes = max(probes, f.Probes)
+		took = max(took, f.TookMS)
+		deadline = deadline || f.Deadline
+	}
+	if probes == 0 {
+		return "not probed"
+	}
+	each := " to each port"
+	if len(fs) == 1 {
+		each = ""
+	}
+	s := fmt.Sprintf("all %d probes%s failed within %v", probes, each, (time.Duration(took) * time.Millisecond).Round(100*time.Millisecond))
+	if deadline {
+		s += ", when the probe budget ended"
+	}
+	return s
+}
+
+// percent is n of total as a percentage, "2.5%".
+func percent(n, total int) string {
+	if total == 0 {
+		return "0%"
+	}
+	return strconv.FormatFloat(100*float64(n)/float64(total), 'f', 1, 64) + "%"
+}
+
+// warn records a warning line and logs it: a problem the job runs with.
+func (c *checker) warn(line string) {
+	c.mu.Lock()
+	c.warnings = append(c.warnings, line)
+	c.mu.Unlock()
+	c.plan.Logger.Warn(line)
 }
 
 // portsText names the ports of a failure: the rendezvous port and the
@@ -887,7 +966,9 @@ func firstLine(b []byte) string {
 // session is one host's running `gotrain preflight-node`.
 type session struct {
 	host   string
+	what   string // the command, for messages
 	cmd    *exec.Cmd
+	other  lockedBuffer // the first bytes it wrote on stdout that are not an answer
 	stdin  io.WriteCloser
 	lines  chan []byte   // its stdout, a line at a time; closed at its end
 	done   chan struct{} // closed when it has exited and waitErr is set
@@ -900,7 +981,11 @@ type session struct {
 // probe.
 func startSession(ctx context.Context, st Starter, host string, argv []string, req request) (*session, *probe, error) {
 	cmd := st.Command(ctx, host, argv...)
-	s := &session{host: host, cmd: cmd, lines: make(chan []byte, 4), done: make(chan struct{})}
+	what := argv[0] + " " + NodeCommand
+	if argv[0] == "sh" {
+		what = "the cached gotrain's " + NodeCommand
+	}
+	s := &session{host: host, what: what, cmd: cmd, lines: make(chan []byte, 4), done: make(chan struct{})}
 	cmd.Stderr = &s.stderr
 	cmd.WaitDelay = 2 * time.Second
 	var err error
@@ -920,6 +1005,8 @@ func startSession(ctx context.Context, st Starter, host string, argv []string, r
 			line, err := rd.ReadBytes('\n')
 			if isAnswer(line) {
 				s.lines <- line
+			} else if s.other.Len() < maxOther {
+				s.other.Write(line[:min(len(line), maxOther-s.other.Len())])
 			}
 			if err != nil {
 				break
@@ -958,20 +1045,55 @@ func (s *session) exchange(ctx context.Context, v, into any) error {
 	}
 }
 
-// ended is the error of a session that stopped answering.
+// maxOther bounds what a session keeps of output that is not an answer.
+const maxOther = 200
+
+// ended is the error of a session that stopped answering: why it ended
+// (its exit status, the line of its stderr that says why, a crash) and
+// what it wrote instead of an answer, which tells a program that is not
+// gotrain from a gotrain that failed.
 func (s *session) ended(ctx context.Context) error {
 	select {
 	case <-s.done:
 	case <-ctx.Done():
 		return fmt.Errorf("host %s: no answer from %s: %w", s.host, NodeCommand, ctx.Err())
 	}
-	if s.waitErr == nil {
-		return fmt.Errorf("host %s: %s ended without answering", s.host, NodeCommand)
-	}
-	if ctx.Err() != nil {
+	if ctx.Err() != nil && s.waitErr != nil {
 		return fmt.Errorf("host %s: %w", s.host, ctx.Err())
 	}
-	return ssh.Classify(s.host, s.waitErr, s.stderr.String())
+	wrote := "it wrote nothing on stdout"
+	if o := s.other.String(); o != "" {
+		wrote = fmt.Sprintf("it wrote %q instead of an answer", o)
+	}
+	if s.waitErr == nil {
+		return fmt.Errorf("host %s: %s exited with status 0 without answering (%s): is it gotrain, and this build of it? install this build there, or use --copy", s.host, s.what, wrote)
+	}
+	err := ssh.Classify(s.host, s.waitErr, s.stderr.String())
+	var ee *ssh.ExitError
+	if errors.As(err, &ee) {
+		if why := crashLine(s.stderr.String()); why != "" {
+			ee.Stderr = why
+		}
+		if ee.Code != 126 && ee.Code != 127 {
+			ee.Stderr = strings.TrimPrefix(ee.Stderr+"; ", "; ") + wrote
+		}
+	}
+	return err
+}
+
+// crashLine is the line of stderr that says why a program ended, when
+// it crashed or could not start: a Go panic or fatal error, a signal, a
+// file the system cannot run; "" if there is none.
+func crashLine(stderr string) string {
+	for l := range strings.Lines(stderr) {
+		t := strings.TrimSpace(l)
+		for _, m := range []string{"panic:", "fatal error:", "SIGSEGV", "SIGILL", "SIGBUS", "xec format error", "cannot execute binary file", "Killed", "Segmentation fault"} {
+			if strings.Contains(t, m) {
+				return oneLine(t)
+			}
+		}
+	}
+	return ""
 }
 
 // close ends the session (its end of input tells the node to close its
@@ -1001,6 +1123,13 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
+}
+
+// Len is how many bytes it holds.
+func (l *lockedBuffer) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Len()
 }
 
 func (l *lockedBuffer) String() string {

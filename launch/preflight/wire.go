@@ -49,7 +49,8 @@ type probe struct {
 
 // dialRequest lists the nodes to dial.
 type dialRequest struct {
-	TimeoutMS int      `json:"timeout_ms"`
+	TimeoutMS int      `json:"timeout_ms"` // bounds one probe's longest attempt
+	BudgetMS  int      `json:"budget_ms"`  // bounds all the probes; 0 means DefaultProbeBudget
 	Targets   []target `json:"targets"`
 }
 
@@ -63,19 +64,35 @@ type target struct {
 	Accept []int  `json:"accept"`
 }
 
-// dialReport is a node's answer about the dials: the failed ones.
+// dialReport is a node's answer about the dials: the failed ones, and
+// what every target's probes measured.
 type dialReport struct {
 	Dialed   int           `json:"dialed"`
 	Failures []dialFailure `json:"failures"`
+	Links    []linkStats   `json:"links"`
 }
 
-// dialFailure is one port of one target that could not be reached.
+// dialFailure is one port of one target that could not be reached: every
+// probe to it failed.
 type dialFailure struct {
-	Node   int    `json:"node"`
-	Port   int    `json:"port"`
-	Kind   string `json:"kind"`             // one of the kind constants
-	IP     string `json:"ip,omitempty"`     // the address dialed
-	Detail string `json:"detail,omitempty"` // the system's message
+	Node     int    `json:"node"`
+	Port     int    `json:"port"`
+	Kind     string `json:"kind"`             // one of the kind constants
+	IP       string `json:"ip,omitempty"`     // the address dialed
+	Detail   string `json:"detail,omitempty"` // the system's message
+	Probes   int    `json:"probes"`           // how many probes were sent to it, all failed
+	TookMS   int    `json:"took_ms"`          // from its first probe to its last one's end
+	Deadline bool   `json:"deadline"`         // the probe budget ended before it answered
+}
+
+// linkStats is what one node's probes to one target measured: how many
+// it sent and how many were lost (timed out or cut) on the way, with
+// the ports that lost any.
+type linkStats struct {
+	Node      int   `json:"node"`
+	Probes    int   `json:"probes"`
+	Lost      int   `json:"lost"`
+	LostPorts []int `json:"lost_ports,omitempty"`
 }
 
 // Kinds of dial failure.
