@@ -90,6 +90,14 @@ type Config struct {
 	// workers see in GOTRAIN_RESTART_COUNT. Run restarts while the count
 	// is below MaxRestarts, unless NoRestart.
 	RestartCount int
+	// RestartBackoff is the wait before the first restart, which doubles
+	// for each next one up to MaxRestartBackoff (see RestartDelay); ctx's
+	// end cuts it short. 0 means DefaultRestartBackoff (1 s), a negative
+	// value restarts at once.
+	RestartBackoff time.Duration
+	// MaxRestartBackoff bounds the wait before a restart (0 means
+	// DefaultMaxRestartBackoff, 30 s).
+	MaxRestartBackoff time.Duration
 	// NoRestart makes Run return after one attempt, whatever MaxRestarts
 	// says (it then only tells the workers TORCHELASTIC_MAX_RESTARTS): the
 	// caller decides about restarts.
@@ -182,6 +190,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StopTimeout == 0 {
 		c.StopTimeout = DefaultStopTimeout
+	}
+	if c.RestartBackoff == 0 {
+		c.RestartBackoff = DefaultRestartBackoff
+	}
+	if c.MaxRestartBackoff == 0 {
+		c.MaxRestartBackoff = DefaultMaxRestartBackoff
 	}
 	if c.RunID == "" && !c.Standalone {
 		c.RunID = "none"

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/event"
+	"github.com/gotrain/gotrain/internal/logging"
 )
 
 // worker is one running worker process. The goroutine running the attempt
@@ -122,8 +123,17 @@ func startWorker(s workerSpec) (_ *worker, err error) {
 
 	prefix := "[rank" + strconv.Itoa(s.rank) + "]: "
 	consoles := s.route.consoles(s.stdout, s.stderr)
-	logs[1] = teeTail(&w.stderrTail, logs[1])
-	for i, r := range w.readEnds[:2] {
+	// stderr passes the crash filter (crash.go): its log file gets the
+	// raw bytes, the failure report's tail what the console shows.
+	runID, _ := lookupEnv(s.env, EnvRunID)
+	in := [2]io.Reader{w.readEnds[0], newCrashFilter(w.readEnds[1], logs[1], crashReportFile(s.logDir, s.localRank, s.rank, runID, w.pid))}
+	logs[1] = &w.stderrTail
+	jsonLogs := workerLogFormat(s.env) == logging.JSON
+	for i, r := range in {
+		if jsonLogs {
+			w.pumps.Go(func() { pumpJSONLines(r, s.rank, [2]string{"stdout", "stderr"}[i], consoles[i], logs[i]) })
+			continue
+		}
 		w.pumps.Go(func() { pumpLines(r, prefix, consoles[i], logs[i]) })
 	}
 	if s.events != nil {

@@ -71,6 +71,7 @@ var contractVars = []string{
 //	lines        write interleaving-prone lines, a long line and an unterminated one
 //	both         write "out r=<rank>" to stdout and "err r=<rank>" to stderr, exit 0
 //	noisy:N      write stderr lines e1 to e15, then exit with status N
+//	panic        write a line to stderr, then panic (Go's crash report)
 func testWorker() int {
 	rank := os.Getenv("RANK")
 	action := os.Getenv(envAction + "_" + rank)
@@ -147,6 +148,9 @@ func testWorker() int {
 		fmt.Println("out r=" + rank)
 		fmt.Fprintln(os.Stderr, "err r="+rank)
 		return 0
+	case action == "panic":
+		fmt.Fprintln(os.Stderr, "before the crash")
+		panic("worker gave up")
 	case strings.HasPrefix(action, "noisy:"):
 		code, _ := strconv.Atoi(strings.TrimPrefix(action, "noisy:"))
 		for i := 1; i <= 15; i++ {

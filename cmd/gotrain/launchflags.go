@@ -139,3 +139,29 @@ func (t timeoutFlag) export() {
 		os.Setenv("GOTRAIN_TIMEOUT", t.d.String())
 	}
 }
+
+// backoffFlag is --restart-backoff, the wait before the first restart of
+// --max-restarts, which doubles for each next one up to
+// launch.DefaultMaxRestartBackoff.
+type backoffFlag struct{ d time.Duration }
+
+// register defines the flag on f.
+func (b *backoffFlag) register(f *pflag.FlagSet) {
+	f.DurationVar(&b.d, "restart-backoff", launch.DefaultRestartBackoff, fmt.Sprintf("with --max-restarts: wait this long before the first restart, twice as long before each next, at most %v (0 restarts at once)", launch.DefaultMaxRestartBackoff))
+}
+
+// check refuses a negative wait.
+func (b backoffFlag) check() error {
+	if b.d < 0 {
+		return badFlag("restart-backoff", b.d.String(), "must be a duration of at least 0")
+	}
+	return nil
+}
+
+// apply sets cfg's backoff.
+func (b backoffFlag) apply(cfg *launch.Config) {
+	cfg.RestartBackoff = b.d
+	if b.d == 0 {
+		cfg.RestartBackoff = -1 // launch.Config's 0 is the default
+	}
+}

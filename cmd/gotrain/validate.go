@@ -169,7 +169,7 @@ func checkWritableDir(name, dir string) error {
 // not writable, or that names a directory.
 func checkSavePath(name, path string) error {
 	if info, err := os.Stat(path); err == nil && info.IsDir() {
-		return badFlag(name, path, "is a directory; want a file path such as "+filepath.Join(path, "model.safetensors"))
+		return badFlag(name, path, "is a directory; want a file path such as "+filepath.Join(path, exampleFile(name)))
 	}
 	dir := filepath.Dir(path)
 	info, err := os.Stat(dir)
@@ -185,6 +185,22 @@ func checkSavePath(name, path string) error {
 		return badFlag(name, path, "cannot write in "+dir+": "+rootCause(err))
 	}
 	return nil
+}
+
+// exampleFile is a file name that suits the file flag name, for the
+// message refusing a directory.
+func exampleFile(name string) string {
+	switch name {
+	case "save":
+		return "model.safetensors"
+	case "metrics":
+		return "metrics.jsonl"
+	case "trace":
+		return "trace.json"
+	case "output":
+		return "plot.png"
+	}
+	return name + ".out"
 }
 
 // tryWrite creates and removes a file in dir: the one test of

@@ -20,6 +20,7 @@ import (
 	"github.com/gotrain/gotrain/distributed/store"
 	"github.com/gotrain/gotrain/internal/logging"
 	"github.com/gotrain/gotrain/launch"
+	"github.com/gotrain/gotrain/launch/tempdir"
 )
 
 // ErrLauncherLost is the cause of an agent's end when its stdin ended or
@@ -320,10 +321,11 @@ func (a *agent) attempt(ctx context.Context, restart int) result {
 }
 
 // logDir is the agent's private directory for the workers' log files,
-// removed after each attempt once its files are sent.
+// removed after each attempt once its files are sent (and, if the agent
+// is killed first, by the next gotrain that makes one: see tempdir).
 func (a *agent) logDir() (string, error) {
-	dir := filepath.Join(os.TempDir(), "gotrain-agent-"+strconv.Itoa(os.Getpid()))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	dir, err := tempdir.Make("agent")
+	if err != nil {
 		return "", fmt.Errorf("agent: log directory: %w", err)
 	}
 	return dir, nil
