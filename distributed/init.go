@@ -118,6 +118,10 @@ func openStore(ctx context.Context, cfg Config, env storeEnv) (*storeOwner, erro
 	var addr string
 	switch u.Scheme {
 	case "env":
+		if cfg.alone {
+			o.st, o.advertise = store.NewMem(), cfg.ListenHost
+			return o, nil
+		}
 		host, port := env.masterHost, env.masterPort
 		if err := checkMasterHost("MASTER_ADDR", host, cfg.WorldSize, env); err != nil {
 			return nil, err
@@ -185,7 +189,7 @@ func openStore(ctx context.Context, cfg Config, env storeEnv) (*storeOwner, erro
 		if listenErr != nil {
 			return nil, fmt.Errorf("distributed: rank 0: serve the store on port %s (MASTER_PORT): %w; nor is a store of this job there: %w", port, listenErr, err)
 		}
-		return nil, fmt.Errorf("distributed: rank %d: connect to the store at %s within %v: %w", cfg.Rank, addr, cfg.ConnectTimeout, err)
+		return nil, fmt.Errorf("distributed: rank %d: connect to the store at %s within %v: %w%s", cfg.Rank, addr, cfg.ConnectTimeout, err, storeHint(err))
 	}
 	o.st = st
 	o.listenErr = listenErr
@@ -247,10 +251,12 @@ func connect(ctx context.Context, cfg Config, id string, rank, size int, owner *
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	watched := watchFailure(ctx, st, cancel)
+	refused := watchRefusal(ctx, owner.st, cfg.JobID, cancel) // a node that never joined says why
 	g, err := join(ctx, cfg, id, rank, size, owner, st, where)
 	cause := context.Cause(ctx)
 	cancel(nil)
 	<-watched
+	<-refused
 	if err == nil {
 		return g, nil
 	}
@@ -264,7 +270,7 @@ func connect(ctx context.Context, cfg Config, id string, rank, size int, owner *
 		recordFailure(st, setupFailure{Rank: rank, Config: errors.Is(err, ErrConfig), Reason: failureReason(err, where)})
 	}
 	if missing := missingRanks(st, size); missing != "" {
-		err = fmt.Errorf("%w (ranks not joined: %s)", err, missing)
+		err = fmt.Errorf("%w (ranks not joined: %s%s)", err, missing, notJoinedHint(err))
 	}
 	return nil, err
 }

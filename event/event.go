@@ -53,10 +53,14 @@ type Row struct {
 	Epoch   int     `json:"epoch"`   // counting from 1
 	Step    int     `json:"step"`    // this run's steps so far, counting from 1
 	Steps   int     `json:"steps"`   // how many steps the row covers
+	// Loss is the mean loss of the row's steps: NaN (null in JSON, see
+	// Float) if one of them was not finite.
 	Loss    float64 `json:"loss"`
 	LR      float64 `json:"lr"`
 	Samples int     `json:"samples"`
-	// SamplesPerSec is this rank's samples over its step time.
+	// Unit is what Samples counts: "samples" (or "") or "tokens".
+	Unit string `json:"unit,omitempty"`
+	// SamplesPerSec is this rank's samples (or tokens) over its step time.
 	SamplesPerSec float64 `json:"samples_per_s"`
 	StepMS        float64 `json:"step_ms"` // data + forward + backward + optimizer
 	DataMS        float64 `json:"data_ms"`
@@ -95,6 +99,23 @@ type Event struct {
 	// StepTime is the mean seconds per step since the last report.
 	StepTime float64            `json:"step_time,omitempty"`
 	Metrics  map[string]float64 `json:"metrics,omitempty"` // at "done": test accuracy and the like
+	// Names are the Metrics' names in the order the program gave them.
+	Names []string `json:"names,omitempty"`
+	// Label is what a bar counts: "epoch" (or "") or "eval", an
+	// evaluation interval of a run that evaluates every so many steps.
+	Label string `json:"label,omitempty"`
+	// Rate is this rank's samples (or tokens) per second over the bar's
+	// steps after its first (whose time holds the start-up, or the data
+	// fetched after an evaluation); 0 until a second step.
+	Rate float64 `json:"rate,omitempty"`
+	// RunStep and RunSteps are the run's steps done (counting those
+	// before a resume) and in all (0 if unknown).
+	RunStep  int `json:"run_step,omitempty"`
+	RunSteps int `json:"run_steps,omitempty"`
+	// ETA is this rank's estimate of the seconds left in the run: the
+	// steps left at the run's mean wall time per step since its first
+	// step (evaluations and checkpoints included); 0 if unknown.
+	ETA float64 `json:"eta,omitempty"`
 	// Data is the payload of the other kinds a program sends with Emit
 	// (package metrics: "metrics" rows, "trace" spans).
 	Data json.RawMessage `json:"data,omitempty"`

@@ -76,6 +76,15 @@ type Config struct {
 	// (see Profile) when training ends.
 	Profile bool
 
+	// OnNaN is what a step whose loss or gradient norm is NaN or
+	// infinite does (see Step.Update): OnNaNStop ("stop", or "", the
+	// default) ends Train with a *NonFiniteError; OnNaNSkip ("skip") drops
+	// the step's update on every rank and trains on, at the cost of one
+	// small allreduce a step; OnNaNWarn ("warn") trains on. The first
+	// such step is logged, and the summary counts them (nan_steps,
+	// skipped_steps).
+	OnNaN string
+
 	// Out receives the run's lines: progress, evaluations, the profile
 	// and, with a nil Logger, the log. nil means os.Stderr.
 	Out io.Writer
@@ -161,6 +170,8 @@ func (c *Config) check() error {
 		return errors.New("Resume needs Save, the checkpoint to resume from")
 	case c.SaveEvery > 0 && c.Save == "":
 		return fmt.Errorf("SaveEvery %d needs Save, where to checkpoint", c.SaveEvery)
+	case c.OnNaN != "" && c.OnNaN != OnNaNStop && c.OnNaN != OnNaNSkip && c.OnNaN != OnNaNWarn:
+		return fmt.Errorf("OnNaN %q: want stop, skip or warn", c.OnNaN)
 	}
 	return checkPrecision(c.Precision)
 }

@@ -62,6 +62,11 @@
 // place in its epoch, so that a restarted job ends exactly as one that
 // never stopped.
 //
+// Train reports each step once, to the progress display (the epoch's or
+// evaluation interval's bar, the run's step of its total, its ETA) and
+// to the metrics rows and the timeline. A program that writes its own
+// loop gets the same from a Reporter: one End call a step.
+//
 // The zero Config works: it trains alone, or as a rank of the job that
 // `gotrain run`, torchrun, Slurm, MPI or Kubeflow describe in the
 // environment, in float32, printing rank 0's evaluations on standard

@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,9 @@ type Profile struct {
 	AllReduce time.Duration
 }
 
+// total is the profile's step time.
+func (p Profile) total() time.Duration { return p.Data + p.Forward + p.Backward + p.Optimizer }
+
 // String is the profile line Config.Profile prints.
 func (p Profile) String() string {
 	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 3, 64) }
@@ -39,7 +43,7 @@ func (p Profile) String() string {
 // marks forwarded and backwarded.
 type meter struct {
 	r     *Run
-	l     *Loop
+	plan  plan
 	pg    *distributed.Group // nil alone: no ranks to line up
 	dm    *ddp.Model         // nil alone: no allreduce to profile
 	rep   *progress.Reporter // nil without progress bars
@@ -51,6 +55,9 @@ type meter struct {
 	counted    int // samples (or tokens) of this rank within counting
 	counting   time.Duration
 	countStart time.Time
+	// early is the same clock from the end of the first step on: the
+	// throughput of a run too short for the warm-up to leave any step.
+	early clock
 
 	prof       Profile // sums over profiled steps
 	profiled   int
@@ -58,10 +65,15 @@ type meter struct {
 	t0, t1, t2 time.Time // step start, forward done, backward done
 	before     ddp.Stats
 
-	bar                *progress.Bar // the epoch's or interval's; nil without progress
-	intervals, planned int           // evaluation intervals and steps in all, with Loop.EvalEvery
-	lossSum            float64       // of the epoch's or interval's steps on this rank
-	lossSteps          int
+	bar       *progress.Bar // the epoch's or interval's; nil without progress
+	intervals int           // evaluation intervals in all, with an EvalEvery
+	lossSum   float64       // of the epoch's or interval's steps on this rank
+	lossSteps int
+	// nan is Train's watch over non-finite steps (nil outside Train): a
+	// step it skipped (Config.OnNaN skip) has its loss in no mean, and
+	// lossSkipped counts the period's such steps.
+	nan         *guard
+	lossSkipped int
 
 	rec    *metrics.Recorder // nil without metrics or a trace
 	recSt  *metrics.Step
@@ -69,21 +81,49 @@ type meter struct {
 	lr     float64 // the rate the recorded step trains at
 }
 
-// newMeter meters l's loop, with progress bars if the run reports
-// progress, and a metrics recorder if it records metrics or a trace, or
-// its launcher collects them (event.EnvObserve).
-func (r *Run) newMeter(l *Loop) (*meter, error) {
-	m := &meter{r: r, l: l, pg: r.pg, dm: r.dm}
-	rep := r.reporter(l.Tokens)
-	if r.cfg.Progress {
-		m.rep = rep
+// clock is a throughput clock: samples counted over the time it ran.
+type clock struct {
+	counted  int
+	counting time.Duration
+	start    time.Time // zero while stopped
+}
+
+// plan is what the meter knows of the loop ahead.
+type plan struct {
+	epochs    int            // at least 1
+	perEpoch  int            // this rank's steps per epoch
+	evalEvery int            // 0: a bar per epoch
+	done      int            // steps taken before this run (a resume)
+	total     int            // the steps the run ends at, counting done ones
+	tokens    bool           // n counts tokens
+	lr        func() float64 // the rate the next step trains at; nil: 0
+}
+
+// planOf is the plan of l's loop after a resume.
+func planOf(l *Loop) plan {
+	p := plan{epochs: max(l.Epochs, 1), perEpoch: l.Data.Len(), evalEvery: l.EvalEvery,
+		done: int(l.State.Step), total: l.planned(), tokens: l.Tokens, lr: l.State.Optimizer.LR}
+	if l.MaxSteps > 0 {
+		p.total = min(p.total, p.done+l.MaxSteps)
 	}
-	if l.EvalEvery > 0 {
-		m.planned = l.planned()
-		m.intervals = (m.planned + l.EvalEvery - 1) / l.EvalEvery
+	return p
+}
+
+// newMeter meters a loop of plan p, with progress bars if the run
+// reports progress, and a metrics recorder if it records metrics or a
+// trace, or its launcher collects them (event.EnvObserve).
+func (r *Run) newMeter(p plan) (*meter, error) {
+	m := &meter{r: r, plan: p, pg: r.pg, dm: r.dm}
+	rep := r.reporter(p.tokens)
+	if r.cfg.Progress && rep != nil {
+		m.rep = rep
+		rep.Steps(p.done, p.total)
+	}
+	if p.evalEvery > 0 {
+		m.intervals = (p.total + p.evalEvery - 1) / p.evalEvery
 	}
 	rec, err := metrics.New(metrics.Config{File: r.cfg.Metrics, Trace: r.cfg.Trace, Every: r.cfg.MetricsEvery,
-		Rank: r.rank, Group: r.pg, Model: r.dm, Reporter: rep})
+		Rank: r.rank, Group: r.pg, Model: r.dm, Reporter: rep, Tokens: p.tokens})
 	if err != nil {
 		return nil, fmt.Errorf("harness: %w", err)
 	}
@@ -108,19 +148,28 @@ func (m *meter) startEpoch(epoch int) {
 	if m.rec != nil {
 		m.rec.StartEpoch(epoch)
 	}
-	if m.rep != nil && m.l.EvalEvery == 0 {
-		m.bar = m.rep.Epoch(epoch, max(m.l.Epochs, 1), m.l.Data.Len())
+	if m.rep != nil && m.plan.evalEvery == 0 {
+		m.bar = m.rep.Epoch(epoch, m.plan.epochs, m.plan.perEpoch)
 	}
 	now := time.Now()
 	if m.steps >= warmupSteps {
 		m.countStart = now
 	}
+	if m.steps >= 1 {
+		m.early.start = now
+	}
 	m.dataStart = now
 }
 
-// begin marks the start of a step. At the end of the warm-up it lines
-// the ranks up and restarts the clock and the profile from zero.
-func (m *meter) begin(ctx context.Context) error {
+// begin marks the start of step (counting from 1, resumed steps
+// included). At the end of the warm-up it lines the ranks up and
+// restarts the clock and the profile from zero; an evaluation interval's
+// first step opens its bar.
+func (m *meter) begin(ctx context.Context, step int) error {
+	if every := m.plan.evalEvery; m.rep != nil && m.bar == nil && every > 0 {
+		k := (step - 1) / every
+		m.bar = m.rep.Interval(k, max(m.intervals, k+1), max(min(every, m.plan.total-k*every), 1))
+	}
 	if m.steps == warmupSteps {
 		if m.pg != nil {
 			if err := m.pg.Barrier(ctx); err != nil {
@@ -136,7 +185,10 @@ func (m *meter) begin(ctx context.Context) error {
 	}
 	if m.rec != nil {
 		m.recSt = m.rec.Begin()
-		m.lr = m.l.State.Optimizer.LR()
+		m.lr = 0
+		if m.plan.lr != nil {
+			m.lr = m.plan.lr()
+		}
 	}
 	return nil
 }
@@ -157,10 +209,9 @@ func (m *meter) backwarded() {
 	}
 }
 
-// end marks the end of step (counting from 1, resumed steps included)
-// over n samples with this rank's loss, and adds it to the profile, the
-// bar and the metrics; an evaluation interval's first step opens its bar.
-func (m *meter) end(loss float64, n, step int) {
+// end marks the end of the step over n samples with this rank's loss,
+// and adds it to the profile, the bar and the metrics.
+func (m *meter) end(loss float64, n int) {
 	now := time.Now()
 	if m.t1.IsZero() {
 		m.t1 = m.t0
@@ -180,15 +231,21 @@ func (m *meter) end(loss float64, n, step int) {
 	m.profiled++
 	m.steps++
 	m.counted += n
-	m.lossSum += loss
+	if m.steps == 1 {
+		m.early.start = now // the first step's time holds the start-up
+	} else {
+		m.early.counted += n
+	}
 	m.lossSteps++
-	if m.rep != nil && m.bar == nil && m.l.EvalEvery > 0 {
-		every := m.l.EvalEvery
-		k := (step - 1) / every
-		m.bar = m.rep.Epoch(k, m.intervals, min(every, m.planned-k*every))
+	fields := []progress.Field{progress.Loss(loss)}
+	if m.nan != nil && m.nan.skipped {
+		m.lossSkipped++
+		fields = nil
+	} else {
+		m.lossSum += loss
 	}
 	if m.bar != nil {
-		m.bar.Step(n, progress.Loss(loss))
+		m.bar.Step(n, fields...)
 	}
 	if m.recSt != nil {
 		if err := m.recSt.End(n, loss, m.lr); err != nil && m.recErr == nil {
@@ -210,13 +267,16 @@ func (m *meter) untimed(name string, f func() error) error {
 	if !m.countStart.IsZero() {
 		m.countStart = m.countStart.Add(pause)
 	}
+	if !m.early.start.IsZero() {
+		m.early.start = m.early.start.Add(pause)
+	}
 	m.dataStart = m.dataStart.Add(pause)
 	return err
 }
 
-// stopClock stops the clock once the slowest rank is done.
+// stopClock stops the clocks once the slowest rank is done.
 func (m *meter) stopClock(ctx context.Context) error {
-	if m.countStart.IsZero() {
+	if m.countStart.IsZero() && m.early.start.IsZero() {
 		return nil
 	}
 	if m.pg != nil {
@@ -224,8 +284,15 @@ func (m *meter) stopClock(ctx context.Context) error {
 			return err
 		}
 	}
-	m.counting += time.Since(m.countStart)
-	m.countStart = time.Time{}
+	now := time.Now()
+	if !m.countStart.IsZero() {
+		m.counting += now.Sub(m.countStart)
+		m.countStart = time.Time{}
+	}
+	if !m.early.start.IsZero() {
+		m.early.counting += now.Sub(m.early.start)
+		m.early.start = time.Time{}
+	}
 	return nil
 }
 
@@ -233,8 +300,11 @@ func (m *meter) stopClock(ctx context.Context) error {
 // the mean over its steps of every rank's mean loss, the same on every
 // rank. The next one starts from zero.
 func (m *meter) periodLoss(ctx context.Context) (float64, error) {
-	mean := []float64{m.lossSum / float64(max(m.lossSteps, 1))}
-	m.lossSum, m.lossSteps = 0, 0
+	mean := []float64{m.lossSum / float64(max(m.lossSteps-m.lossSkipped, 1))}
+	if m.lossSteps > 0 && m.lossSkipped == m.lossSteps {
+		mean[0] = math.NaN() // every step skipped: no loss to average
+	}
+	m.lossSum, m.lossSteps, m.lossSkipped = 0, 0, 0
 	if m.pg != nil {
 		if err := m.pg.AllReduce(ctx, mean, distributed.Avg); err != nil {
 			return 0, err
@@ -288,10 +358,26 @@ func (m *meter) closeMetrics() error {
 }
 
 // summarise adds the run's throughput, steps, mean profile and peak RSS
-// to s.
+// to s. A run too short for the warm-up to leave a step is measured over
+// its steps after the first, and says so; a run of one step over that
+// step.
 func (m *meter) summarise(s Stats) Stats {
-	if m.counting > 0 {
+	s.ThroughputFrom = warmupSteps + 1
+	switch {
+	case m.counting > 0:
 		s.Throughput = float64(m.counted*m.r.world) / m.counting.Seconds()
+	case m.early.counting > 0 && m.early.counted > 0:
+		s.Throughput = float64(m.early.counted*m.r.world) / m.early.counting.Seconds()
+		s.ThroughputFrom = 2
+		if m.r.rank == 0 {
+			m.r.log.Info(fmt.Sprintf("throughput measured over steps 2-%d: the run is shorter than the %d-step warm-up", m.steps, warmupSteps))
+		}
+	case m.steps == 1 && m.prof.total() > 0:
+		s.Throughput = float64(m.counted*m.r.world) / m.prof.total().Seconds()
+		s.ThroughputFrom = 1
+		if m.r.rank == 0 {
+			m.r.log.Info("throughput measured over the only step, start-up included")
+		}
 	}
 	s.Steps = m.steps
 	if n := time.Duration(m.profiled); n > 0 {

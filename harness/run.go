@@ -38,6 +38,7 @@ type Run struct {
 	rep           *progress.Reporter // made by reporter; nil without progress or a launcher
 	resumed       bool               // Resume has run
 	closed        bool
+	nan           *guard // Train's watch over non-finite steps, made by its first call
 }
 
 // Start begins a run: it checks cfg (an error names the field and the
@@ -253,12 +254,15 @@ const maxEventText = 32 << 10
 // Report delivers rank 0's summary of the run once training is over:
 // as its last event to a launcher that prints the summary itself (see
 // event.EnvSummary), or else written to Config.Summary as s.Text and
-// the line s.Line(). On other ranks it does nothing. Call it before
-// Close.
+// the line s.Line(). If a step's loss or gradient norm was NaN or
+// infinite, the summary ends with their count, nan_steps (and, under
+// Config.OnNaN skip, skipped_steps). On other ranks it does nothing. Call
+// it before Close.
 func (r *Run) Report(s event.Summary) error {
 	if r.rank != 0 {
 		return nil
 	}
+	r.nan.summarise(&s) // nan_steps and skipped_steps, if a step was not finite
 	if os.Getenv(event.EnvSummary) != "" {
 		if rep := r.reporter(false); rep != nil && rep.Launched() {
 			if len(s.Text) > maxEventText && r.cfg.Summary != nil {
@@ -327,4 +331,21 @@ func (l *lineWriter) Write(p []byte) (int, error) {
 	w := l.w
 	l.mu.Unlock()
 	return w.Write(p)
+}
+
+// ExitCode is the status a training program exits with after err, which
+// it has printed: 0 for nil; event.ExitPeer when err is only the fallout
+// of another rank's failure (distributed.Blame), after writing the
+// event.PeerLine that names that rank to stderr as the program's last
+// line, so that the launcher reports the rank that failed first instead
+// of this one; otherwise 1.
+func ExitCode(stderr io.Writer, err error) int {
+	if err == nil {
+		return 0
+	}
+	if pf, ok := distributed.Blame(err); ok {
+		fmt.Fprintln(stderr, event.PeerLine(pf.Rank, pf.Silence))
+		return event.ExitPeer
+	}
+	return 1
 }

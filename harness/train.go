@@ -18,8 +18,8 @@ type Task interface {
 	// pass and the loss (under Run.Autocast), call s.Forwarded, run
 	// backward (which, under DDP, averages the gradients across the
 	// ranks, and returns a failed peer's error), call s.Backwarded, step
-	// the optimizer (and a schedule stepped per batch). An error ends the
-	// training.
+	// the optimizer if s.Update says so (and a schedule stepped per
+	// batch). An error ends the training.
 	Step(ctx context.Context, s Step, b data.Batch) (loss float64, err error)
 	// Evaluate measures the model (on rank 0, outside the throughput
 	// clock) at the end of each epoch, or every Loop.EvalEvery steps, and
@@ -37,7 +37,8 @@ type EpochEnder interface {
 
 // Step is the step being trained, for the Task to mark its phases (the
 // profile, the metrics rows and the timeline split the step's time at
-// the marks). The zero Step marks nothing.
+// the marks) and to ask whether to apply its update (see Update). The
+// zero Step marks nothing.
 type Step struct{ m *meter }
 
 // Forwarded marks the end of the forward pass and the loss.
@@ -143,15 +144,23 @@ type Stats struct {
 	// Steps are the steps taken in this run (after a resume, since it).
 	Steps int
 	// Throughput is the samples (with Loop.Tokens, tokens) per second of
-	// all ranks over the steps after the first 5, without the
+	// all ranks over the steps from ThroughputFrom on (after the first 5;
+	// in a run of 5 steps or fewer, after the first), without the
 	// evaluations and checkpoints.
-	Throughput float64
+	Throughput     float64
+	ThroughputFrom int
 	// TrainLoss is the mean loss of the last evaluation interval (or
-	// epoch) over every rank's steps.
+	// epoch) over every rank's steps: NaN (or infinite) if a step's loss
+	// was, but for the steps Config.OnNaN skip dropped, which are in no
+	// mean (NaN if all were).
 	TrainLoss  float64
 	PeakRSSMiB float64
 	// Profile is the mean time per step in each phase, after the first 5.
 	Profile Profile
+	// NaNSteps are the steps whose loss or gradient norm was NaN or
+	// infinite (on this rank; under Config.OnNaN skip, on any), and
+	// SkippedSteps those of them whose update was dropped.
+	NaNSteps, SkippedSteps int
 }
 
 // errNoBatches is Train's error for a Loop whose Data has no batch.
@@ -167,6 +176,10 @@ var errNoBatches = errors.New("harness: the data has no batch for this rank")
 // the run, and every Config.SaveEvery steps. It meters the loop: the
 // throughput clock, the profile, the metrics rows and the timeline.
 //
+// A step whose loss (or the gradient norm the Task gives Step.Update) is
+// NaN or infinite does what Config.OnNaN says: by default Train ends with
+// a *NonFiniteError naming the step, its epoch and the rank.
+//
 // Train returns the first error of the task or the environment (a peer,
 // a file, ctx); the state is then as the last checkpoint left it on
 // rank 0, and Resume carries on from there.
@@ -180,11 +193,17 @@ func (r *Run) Train(ctx context.Context, task Task, l Loop) (Stats, error) {
 			return Stats{}, err
 		}
 	}
-	m, err := r.newMeter(&l)
+	m, err := r.newMeter(planOf(&l))
 	if err != nil {
 		return Stats{}, err
 	}
 	defer m.close()
+	if r.nan == nil {
+		r.nan = newGuard(&r.cfg, r.log, r.pg, r.rank)
+	}
+	g := r.nan
+	m.nan = g
+	nan0, skipped0 := g.nanSteps, g.skippedSteps
 	st, stats := l.State, Stats{World: r.world, Rank: r.rank}
 	nn.SetTrain(st.Model, true)
 	for epoch, end := st.Epoch, false; !end && !l.over(epoch); epoch++ {
@@ -196,9 +215,10 @@ func (r *Run) Train(ctx context.Context, task Task, l Loop) (Stats, error) {
 			if err := ctx.Err(); err != nil {
 				return stats, err
 			}
-			if err := m.begin(ctx); err != nil {
+			if err := m.begin(ctx, int(st.Step)+1); err != nil {
 				return stats, err
 			}
+			g.begin(int(st.Step)+1, epoch+1)
 			loss, err := task.Step(ctx, Step{m}, b)
 			if err != nil {
 				return stats, err
@@ -209,7 +229,10 @@ func (r *Run) Train(ctx context.Context, task Task, l Loop) (Stats, error) {
 				n *= b.T
 			}
 			step := int(st.Step)
-			m.end(loss, n, step)
+			m.end(loss, n)
+			if err := g.end(loss); err != nil {
+				return stats, err
+			}
 			end = l.Steps > 0 && step >= l.Steps || l.MaxSteps > 0 && m.steps >= l.MaxSteps
 			if l.EvalEvery > 0 && (step%l.EvalEvery == 0 || end) {
 				if err := r.endPeriod(ctx, task, m, "step", step, &stats); err != nil {
@@ -255,6 +278,7 @@ func (r *Run) Train(ctx context.Context, task Task, l Loop) (Stats, error) {
 		return stats, err
 	}
 	stats = m.summarise(stats)
+	stats.NaNSteps, stats.SkippedSteps = g.nanSteps-nan0, g.skippedSteps-skipped0
 	if r.cfg.Profile && r.rank == 0 {
 		fmt.Fprintln(r.lines, stats.Profile)
 	}

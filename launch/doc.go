@@ -29,7 +29,11 @@
 // them with GOTRAIN_RESTART_COUNT one higher (a program that resumes from
 // its last checkpoint carries on) or reports the root cause, a Failure
 // naming the worker, its host, its exit status and the last lines of its
-// stderr, and exits with the failed worker's exit code.
+// stderr, and exits with that worker's exit code. The root cause is the
+// first rank that failed on its own (an error, a signal, a stop), not the
+// ranks that failed because of it: gotrain's workers exit with
+// event.ExitPeer when only a peer's failure failed them, naming the peer,
+// and the launcher waits up to the stop timeout for the failure itself.
 //
 // # One node
 //

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/launch/internal/freeport"
+	"github.com/gotrain/gotrain/launch/tempdir"
 )
 
 const (
@@ -34,6 +35,10 @@ var stopTimer = func(d time.Duration) (c <-chan time.Time, stop func() bool) {
 	return t.C, t.Stop
 }
 
+// beforeStart is called before each worker of an attempt starts. Tests
+// replace it to act between two starts.
+var beforeStart = func(localRank int) {}
+
 // SignalError is a context cancellation cause that names the signal the
 // launcher received. When Run's ctx is cancelled with a SignalError cause
 // (context.WithCancelCause), Run forwards that signal to the workers instead
@@ -42,7 +47,7 @@ type SignalError struct {
 	Signal syscall.Signal
 }
 
-func (e *SignalError) Error() string { return e.Signal.String() + " signal received" }
+func (e *SignalError) Error() string { return SignalName(e.Signal) + " received" }
 
 // Is makes a SignalError match context.Canceled, as the causes of
 // signal.NotifyContext do: the context was cancelled, for this reason.
@@ -61,8 +66,8 @@ func (e *SignalError) Is(target error) bool { return target == context.Canceled 
 //
 // Run returns when the job ends:
 //   - every worker exited 0: (0, nil);
-//   - a worker failed and no restart remains: the first failed worker's
-//     exit code (128+signal if a signal killed it) and a nil error, after
+//   - a worker failed and no restart remains: the root cause's exit code
+//     (see RootCause; 128+signal if a signal killed it) and a nil error, after
 //     stopping the other workers (SIGTERM to their process groups, SIGKILL
 //     after cfg.StopTimeout). With restarts left, all workers are stopped
 //     and started again with the restart count one higher;
@@ -148,6 +153,9 @@ func Run(ctx context.Context, cfg Config) (exitCode int, err error) {
 		j.log.Info("launch: writing worker logs", "dir", j.logRoot)
 	}
 	defer cleanShm(j.log, cfg.RunID)()
+	// The private directories of gotrain processes killed before they
+	// could remove them (tempdir) go at the next start.
+	tempdir.Sweep(os.TempDir())
 	// A closed stdout (`gotrain run ... | head -1`) must not kill the
 	// launcher, and with it the job: with SIGPIPE handled, writes to it
 	// fail with EPIPE and the workers' lines to it are dropped. (Handled,
@@ -178,7 +186,8 @@ type job struct {
 
 // outcome is how one attempt (a start of all workers) ended.
 type outcome struct {
-	failed      *worker        // the first worker that failed, or nil
+	failed      *worker        // the root cause's worker (see watch), or nil
+	root        *Failure       // the root cause when a worker failed
 	interrupted syscall.Signal // the signal forwarded on ctx's end, or 0
 }
 
@@ -206,11 +215,15 @@ func (j *job) run(ctx context.Context) (int, error) {
 			j.log.Info("launch: all workers finished", "restart_count", restart)
 			return 0, nil
 		case restart < c.MaxRestarts && !c.NoRestart:
-			j.log.Warn("launch: restarting workers",
+			delay := RestartDelay(c.RestartBackoff, c.MaxRestartBackoff, restart+1)
+			j.log.Warn(fmt.Sprintf("launch: restarting workers in %v (restart %d of %d)", delay, restart+1, c.MaxRestarts),
 				"failed_rank", out.failed.rank, "exit_code", out.failed.code, "cause", describeExit(out.failed.code),
-				"restart_count", restart+1, "max_restarts", c.MaxRestarts)
+				"restart_count", restart+1, "max_restarts", c.MaxRestarts, "delay", delay)
+			if !sleepCtx(ctx, delay) {
+				return j.interrupted(ctx, stopSignal(ctx))
+			}
 		default:
-			j.reportFailure(j.failure(out.failed, restart))
+			j.reportFailure(out.report(restart, c.MaxRestarts))
 			return out.failed.code, nil
 		}
 	}
@@ -241,6 +254,16 @@ func (j *job) attempt(ctx context.Context, restart int) (outcome, error) {
 		}
 	}
 	for local := range n {
+		beforeStart(local)
+		if ctx.Err() != nil {
+			// A signal while starting many workers stops the start at once.
+			sig := stopSignal(ctx)
+			j.log.Warn("launch: interrupted while starting workers, stopping them",
+				"signal", sig.String(), "started", len(workers), "nproc_per_node", n, "cause", context.Cause(ctx))
+			j.stop(workers, exits, sig)
+			finishOutput(workers)
+			return outcome{interrupted: sig}, nil
+		}
 		w, err := startWorker(workerSpec{
 			path:      j.path,
 			argv0:     j.cfg.Program,
@@ -267,33 +290,7 @@ func (j *job) attempt(ctx context.Context, restart int) (outcome, error) {
 		}()
 	}
 
-	var out outcome
-	for running := n; running > 0 && out == (outcome{}); {
-		select {
-		case <-ctx.Done():
-			out.interrupted = stopSignal(ctx)
-			j.log.Warn("launch: interrupted, stopping workers", "signal", out.interrupted.String(), "cause", context.Cause(ctx))
-			j.stop(workers, exits, out.interrupted)
-		case ev := <-exits:
-			w := workers[ev.idx]
-			w.exited, w.code = true, ev.code
-			running--
-			if ev.code != 0 {
-				out.failed = w
-				if j.cfg.OnWorkerFailure != nil {
-					j.cfg.OnWorkerFailure(j.failure(w, restart))
-				}
-				// Reported once the job ends or restarts, with the others stopped.
-				j.stop(workers, exits, syscall.SIGTERM)
-			}
-		}
-	}
-	if out == (outcome{}) {
-		// All exited 0; children they left in their process groups go too.
-		j.stop(workers, exits, syscall.SIGTERM)
-	}
-	finishOutput(workers)
-	return out, nil
+	return j.watch(ctx, workers, exits, restart), nil
 }
 
 // finishOutput lets the workers' last output drain, all within one
@@ -391,7 +388,7 @@ func stopSignal(ctx context.Context) syscall.Signal {
 // describeExit says in words what an exit code means.
 func describeExit(code int) string {
 	if code > 128 && code < 128+65 {
-		return "killed by signal " + syscall.Signal(code-128).String()
+		return "terminated by " + SignalName(syscall.Signal(code-128))
 	}
 	return "exit status " + strconv.Itoa(code)
 }

@@ -50,6 +50,7 @@ func newJob(t *testing.T, nproc int, action string, perRank map[int]string) *job
 		Standalone:      true,
 		MonitorInterval: 10 * time.Millisecond,
 		StopTimeout:     2 * time.Second,
+		RestartBackoff:  time.Millisecond,
 	}}
 	j.cfg.Stdout, j.cfg.Stderr = &j.stdout, &j.stderr
 	// Only Run's goroutine logs, so the buffer needs no lock.
@@ -466,7 +467,7 @@ func TestWorkerKilled(t *testing.T) {
 			t.Errorf("rank %d did not report SIGTERM", r)
 		}
 	}
-	if !strings.Contains(j.log.String(), "killed by signal SIGKILL") {
+	if !strings.Contains(j.log.String(), "terminated by SIGKILL") {
 		t.Errorf("launcher log does not say rank 0 was killed:\n%s", j.log.String())
 	}
 	pids := append(pidsIn(t, j.dir()), pidsIn(t, filepath.Join(j.dir(), "child"))...)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +25,10 @@ type pageState struct {
 	Exposed    int    `json:"exposed"`
 	Rows       int    `json:"rows"` // workers' table rows
 	Ranks      string `json:"ranks"`
+	Step       string `json:"step"` // the run's step of its total
+	Period     string `json:"period"`
+	ETA        string `json:"eta"`
+	Units      string `json:"units"` // the unit each rate is named in
 }
 
 // readPage is a JavaScript function that reads a pageState off the page.
@@ -35,6 +40,9 @@ const readPage = `() => {
     throughput: n("throughput"), steptime: n("steptime"), exposed: n("exposed"),
     rows: document.querySelectorAll("#workers tbody tr").length,
     ranks: document.getElementById("ranks").textContent,
+    step: document.getElementById("step").textContent, period: document.getElementById("period").textContent,
+    eta: document.getElementById("eta").textContent,
+    units: [...document.querySelectorAll(".unit")].map(e => e.textContent).join(","),
   };
 }`
 
@@ -89,6 +97,11 @@ func TestDashboardInChromium(t *testing.T) {
 	version, _ := json.Marshal(first.Version)
 	later := wait(fmt.Sprintf("an update of %+v", first),
 		fmt.Sprintf("s.version !== %s && s.lossPoints > %d", version, first.LossPoints))
+	// The run's place: 1000 epochs of 469 steps, counted in samples.
+	placed := wait("the run's step of its total and ETA", `/^step \d+\/469000$/.test(s.step) && /^ETA \d+:\d\d/.test(s.eta)`)
+	if !strings.HasPrefix(placed.Period, "epoch ") || !strings.HasSuffix(placed.Period, "/1000") || placed.Units != "samples,samples" {
+		t.Fatalf("page %+v: want epoch k/1000 and rates in samples/s", placed)
+	}
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)

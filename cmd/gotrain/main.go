@@ -5,7 +5,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,14 +22,21 @@ import (
 // newRootCmd builds the CLI's command tree, one constructor per command.
 // Each call builds a fresh tree with its own flag values.
 func newRootCmd() *cobra.Command {
+	var version bool
 	root := &cobra.Command{
 		Use:           "gotrain",
 		Short:         "Distributed data-parallel training in Go",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.ArbitraryArgs,
-		RunE:          unknownSubcommand,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if version {
+				return writeVersion(cmd.OutOrStdout())
+			}
+			return unknownSubcommand(cmd, args)
+		},
 	}
+	root.Flags().BoolVar(&version, "version", false, "print the version, as gotrain version does")
 	root.SetFlagErrorFunc(flagErrorFunc)
 	root.AddCommand(
 		newRunCmd(),
@@ -41,6 +47,7 @@ func newRootCmd() *cobra.Command {
 		newPlotCmd(),
 		newAgentCmd(),
 		newPreflightNodeCmd(),
+		newVersionCmd(),
 	)
 	root.AddCommand(newTrainCmd())
 	return root
@@ -75,19 +82,21 @@ func main() {
 	// A closed stdout (`gotrain ... | head -1`) makes writes fail with EPIPE
 	// instead of killing the process (and, for `run`, the job with it).
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCmd().ExecuteContext(ctx)
+	ctx, stop := signalContext()
+	// A panic on this goroutine is one line and a report file (guard.go).
+	err := guard(func() error { return newRootCmd().ExecuteContext(ctx) })
 	stop()
 	if err != nil {
 		var ec exitCodeError
 		if asExitCode(err, &ec) {
 			os.Exit(int(ec))
 		}
-		fmt.Fprintln(os.Stderr, "gotrain:", strings.ReplaceAll(err.Error(), "\n", " "))
 		if isUsage(err) {
+			fmt.Fprintln(os.Stderr, "gotrain:", strings.ReplaceAll(err.Error(), "\n", " "))
+			refuseAsWorker(os.Stderr, err) // the other nodes' ranks wait for this one
 			os.Exit(exitUsage)
 		}
-		os.Exit(exitFailure)
+		os.Exit(failureExit(ctx, os.Stderr, err))
 	}
 }
 

@@ -1,20 +1,26 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
+	"syscall"
+	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/gotrain/gotrain/launch"
 	"github.com/gotrain/gotrain/launch/fanout"
 	"github.com/gotrain/gotrain/launch/observe"
+	"github.com/gotrain/gotrain/progress/console"
 )
 
 // observeFlags are the flags that watch a run from its launcher: the
@@ -26,6 +32,8 @@ type observeFlags struct {
 	metricsEvery   int
 	metricsAddr    string
 	dashboard      string
+	linger         string // --dashboard-linger, parsed by check into lingerFor
+	lingerFor      time.Duration
 	flightDir      string
 }
 
@@ -33,6 +41,7 @@ type observeFlags struct {
 func (o *observeFlags) registerLauncher(f *pflag.FlagSet) {
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics of every rank at http://ADDR/metrics (e.g. :9090)")
 	f.StringVar(&o.dashboard, "dashboard", "", "serve a live dashboard of the run at http://ADDR/ (e.g. :8080)")
+	f.StringVar(&o.linger, "dashboard-linger", "", "keep serving the dashboard's final state (finished or failed) this long after the job ends, e.g. 10m; Ctrl-C ends it sooner (default 60s when stderr is a terminal, else 0)")
 	f.StringVar(&o.flightDir, "flight-dir", os.Getenv("GOTRAIN_FLIGHT_DIR"), "directory where ranks dump their last collectives on a failed operation or SIGUSR1 to the launcher (read it with gotrain trace DIR)")
 }
 
@@ -44,9 +53,18 @@ func (o *observeFlags) registerJob(f *pflag.FlagSet) {
 	o.registerLauncher(f)
 }
 
+// served reports whether the flags ask the launcher to serve something
+// (the dashboard, Prometheus): a demo job of one worker then runs it
+// under the launcher instead of in this process.
+func (o *observeFlags) served() bool { return o.metricsAddr != "" || o.dashboard != "" }
+
+// defaultLinger is how long an interactive launcher serves a dashboard's
+// final state: long enough to look at it.
+const defaultLinger = 60 * time.Second
+
 // check refuses bad values. For a demo job (job), n is its number of
-// local workers: one trains in-process, with no launcher to serve
-// anything, and progress is how workers report.
+// local workers: one trains in-process unless the launcher serves
+// something, and progress is how workers report.
 func (o *observeFlags) check(f *pflag.FlagSet, job bool, n int, progress bool) error {
 	for _, name := range []string{"metrics", "trace"} {
 		if f.Lookup(name) != nil && f.Changed(name) {
@@ -63,21 +81,30 @@ func (o *observeFlags) check(f *pflag.FlagSet, job bool, n int, progress bool) e
 		if v == "" {
 			continue
 		}
-		if job && n == 1 {
-			return badFlag(name, v, "applies only with --nproc-per-node > 1 (the launcher serves it)")
-		}
 		if _, port, err := net.SplitHostPort(v); err != nil {
 			return badFlag(name, v, "want HOST:PORT or :PORT")
 		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
 			return badFlag(name, v, "the port must be a number in [0, 65535]")
 		}
 	}
-	if job && n > 1 && !progress {
+	if job && (n > 1 || o.served()) && !progress {
 		for _, name := range []string{"metrics", "trace", "metrics-addr", "dashboard"} {
 			if f.Changed(name) {
-				return flagNeeds(name, "needs --progress with --nproc-per-node > 1 (workers report through it)")
+				return flagNeeds(name, "needs --progress with --nproc-per-node > 1, --dashboard or --metrics-addr (workers report through it)")
 			}
 		}
+	}
+	if f.Changed("dashboard-linger") {
+		d, err := time.ParseDuration(o.linger)
+		switch {
+		case err != nil || d < 0:
+			return badFlag("dashboard-linger", o.linger, "want a duration like 60s or 10m (0 closes the dashboard with the job)")
+		case o.dashboard == "":
+			return flagNeeds("dashboard-linger", "needs --dashboard, the dashboard to keep serving")
+		}
+		o.lingerFor = d
+	} else if o.dashboard != "" && console.IsTerminal(os.Stderr) {
+		o.lingerFor = defaultLinger
 	}
 	if o.flightDir != "" {
 		return checkWritableDir("flight-dir", o.flightDir)
@@ -96,7 +123,11 @@ func (o *observeFlags) jobConfig() (metrics, trace string, every int) {
 }
 
 // observer is a launch's hub, and what to tell it as the job ends.
-type observer struct{ hub *observe.Hub }
+type observer struct {
+	hub    *observe.Hub
+	linger time.Duration // how long the dashboard's final state stays served
+	log    *slog.Logger
+}
 
 // attach makes the hub the flags ask for and plugs it into cfg: the
 // workers' events reach it before the console, and the workers learn what
@@ -123,7 +154,7 @@ func (o *observeFlags) attach(cfg *launch.Config) (*observer, error) {
 		cfg.Env = os.Environ()
 	}
 	cfg.Env = append(cfg.Env, hub.Env()...)
-	return &observer{hub}, nil
+	return &observer{hub: hub, linger: o.lingerFor, log: cfg.Logger}, nil
 }
 
 // any reports whether the flags ask the launcher to observe the job.
@@ -168,19 +199,57 @@ func (o *observeFlags) attachHosts(cfg *fanout.Config, log *slog.Logger) (*obser
 		return nil, nil, err
 	}
 	cfg.Events = hub.Wrap(cfg.Events)
-	return &observer{hub}, append(env, hub.Env()...), nil
+	return &observer{hub: hub, linger: o.lingerFor, log: log}, append(env, hub.Env()...), nil
 }
 
-// done records how the job ended and closes the hub, reporting an
-// unwritten file on stderr (the job's own outcome is what the caller
-// returns).
+// done records how the job ended and closes the hub (after the
+// dashboard's linger), reporting an unwritten file on stderr (the job's
+// own outcome is what the caller returns).
 func (o *observer) done(code int, err error) {
-	state := "succeeded"
+	o.finish(code, err)
+	o.close()
+}
+
+// finish marks the job finished or failed on the dashboard, which then
+// shows its final state, and says how long it stays served.
+func (o *observer) finish(code int, err error) {
+	state := observe.StateFinished
 	if err != nil || code != 0 {
-		state = "failed"
+		state = observe.StateFailed
 	}
 	o.hub.SetState(state)
+	// A job the user stopped (Ctrl-C, SIGTERM) is not kept on show: that
+	// signal was meant for the whole launcher.
+	if errors.Is(err, launch.ErrInterrupted) {
+		o.linger = 0
+	}
+	if addr := o.hub.Addr("dashboard"); addr != "" && o.linger > 0 {
+		o.logger().Info(fmt.Sprintf("dashboard: the job %s; its final state stays at http://%s/ for %v (--dashboard-linger; Ctrl-C ends it now)",
+			state, addr, o.linger))
+	}
+}
+
+// close waits out the dashboard's linger, or a SIGINT or SIGTERM that
+// ends it, then closes the hub.
+func (o *observer) close() {
+	if o.hub.Addr("dashboard") != "" && o.linger > 0 {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		t := time.NewTimer(o.linger)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		stop()
+	}
 	if cerr := o.hub.Close(); cerr != nil {
 		fmt.Fprintln(os.Stderr, "gotrain:", cerr)
 	}
+}
+
+func (o *observer) logger() *slog.Logger {
+	if o.log != nil {
+		return o.log
+	}
+	return slog.Default()
 }

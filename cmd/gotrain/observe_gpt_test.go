@@ -129,7 +129,7 @@ func TestTrainGPTObserveFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--metrics-addr", ":9090"}, "gotrain: --metrics-addr :9090: applies only with --nproc-per-node > 1"},
+		{[]string{"--dashboard", "127.0.0.1:0", "--dashboard-linger", "-1s"}, "gotrain: --dashboard-linger -1s: want a duration like 60s or 10m"},
 		{[]string{"--nproc-per-node", "2", "--dashboard", "nope"}, "gotrain: --dashboard nope: want HOST:PORT or :PORT"},
 		{[]string{"--metrics-every", "0"}, "gotrain: --metrics-every 0: must be at least 1"},
 		{[]string{"--metrics", "/no/such/dir/m.jsonl"}, "gotrain: --metrics /no/such/dir/m.jsonl: directory /no/such/dir does not exist"},

@@ -180,7 +180,9 @@ func TestObserveFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"train", "mnist", "--metrics-addr", ":9090"}, "--metrics-addr :9090: applies only with --nproc-per-node > 1"},
+		{[]string{"train", "mnist", "--dashboard", ":0", "--dashboard-linger", "soon"}, "--dashboard-linger soon: want a duration like 60s"},
+		{[]string{"train", "mnist", "--dashboard-linger", "1m"}, "--dashboard-linger: needs --dashboard"},
+		{[]string{"train", "mnist", "--dashboard", ":0", "--progress=false"}, "--dashboard: needs --progress"},
 		{[]string{"train", "mnist", "--nproc-per-node", "2", "--dashboard", "nope"}, "--dashboard nope: want HOST:PORT or :PORT"},
 		{[]string{"train", "mnist", "--metrics-every", "0"}, "--metrics-every 0: must be at least 1"},
 		{[]string{"train", "mnist", "--metrics", "/no/such/dir/m.jsonl"}, "--metrics /no/such/dir/m.jsonl: directory /no/such/dir does not exist"},

@@ -201,6 +201,9 @@ func TestReadmeCommands(t *testing.T) {
 				return
 			}
 		}
+		if ctx.Err() != nil {
+			t.Fatalf("README.md:%d: %s: neither ended nor reported a step within 3 minutes\n%s", c.line, c.text, p.Output())
+		}
 		if err := p.Err(); err != nil {
 			t.Fatalf("README.md:%d: %s: %v\n%s", c.line, c.text, err, p.Output())
 		}

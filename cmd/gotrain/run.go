@@ -44,6 +44,8 @@ type runOptions struct {
 	elastic elasticFlags // the rendezvous of an elastic job
 	hosts   hostFlags    // a job on several machines over ssh
 	observe observeFlags // what the launcher records and serves
+	force   forceFlag    // start beyond the machine's bounds
+	backoff backoffFlag  // the wait before a restart
 }
 
 // newRunCmd is `gotrain run`.
@@ -66,8 +68,10 @@ shows only those local ranks on the console, as with torchrun.
 When a worker fails, the others are stopped (SIGTERM, SIGKILL after
 --stop-timeout) and either all are restarted (up to --max-restarts) or gotrain
 reports the root cause (rank, host, exit status or signal, the last lines of
-its stderr) and exits with the failed worker's exit code (128+signal if a
-signal killed it). SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the
+its stderr) and exits with that worker's exit code (128+signal if a signal
+killed it). The root cause is the first rank that failed on its own (an
+error, a signal, stopped, gone silent, a node cut off), not the ranks that
+failed because of it. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the
 workers. A bad flag is refused with one line and exit status 2 before any
 worker starts.
 
@@ -140,6 +144,8 @@ func (o *runOptions) register(f *pflag.FlagSet) {
 	f.StringVar(&e.local, "local-addr", "", "this node's address as the other nodes reach it (default: the one it reaches --rdzv-endpoint from)")
 
 	o.hosts.register(f)
+	o.force.register(f)
+	o.backoff.register(f)
 
 	o.observe.registerLauncher(f)
 	f.StringVar(&o.observe.metrics, "metrics", "", "write every rank's metrics rows (JSON lines, see package metrics) to this file")
@@ -215,6 +221,13 @@ func runConfig(f *pflag.FlagSet, o *runOptions, args []string) (launch.Config, e
 	if _, err := exec.LookPath(cfg.Program); err != nil {
 		return cfg, usagef("run: cannot run PROGRAM %s: %s", showValue(cfg.Program), rootCause(err))
 	}
+	if err := o.backoff.check(); err != nil {
+		return cfg, err
+	}
+	o.backoff.apply(&cfg)
+	if err := checkSizes(sizeCheck{nproc: cfg.NProcPerNode, nprocFlag: o.nprocPerNode, world: cfg.NNodes * cfg.NProcPerNode}, o.force.on); err != nil {
+		return cfg, err
+	}
 	if o.standalone && !f.Changed("master-port") {
 		cfg.MasterPort = 0 // a free port
 	}
@@ -227,8 +240,11 @@ func (o *runOptions) run(ctx context.Context, f *pflag.FlagSet, args []string) e
 		return runOnHosts(ctx, f, o, args)
 	}
 	cfg, err := runConfig(f, o, args)
+	if err == nil {
+		err = checkMasterResolves(ctx, cfg)
+	}
 	if err != nil {
-		return err
+		return refuseNode(ctx, o, f, os.Stderr, err)
 	}
 	every, err := logEvery(o.logEvery)
 	if err != nil {

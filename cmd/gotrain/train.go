@@ -49,6 +49,9 @@ type jobConfig interface {
 	CheckFlags(f *pflag.FlagSet) error
 	// Harness returns the Config's harness settings.
 	Harness() *harness.Config
+	// MemoryEstimate is the memory one worker needs at its peak, and
+	// the size flag that weighs most in it.
+	MemoryEstimate() jobflag.Memory
 }
 
 // trainJob is a job of `gotrain train`: its name, and how to make a
@@ -108,6 +111,8 @@ type trainFlags struct {
 	timeout  timeoutFlag
 	hosts    hostFlags
 	observe  observeFlags
+	force    forceFlag
+	backoff  backoffFlag
 }
 
 // launchHelp is the end of every job's long help.
@@ -152,6 +157,7 @@ func (fl *trainFlags) register(f *pflag.FlagSet) {
 	h := fl.job.Harness()
 	f.StringVar(&fl.nproc, "nproc-per-node", "1", "number of local workers (an integer, or auto for one per CPU)")
 	f.IntVar(&fl.launch.MaxRestarts, "max-restarts", 0, "with --nproc-per-node > 1: restart all workers up to N times when one fails (use with --save and --resume)")
+	fl.backoff.register(f)
 	f.StringVar(&fl.launch.LogDir, "log-dir", "", "with --nproc-per-node > 1: also write each worker's output under this directory (see --tee and --redirects)")
 	fl.output.register(f)
 	fl.timeout.register(f)
@@ -162,9 +168,11 @@ func (fl *trainFlags) register(f *pflag.FlagSet) {
 	f.IntVar(&h.SaveEvery, "save-every", 0, "also checkpoint every N steps")
 	f.BoolVar(&h.Profile, "profile", false, "print the mean time per step in data, forward, backward, exposed allreduce wait and optimizer")
 	f.BoolVar(&h.Progress, "progress", true, "show a progress bar per epoch or evaluation interval (plain lines when stderr is not a terminal)")
+	f.StringVar(&h.OnNaN, "on-nan", harness.OnNaNStop, "when a step's loss or gradient norm is NaN or infinite: stop (end the job with an error), skip (drop the step's update on every rank and train on) or warn (train on); the first is logged and the summary counts them")
 	addLogEvery(f, &fl.logEvery)
 	fl.hosts.registerTrain(f)
 	fl.observe.registerJob(f)
+	fl.force.register(f)
 }
 
 // train runs the job in this process, or starts the n workers that do;
@@ -177,8 +185,11 @@ func (fl *trainFlags) train(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
-	if n > 1 && os.Getenv(trainWorkerEnv) == "" {
+	// One worker trains in this process, unless the launcher is to serve
+	// its dashboard or metrics: it then runs as the launcher's worker.
+	if (n > 1 || fl.observe.served()) && os.Getenv(trainWorkerEnv) == "" {
 		fl.launch.NProcPerNode = n
+		fl.backoff.apply(&fl.launch)
 		return launchTrainWorkers(ctx, fl.launch, fl.output, every, fl.observe)
 	}
 	if fl.output.logFormat != "" {
@@ -189,7 +200,11 @@ func (fl *trainFlags) train(ctx context.Context, n int) error {
 	// Rank 0 prints the summary last, or, as one of this command's
 	// workers, sends it to the launching process (event.EnvSummary).
 	h.LogEvery, h.Summary = every, os.Stdout
-	return fl.run(ctx)
+	err = fl.run(ctx)
+	if nf := (*harness.NonFiniteError)(nil); errors.As(err, &nf) {
+		return fmt.Errorf("%w; lower --lr or use --on-nan skip|warn", err)
+	}
+	return err
 }
 
 // check refuses, as usage errors naming the flag, every value the job or
@@ -212,14 +227,20 @@ func (fl *trainFlags) check(f *pflag.FlagSet) (int, error) {
 	if err := fl.observe.check(f, true, n, fl.job.Harness().Progress); err != nil {
 		return 0, err
 	}
-	return n, fl.checkJob(f)
+	if err := fl.checkJob(f); err != nil {
+		return 0, err
+	}
+	if os.Getenv(trainWorkerEnv) != "" {
+		return n, nil // the launching process checked the sizes for all its workers
+	}
+	return n, checkSizes(sizeCheck{nproc: n, nprocFlag: fl.nproc, world: n, mesh: true, memory: fl.job.MemoryEstimate()}, fl.force.on)
 }
 
 // checkLauncher checks the flags of the launcher, which only n > 1 workers
 // use: given with one worker, they would silently do nothing.
 func (fl *trainFlags) checkLauncher(f *pflag.FlagSet, n int) error {
 	if n == 1 {
-		for _, name := range []string{"max-restarts", "log-dir", "tee", "redirects", "local-ranks-filter"} {
+		for _, name := range []string{"max-restarts", "restart-backoff", "log-dir", "tee", "redirects", "local-ranks-filter"} {
 			if f.Changed(name) {
 				return badFlag(name, f.Lookup(name).Value.String(), "applies only with --nproc-per-node > 1 (one worker trains in this process)")
 			}
@@ -227,6 +248,9 @@ func (fl *trainFlags) checkLauncher(f *pflag.FlagSet, n int) error {
 		return nil
 	}
 	if err := checkAtLeast("max-restarts", fl.launch.MaxRestarts, 0); err != nil {
+		return err
+	}
+	if err := fl.backoff.check(); err != nil {
 		return err
 	}
 	if fl.launch.LogDir != "" {
@@ -253,6 +277,9 @@ func (fl *trainFlags) checkJob(f *pflag.FlagSet) error {
 	}
 	h := fl.job.Harness()
 	if err := checkPrecision(h.Precision); err != nil {
+		return err
+	}
+	if err := checkOneOf("on-nan", h.OnNaN, harness.OnNaNStop, harness.OnNaNSkip, harness.OnNaNWarn); err != nil {
 		return err
 	}
 	if f.Changed("save-every") && h.SaveEvery < 1 {
@@ -328,7 +355,8 @@ func launchTrainWorkers(ctx context.Context, cfg launch.Config, output outputFla
 	}
 	warnBeforeStart(cfg)
 	code, err := launch.Run(ctx, cfg)
-	o.done(code, err)
+	o.finish(code, err)
+	defer o.close() // after the summary: a lingering dashboard waits here
 	cons.Close()
 	if err != nil {
 		return err

@@ -18,6 +18,10 @@
 //	go build -o gpt-example ./examples/gpt
 //	gotrain run --nproc-per-node 2 ./gpt-example -max-steps 200 -save gpt.safetensors
 //
+// Progress ("step 120/300 … eval 2/3 … tokens/s ETA …") goes to stderr,
+// and every -eval-every steps a line with the training and validation
+// losses and the learning rate.
+//
 // Rank 0's last line, the only one on its stdout, is a summary:
 //
 //	model=gpt world=2 steps=200 train_loss=… val_loss=… tokens_per_s=… peak_rss_mib=…
@@ -74,6 +78,7 @@ func main() {
 	flag.StringVar(&o.data, "data", "", "UTF-8 text file (default: the Go sources shipped in gotrain)")
 	flag.StringVar(&o.run.Save, "save", "", "rank 0 saves the model here (safetensors), with a training checkpoint beside it")
 	flag.BoolVar(&o.run.Resume, "resume", false, "with -save: carry on from the training checkpoint beside it")
+	flag.BoolVar(&o.run.Progress, "progress", true, "show progress: the step of the run's total, each evaluation interval, the loss, tokens/s and the ETA (plain lines when stderr is not a terminal)")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	// `gotrain run` forwards SIGINT and SIGTERM: stop cleanly on either.
@@ -82,7 +87,9 @@ func main() {
 	stop()
 	if err != nil {
 		slog.Error("gpt: training failed", "err", err)
-		os.Exit(1)
+		// 1, or the status that tells the launcher another rank's
+		// failure caused this one (so that it names that rank).
+		os.Exit(harness.ExitCode(os.Stderr, err))
 	}
 }
 
@@ -180,7 +187,7 @@ type task struct {
 }
 
 // Step is one optimizer step on a batch of windows.
-func (t *task) Step(_ context.Context, s harness.Step, b data.Batch) (float64, error) {
+func (t *task) Step(ctx context.Context, s harness.Step, b data.Batch) (float64, error) {
 	t.opt.ZeroGrad()
 	logits := t.replica.Forward(nn.IDTensor(b.Inputs, b.Len(), b.T)) // [B, T, 256]
 	loss := tensor.CrossEntropyIgnore(logits, b.Targets, models.IgnoreIndex, "mean")
@@ -189,10 +196,17 @@ func (t *task) Step(_ context.Context, s harness.Step, b data.Batch) (float64, e
 		return 0, err
 	}
 	s.Backwarded()
-	optim.ClipGradNorm(t.replica.Parameters(), 1.0) // on the averaged gradients
+	norm := optim.ClipGradNorm(t.replica.Parameters(), 1.0) // on the averaged gradients
+	l := float64(loss.Item())
+	// A NaN or infinite loss or gradient norm stops the run, or skips
+	// this update on every rank, as harness.Config.OnNaN says.
+	if ok, err := s.Update(ctx, l, norm); err != nil || !ok {
+		t.sched.Step()
+		return l, err
+	}
 	t.opt.Step()
 	t.sched.Step()
-	return float64(loss.Item()), nil
+	return l, nil
 }
 
 // Evaluate is the mean loss over up to 20 batches of validation windows,

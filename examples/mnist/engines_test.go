@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -135,7 +136,7 @@ func TestMPIKilledWorker(t *testing.T) {
 			}
 			// They have joined the group and trained once rank 0 reports
 			// its first epoch; the second is under way.
-			if !testproc.Poll(60*time.Second, func() bool { return strings.Contains(out.String(), "epoch 1: ") }) {
+			if !testproc.Poll(60*time.Second, func() bool { return epochDone.MatchString(out.String()) }) {
 				t.Fatalf("%s: no epoch done in 60 s\n%s", tc.launcher, out.String())
 			}
 			victim := pids[len(pids)-1]
@@ -167,6 +168,9 @@ func TestMPIKilledWorker(t *testing.T) {
 }
 
 // processesWith lists the processes whose environment holds kv.
+// epochDone matches rank 0's line at the end of its first epoch.
+var epochDone = regexp.MustCompile(`(?m)epoch 1/\d+: \d+ steps train_loss `)
+
 func processesWith(kv string) []int {
 	ents, _ := os.ReadDir("/proc")
 	var pids []int

@@ -15,6 +15,12 @@
 //	go build -o mnist-example ./examples/mnist
 //	gotrain run --nproc-per-node 2 ./mnist-example --epochs 1
 //
+// Progress (the epoch, its steps and the run's, the loss, samples/s and
+// the ETA) goes to stderr: under `gotrain run` as events that the
+// launcher draws, alone as a bar on a terminal or plain lines elsewhere;
+// -progress=false leaves rank 0's line per epoch. The harness reports
+// each step once to the progress display and to the metrics rows.
+//
 // Rank 0's last line, the only one on its stdout, is a summary:
 //
 //	model=mlp world=2 epochs=1 steps=469 samples_per_s=… test_acc=… peak_rss_mib=…
@@ -69,7 +75,9 @@ func main() {
 	stop()
 	if err != nil {
 		slog.Error("mnist: training failed", "err", err)
-		os.Exit(1)
+		// 1, or the status that tells the launcher another rank's
+		// failure caused this one (so that it names that rank).
+		os.Exit(harness.ExitCode(os.Stderr, err))
 	}
 }
 
@@ -81,7 +89,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 	fs.IntVar(&o.run.WorldSize, "world-size", 0, "number of processes (with tcp:// or file://; env:// reads WORLD_SIZE)")
 	fs.StringVar(&o.run.Save, "save", "", "rank 0 saves the model here (safetensors) after each epoch, with a training checkpoint beside it")
 	fs.BoolVar(&o.run.Resume, "resume", false, "with --save: carry on from the training checkpoint beside it when restarted")
-	fs.BoolVar(&o.run.Progress, "progress", false, "show a progress bar per epoch")
+	fs.BoolVar(&o.run.Progress, "progress", true, "show progress: a bar per epoch with the step of the run's total and its ETA (plain lines when stderr is not a terminal; under gotrain run, the launcher's display)")
 	fs.StringVar(&o.model, "model", "mlp", "mlp (784-512-512-10) or cnn (the pytorch/examples MNIST Net)")
 	fs.IntVar(&o.epochs, "epochs", 1, "epochs to train")
 	fs.IntVar(&o.batch, "batch-size", 64, "batch size per rank")
@@ -173,7 +181,7 @@ type task struct {
 }
 
 // Step is PyTorch's DDP training step.
-func (t *task) Step(_ context.Context, s harness.Step, b data.Batch) (float64, error) {
+func (t *task) Step(ctx context.Context, s harness.Step, b data.Batch) (float64, error) {
 	t.opt.ZeroGrad()
 	loss := nn.CrossEntropy(t.model.Forward(b.X), b.Y)
 	s.Forwarded()
@@ -181,8 +189,14 @@ func (t *task) Step(_ context.Context, s harness.Step, b data.Batch) (float64, e
 		return 0, err
 	}
 	s.Backwarded()
+	l := float64(loss.Item())
+	// A NaN or infinite loss stops the run, or skips this update on every
+	// rank, as --on-nan (harness.Config.OnNaN) says.
+	if ok, err := s.Update(ctx, l, 0); err != nil || !ok {
+		return l, err
+	}
 	t.opt.Step()
-	return float64(loss.Item()), nil
+	return l, nil
 }
 
 // Evaluate is the accuracy on the test set, in eval mode.

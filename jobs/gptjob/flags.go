@@ -136,12 +136,20 @@ func (c *Config) checkTrainingFlags() error {
 // checkFileFlags checks the corpus and the initial weights.
 func (c *Config) checkFileFlags(f *pflag.FlagSet) error {
 	if f.Changed("data") || f.Changed("block-size") {
-		if err := CheckData(c.Data, c.BlockSize); err != nil {
+		// A corpus that cannot be read is --data's fault; one too short
+		// for the windows is --block-size's.
+		name, corpus, err := readCorpus(c.Data)
+		flag, value := "data", any(c.Data)
+		if err == nil {
+			_, _, err = windows(name, corpus, c.BlockSize)
+			flag, value = "block-size", c.BlockSize
+		}
+		if err != nil {
 			var ce *text.CorpusError
 			if errors.As(err, &ce) {
-				return jobflag.Bad("data", c.Data, ce.Name+" "+ce.Problem)
+				return jobflag.Bad(flag, value, ce.Name+" "+ce.Problem)
 			}
-			return jobflag.Bad("data", c.Data, jobflag.RootCause(err))
+			return jobflag.Bad(flag, value, jobflag.RootCause(err))
 		}
 	}
 	if f.Changed("init") {

@@ -129,12 +129,12 @@ func TestBadBatches(t *testing.T) {
 	defer j.close()
 	ids := make([]int, 2*16)
 	ids[5] = 300
-	_, err = j.step(harness.Step{}, data.Batch{Inputs: ids, Targets: make([]int, len(ids)), T: 16, Indices: make([]int, 2)})
+	_, err = j.step(context.Background(), harness.Step{}, data.Batch{Inputs: ids, Targets: make([]int, len(ids)), T: 16, Indices: make([]int, 2)})
 	if err == nil || !strings.Contains(err.Error(), "token id 300") || !strings.Contains(err.Error(), "vocabulary size 256") {
 		t.Errorf("id out of range: err = %v", err)
 	}
 	long := make([]int, 20)
-	_, err = j.step(harness.Step{}, data.Batch{Inputs: long, Targets: long, T: 20, Indices: make([]int, 1)})
+	_, err = j.step(context.Background(), harness.Step{}, data.Batch{Inputs: long, Targets: long, T: 20, Indices: make([]int, 1)})
 	if err == nil || !strings.Contains(err.Error(), "sequence length 20 is longer than the block size 16") {
 		t.Errorf("too long: err = %v", err)
 	}

@@ -26,7 +26,7 @@ func TestStepsReturnPoolBuffers(t *testing.T) {
 	var held0, fresh0 int64
 	step := 0
 	for b := range j.loader.Batches() {
-		if _, err := j.step(harness.Step{}, b); err != nil {
+		if _, err := j.step(context.Background(), harness.Step{}, b); err != nil {
 			t.Fatal(err)
 		}
 		step++
@@ -59,7 +59,7 @@ func TestEvaluateReleasesPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	for b := range j.loader.Batches() {
-		if _, err := j.step(harness.Step{}, b); err != nil {
+		if _, err := j.step(context.Background(), harness.Step{}, b); err != nil {
 			t.Fatal(err)
 		}
 		break

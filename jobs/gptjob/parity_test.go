@@ -75,7 +75,7 @@ func paritySteps(ctx context.Context, f *parityFixture, cfg Config, rank, world 
 	defer j.close()
 	var losses, lrs []float64
 	for step := range f.Steps {
-		loss, err := j.step(harness.Step{}, parityBatch(j, f, step, rank, world))
+		loss, err := j.step(context.Background(), harness.Step{}, parityBatch(j, f, step, rank, world))
 		if err != nil {
 			return nil, nil, err
 		}

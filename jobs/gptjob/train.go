@@ -16,14 +16,14 @@ import (
 
 // Step is one optimizer step on a batch: the PyTorch loop of nanoGPT,
 // marking its phases on s. It returns this rank's loss.
-func (j *job) Step(_ context.Context, s harness.Step, b data.Batch) (float64, error) {
-	loss, err := j.step(s, b)
+func (j *job) Step(ctx context.Context, s harness.Step, b data.Batch) (float64, error) {
+	loss, err := j.step(ctx, s, b)
 	collectIfDue()
 	return loss, err
 }
 
 // step is Step without the garbage collection.
-func (j *job) step(s harness.Step, b data.Batch) (float64, error) {
+func (j *job) step(ctx context.Context, s harness.Step, b data.Batch) (float64, error) {
 	B, T := b.Len(), b.T
 	if err := j.model.Check(b.Inputs, B, T); err != nil {
 		return 0, fmt.Errorf("gptjob: %w", err)
@@ -47,12 +47,21 @@ func (j *job) step(s harness.Step, b data.Batch) (float64, error) {
 	s.Backwarded()
 	// Backward has left the averaged gradients in place: every rank
 	// clips by the same norm.
+	var norm float64
 	if clip := *j.cfg.GradClip; clip > 0 {
-		optim.ClipGradNorm(j.params, clip)
+		norm = optim.ClipGradNorm(j.params, clip)
 	}
-	j.opt.Step()
-	j.sched.Step()
-	return float64(loss.Item()), nil
+	// A NaN or infinite loss or norm: --on-nan says whether to update.
+	l := float64(loss.Item())
+	update, err := s.Update(ctx, l, norm)
+	if err != nil {
+		return 0, err
+	}
+	if update {
+		j.opt.Step()
+	}
+	j.sched.Step() // a skipped step counts: the schedule follows the steps
+	return l, nil
 }
 
 // Evaluate is rank 0's validation loss, with the learning rate the next

@@ -199,7 +199,7 @@ func (j *job) resume(ctx context.Context, loop *harness.Loop) error {
 }
 
 // Step is the PyTorch DDP step on batch b.
-func (j *job) Step(_ context.Context, s harness.Step, b data.Batch) (float64, error) {
+func (j *job) Step(ctx context.Context, s harness.Step, b data.Batch) (float64, error) {
 	j.opt.ZeroGrad()
 	var loss *tensor.Tensor
 	j.run.Autocast(func() { loss = nn.CrossEntropy(j.replica.Forward(b.X), b.Y) })
@@ -209,8 +209,16 @@ func (j *job) Step(_ context.Context, s harness.Step, b data.Batch) (float64, er
 		return 0, err
 	}
 	s.Backwarded()
-	j.opt.Step()
-	return float64(loss.Item()), nil
+	l := float64(loss.Item())
+	// A NaN or infinite loss: --on-nan says whether to update.
+	update, err := s.Update(ctx, l, 0)
+	if err != nil {
+		return 0, err
+	}
+	if update {
+		j.opt.Step()
+	}
+	return l, nil
 }
 
 // EndEpoch steps the per-epoch schedule.

@@ -54,14 +54,16 @@ type Hub struct {
 	prom  *promMetrics
 	trace *traceFile
 
-	mu      sync.Mutex
-	rows    *bufio.Writer
-	rowFile *os.File
-	ranks   map[int]*rankState
-	started time.Time
-	state   string
-	version int // bumped by each row, for the dashboard's polling
-	errs    []error
+	mu       sync.Mutex
+	rows     *bufio.Writer
+	rowFile  *os.File
+	ranks    map[int]*rankState
+	started  time.Time
+	ended    time.Time // when SetState gave the job's end; zero before
+	state    string
+	version  int // bumped by each row and progress event, for the dashboard's polling
+	progress progressState
+	errs     []error
 
 	servers []*http.Server
 	addrs   map[string]string // "metrics"/"dashboard" -> bound address
@@ -200,6 +202,14 @@ func (h *Hub) Event(rank int, line []byte) {
 			h.trace.add(rank, ev.Data)
 		}
 		h.mu.Unlock()
+	case event.KindEpoch, event.KindStep, event.KindDone:
+		var ev event.Event
+		if json.Unmarshal(line, &ev) != nil {
+			return
+		}
+		h.mu.Lock()
+		h.progressEvent(rank, &ev)
+		h.mu.Unlock()
 	case event.KindHello:
 		var ev struct{ Data *event.Hello }
 		if json.Unmarshal(line, &ev) != nil || ev.Data == nil {
@@ -256,11 +266,21 @@ func (h *Hub) row(row event.Row) {
 	}
 }
 
+// The states of a job that has ended, which SetState takes.
+const (
+	StateFinished = "finished"
+	StateFailed   = "failed"
+)
+
 // SetState sets the job's state the dashboard shows ("running",
-// "restarting", "succeeded", "failed").
+// "restarting", StateFinished or StateFailed; the last two end its
+// clock).
 func (h *Hub) SetState(s string) {
 	h.mu.Lock()
 	h.state = s
+	if s == StateFinished || s == StateFailed {
+		h.ended = time.Now()
+	}
 	h.version++
 	h.mu.Unlock()
 }

@@ -5,11 +5,14 @@
 // display.
 //
 // On a terminal the display is one live line, a bar for the current epoch
-// with the loss, samples/s, the ETA and the slowest rank's step time,
-// redrawn in place and cut to the terminal's width so it never wraps;
-// output lines are printed above it. Elsewhere (a pipe, a file, CI) it
-// writes plain lines instead, one every LogEvery and one at the end of each
-// epoch, and never a carriage return.
+// (or evaluation interval) with the step of the run's total, the loss,
+// samples/s (or tokens/s), the ETA of the whole run and the slowest
+// rank's step time, redrawn in place; output lines are printed above it.
+// Elsewhere (a pipe, a file, CI) it writes plain lines instead, one every
+// LogEvery and one at the end of each epoch or interval, and never a
+// carriage return. Its own lines are never wider than the terminal (80
+// columns when it cannot say): the least important fields are left out
+// first.
 package console
 
 import (
@@ -21,6 +24,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -90,23 +94,28 @@ type Console struct {
 	writers   []*lineWriter       // flushed by Close
 }
 
-// epochState aggregates one epoch's reports from every rank.
+// epochState aggregates one epoch's (or evaluation interval's) reports
+// from every rank.
 type epochState struct {
 	epoch, epochs, steps int
-	unit                 string
+	unit, label          string
 	ranks                map[int]*rankState
 }
 
 // rankState is one rank's latest report within an epoch.
 type rankState struct {
 	step     int
-	samples  int64
 	elapsed  float64 // seconds from the epoch's start to the last step
+	rate     float64 // samples/s after the epoch's first step; 0 if none yet
 	loss     float64
 	hasLoss  bool
 	stepTime float64
+	runStep  int
+	runSteps int
+	eta      float64
 	done     bool
 	metrics  map[string]float64
+	names    []string
 }
 
 // New returns a console rendering on opts.Out.
@@ -256,18 +265,22 @@ func (c *Console) Event(rank int, line []byte) {
 	if ev.Unit != "" {
 		es.unit = ev.Unit
 	}
+	if ev.Label != "" {
+		es.label = ev.Label
+	}
 	rs := es.ranks[rank]
 	if rs == nil {
 		rs = &rankState{}
 		es.ranks[rank] = rs
 	}
+	rs.runStep, rs.runSteps = ev.RunStep, ev.RunSteps
 	if ev.Kind != "epoch" {
-		rs.step, rs.samples, rs.elapsed, rs.stepTime = ev.Step, ev.Samples, ev.Elapsed, ev.StepTime
+		rs.step, rs.elapsed, rs.stepTime, rs.rate, rs.eta = ev.Step, ev.Elapsed, ev.StepTime, ev.Rate, ev.ETA
 		if ev.Loss != nil {
 			rs.loss, rs.hasLoss = *ev.Loss, true
 		}
 		if ev.Kind == "done" {
-			rs.done, rs.metrics = true, ev.Metrics
+			rs.done, rs.metrics, rs.names = true, ev.Metrics, ev.Names
 		}
 	}
 	kind := ev.Kind
@@ -291,7 +304,7 @@ func (c *Console) update(kind string) {
 		}
 		if current != nil && (kind == "step" || kind == "last") && now.Sub(c.lastPlain) >= c.logEvery {
 			c.lastPlain = now
-			c.buf = append(append(c.buf, current.statusLine(false, 0)...), '\n')
+			c.buf = append(append(c.buf, current.statusLine(false, c.width())...), '\n')
 		}
 		if len(c.buf) > 0 {
 			_, _ = c.out.Write(c.buf)
@@ -304,7 +317,7 @@ func (c *Console) update(kind string) {
 	c.drawn = now
 	c.buf = append(c.buf[:0], "\r\x1b[K"...)
 	for _, l := range finished {
-		c.buf = append(append(c.buf, l...), '\n') // a record: whole, if wrapped
+		c.buf = append(append(c.buf, l...), '\n')
 	}
 	c.shown = ""
 	if current != nil {
@@ -324,7 +337,7 @@ func (c *Console) finished(end bool) []string {
 		es := c.epochs[n]
 		complete := end || i < len(keys)-1 || len(es.ranks) >= c.ranks
 		if complete && es.allDone() {
-			lines = append(lines, es.summaryLine())
+			lines = append(lines, es.summaryLine(c.width()))
 			delete(c.epochs, n)
 		}
 	}
@@ -379,29 +392,35 @@ func (es *epochState) allDone() bool {
 }
 
 // view is an epoch's aggregate over its ranks: the slowest rank's place,
-// the job's total rate, the ranks' mean loss.
+// the job's total rate, the ranks' mean loss, the longest ETA.
 type view struct {
-	step, slowRank int
-	rate, loss     float64
-	hasLoss        bool
-	elapsed        float64 // of the slowest rank
-	stepTime       float64 // slowest rank's step time
-	stepRank       int
-	metrics        map[string]float64
+	step, slowRank    int
+	rate, loss        float64
+	hasRate, hasLoss  bool
+	elapsed           float64 // of the slowest rank
+	stepTime          float64 // slowest rank's step time
+	stepRank          int
+	runStep, runSteps int // the slowest rank's place in the run
+	eta               float64
+	metrics           map[string]float64
+	names             []string // metrics' names, in the program's order
 }
 
 func (es *epochState) view() view {
-	v := view{step: math.MaxInt, metrics: map[string]float64{}}
+	v := view{step: math.MaxInt, runStep: math.MaxInt, metrics: map[string]float64{}}
 	var lossSum float64
-	var losses int
+	var losses, rated int
 	for _, r := range sortedKeys(es.ranks) {
 		rs := es.ranks[r]
 		if rs.step < v.step {
 			v.step, v.slowRank, v.elapsed = rs.step, r, rs.elapsed
 		}
-		if rs.elapsed > 0 {
-			v.rate += float64(rs.samples) / rs.elapsed
+		v.runStep, v.runSteps = min(v.runStep, rs.runStep), max(v.runSteps, rs.runSteps)
+		if rs.rate > 0 {
+			v.rate += rs.rate
+			rated++
 		}
+		v.eta = max(v.eta, rs.eta)
 		if rs.hasLoss {
 			lossSum += rs.loss
 			losses++
@@ -409,14 +428,34 @@ func (es *epochState) view() view {
 		if rs.stepTime > v.stepTime {
 			v.stepTime, v.stepRank = rs.stepTime, r
 		}
+		for _, k := range rs.names {
+			if _, ok := rs.metrics[k]; ok && !slices.Contains(v.names, k) {
+				v.names = append(v.names, k)
+			}
+		}
 		for k, m := range rs.metrics {
 			if _, ok := v.metrics[k]; !ok { // the lowest rank's value wins
 				v.metrics[k] = m
 			}
 		}
 	}
+	for _, k := range sortedKeys(v.metrics) {
+		if !slices.Contains(v.names, k) {
+			v.names = append(v.names, k)
+		}
+	}
 	if losses > 0 {
 		v.loss, v.hasLoss = lossSum/float64(losses), true
+	}
+	// The job's rate sums the ranks'. A rank has none before its epoch's
+	// second step: the ranks of a data-parallel job step together, so
+	// the others' mean stands in for it, rather than a part for the whole.
+	if rated > 0 {
+		v.rate *= float64(len(es.ranks)) / float64(rated)
+		v.hasRate = true
+	}
+	if v.runStep == math.MaxInt {
+		v.runStep = 0
 	}
 	return v
 }
@@ -428,63 +467,141 @@ func (es *epochState) unitName() string {
 	return es.unit
 }
 
-// statusLine is the running epoch's line: with a bar fitted to width on a
-// terminal, plain otherwise. The parts come most important first, so that
-// cutting the line to a narrow width keeps them.
+// interval reports whether the epoch is an evaluation interval.
+func (es *epochState) interval() bool { return es.label == "eval" }
+
+// part is one field of a line; rank orders what a narrow line keeps
+// (lower is kept longer).
+type part struct {
+	text string
+	rank int
+	bar  bool // the bar: as wide as the line leaves, within barMin..barMax
+}
+
+const (
+	barMin = 8 // "[" + 6 + "]"
+	barMax = 32
+)
+
+// layout joins parts with spaces into a line of fewer than width columns
+// (one is kept free: a line that fills the last column leaves some
+// terminals about to wrap), leaving out the highest-ranked parts until
+// it fits; drawBar draws a kept bar of the width given. A line whose
+// first part alone is too wide is cut.
+func layout(parts []part, width int, drawBar func(w int) string) string {
+	width = max(width, 2)
+	kept := slices.Clone(parts)
+	size := func() int {
+		n := len(kept) - 1
+		for _, p := range kept {
+			if p.bar {
+				n += barMin
+			} else {
+				n += len(p.text)
+			}
+		}
+		return n
+	}
+	for len(kept) > 1 && size() >= width {
+		worst := 1
+		for i, p := range kept {
+			if i > 0 && p.rank > kept[worst].rank {
+				worst = i
+			}
+		}
+		kept = slices.Delete(kept, worst, worst+1)
+	}
+	texts := make([]string, len(kept))
+	for i, p := range kept {
+		texts[i] = p.text
+		if p.bar {
+			texts[i] = drawBar(min(barMax, barMin+width-1-size()))
+		}
+	}
+	return fit(strings.Join(texts, " "), width)
+}
+
+// statusLine is the running epoch's line: with a bar on a terminal, with
+// its share done otherwise, fitted to width. An epoch's line counts its
+// steps and the run's; an evaluation interval's leads with the run's
+// step, its bar the run's progress.
 func (es *epochState) statusLine(bar bool, width int) string {
 	v := es.view()
-	head := fmt.Sprintf("epoch %d/%d", es.epoch, max(es.epochs, es.epoch))
-	count := fmt.Sprintf("%d/%d", v.step, es.steps)
-	if es.steps == 0 {
-		count = fmt.Sprintf("step %d", v.step)
+	var parts []part
+	steps, done := es.steps, v.step
+	total := ""
+	if v.runSteps > 0 {
+		total = fmt.Sprintf("step %d/%d", v.runStep, v.runSteps)
 	}
-	sep := "  "
-	if bar {
-		sep = " " // a terminal line is narrow
-	}
-	var tail []string
-	if es.steps > 0 && !bar {
-		tail = append(tail, fmt.Sprintf("%d%%", 100*v.step/es.steps))
+	n := max(es.epochs, es.epoch)
+	switch {
+	case es.interval() && total != "":
+		parts = append(parts, part{text: total, rank: 0})
+		steps, done = v.runSteps, v.runStep
+		if bar {
+			parts = append(parts, part{bar: true, rank: 5})
+		} else {
+			parts = append(parts, part{text: percent(done, steps), rank: 8})
+		}
+		parts = append(parts, part{text: fmt.Sprintf("eval %d/%d", es.epoch, n), rank: 1})
+	default:
+		label := "epoch"
+		if es.interval() {
+			label = "eval"
+		}
+		parts = append(parts, part{text: fmt.Sprintf("%s %d/%d", label, es.epoch, n), rank: 0})
+		if bar && steps > 0 {
+			parts = append(parts, part{bar: true, rank: 5})
+		}
+		count := fmt.Sprintf("%d/%d", done, steps)
+		if steps == 0 {
+			count = fmt.Sprintf("step %d", done)
+		}
+		parts = append(parts, part{text: count, rank: 1})
+		if !bar && steps > 0 {
+			parts = append(parts, part{text: percent(done, steps), rank: 9})
+		}
+		// The epoch and its count say the run's place too, unless the
+		// run ends within an epoch (a step limit): a narrow line keeps
+		// the step time rather than a step of the total it can infer.
+		if total != "" {
+			rank := 8
+			if v.runSteps != n*steps {
+				rank = 6
+			}
+			parts = append(parts, part{text: total, rank: rank})
+		}
 	}
 	if v.hasLoss {
-		tail = append(tail, fmt.Sprintf("loss %.4g", v.loss))
+		parts = append(parts, part{text: "loss " + num(v.loss), rank: 2})
 	}
-	tail = append(tail, fmt.Sprintf("%.0f %s/s", v.rate, es.unitName()))
-	if es.steps > 0 && v.step > 0 && v.elapsed > 0 {
-		eta := v.elapsed / float64(v.step) * float64(es.steps-v.step)
-		tail = append(tail, "ETA "+clock(eta))
+	if v.hasRate {
+		parts = append(parts, part{text: rate(v.rate, es.unitName()), rank: 3})
+	}
+	if v.eta > 0 {
+		parts = append(parts, part{text: "ETA " + clock(v.eta), rank: 4})
 	}
 	if v.stepTime > 0 {
 		s := "step " + millis(v.stepTime)
-		if len(es.ranks) > 1 && bar {
-			s += fmt.Sprintf(" r%d", v.stepRank)
-		} else if len(es.ranks) > 1 {
-			s = fmt.Sprintf("slowest step %s (rank %d)", millis(v.stepTime), v.stepRank)
+		if len(es.ranks) > 1 {
+			s += fmt.Sprintf(" r%d", v.stepRank) // the slowest rank's
 		}
-		tail = append(tail, s)
+		parts = append(parts, part{text: s, rank: 7})
 	}
-	rest := strings.Join(tail, sep)
-	text := head + " " + count + " " + rest
-	if !bar {
-		return text
+	return layout(parts, width, func(w int) string { return "[" + drawBar(w-2, done, steps) + "]" })
+}
+
+// percent is step of steps as a whole percentage.
+func percent(step, steps int) string {
+	if steps <= 0 {
+		return ""
 	}
-	// One column is kept free: a line that fills the last column leaves
-	// some terminals about to wrap.
-	if es.steps > 0 {
-		if bw := min(width-1-len(head)-len(count)-len(rest)-5, 30); bw >= 6 {
-			return head + " [" + drawBar(bw, v.step, es.steps) + "] " + count + " " + rest
-		}
-		// Narrow: the bar alone says how far the epoch is.
-		if bw := min(width-1-len(head)-len(rest)-4, 30); bw >= 6 {
-			return head + " [" + drawBar(bw, v.step, es.steps) + "] " + rest
-		}
-	}
-	return fit(text, width)
+	return fmt.Sprintf("%d%%", 100*step/steps)
 }
 
 // drawBar is a bar of width columns, step of steps full.
 func drawBar(width, step, steps int) string {
-	filled := min(width*step/steps, width)
+	filled := min(width*step/max(steps, 1), width)
 	b := strings.Repeat("=", filled)
 	if filled < width {
 		b += ">" + strings.Repeat(" ", width-filled-1)
@@ -492,18 +609,35 @@ func drawBar(width, step, steps int) string {
 	return b
 }
 
-// summaryLine is the line an epoch leaves when every rank is done.
-func (es *epochState) summaryLine() string {
+// summaryLine is the line an epoch leaves when every rank is done,
+// fitted to width: the epoch, its steps (an interval's: the run's step
+// of its total), the training loss and the metrics, the rate and the
+// time; the time, then the rate, then the last metrics are left out
+// first.
+func (es *epochState) summaryLine(width int) string {
 	v := es.view()
-	parts := []string{fmt.Sprintf("epoch %d/%d: %d steps", es.epoch, max(es.epochs, es.epoch), v.step)}
+	n := max(es.epochs, es.epoch)
+	var parts []part
+	if es.interval() {
+		head := fmt.Sprintf("eval %d/%d: %d steps", es.epoch, n, v.step)
+		if v.runSteps > 0 {
+			head = fmt.Sprintf("eval %d/%d step %d/%d:", es.epoch, n, v.runStep, v.runSteps)
+		}
+		parts = append(parts, part{text: head})
+	} else {
+		parts = append(parts, part{text: fmt.Sprintf("epoch %d/%d: %d steps", es.epoch, n, v.step)})
+	}
 	if v.hasLoss {
-		parts = append(parts, fmt.Sprintf("train_loss %.4f", v.loss))
+		parts = append(parts, part{text: "train_loss " + num(v.loss), rank: 1})
 	}
-	for _, k := range sortedKeys(v.metrics) {
-		parts = append(parts, fmt.Sprintf("%s %.4f", k, v.metrics[k]))
+	for i, k := range v.names {
+		parts = append(parts, part{text: k + " " + num(v.metrics[k]), rank: 2 + i})
 	}
-	parts = append(parts, fmt.Sprintf("%.0f %s/s", v.rate, es.unitName()), clock(v.elapsed))
-	return strings.Join(parts, " ")
+	if v.hasRate {
+		parts = append(parts, part{text: rate(v.rate, es.unitName()), rank: 100})
+	}
+	parts = append(parts, part{text: clock(v.elapsed), rank: 101})
+	return layout(parts, width, nil)
 }
 
 // fit cuts s to fewer than width columns (each rune one column: the
@@ -519,6 +653,20 @@ func fit(s string, width int) string {
 	return string(r[:width-1])
 }
 
+// num formats a loss or a metric: four decimals, or three significant
+// digits for a small value such as a learning rate.
+func num(v float64) string {
+	if a := math.Abs(v); a != 0 && a < 0.01 {
+		return strconv.FormatFloat(v, 'g', 3, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 4, 64)
+}
+
+// rate formats a rate in unit per second.
+func rate(v float64, unit string) string {
+	return fmt.Sprintf("%.0f %s/s", v, unit)
+}
+
 // clock formats seconds as m:ss or h:mm:ss.
 func clock(sec float64) string {
 	s := int(math.Round(sec))
@@ -530,6 +678,9 @@ func clock(sec float64) string {
 
 func millis(sec float64) string {
 	ms := sec * 1000
+	if ms >= 1000 {
+		return fmt.Sprintf("%.2fs", sec)
+	}
 	if ms < 10 {
 		return fmt.Sprintf("%.1fms", ms)
 	}

@@ -15,6 +15,7 @@ function el(name, attrs, text) {
 }
 
 function fmt(v) {
+  if (v === null) return "NaN"; // JSON's null: a number that was not finite
   if (!isFinite(v)) return "–";
   const a = Math.abs(v);
   if (a >= 1e6) return (v / 1e6).toFixed(1) + "M";
@@ -51,7 +52,7 @@ function plot(id, lines, robust) {
     const d = l.pts.filter(p => isFinite(p[1])).map(p => sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1)).join(" ");
     if (!d) continue;
     n += l.pts.length;
-    svg.appendChild(el("polyline", {points: d, fill: "none", stroke: l.color, "stroke-width": 1.5, class: "curve", "data-rank": l.rank}));
+    svg.appendChild(el("polyline", {points: d, fill: "none", stroke: l.color, "stroke-width": 1.5, class: "curve " + (l.cls || ""), "data-rank": l.rank}));
   }
   svg.appendChild(el("text", {x: 2, y: T + 10}, fmt(y1)));
   svg.appendChild(el("text", {x: 2, y: h - B}, fmt(y0)));
@@ -76,20 +77,68 @@ function recent(pts, i) {
   return tail.length ? tail.reduce((s, p) => s + p[i], 0) / tail.length : NaN;
 }
 
+// clock formats seconds as m:ss or h:mm:ss.
+function clock(sec) {
+  const s = Math.round(sec), pad = n => String(n).padStart(2, "0");
+  if (s >= 3600) return Math.floor(s / 3600) + ":" + pad(Math.floor(s / 60) % 60) + ":" + pad(s % 60);
+  return Math.floor(s / 60) + ":" + pad(s % 60);
+}
+
+// num formats a loss or a metric as the console does.
+function num(v) {
+  if (v === null || !isFinite(v)) return String(v === null ? NaN : v); // JSON's null is a NaN
+  const a = Math.abs(v);
+  return a !== 0 && a < 0.01 ? v.toPrecision(3) : v.toFixed(4);
+}
+
+// isLoss says which evaluation metrics are drawn with the losses.
+const isLoss = name => /loss$/.test(name);
+
+// renderProgress shows the run's step of its total, its epoch or
+// evaluation interval, the ETA of the whole run, the rate in the job's
+// unit, and the last evaluation's figures.
+function renderProgress(st) {
+  const p = st.progress || {};
+  const unit = p.unit || "samples";
+  for (const e of document.querySelectorAll(".unit")) e.textContent = unit;
+  document.getElementById("step").textContent = p.steps > 0 ? "step " + p.step + "/" + p.steps : "step " + (p.step || "–");
+  document.getElementById("period").textContent = p.epoch ? p.label + " " + p.epoch + "/" + p.epochs : "";
+  document.getElementById("eta").textContent = st.ended ? "ended" : (p.eta_s > 0 ? "ETA " + clock(p.eta_s) : "ETA –");
+  document.getElementById("rate").textContent = p.rate > 0 ? fmt(p.rate) + " " + unit + "/s" : "";
+  const evals = p.evals || [];
+  const ev = document.getElementById("evaluation");
+  if (!evals.length) { ev.textContent = "no evaluation yet"; return; }
+  const last = evals[evals.length - 1];
+  const parts = [p.label + " " + last.epoch + (last.step ? " (step " + last.step + ")" : "")];
+  if (last.train_loss !== undefined) parts.push("train_loss " + num(last.train_loss));
+  for (const k of last.names || Object.keys(last.metrics || {}).sort()) parts.push(k + " " + num(last.metrics[k]));
+  ev.textContent = parts.join(" · ");
+}
+
 function render(st) {
   document.getElementById("run").textContent = "run " + (st.run_id || "–") + (st.node ? " · node " + st.node : "");
   const s = document.getElementById("state");
-  s.textContent = "state " + st.state;
+  s.textContent = "state " + st.state + (st.ended ? " (its final state, served until the launcher exits)" : "");
   s.className = "state-" + st.state;
+  renderProgress(st);
   const workers = st.workers || [];
   const hosts = [...new Set(workers.map(w => w.host).filter(h => h))];
   document.getElementById("ranks").textContent = "ranks " + workers.length + "/" + st.ranks + " on " + (hosts.join(", ") || "–");
   document.getElementById("restarts").textContent = "restarts " + Math.max(0, ...workers.map(w => w.restart));
-  document.getElementById("uptime").textContent = "up " + st.uptime_s.toFixed(0) + " s";
+  document.getElementById("uptime").textContent = (st.ended ? "ran " : "up ") + clock(st.uptime_s);
 
   const ranks = Object.keys(st.series).map(Number).sort((a, b) => a - b);
   const col = r => colors[r % colors.length];
-  plot("loss", ranks.map(r => ({rank: r, color: col(r), pts: st.series[r].map(p => [p[0], p[2] < 0 ? NaN : p[2]])})));
+  const lossLines = ranks.map(r => ({rank: r, color: col(r), pts: st.series[r].map(p => [p[0], p[2] === null ? NaN : p[2]])}));
+  const evals = (st.progress && st.progress.evals) || [];
+  const evalNames = [...new Set(evals.flatMap(e => Object.keys(e.metrics || {})).filter(isLoss))].sort();
+  for (const [i, name] of evalNames.entries()) {
+    lossLines.push({rank: name, color: i ? "#555" : "#000", cls: "eval",
+      pts: evals.filter(e => e.metrics && name in e.metrics && e.step > 0).map(e => [e.step, e.metrics[name] === null ? NaN : e.metrics[name]])});
+  }
+  plot("loss", lossLines);
+  const lead = ranks.length ? ranks[0] : undefined;
+  plot("lr", lead === undefined ? [] : [{rank: lead, color: "#333", pts: st.series[lead].map(p => [p[0], p[6]])}]);
   plot("throughput", [{rank: "all", color: "#333", pts: throughput(st.series)}]);
   plot("steptime", ranks.map(r => ({rank: r, color: col(r), pts: st.series[r].map(p => [p[0], p[4]])})), true);
   plot("exposed", ranks.map(r => ({rank: r, color: col(r), pts: st.series[r].map(p => [p[0], p[4] > 0 ? 100 * p[5] / p[4] : 0])})));
@@ -131,6 +180,7 @@ async function poll() {
       document.body.dataset.version = String(st.version);
     }
   } catch (e) {
+    // The last state drawn stays on the page.
     document.getElementById("state").textContent = "state unreachable (the launcher has exited?)";
   }
   setTimeout(poll, 1000);
