@@ -60,8 +60,11 @@ func rootCauseWorker() int {
 		os.WriteFile(filepath.Join(dir, "done-"+rank), nil, 0o644)
 		return event.ExitPeer
 	case action == "stop":
-		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-		return 0
+		// Stopped again whenever anything continues it: this rank stays
+		// stopped until the launcher kills it, never exits 0.
+		for {
+			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		}
 	case strings.HasPrefix(action, "silent:"):
 		r := strings.TrimPrefix(action, "silent:")
 		awaitFiles(filepath.Join(dir, "pid-"+r), 1)
