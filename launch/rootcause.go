@@ -362,11 +362,3 @@ func (t *tail) lines() []string {
 	}
 	return out
 }
-
-// teeTail returns a writer to both t and file (if file is not nil).
-func teeTail(t *tail, file io.Writer) io.Writer {
-	if file == nil {
-		return t
-	}
-	return io.MultiWriter(file, t)
-}
