@@ -199,6 +199,10 @@ func runOnHosts(ctx context.Context, f *pflag.FlagSet, o *runOptions, args []str
 	if err != nil {
 		return err
 	}
+	if err := o.backoff.check(); err != nil {
+		return err
+	}
+	o.backoff.applyHosts(&cfg)
 	every, err := logEvery(o.logEvery)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"github.com/gotrain/gotrain/distributed"
 	"github.com/gotrain/gotrain/internal/logging"
 	"github.com/gotrain/gotrain/launch"
+	"github.com/gotrain/gotrain/launch/fanout"
 )
 
 // outputFlags are the launcher's output controls, torchrun's --tee,
@@ -159,9 +160,16 @@ func (b backoffFlag) check() error {
 }
 
 // apply sets cfg's backoff.
-func (b backoffFlag) apply(cfg *launch.Config) {
-	cfg.RestartBackoff = b.d
+func (b backoffFlag) apply(cfg *launch.Config) { cfg.RestartBackoff = b.base() }
+
+// applyHosts sets the backoff of a job on several hosts.
+func (b backoffFlag) applyHosts(cfg *fanout.Config) { cfg.RestartBackoff = b.base() }
+
+// base is the first wait as the launchers' configs take it, whose 0 is
+// the default.
+func (b backoffFlag) base() time.Duration {
 	if b.d == 0 {
-		cfg.RestartBackoff = -1 // launch.Config's 0 is the default
+		return -1
 	}
+	return b.d
 }

@@ -421,6 +421,7 @@ func (fl *trainFlags) onHosts(ctx context.Context, f *pflag.FlagSet) error {
 		MaxRestarts: fl.launch.MaxRestarts, ExitWait: h.exitWait, LogDir: fl.launch.LogDir,
 		Redirects: probe.Redirects, Tee: probe.Tee, LocalRanksFilter: probe.LocalRanksFilter,
 	}
+	fl.backoff.applyHosts(&cfg)
 	fl.timeout.export()
 	var sum summaryCatcher
 	cfg.Events = sum.event

@@ -74,6 +74,11 @@ type Config struct {
 	MasterPort int
 	// MaxRestarts is how many times all nodes restart together.
 	MaxRestarts int
+	// RestartBackoff and MaxRestartBackoff are the wait before a restart
+	// of every node, as launch.Config's: RestartBackoff before the first,
+	// doubling up to MaxRestartBackoff (0 means the launch package's
+	// defaults, a negative RestartBackoff no wait).
+	RestartBackoff, MaxRestartBackoff time.Duration
 	// ExitWait bounds how long finished nodes wait for running ones
 	// (0 means DefaultExitWait).
 	ExitWait time.Duration
@@ -133,6 +138,12 @@ func (c *Config) check() (workers []int, err error) {
 	}
 	if c.MaxRestarts < 0 || c.ExitWait < 0 {
 		return nil, fmt.Errorf("%w: negative max-restarts or exit-wait", launch.ErrConfig)
+	}
+	if c.RestartBackoff == 0 {
+		c.RestartBackoff = launch.DefaultRestartBackoff
+	}
+	if c.MaxRestartBackoff == 0 {
+		c.MaxRestartBackoff = launch.DefaultMaxRestartBackoff
 	}
 	return c.Workers(), nil
 }
@@ -396,8 +407,19 @@ func (l *launcher) run(ctx context.Context) (int, error) {
 					cause = fmt.Sprintf("rank %d on %s: %s", f.Rank, f.Host, cause)
 				}
 			}
-			l.log.Warn("fanout: restarting every node", "root_cause", cause,
-				"exit_code", code, "restart_count", restart+1, "max_restarts", c.MaxRestarts)
+			delay := launch.RestartDelay(c.RestartBackoff, c.MaxRestartBackoff, restart+1)
+			l.log.Warn(fmt.Sprintf("fanout: restarting every node in %v (restart %d of %d)", delay, restart+1, c.MaxRestarts),
+				"root_cause", cause, "exit_code", code, "restart_count", restart+1, "max_restarts", c.MaxRestarts)
+			if err := l.waitRestart(ctx, delay); err != nil {
+				return 1, err
+			}
+			if ctx.Err() != nil {
+				sig := syscall.SIGTERM
+				if se := (*launch.SignalError)(nil); errors.As(context.Cause(ctx), &se) && se.Signal != 0 {
+					sig = se.Signal
+				}
+				return 128 + int(sig), fmt.Errorf("%w: %w", launch.ErrInterrupted, context.Cause(ctx))
+			}
 		default:
 			l.reportFailure(g, restart, code)
 			return code, nil
@@ -680,4 +702,36 @@ func (t *tailBuffer) String() string {
 func (t *tailBuffer) last() string {
 	lines := strings.Split(strings.TrimSpace(t.String()), "\n")
 	return lines[len(lines)-1]
+}
+
+// waitRestart waits d before a restart, or until ctx ends, keeping the
+// agents' heartbeat (they would count a silent launcher as lost) and
+// passing on what they send. A lost agent ends the wait with an error.
+func (l *launcher) waitRestart(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	beat := time.NewTicker(agent.HeartbeatInterval)
+	defer beat.Stop()
+	for {
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return nil
+		case <-beat.C:
+			for _, n := range l.nodes {
+				n.send(agent.Message{Type: agent.Heartbeat})
+			}
+		case m := <-l.msgs:
+			n := l.nodes[m.node]
+			n.seen = time.Now()
+			if m.err != nil {
+				return fmt.Errorf("%w: %w", ErrNodeLost, n.failure(m.err))
+			}
+			l.handleIO(m)
+		}
+	}
 }

@@ -375,6 +375,9 @@ func slicesContain(lines []string, s string) bool {
 func TestRunRestartsEveryNode(t *testing.T) {
 	cfg, out, errOut := config(t, "fail", "FAIL_RANK=2", "FAIL_ONCE=1", "PID_DIR="+t.TempDir())
 	cfg.MaxRestarts = 1
+	// Longer than the agents give a silent launcher: the launcher keeps
+	// their heartbeat while it waits.
+	cfg.RestartBackoff = cfg.HeartbeatTimeout + time.Second
 	code, err := fanout.Run(context.Background(), cfg)
 	if err != nil || code != 0 {
 		t.Fatalf("Run = %d, %v; stderr:\n%s", code, err, errOut)
@@ -384,8 +387,30 @@ func TestRunRestartsEveryNode(t *testing.T) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
 	}
-	if !strings.Contains(errOut.String(), "restarting every node") {
-		t.Errorf("no restart logged:\n%s", errOut)
+	if !strings.Contains(errOut.String(), fmt.Sprintf("restarting every node in %v (restart 1 of 1)", cfg.RestartBackoff)) {
+		t.Errorf("no restart with its wait logged:\n%s", errOut)
+	}
+}
+
+// TestRunRestartBackoffInterrupted: SIGTERM during the wait before a
+// restart ends the job there, with 128+SIGTERM, restarting nothing.
+func TestRunRestartBackoffInterrupted(t *testing.T) {
+	cfg, out, errOut := config(t, "fail", "FAIL_RANK=2", "FAIL_ONCE=1", "PID_DIR="+t.TempDir())
+	cfg.MaxRestarts = 1
+	cfg.RestartBackoff, cfg.MaxRestartBackoff = time.Hour, time.Hour
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	go func() {
+		if testproc.Poll(time.Minute, func() bool { return strings.Contains(errOut.String(), "restarting every node in 1h0m0s") }) {
+			cancel(&launch.SignalError{Signal: syscall.SIGTERM})
+		}
+	}()
+	code, err := fanout.Run(ctx, cfg)
+	if code != 128+int(syscall.SIGTERM) || !errors.Is(err, launch.ErrInterrupted) {
+		t.Fatalf("Run = %d, %v; want %d and ErrInterrupted; stderr:\n%s", code, err, 128+int(syscall.SIGTERM), errOut)
+	}
+	if strings.Contains(out.String(), "resumed at restart 1") {
+		t.Errorf("a node restarted after the interruption:\n%s", out)
 	}
 }
 
