@@ -1,10 +1,11 @@
-"""nanoGPT's GPT (Karpathy), as PyTorch 1.13 runs it, and the recipe of
+"""nanoGPT's GPT (Karpathy), as PyTorch 1.13 and 2.x run it, and the recipe of
 gotrain's GPT job: the shared part of the scripts beside this file.
 
 The model is nanoGPT's model.py reduced to what the job uses: pre-LayerNorm
 blocks, learned positions, exact-GELU MLP of width 4d, biases on, causal
-attention through an explicit mask (PyTorch 1.13 has no
-scaled_dot_product_attention), lm_head tied to wte, nanoGPT's
+attention through an explicit mask on PyTorch 1.13 and through
+scaled_dot_product_attention (the fused kernel) on 2.x, as nanoGPT chooses,
+lm_head tied to wte, nanoGPT's
 initialisation. The data and optimizer helpers mirror jobs/gptjob: the byte
 tokenizer, the 90/10 split, non-overlapping validation windows, AdamW with
 decay on parameters of two or more dimensions only, linear warm-up from
@@ -39,10 +40,16 @@ class CausalSelfAttention(nn.Module):
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
-        att = self.attn_dropout(F.softmax(att, dim=-1))
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        if hasattr(F, "scaled_dot_product_attention"):
+            # PyTorch 2.x: the fused kernel, as nanoGPT uses it.
+            p = self.attn_dropout.p if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+            att = self.attn_dropout(F.softmax(att, dim=-1))
+            y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
 

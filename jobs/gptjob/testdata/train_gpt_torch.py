@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""`gotrain train gpt` in PyTorch 1.13: the same model (nanoGPT's), data,
+"""`gotrain train gpt` in PyTorch (1.13 or 2.x): the same model (nanoGPT's), data,
 recipe, evaluation and summary line, for the side-by-side comparisons of
 tokens/s, peak RSS and validation loss.
 
@@ -71,6 +71,9 @@ def main():
     ap.add_argument("--data", default=nanogpt.CORPUS)
     ap.add_argument("--init", default="", help="initial weights (safetensors), e.g. saved by gotrain")
     ap.add_argument("--world", type=int, default=1, help="start this many DDP workers on this machine")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2.x; Inductor's C++ kernels)")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: torch.autocast('cpu', dtype=torch.bfloat16) around forward and loss")
     a = ap.parse_args()
     if a.world > 1 and "RANK" not in os.environ:
         with socket.socket() as s:
@@ -99,7 +102,8 @@ def train(a):
     if a.init:
         from safetensors_py import load_file
         model.load_state_dict(load_file(a.init))
-    fwd = DDP(model) if world > 1 else model
+    fwd = torch.compile(model) if a.compile else model
+    fwd = DDP(fwd) if world > 1 else fwd
 
     train, val = nanogpt.split(nanogpt.corpus_tokens(a.data))
     ds = Windows(train, a.block_size)
@@ -119,7 +123,8 @@ def train(a):
                     dist.barrier()
                 start, counted, counting = time.perf_counter(), 0, 0.0
             opt.zero_grad(set_to_none=True)
-            _, loss = fwd(x, y)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+                _, loss = fwd(x, y)
             loss.backward()
             if a.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
@@ -152,8 +157,9 @@ def train(a):
     tokens_per_s = counted * world / counting if counting > 0 else 0.0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if rank == 0:
-        print("model=gpt world=%d steps=%d tokens_per_s=%.0f train_loss=%.4f val_loss=%.4f peak_rss_mib=%.0f" % (
-            world, step, tokens_per_s, train_loss, val_loss, rss), flush=True)
+        print("model=gpt world=%d steps=%d tokens_per_s=%.0f train_loss=%.4f val_loss=%.4f peak_rss_mib=%.0f "
+              "precision=%s torch=%s compile=%s" % (world, step, tokens_per_s, train_loss, val_loss, rss,
+                                                    a.precision, torch.__version__.split("+")[0], a.compile), flush=True)
     if world > 1:
         dist.destroy_process_group()
 
