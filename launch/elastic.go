@@ -104,9 +104,15 @@ func (j *job) runElastic(ctx context.Context) (int, error) {
 				j.reportFailure(out.report(rd.Failures, j.cfg.MaxRestarts))
 				return out.failed.code, nil
 			}
-			j.log.Warn("launch: a worker failed; re-forming the group",
+			// The wait before re-joining is the group's too: the next
+			// round forms without this node or once it is back.
+			delay := RestartDelay(j.cfg.RestartBackoff, j.cfg.MaxRestartBackoff, failures)
+			j.log.Warn(fmt.Sprintf("launch: a worker failed; re-forming the group in %v (restart %d of %d)", delay, failures, j.cfg.MaxRestarts),
 				"failed_rank", out.failed.rank, "exit_code", out.failed.code, "cause", describeExit(out.failed.code),
-				"restart_count", failures, "max_restarts", j.cfg.MaxRestarts)
+				"restart_count", failures, "max_restarts", j.cfg.MaxRestarts, "delay", delay)
+			if !sleepCtx(ctx, delay) {
+				return j.interrupted(ctx, stopSignal(ctx))
+			}
 		}
 	}
 }

@@ -70,7 +70,7 @@ func runElasticNodes(t *testing.T, minN, maxN, maxRestarts int, script string, a
 			lw := &lockedBuf{mu: &n.mu, b: &n.log}
 			n.code, n.err = launch.Run(ctx, launch.Config{
 				Program: "sh", Args: []string{"-c", script}, Env: env,
-				Rendezvous: rz, RunID: "elastic-test", MaxRestarts: maxRestarts,
+				Rendezvous: rz, RunID: "elastic-test", MaxRestarts: maxRestarts, RestartBackoff: 50 * time.Millisecond,
 				MonitorInterval: 10 * time.Millisecond, StopTimeout: time.Second,
 				Stdout: &lockedBuf{mu: &n.mu, b: &n.out}, Stderr: lw,
 				Logger: slog.New(slog.NewTextHandler(lw, nil)),
@@ -134,7 +134,7 @@ func TestElasticGrowsOnArrival(t *testing.T) {
 // rounds (restart 0 and 1), then the job fails with the worker's code.
 func TestElasticMaxRestarts(t *testing.T) {
 	nodes := runElasticNodes(t, 2, 2, 1, `exit 3`, []string{"", ""})
-	reported := false
+	reported, waited := false, false
 	for _, n := range nodes {
 		if n.code == 0 {
 			t.Fatalf("a node succeeded with failing workers:\n%s", outputs(nodes))
@@ -143,6 +143,10 @@ func TestElasticMaxRestarts(t *testing.T) {
 			t.Fatalf("a third round started with --max-restarts 1:\n%s", outputs(nodes))
 		}
 		reported = reported || n.code == 3 && strings.Contains(n.log.String(), "exit status 3")
+		waited = waited || strings.Contains(n.log.String(), "re-forming the group in 50ms (restart 1 of 1)")
+	}
+	if !waited {
+		t.Fatalf("no node logged its wait before re-joining:\n%s", outputs(nodes))
 	}
 	if !reported {
 		t.Fatalf("no node reported its worker's exit status 3:\n%s", outputs(nodes))
