@@ -67,14 +67,14 @@ func SelfAttentionQKV(qkv *Tensor, heads int, causal bool) *Tensor {
 // the packed layout q, k and v are the one qkv tensor.
 func (a attnGeom) run(out, q, k, v *Tensor) *Tensor {
 	lse := make([]float32, a.heads*a.tq)
-	parallelFor(a.heads, 1, func(_, lo, hi int) {
-		s := getBuf(attnBr * attnBc)
+	bufs := workerBufs(a.heads, 1, attnBr*attnBc)
+	parallelFor(a.heads, 1, func(w, lo, hi int) {
 		st := make([]float32, 2*attnBr)
 		for h := lo; h < hi; h++ {
-			a.forwardHead(h, q.data, k.data, v.data, out.data, lse, s, st)
+			a.forwardHead(h, q.data, k.data, v.data, out.data, lse, bufs[w], st)
 		}
-		putBuf(s)
 	})
+	putBufs(bufs)
 	backward := func(g []float32) {
 		var dq, dk, dv []float32
 		fresh := false // packed: dqkv not yet holding anything
@@ -96,14 +96,14 @@ func (a attnGeom) run(out, q, k, v *Tensor) *Tensor {
 		if a.drop != nil {
 			blocks = 3 // and the dropped probabilities
 		}
-		parallelFor(a.heads, 1, func(_, lo, hi int) {
-			s := getBuf(blocks * attnBr * attnBc)
+		bufs := workerBufs(a.heads, 1, blocks*attnBr*attnBc)
+		parallelFor(a.heads, 1, func(w, lo, hi int) {
 			d := make([]float32, a.tq)
 			for h := lo; h < hi; h++ {
-				a.backwardHead(h, q.data, k.data, v.data, out.data, g, lse, dq, dk, dv, s, d, fresh)
+				a.backwardHead(h, q.data, k.data, v.data, out.data, g, lse, dq, dk, dv, bufs[w], d, fresh)
 			}
-			putBuf(s)
 		})
+		putBufs(bufs)
 	}
 	if a.packed {
 		return record(out, "self_attention_qkv", backward, q)

@@ -13,7 +13,7 @@ import (
 // goroutine runs on the caller alone, where spawning costs more than it
 // saves. It returns the number of workers used.
 func parallelFor(n, minItems int, fn func(worker, lo, hi int)) int {
-	workers := min(kernels.NumThreads(), n/max(minItems, 1))
+	workers := parallelWorkers(n, minItems)
 	if workers <= 1 {
 		if n > 0 {
 			fn(0, 0, n)
@@ -31,6 +31,31 @@ func parallelFor(n, minItems int, fn func(worker, lo, hi int)) int {
 	fn(0, 0, n/workers)
 	wg.Wait()
 	return workers
+}
+
+// parallelWorkers is how many workers parallelFor(n, minItems, ...) runs
+// (fn's worker argument is below it); 1 when it runs fn inline.
+func parallelWorkers(n, minItems int) int {
+	return max(min(kernels.NumThreads(), n/max(minItems, 1)), 1)
+}
+
+// workerBufs takes one pooled buffer of size floats for each of the
+// workers parallelFor(n, minItems, ...) runs, before any of them starts,
+// so that a pass holds as many buffers every time, however the workers
+// happen to overlap; putBufs hands them back.
+func workerBufs(n, minItems, size int) [][]float32 {
+	bufs := make([][]float32, parallelWorkers(n, minItems))
+	for i := range bufs {
+		bufs[i] = getBuf(size)
+	}
+	return bufs
+}
+
+// putBufs hands back the buffers of workerBufs.
+func putBufs(bufs [][]float32) {
+	for _, b := range bufs {
+		putBuf(b)
+	}
 }
 
 // scratch recycles large float32 buffers (im2col columns, pass-local
