@@ -87,33 +87,42 @@ func exitWithin(t *testing.T, who string, code <-chan int, limit time.Duration, 
 	}
 }
 
-// TestClusterRefusedNodeStopsOthers: node 0 waits for node 1's rank;
-// node 1 is refused at start (its program is not there): it tells node
-// 0's store why, and node 0 fails with that reason within seconds.
-func TestClusterRefusedNodeStopsOthers(t *testing.T) {
+// refuseNodeOne starts node 0 of a 2-node job by hand, waits for its
+// rank at its store, then starts node 1 with node1 as the program and its
+// arguments. Node 1 must exit non-zero (with want1, unless it is 0) and
+// node 0 must then fail too. It returns both outputs and how long node 0
+// took to fail after node 1 exited.
+func refuseNodeOne(t *testing.T, want1 int, node1 ...string) (out0, out1 string, took time.Duration) {
+	t.Helper()
 	c := newCluster(t, 2, clustertest.Options{})
 	h0, h1 := c.Hosts[0], c.Hosts[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	out0, code0 := nodeOnHost(t, ctx, h0, byHand(0, h0.Addr, mnistWorker(t)...)...)
+	o0, code0 := nodeOnHost(t, ctx, h0, byHand(0, h0.Addr, mnistWorker(t)...)...)
 	// Rank 0 serves the store and waits for rank 1.
-	if !out0.waitFor(60*time.Second, func(s string) bool { return strings.Contains(s, "advertising address") }) {
-		t.Fatalf("node 0's rank never reached its store:\n%s", out0.String())
+	if !o0.waitFor(60*time.Second, func(s string) bool { return strings.Contains(s, "advertising address") }) {
+		t.Fatalf("node 0's rank never reached its store:\n%s", o0.String())
 	}
-	out1, code1 := nodeOnHost(t, ctx, h1, byHand(1, h0.Addr, "/opt/trainer-not-deployed", "--epochs", "1")...)
-	if c := exitWithin(t, "node 1", code1, 30*time.Second, out1); c != 2 {
-		t.Fatalf("node 1: exit code %d, want 2 (refused):\n%s", c, out1.String())
+	o1, code1 := nodeOnHost(t, ctx, h1, byHand(1, h0.Addr, node1...)...)
+	if c := exitWithin(t, "node 1", code1, 30*time.Second, o1); c == 0 || want1 != 0 && c != want1 {
+		t.Fatalf("node 1: exit code %d, want %d (refused):\n%s", c, want1, o1.String())
 	}
 	refused := time.Now()
-	if !strings.Contains(out1.String(), "told node 0") {
-		t.Errorf("node 1 does not say it told node 0:\n%s", out1.String())
-	}
 	// Generous for a busy machine: the point is "not the 60 s timeout".
-	if c := exitWithin(t, "node 0", code0, 30*time.Second, out0); c == 0 {
-		t.Fatalf("node 0: exit code 0 after node 1 refused:\n%s", out0.String())
+	if c := exitWithin(t, "node 0", code0, 30*time.Second, o0); c == 0 {
+		t.Fatalf("node 0: exit code 0 after node 1 refused:\n%s", o0.String())
 	}
-	took := time.Since(refused)
-	all := out0.String()
+	return o0.String(), o1.String(), time.Since(refused)
+}
+
+// TestClusterRefusedNodeStopsOthers: node 0 waits for node 1's rank;
+// node 1 is refused at start (its program is not there): it tells node
+// 0's store why, and node 0 fails with that reason within seconds.
+func TestClusterRefusedNodeStopsOthers(t *testing.T) {
+	all, out1, took := refuseNodeOne(t, 2, "/opt/trainer-not-deployed", "--epochs", "1")
+	if !strings.Contains(out1, "told node 0") {
+		t.Errorf("node 1 does not say it told node 0:\n%s", out1)
+	}
 	if !strings.Contains(all, "node 1 refused: ") || !strings.Contains(all, "/opt/trainer-not-deployed") {
 		t.Fatalf("node 0's output does not name node 1's refusal and its reason:\n%s", all)
 	}
@@ -124,24 +133,7 @@ func TestClusterRefusedNodeStopsOthers(t *testing.T) {
 // its launcher does not check (--epochs 0): the worker that refuses it
 // tells node 0's store, and node 0 fails with the reason.
 func TestClusterRefusedWorkerFlag(t *testing.T) {
-	c := newCluster(t, 2, clustertest.Options{})
-	h0, h1 := c.Hosts[0], c.Hosts[1]
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	out0, code0 := nodeOnHost(t, ctx, h0, byHand(0, h0.Addr, mnistWorker(t)...)...)
-	if !out0.waitFor(60*time.Second, func(s string) bool { return strings.Contains(s, "advertising address") }) {
-		t.Fatalf("node 0's rank never reached its store:\n%s", out0.String())
-	}
-	out1, code1 := nodeOnHost(t, ctx, h1, byHand(1, h0.Addr, append(mnistWorker(t), "--epochs", "0")...)...)
-	if c := exitWithin(t, "node 1", code1, 30*time.Second, out1); c == 0 {
-		t.Fatalf("node 1: exit code 0 with --epochs 0:\n%s", out1.String())
-	}
-	refused := time.Now()
-	if c := exitWithin(t, "node 0", code0, 30*time.Second, out0); c == 0 {
-		t.Fatalf("node 0: exit code 0 after node 1 refused:\n%s", out0.String())
-	}
-	took := time.Since(refused)
-	all := out0.String()
+	all, _, took := refuseNodeOne(t, 0, append(mnistWorker(t), "--epochs", "0")...)
 	if !strings.Contains(all, "node 1 refused: rank 1: --epochs 0: must be at least 1") {
 		t.Fatalf("node 0's output does not name node 1's refusal and its reason:\n%s", all)
 	}
