@@ -24,7 +24,7 @@ func (j *job) runElastic(ctx context.Context) (int, error) {
 	allow, _ := lookupEnv(orEnviron(j.cfg.Env), EnvAllowLoopback)
 	for {
 		if ctx.Err() != nil {
-			return j.interrupted(ctx, stopSignal(ctx))
+			return j.interrupted(ctx, StopSignal(ctx))
 		}
 		j.log.Info("launch: waiting for the rendezvous", "node", rz.NodeID(), "run_id", j.cfg.RunID)
 		rd, err := rz.Next(ctx)
@@ -35,7 +35,7 @@ func (j *job) runElastic(ctx context.Context) (int, error) {
 		case errors.Is(err, rendezvous.ErrFailed):
 			return 1, fmt.Errorf("launch: the job failed on another node, its group out of restarts (--max-restarts %d; that node reports why)", j.cfg.MaxRestarts)
 		case ctx.Err() != nil:
-			return j.interrupted(ctx, stopSignal(ctx))
+			return j.interrupted(ctx, StopSignal(ctx))
 		case err != nil:
 			return 1, err
 		}
@@ -72,7 +72,7 @@ func (j *job) runElastic(ctx context.Context) (int, error) {
 		case err != nil:
 			return 1, err
 		case ctx.Err() != nil:
-			return j.interrupted(ctx, stopSignal(ctx))
+			return j.interrupted(ctx, StopSignal(ctx))
 		case werr != nil && !errors.Is(werr, context.Canceled):
 			return 1, werr
 		case out.interrupted != 0:
@@ -111,7 +111,7 @@ func (j *job) runElastic(ctx context.Context) (int, error) {
 				"failed_rank", out.failed.rank, "exit_code", out.failed.code, "cause", describeExit(out.failed.code),
 				"restart_count", failures, "max_restarts", j.cfg.MaxRestarts, "delay", delay)
 			if !sleepCtx(ctx, delay) {
-				return j.interrupted(ctx, stopSignal(ctx))
+				return j.interrupted(ctx, StopSignal(ctx))
 			}
 		}
 	}

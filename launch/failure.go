@@ -63,7 +63,7 @@ func (j *job) watch(ctx context.Context, workers []*worker, exits chan exitEvent
 	for running := len(workers); running > 0 && out.interrupted == 0 && !stopping; {
 		select {
 		case <-ctx.Done():
-			out.interrupted = stopSignal(ctx)
+			out.interrupted = StopSignal(ctx)
 			j.log.Warn("launch: interrupted, stopping workers", "signal", out.interrupted.String(), "cause", context.Cause(ctx))
 			j.stop(workers, exits, out.interrupted)
 		case <-grace:

@@ -198,7 +198,7 @@ func (j *job) run(ctx context.Context) (int, error) {
 	c := j.cfg
 	for restart := c.RestartCount; ; restart++ {
 		if ctx.Err() != nil {
-			return j.interrupted(ctx, stopSignal(ctx))
+			return j.interrupted(ctx, StopSignal(ctx))
 		}
 		j.log.Info("launch: starting workers",
 			"program", c.Program, "nproc_per_node", c.NProcPerNode, "node_rank", c.NodeRank,
@@ -220,7 +220,7 @@ func (j *job) run(ctx context.Context) (int, error) {
 				"failed_rank", out.failed.rank, "exit_code", out.failed.code, "cause", describeExit(out.failed.code),
 				"restart_count", restart+1, "max_restarts", c.MaxRestarts, "delay", delay)
 			if !sleepCtx(ctx, delay) {
-				return j.interrupted(ctx, stopSignal(ctx))
+				return j.interrupted(ctx, StopSignal(ctx))
 			}
 		default:
 			j.reportFailure(out.report(restart, c.MaxRestarts))
@@ -257,7 +257,7 @@ func (j *job) attempt(ctx context.Context, restart int) (outcome, error) {
 		beforeStart(local)
 		if ctx.Err() != nil {
 			// A signal while starting many workers stops the start at once.
-			sig := stopSignal(ctx)
+			sig := StopSignal(ctx)
 			j.log.Warn("launch: interrupted while starting workers, stopping them",
 				"signal", sig.String(), "started", len(workers), "nproc_per_node", n, "cause", context.Cause(ctx))
 			j.stop(workers, exits, sig)
@@ -375,9 +375,9 @@ func anyGroupAlive(workers []*worker) bool {
 	return false
 }
 
-// stopSignal is the signal to forward when ctx has ended: the one in a
+// StopSignal is the signal to forward when ctx has ended: the one in a
 // SignalError cause, else SIGTERM.
-func stopSignal(ctx context.Context) syscall.Signal {
+func StopSignal(ctx context.Context) syscall.Signal {
 	var se *SignalError
 	if errors.As(context.Cause(ctx), &se) && se.Signal != 0 {
 		return se.Signal

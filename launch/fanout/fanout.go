@@ -414,11 +414,7 @@ func (l *launcher) run(ctx context.Context) (int, error) {
 				return 1, err
 			}
 			if ctx.Err() != nil {
-				sig := syscall.SIGTERM
-				if se := (*launch.SignalError)(nil); errors.As(context.Cause(ctx), &se) && se.Signal != 0 {
-					sig = se.Signal
-				}
-				return 128 + int(sig), fmt.Errorf("%w: %w", launch.ErrInterrupted, context.Cause(ctx))
+				return 128 + int(launch.StopSignal(ctx)), fmt.Errorf("%w: %w", launch.ErrInterrupted, context.Cause(ctx))
 			}
 		default:
 			l.reportFailure(g, restart, code)
@@ -510,11 +506,7 @@ func (l *launcher) attempt(ctx context.Context, restart int) (*gang, error) {
 			}
 		case <-ctxDone:
 			ctxDone = nil
-			sig := syscall.SIGTERM
-			var se *launch.SignalError
-			if errors.As(context.Cause(ctx), &se) && se.Signal != 0 {
-				sig = se.Signal
-			}
+			sig := launch.StopSignal(ctx)
 			l.log.Warn("fanout: interrupted, stopping every node", "signal", sig.String())
 			stop(g.interrupt(sig), sig)
 		}
