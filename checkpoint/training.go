@@ -26,6 +26,17 @@ const trainingVersion = "2"
 // modelPrefix names the model's tensors inside the sidecar.
 const modelPrefix = "model."
 
+// hookPrefix names the comm hook's tensors and metadata inside the sidecar.
+const hookPrefix = "commhook."
+
+// Stateful is state that a training checkpoint carries besides the
+// model's, the optimizer's and the scheduler's, such as a DDP comm hook's
+// (*ddp.PowerSGD).
+type Stateful interface {
+	StateDict() optim.State
+	LoadStateDict(optim.State) error
+}
+
 // TrainingState is everything a training run needs to carry on where it
 // stopped. Model and Optimizer are required; Scheduler is optional.
 type TrainingState struct {
@@ -41,6 +52,12 @@ type TrainingState struct {
 	// encoding; LoadTraining decodes into it, so pass a pointer there.
 	// Nil saves and loads nothing.
 	Extra any
+	// CommHook, if set, is the state of the DDP comm hook (PowerSGD's
+	// step count, Q matrices and error feedback), saved under
+	// "commhook." names. A checkpoint without such state leaves
+	// CommHook as it is on load, and one with it loads without a
+	// CommHook: a resumed run may change its comm hook.
+	CommHook Stateful
 }
 
 // TrainingPath returns the name of the sidecar file SaveTraining writes
@@ -101,6 +118,15 @@ func SaveTraining(path string, st TrainingState) error {
 	}
 	for _, name := range slices.Sorted(maps.Keys(optState.Tensors)) {
 		entries = append(entries, Entry{Name: name, Tensor: optState.Tensors[name]})
+	}
+	if st.CommHook != nil {
+		hook := st.CommHook.StateDict()
+		for k, v := range hook.Meta {
+			meta[hookPrefix+k] = v
+		}
+		for _, name := range slices.Sorted(maps.Keys(hook.Tensors)) {
+			entries = append(entries, Entry{Name: hookPrefix + name, Tensor: hook.Tensors[name]})
+		}
 	}
 
 	side := TrainingPath(path)
@@ -216,6 +242,7 @@ type savedTraining struct {
 	model     []Entry
 	optState  optim.State
 	schedMeta map[string]string
+	hook      optim.State // empty if none was saved
 }
 
 // sidecarError is an error about the sidecar file side.
@@ -245,17 +272,22 @@ func parseSidecar(side string, sideEntries []Entry, meta map[string]string) (sav
 	saved.extra = extra
 	saved.optState = optim.State{Tensors: map[string]*tensor.Tensor{}, Meta: map[string]string{}}
 	saved.schedMeta = map[string]string{}
+	saved.hook = optim.State{Tensors: map[string]*tensor.Tensor{}, Meta: map[string]string{}}
 	for k, v := range meta {
 		if name, ok := strings.CutPrefix(k, "optimizer."); ok {
 			saved.optState.Meta[name] = v
 		} else if name, ok := strings.CutPrefix(k, "scheduler."); ok {
 			saved.schedMeta[name] = v
+		} else if name, ok := strings.CutPrefix(k, hookPrefix); ok {
+			saved.hook.Meta[name] = v
 		}
 	}
 	for _, e := range sideEntries {
 		if name, ok := strings.CutPrefix(e.Name, modelPrefix); ok {
 			e.Name = name
 			saved.model = append(saved.model, e)
+		} else if name, ok := strings.CutPrefix(e.Name, hookPrefix); ok {
+			saved.hook.Tensors[name] = e.Tensor
 		} else {
 			saved.optState.Tensors[e.Name] = e.Tensor
 		}
@@ -281,10 +313,10 @@ func decodeExtra(side string, dst any, extra string) (reflect.Value, error) {
 	return val, nil
 }
 
-// loadSaved loads the model, the optimizer and the scheduler of st from
-// saved, in that order. Each Load is all-or-nothing; snapshots undo the
-// earlier ones if a later one fails, so a failed resume changes nothing,
-// and the returned undo puts all three back.
+// loadSaved loads the model, the optimizer, the scheduler and the comm
+// hook of st from saved, in that order. Each Load is all-or-nothing;
+// snapshots undo the earlier ones if a later one fails, so a failed
+// resume changes nothing, and the returned undo puts them all back.
 func loadSaved(side string, st *TrainingState, saved savedTraining) (undo func(), err error) {
 	modelBefore := snapshotModel(st.Model)
 	optBefore := st.Optimizer.StateDict()
@@ -320,12 +352,31 @@ func loadSaved(side string, st *TrainingState, saved savedTraining) (undo func()
 			return nil, fmt.Errorf("checkpoint: %s: %w", side, err)
 		}
 	}
-	return func() {
-		restoreModel(st.Model, modelBefore)
-		restoreOpt()
+	restoreSched := func() {
 		if st.Scheduler != nil {
 			if err := st.Scheduler.LoadStateDict(schedBefore); err != nil {
 				panic("checkpoint: restoring the scheduler's own state failed: " + err.Error())
+			}
+		}
+	}
+	var hookBefore optim.State
+	loadHook := st.CommHook != nil && len(saved.hook.Meta)+len(saved.hook.Tensors) > 0
+	if loadHook {
+		hookBefore = st.CommHook.StateDict()
+		if err := st.CommHook.LoadStateDict(saved.hook); err != nil {
+			restoreModel(st.Model, modelBefore)
+			restoreOpt()
+			restoreSched()
+			return nil, fmt.Errorf("checkpoint: %s: comm hook state: %w", side, err)
+		}
+	}
+	return func() {
+		restoreModel(st.Model, modelBefore)
+		restoreOpt()
+		restoreSched()
+		if loadHook {
+			if err := st.CommHook.LoadStateDict(hookBefore); err != nil {
+				panic("checkpoint: restoring the comm hook's own state failed: " + err.Error())
 			}
 		}
 	}, nil

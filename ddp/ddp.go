@@ -24,7 +24,8 @@ type config struct {
 	findUnused          bool
 	gradAsBucketView    bool
 	hook                CommHook
-	overlap             *bool // nil: decided from the group and the CPUs
+	bucketHook          BucketHook // if set, used instead of hook
+	overlap             *bool      // nil: decided from the group and the CPUs
 }
 
 // BucketCapMB sets the bucket size in MiB (PyTorch's bucket_cap_mb,
@@ -79,7 +80,7 @@ func WithCommHook(h CommHook) Option {
 	if h == nil {
 		panic("ddp: WithCommHook: nil hook")
 	}
-	return func(c *config) { c.hook = h }
+	return func(c *config) { c.hook, c.bucketHook = h, nil }
 }
 
 // Model is a module wrapped for distributed data-parallel training: after
@@ -99,6 +100,7 @@ type Model struct {
 	// backward; the comm goroutine sees only the jobs sent to it.
 	red      *reducer
 	buckets  [][]float32
+	layouts  [][]BucketParam // per bucket; only with a BucketHook
 	rebuilt  bool
 	pass     *tensor.Pass
 	jobs     []job
@@ -107,6 +109,9 @@ type Model struct {
 	deferred error // returned by the next Backward (Forward cannot return one)
 	removers []func()
 	stats    Stats
+
+	join      *Joiner // the Join m was last attached to (see join.go)
+	joinScale float32 // inside a Join: the factor for this pass's averaged gradients
 
 	reducing atomic.Int64 // nanoseconds in the comm hook (on the comm goroutine or inline)
 
@@ -125,6 +130,8 @@ type job struct {
 	pass   int // which synchronised pass the bucket belongs to
 	bucket int
 	buf    []float32
+	params []BucketParam // the bucket's layout, for a BucketHook
+	last   bool          // the pass's last bucket
 	done   chan error
 	queued time.Time // set only while an observer is installed
 }
@@ -182,7 +189,7 @@ func New(ctx context.Context, module nn.Module, g Group, opts ...Option) (*Model
 		if err := verifyShapes(ctx, g, m.names, m.params); err != nil {
 			return nil, err
 		}
-		if err := broadcastTensors(ctx, g, append(append([]*tensor.Tensor(nil), m.params...), m.buffers...)); err != nil {
+		if err := broadcastTensors(ctx, g, append(append([]*tensor.Tensor(nil), m.params...), m.buffers...), 0); err != nil {
 			return nil, fmt.Errorf("ddp: broadcasting rank 0's parameters: %w", err)
 		}
 	}
@@ -197,6 +204,10 @@ func New(ctx context.Context, module nn.Module, g Group, opts ...Option) (*Model
 		m.inline = !overlapByDefault(g)
 		if cfg.overlap != nil {
 			m.inline = !*cfg.overlap
+		}
+		if err := checkSyncBatchNormGroup(module, g, m.inline); err != nil {
+			cancel()
+			return nil, err
 		}
 		if !m.inline {
 			m.work = make(chan job, 64)
@@ -220,6 +231,13 @@ func (m *Model) setBuckets(plans []bucketPlan) {
 		m.buckets[b] = make([]float32, pl.size)
 	}
 	m.stats.Buckets = len(plans)
+	if m.cfg.bucketHook != nil {
+		shapes := make([][]int, len(m.params))
+		for p, param := range m.params {
+			shapes[p] = param.Shape()
+		}
+		m.layouts = bucketLayouts(plans, shapes)
+	}
 	if !m.cfg.gradAsBucketView {
 		return
 	}
@@ -262,9 +280,12 @@ func (m *Model) Stats() Stats {
 // rank 0's buffers to every rank; an error doing so is returned by the next
 // Backward, the documented sync point, since Forward returns no error.
 func (m *Model) Forward(x *tensor.Tensor) *tensor.Tensor {
+	if j := m.joiner(); j != nil {
+		m.notifyJoin(j)
+	}
 	if m.cfg.broadcastBuffers && len(m.buffers) > 0 && m.group.Size() > 1 && m.deferred == nil {
 		// Forward has no ctx: New's bounds it, with the group's timeout.
-		if err := broadcastTensors(m.commCtx, m.group, m.buffers); err != nil {
+		if err := broadcastTensors(m.commCtx, m.group, m.buffers, m.broadcastRoot()); err != nil {
 			m.deferred = fmt.Errorf("ddp: broadcasting buffers in forward: %w", err)
 		}
 	}
@@ -322,7 +343,12 @@ func (m *Model) reduce(ctx context.Context, j job, f *passFailure) time.Duration
 		return 0
 	}
 	start := time.Now()
-	err := m.cfg.hook(ctx, m.group, j.buf)
+	var err error
+	if h := m.cfg.bucketHook; h != nil {
+		err = h.ReduceBucket(ctx, m.group, Bucket{Index: j.bucket, Last: j.last, Data: j.buf, Params: j.params})
+	} else {
+		err = m.cfg.hook(ctx, m.group, j.buf)
+	}
 	d := time.Since(start)
 	m.reducing.Add(int64(d))
 	if o := m.observer.Load(); o != nil {
@@ -357,6 +383,9 @@ func (m *Model) gradReady(pass *tensor.Pass, p int) {
 	}
 	if pass != m.pass {
 		m.beginPass(pass)
+	}
+	if m.joinHalted() != nil {
+		return // the ranks stopped at uneven inputs: no reduction may start
 	}
 	m.markReady(p)
 }
@@ -398,6 +427,9 @@ func (m *Model) markReady(p int) {
 	}
 	for _, b := range launch {
 		j := job{pass: m.passes, bucket: b, buf: m.buckets[b], done: make(chan error, 1)}
+		if m.layouts != nil {
+			j.params, j.last = m.layouts[b], b == len(m.layouts)-1
+		}
 		if m.observer.Load() != nil {
 			j.queued = time.Now()
 		}
@@ -414,6 +446,10 @@ func (m *Model) markReady(p int) {
 // reduction and makes the averaged gradients visible in each Grad.
 func (m *Model) finishPass() error {
 	m.pass = nil
+	if err := m.joinHalted(); err != nil {
+		m.deferred = nil
+		return err
+	}
 	start := time.Now()
 	var errs []error
 	if e := m.deferred; e != nil {
@@ -446,6 +482,7 @@ func (m *Model) finishPass() error {
 		return errors.Join(errs...)
 	}
 	m.stats.Syncs++
+	m.scaleJoinedGradients()
 	if !m.cfg.gradAsBucketView {
 		for p, param := range m.params {
 			src := m.gradRegion(p)
@@ -474,7 +511,7 @@ func (m *Model) rebuildBuckets() error {
 	for i, p := range m.red.observed {
 		order[i] = int64(p)
 	}
-	if err := m.group.Broadcast(m.commCtx, order, 0); err != nil {
+	if err := m.group.Broadcast(m.commCtx, order, m.broadcastRoot()); err != nil {
 		return fmt.Errorf("ddp: agreeing on the rebuilt bucket order: %w", err)
 	}
 	ord := make([]int, len(order))

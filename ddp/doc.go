@@ -39,6 +39,23 @@
 // Gradient accumulation: backward passes inside NoSync only accumulate
 // locally, and the next synchronised Backward averages the sum.
 //
+// Uneven inputs: Join (PyTorch's Join, DDP's model.join()) runs a rank's
+// loop so that a rank whose data ends first keeps answering the others'
+// collectives (buffer broadcasts, and every gradient bucket as zeros
+// through the same comm hook) until all ranks have finished; then every
+// rank takes the model of the last to finish:
+//
+//	err := dm.Join(ctx, func(ctx context.Context) error {
+//		for batch := range loader.Batches() { ... } // the loop above
+//		return nil
+//	})
+//
+// Gradients are averaged over the initial world size (every sample weighs
+// the same), or with DivideByInitialWorldSize(false) over the ranks still
+// training; ThrowOnEarlyTermination makes every rank fail with
+// ErrUnevenInputs at the first uneven step instead. Other components with
+// per-step collectives take part by implementing Joinable.
+//
 // Options and errors follow the module's conventions (package
 // github.com/gotrain/gotrain).
 package ddp

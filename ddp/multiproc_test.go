@@ -32,6 +32,8 @@ func TestMain(m *testing.M) {
 	testproc.Dispatch(testproc.Workers{
 		"ddp":         func() int { return testproc.ExitCode(ddpWorker()) },
 		"ddp-sigterm": func() int { return testproc.ExitCode(sigtermWorker()) },
+		"ddp-join":    func() int { return testproc.ExitCode(joinWorker()) },
+		"syncbn":      func() int { return testproc.ExitCode(syncBNWorker()) },
 	})
 	os.Exit(m.Run())
 }
@@ -88,6 +90,12 @@ type procResult struct {
 // store served here, and returns each rank's output and exit error.
 func spawn(t *testing.T, world int, extraEnv ...string) ([]procResult, string) {
 	t.Helper()
+	return spawnWorker(t, "ddp", world, extraEnv...)
+}
+
+// spawnWorker is spawn for any worker of TestMain.
+func spawnWorker(t *testing.T, worker string, world int, extraEnv ...string) ([]procResult, string) {
+	t.Helper()
 	srv, err := store.Listen("127.0.0.1:0", []byte(testToken))
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +103,7 @@ func spawn(t *testing.T, world int, extraEnv ...string) ([]procResult, string) {
 	defer srv.Close()
 	host, port, _ := strings.Cut(srv.Addr().String(), ":")
 	out := t.TempDir()
-	ranks := testproc.Start(t, "ddp", world, testproc.Options{
+	ranks := testproc.Start(t, worker, world, testproc.Options{
 		Env: append([]string{"MASTER_ADDR=" + host, "MASTER_PORT=" + port, "GOTRAIN_TOKEN=" + testToken,
 			"GOTRAIN_RUN_ID=" + t.Name(), "OUT=" + out}, extraEnv...),
 	})

@@ -101,9 +101,9 @@ func verifyShapes(ctx context.Context, g Group, names []string, params []*tensor
 	return nil
 }
 
-// broadcastTensors copies rank 0's values of ts to every rank in one
+// broadcastTensors copies rank root's values of ts to every rank in one
 // collective.
-func broadcastTensors(ctx context.Context, g Group, ts []*tensor.Tensor) error {
+func broadcastTensors(ctx context.Context, g Group, ts []*tensor.Tensor, root int) error {
 	total := 0
 	for _, t := range ts {
 		total += t.Len()
@@ -112,7 +112,7 @@ func broadcastTensors(ctx context.Context, g Group, ts []*tensor.Tensor) error {
 	for _, t := range ts {
 		flat = append(flat, t.Data()...)
 	}
-	if err := g.Broadcast(ctx, flat, 0); err != nil {
+	if err := g.Broadcast(ctx, flat, root); err != nil {
 		return err
 	}
 	off := 0

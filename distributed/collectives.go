@@ -43,14 +43,23 @@ func (g *Group) allReduceAlgo(nbytes int) string {
 	if g.arena != nil {
 		return AlgoShm
 	}
+	if g.hierarchical() {
+		return AlgoHierarchical
+	}
 	if g.cfg.AllReduceAlgo != AlgoAuto && g.cfg.AllReduceAlgo != AlgoShm {
 		return g.cfg.AllReduceAlgo
 	}
+	return flatAllReduceAlgo(nbytes, g.size)
+}
+
+// flatAllReduceAlgo picks between recursive doubling and the ring for an
+// allreduce of nbytes among n ranks.
+func flatAllReduceAlgo(nbytes, n int) string {
 	// Recursive doubling moves the whole buffer log2(n) times but takes
 	// only log2(n) latencies; the ring moves 2(n-1)/n of it in 2(n-1)
 	// pipelined steps. The crossover was measured with gotrain bench.
 	limit := doublingMaxBytes
-	if g.size == 2 {
+	if n == 2 {
 		limit = doublingMaxBytes2
 	}
 	if nbytes <= limit {
@@ -80,6 +89,8 @@ func (g *Group) runAllReduce(ctx context.Context, c *comm, b flat, op ReduceOp) 
 	switch algo {
 	case AlgoShm:
 		return g.allReduceShm(ctx, c, b.bytes, reduce, fin)
+	case AlgoHierarchical:
+		return g.allReduceHier(ctx, c, b.bytes, b.dt.size(), reduce, fin)
 	case AlgoRecursiveDoubling:
 		return allReduceDoubling(ctx, c, b.bytes, b.dt.size(), reduce, fin)
 	}
@@ -108,6 +119,9 @@ func (g *Group) broadcastStart(ctx context.Context, sync bool, buf any, root int
 	return g.submit(ctx, sync, d, func(ctx context.Context, c *comm) error {
 		if c.size() == 1 || b.n == 0 {
 			return nil
+		}
+		if g.hierarchical() {
+			return g.broadcastHier(ctx, c, b.bytes, b.dt.size(), root)
 		}
 		return broadcastTree(ctx, c, b.bytes, b.dt.size(), root)
 	})
@@ -168,6 +182,9 @@ func (g *Group) allGatherStart(ctx context.Context, sync bool, dst, src any) *Wo
 		copy(blocks[c.rank()], s.bytes)
 		if c.size() == 1 || s.n == 0 {
 			return nil
+		}
+		if g.hierarchical() {
+			return g.allGatherHier(ctx, c, d.bytes, s.bytes, d.dt.size())
 		}
 		return ring(ctx, c, blocks, d.dt.size(), ringSpec{offset: 0, steps: c.size() - 1})
 	})
@@ -261,6 +278,13 @@ func (g *Group) reduceScatterStart(ctx context.Context, sync bool, dst, src any,
 		n := c.size()
 		if n == 1 || d.n == 0 {
 			copy(d.bytes, s.bytes)
+			finish(d.dt, op, d.bytes, n)
+			return nil
+		}
+		if g.hierarchical() {
+			if err := g.reduceScatterHier(ctx, c, d.bytes, s.bytes, d.dt.size(), reducer(d.dt, op)); err != nil {
+				return err
+			}
 			finish(d.dt, op, d.bytes, n)
 			return nil
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/distributed/clusterenv"
+	"github.com/gotrain/gotrain/distributed/tlsconf"
 	"github.com/gotrain/gotrain/internal/logging"
 )
 
@@ -69,6 +70,14 @@ type Config struct {
 	// Token is the shared secret every connection proves it knows; ""
 	// means $GOTRAIN_TOKEN.
 	Token string
+	// TLSCA, TLSCert and TLSKey name PEM files: with them every store and
+	// data-plane connection runs inside mutual TLS 1.3, each end's
+	// certificate verified against the CA (package tlsconf says how), the
+	// token handshake inside. All three or none; all empty means
+	// $GOTRAIN_TLS_CA, $GOTRAIN_TLS_CERT and $GOTRAIN_TLS_KEY, else plain
+	// TCP. "{host}" in TLSCert and TLSKey stands for $GOTRAIN_TLS_HOST, or
+	// the host name. Every rank of a job must use TLS or none.
+	TLSCA, TLSCert, TLSKey string
 	// JobID names the job; connections from other jobs are refused and
 	// store keys are namespaced by it. "" means $GOTRAIN_RUN_ID, or
 	// "default".
@@ -91,9 +100,10 @@ type Config struct {
 	// $GOTRAIN_PORT_RANGE (MIN-MAX), or DefaultPortMin-DefaultPortMax
 	// falling back to any free port when all of those are taken.
 	PortMin, PortMax int
-	// AllReduceAlgo forces an allreduce algorithm: "ring" or
-	// "recursive-doubling"; "" means $GOTRAIN_ALLREDUCE_ALGO, or "auto"
-	// (chosen by size and world size).
+	// AllReduceAlgo forces an allreduce algorithm: "ring",
+	// "recursive-doubling", "shm" or "hierarchical"; "" means
+	// $GOTRAIN_ALLREDUCE_ALGO, or "auto" (chosen by size, world size and
+	// how the ranks sit on nodes).
 	AllReduceAlgo string
 	// AgentStore means a launcher already serves the TCP store at the
 	// master address, so rank 0 connects to it instead of serving it
@@ -123,6 +133,8 @@ type Config struct {
 	socketIfnameFrom string          // where SocketIfname came from, for messages
 	cluster          *clusterenv.Env // the engine env:// found (Slurm, MPI, Kubeflow), if any
 	alone            bool            // env:// without a launcher: a world of one on an in-memory store
+	tls              *tlsconf.Config // loaded from TLSCA, TLSCert, TLSKey; nil: plain TCP
+	nodeKey          string          // the node this rank runs on; "" means hostNodeKey(). Only tests set it, to fake nodes on one host.
 }
 
 // launcherVars are the variables a launcher sets for env://; with none of
@@ -138,6 +150,11 @@ const (
 	// on one host (what auto does then too), and falls back to auto
 	// otherwise.
 	AlgoShm = "shm"
+	// AlgoHierarchical reduces inside each node, allreduces among one
+	// leader per node and broadcasts inside each node (also for
+	// Broadcast, AllGather and ReduceScatter); auto picks it when the
+	// group spans several nodes and some node runs several ranks.
+	AlgoHierarchical = "hierarchical"
 )
 
 // storeEnv is what Init reads from the environment besides Config's
@@ -219,6 +236,9 @@ func (c Config) resolveFields() (Config, error) {
 	if c.Token == "" {
 		c.Token = os.Getenv("GOTRAIN_TOKEN")
 	}
+	if err := c.resolveTLS(); err != nil {
+		return c, err
+	}
 	if c.JobID == "" {
 		c.JobID = os.Getenv("GOTRAIN_RUN_ID")
 		if c.JobID == "" {
@@ -264,6 +284,25 @@ func (c Config) resolveFields() (Config, error) {
 		c.ListenHost = "127.0.0.1"
 	}
 	return c, nil
+}
+
+// resolveTLS takes the TLS files from the environment when none is set,
+// and loads them.
+func (c *Config) resolveTLS() error {
+	f := tlsconf.Files{CA: c.TLSCA, Cert: c.TLSCert, Key: c.TLSKey}
+	if !f.Enabled() {
+		f = tlsconf.FromEnv(os.LookupEnv)
+	}
+	c.TLSCA, c.TLSCert, c.TLSKey = f.CA, f.Cert, f.Key
+	if !f.Enabled() || c.tls != nil {
+		return nil
+	}
+	t, err := tlsconf.Load(f.Expand(tlsconf.HostName(os.LookupEnv)))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	c.tls = t
+	return nil
 }
 
 // resolveWorld takes Rank and WorldSize, when WorldSize is unset, from
@@ -376,10 +415,10 @@ func (c *Config) resolveAllReduceAlgo() error {
 		}
 	}
 	switch c.AllReduceAlgo {
-	case AlgoAuto, AlgoRing, AlgoRecursiveDoubling, AlgoShm:
+	case AlgoAuto, AlgoRing, AlgoRecursiveDoubling, AlgoShm, AlgoHierarchical:
 		return nil
 	}
-	return fmt.Errorf("%w: allreduce algorithm %q (want %q, %q, %q or %q)", ErrConfig, c.AllReduceAlgo, AlgoAuto, AlgoRing, AlgoRecursiveDoubling, AlgoShm)
+	return fmt.Errorf("%w: allreduce algorithm %q (want %q, %q, %q, %q or %q)", ErrConfig, c.AllReduceAlgo, AlgoAuto, AlgoRing, AlgoRecursiveDoubling, AlgoShm, AlgoHierarchical)
 }
 
 func envInt(name string) (int, error) {

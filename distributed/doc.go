@@ -51,9 +51,12 @@
 // Algorithms (docs/algorithms.md gives their steps and bytes on the wire)
 // take flat byte buffers and a reduce function and know nothing of the
 // network; the transport knows nothing of algorithms. AllReduce uses the
-// shared-memory arena when every rank shares this host, otherwise
-// recursive doubling for small buffers and a segmented, pipelined ring
-// for large ones (Config.AllReduceAlgo or GOTRAIN_ALLREDUCE_ALGO
-// override the choice). Same-host traffic goes through shared memory:
+// shared-memory arena when every rank shares this host; when the ranks
+// span several nodes with several ranks on some node, a hierarchical
+// allreduce (reduce inside each node, allreduce among one leader per
+// node, broadcast inside each node; Broadcast, AllGather and
+// ReduceScatter likewise); otherwise recursive doubling for small buffers
+// and a segmented, pipelined ring for large ones (Config.AllReduceAlgo or
+// GOTRAIN_ALLREDUCE_ALGO override the choice). Same-host traffic goes through shared memory:
 // package distributed/shm says which path each message takes.
 package distributed

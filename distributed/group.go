@@ -47,6 +47,7 @@ type Group struct {
 	scratch []byte     // the worker's reusable scratch buffer
 	ranAlgo string     // the algorithm of the last allreduce that moved data (tests read it)
 	arena   *shm.Arena // shared-memory allreduce when all ranks share a host; nil otherwise
+	topo    *topology  // the ranks of each node (topology.go)
 
 	wake       chan struct{} // capacity 1: "queue changed"
 	workerDone chan struct{}
@@ -426,9 +427,27 @@ type comm struct {
 	g      *Group
 	hdr    transport.Header
 	posted []*transport.Recv
+	// members, when not nil, narrows the algorithm to these ranks of the
+	// group, which it sees as ranks 0..len(members)-1, this one as me
+	// (the phases of a hierarchical collective: see within).
+	members []int
+	me      int
 }
 
-func (c *comm) rank() int { return c.g.rank }
+func (c *comm) rank() int {
+	if c.members != nil {
+		return c.me
+	}
+	return c.g.rank
+}
+
+// peer is the group rank of the algorithm's rank r.
+func (c *comm) peer(r int) int {
+	if c.members != nil {
+		return c.members[r]
+	}
+	return r
+}
 
 // scratch returns an n-byte buffer owned by the group's worker, reused
 // across operations (only collectives, which the worker runs one at a
@@ -439,10 +458,28 @@ func (c *comm) scratch(n int) []byte {
 	}
 	return c.g.scratch[:n]
 }
-func (c *comm) size() int { return c.g.size }
+
+// within runs fn with c narrowed to members, ranks of the group that
+// fn's algorithm numbers 0..len(members)-1; this rank must be one of them.
+// Frames keep the operation's identity, so the phases of one collective
+// share its sequence number and mismatch checks.
+func (c *comm) within(members []int, fn func(s *comm) error) error {
+	s := &comm{g: c.g, hdr: c.hdr, members: members, me: slices.Index(members, c.g.rank)}
+	err := fn(s)
+	c.posted = append(c.posted, s.posted...)
+	return err
+}
+
+func (c *comm) size() int {
+	if c.members != nil {
+		return len(c.members)
+	}
+	return c.g.size
+}
 
 // send writes b to peer as one or more frames of at most maxFrame bytes.
 func (c *comm) send(ctx context.Context, peer int, b []byte) error {
+	peer = c.peer(peer)
 	p := c.g.mesh.Pair(peer)
 	c.g.sent[peer].Add(int64(len(b)))
 	for off := 0; off < len(b) || off == 0; off += maxFrame {
@@ -453,7 +490,7 @@ func (c *comm) send(ctx context.Context, peer int, b []byte) error {
 	return nil
 }
 
-// pending is a posted receive and the peer it expects.
+// pending is a posted receive and the peer (a group rank) it expects.
 type pending struct {
 	r    *transport.Recv
 	peer int
@@ -463,6 +500,7 @@ type pending struct {
 // splits it, and returns the last one (frames complete in order). If
 // reduce is not nil the payload is reduced into b.
 func (c *comm) post(peer int, b []byte, reduce transport.ReduceFunc) pending {
+	peer = c.peer(peer)
 	p := c.g.mesh.Pair(peer)
 	var r *transport.Recv
 	for off := 0; off < len(b) || r == nil; off += maxFrame {

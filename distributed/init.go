@@ -162,7 +162,7 @@ func openStore(ctx context.Context, cfg Config, env storeEnv) (*storeOwner, erro
 	token := []byte(cfg.Token)
 	var listenErr error
 	if cfg.Rank == 0 && !cfg.AgentStore {
-		srv, err := store.Listen(net.JoinHostPort("", port), token)
+		srv, err := store.Listen(net.JoinHostPort("", port), token, store.WithTLS(cfg.tls))
 		switch {
 		case errors.Is(err, syscall.EADDRINUSE):
 			// Another rank 0 (two nodes given the same --node-rank) may
@@ -180,7 +180,7 @@ func openStore(ctx context.Context, cfg Config, env storeEnv) (*storeOwner, erro
 		// something else must not hold this rank for the whole timeout.
 		dctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 	}
-	st, err := store.Dial(dctx, addr, token)
+	st, err := store.Dial(dctx, addr, token, store.WithTLS(cfg.tls))
 	cancel()
 	if err != nil {
 		if o.srv != nil {
@@ -313,13 +313,24 @@ func join(ctx context.Context, cfg Config, id string, rank, size int, owner *sto
 		ListenHost: cfg.ListenHost, AdvertiseHost: owner.advertise,
 		PortMin: cfg.PortMin, PortMax: cfg.PortMax, PortFallback: cfg.portFallback,
 		SocketBuffer: cfg.SocketBuffer, Logger: cfg.Logger,
-		HeartbeatTimeout: cfg.HeartbeatTimeout,
+		HeartbeatTimeout: cfg.HeartbeatTimeout, TLS: cfg.tls,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: connect the data plane: %w", where, err)
 	}
+	key := cfg.nodeKey
+	if key == "" {
+		key = hostNodeKey()
+	}
+	topo, err := exchangeTopology(ctx, st, rank, size, key)
+	if err != nil {
+		mesh.Close()
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
 	var ar *shm.Arena
-	if cfg.AllReduceAlgo == AlgoAuto || cfg.AllReduceAlgo == AlgoShm {
+	if (cfg.AllReduceAlgo == AlgoAuto || cfg.AllReduceAlgo == AlgoShm) && len(topo.nodes) == 1 {
+		// Ranks on several nodes never share an arena (every rank agrees:
+		// they read the same topology).
 		log := cfg.Logger
 		if log == nil {
 			log = slog.Default()
@@ -338,6 +349,10 @@ func join(ctx context.Context, cfg Config, id string, rank, size int, owner *sto
 	}
 	g := newGroup(cfg, id, rank, size, mesh, st)
 	g.arena = ar
+	g.topo = topo
+	if rank == 0 && g.hierarchical() {
+		cfg.Logger.Info("distributed: hierarchical collectives", "group", id, "topology", topo.String())
+	}
 	return g, nil
 }
 

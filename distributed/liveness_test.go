@@ -1,7 +1,6 @@
 package distributed
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,11 +8,11 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testlog"
 	"github.com/gotrain/gotrain/internal/testproc"
 )
 
@@ -318,24 +317,6 @@ func TestTimeoutsFromEnvironment(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the loggers of several ranks.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestLongWaitLogged: while an allreduce waits for a late peer longer
 // than waitLogAfter, the waiting rank logs that it waits for that peer
 // and that the peer is alive, again once per waitLogAfter; the late
@@ -347,7 +328,7 @@ func TestLongWaitLogged(t *testing.T) {
 	const reports = 3 // rank 1 joins once rank 0 has logged the wait this often
 	for _, algo := range []string{AlgoShm, AlgoRing} {
 		t.Run(algo, func(t *testing.T) {
-			logs := []*syncBuffer{{}, {}}
+			logs := []*testlog.Buffer{{}, {}}
 			var start time.Time // before rank 0's allreduce
 			runGroup(t, 2, func(c *Config) {
 				c.AllReduceAlgo = algo

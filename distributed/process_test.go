@@ -107,9 +107,9 @@ func TestProcessKill(t *testing.T) {
 	}
 }
 
-func testKill(t *testing.T, env string) {
+func testKill(t *testing.T, env ...string) {
 	const n, victim = 3, 1
-	ws := spawn(t, "kill", n, env).Procs()
+	ws := spawn(t, "kill", n, env...).Procs()
 	for _, w := range ws {
 		if _, ok := w.WaitLine("ready", 30*time.Second); !ok {
 			t.Fatalf("rank %d never finished its first allreduce", w.Rank)

@@ -12,12 +12,18 @@ import (
 // Each rank sends the buffer once. Non-root ranks reduce into a copy and
 // leave their buffer unchanged.
 func reduceChain(ctx context.Context, c *comm, buf []byte, elem, root int, reduce transport.ReduceFunc, fin func([]byte)) error {
-	n := c.size()
-	v := (c.rank() - root + n) % n
 	work := buf
-	if v != 0 {
+	if c.rank() != root {
 		work = append([]byte(nil), buf...)
 	}
+	return reduceChainInto(ctx, c, work, elem, root, reduce, fin)
+}
+
+// reduceChainInto is reduceChain using work, which it overwrites on every
+// rank, as the buffer.
+func reduceChainInto(ctx context.Context, c *comm, work []byte, elem, root int, reduce transport.ReduceFunc, fin func([]byte)) error {
+	n := c.size()
+	v := (c.rank() - root + n) % n
 	nseg := max(1, (len(work)+segBytes-1)/segBytes)
 	var recvs []pending
 	if v < n-1 {

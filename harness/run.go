@@ -199,10 +199,26 @@ func (r *Run) Resume(ctx context.Context, l *Loop) (world int, err error) {
 	return sc.Sampler.Replicas, nil
 }
 
+// stateGatherer is a comm hook state spread over the ranks
+// (*ddp.PowerSGD's error feedback), which every rank gathers before rank
+// 0 saves it.
+type stateGatherer interface {
+	GatherState(ctx context.Context, g ddp.Group) error
+}
+
 // checkpoint has rank 0 save l's state, with Config.Save, outside m's
-// clock (a span of the timeline).
-func (r *Run) checkpoint(m *meter, l *Loop) error {
-	if r.rank != 0 || r.cfg.Save == "" {
+// clock (a span of the timeline). Every rank calls it at the same step.
+func (r *Run) checkpoint(ctx context.Context, m *meter, l *Loop) error {
+	if r.cfg.Save == "" {
+		return nil
+	}
+	if sg, ok := l.State.CommHook.(stateGatherer); ok && r.pg != nil {
+		err := m.untimed("checkpoint", func() error { return sg.GatherState(ctx, r.pg) })
+		if err != nil {
+			return fmt.Errorf("harness: gathering the comm hook's state: %w", err)
+		}
+	}
+	if r.rank != 0 {
 		return nil
 	}
 	return m.untimed("checkpoint", func() error {

@@ -240,7 +240,7 @@ func (r *Run) Train(ctx context.Context, task Task, l Loop) (Stats, error) {
 				}
 			}
 			if every := r.cfg.SaveEvery; every > 0 && step%every == 0 && !end {
-				if err := r.checkpoint(m, &l); err != nil {
+				if err := r.checkpoint(ctx, m, &l); err != nil {
 					return stats, err
 				}
 			}
@@ -264,7 +264,7 @@ func (r *Run) Train(ctx context.Context, task Task, l Loop) (Stats, error) {
 		if complete {
 			st.Epoch = epoch + 1 // a resumed run starts with the next
 		}
-		if err := r.checkpoint(m, &l); err != nil {
+		if err := r.checkpoint(ctx, m, &l); err != nil {
 			return stats, err
 		}
 	}

@@ -28,6 +28,22 @@ type BatchNormLayer struct {
 	RunningMean       *tensor.Tensor // [Features]
 	RunningVar        *tensor.Tensor // [Features]
 	NumBatchesTracked *tensor.Tensor // 0-d
+	// Sync, when set, makes the layer a SyncBatchNorm: in training its
+	// batch statistics, and their gradients, are summed over the replicas
+	// of a data-parallel job through Sync (ddp.ConvertSyncBatchNorm sets
+	// it), so that each replica normalises its slice with the statistics
+	// of the global batch. Nil keeps them to the local batch.
+	Sync StatsReducer
+}
+
+// StatsReducer sums per-channel batch statistics over the replicas of a
+// data-parallel job for BatchNormLayer.Sync. ReduceStats replaces buf by
+// its element-wise sum over every replica, the same on all; every replica
+// calls it with buffers of the same length in the same order. On an error
+// the layer goes on with its local statistics for that call: the reducer
+// keeps the error and reports it (package ddp's from the next Backward).
+type StatsReducer interface {
+	ReduceStats(buf []float64) error
 }
 
 // BatchNorm1d returns batch normalisation for [N, C] or [N, C, L] inputs
@@ -73,13 +89,18 @@ func (b *BatchNormLayer) name() string { return fmt.Sprintf("BatchNorm%dd(%d)", 
 
 // String describes the layer like PyTorch's repr.
 func (b *BatchNormLayer) String() string {
-	return fmt.Sprintf("BatchNorm%dd(%d, eps=%g, momentum=%g, affine=True, track_running_stats=True)",
-		b.Dims, b.Features, b.Eps, b.Momentum)
+	kind := fmt.Sprintf("BatchNorm%dd", b.Dims)
+	if b.Sync != nil {
+		kind = "SyncBatchNorm"
+	}
+	return fmt.Sprintf("%s(%d, eps=%g, momentum=%g, affine=True, track_running_stats=True)",
+		kind, b.Features, b.Eps, b.Momentum)
 }
 
 // Forward normalises x. It panics, naming the layer and the input shape,
 // if x's rank or channel count does not fit, or if a training batch has a
-// single value per channel (its variance is undefined).
+// single value per channel (its variance is undefined; with Sync, over
+// all replicas).
 func (b *BatchNormLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 	shape := x.Shape()
 	okRank := len(shape) == 4
@@ -97,6 +118,12 @@ func (b *BatchNormLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 		panic(fmt.Sprintf("nn: %s: input %v does not match num_features %d", b.name(), shape, b.Features))
 	}
 	training := b.Training()
+	if training && b.Sync != nil {
+		// The values per channel are counted over all replicas: a replica
+		// may hold few or none.
+		b.NumBatchesTracked.Data()[0]++
+		return tensor.BatchNormSync(x, b.Weight, b.Bias, b.RunningMean, b.RunningVar, float32(b.Momentum), float32(b.Eps), b.Sync.ReduceStats)
+	}
 	if training {
 		if perChannel := x.Len() / b.Features; perChannel < 2 {
 			panic(fmt.Sprintf("nn: %s: input %v has %d value per channel; training needs more than 1", b.name(), shape, perChannel))

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gotrain/gotrain/distributed"
+	"github.com/gotrain/gotrain/distributed/tlsconf"
 	"github.com/gotrain/gotrain/launch"
 	"github.com/gotrain/gotrain/launch/fanout"
 	"github.com/gotrain/gotrain/launch/ssh"
@@ -29,6 +30,7 @@ func newBenchCollectiveCmd(op string) *cobra.Command {
 	var nproc int
 	var sizes, algo string
 	var hf hostFlags
+	var tlsf tlsFlags
 	cmd := &cobra.Command{
 		Use:   op,
 		Short: "Measure " + op + " bandwidth between worker processes, on this machine or several",
@@ -46,9 +48,14 @@ func newBenchCollectiveCmd(op string) *cobra.Command {
 			if err := checkAtLeast("nproc", nproc, 1); err != nil {
 				return err
 			}
-			if err := checkOneOf("algo", algo, "", distributed.AlgoAuto, distributed.AlgoRing, distributed.AlgoRecursiveDoubling, distributed.AlgoShm); err != nil {
-				return badFlag("algo", algo, "must be "+orList([]string{distributed.AlgoAuto, distributed.AlgoRing, distributed.AlgoRecursiveDoubling, distributed.AlgoShm}))
+			algos := []string{distributed.AlgoAuto, distributed.AlgoRing, distributed.AlgoRecursiveDoubling, distributed.AlgoShm, distributed.AlgoHierarchical}
+			if err := checkOneOf("algo", algo, append([]string{""}, algos...)...); err != nil {
+				return badFlag("algo", algo, "must be "+orList(algos))
 			}
+			if err := tlsf.check(hf.applies(cmd.Flags())); err != nil {
+				return err
+			}
+			tlsf.export()
 			if os.Getenv(benchWorkerEnv) == "1" {
 				return benchWorker(cmd.Context(), op, sz, algo, cmd.OutOrStdout())
 			}
@@ -60,8 +67,9 @@ func newBenchCollectiveCmd(op string) *cobra.Command {
 	}
 	cmd.Flags().IntVar(&nproc, "nproc", 2, "number of local worker processes")
 	cmd.Flags().StringVar(&sizes, "sizes", "4096,65536,1048576,16777216,67108864", "comma-separated message sizes in bytes")
-	cmd.Flags().StringVar(&algo, "algo", "", "force an allreduce algorithm: ring, recursive-doubling or shm (default auto)")
+	cmd.Flags().StringVar(&algo, "algo", "", "force an algorithm: ring, recursive-doubling, shm or hierarchical (default auto; hierarchical also applies to broadcast and allgather)")
 	hf.registerTrain(cmd.Flags())
+	tlsf.register(cmd.Flags())
 	return cmd
 }
 
@@ -154,6 +162,9 @@ func benchWorker(ctx context.Context, op string, sizes []int, algo string, out i
 		return err
 	}
 	defer g.Destroy()
+	if g.Rank() == 0 && tlsconf.Negotiated() != "" {
+		fmt.Fprintf(os.Stderr, "bench: data plane over %s\n", tlsconf.Negotiated())
+	}
 	n := g.Size()
 	for _, nbytes := range sizes {
 		count := nbytes / 4
@@ -172,6 +183,10 @@ func benchWorker(ctx context.Context, op string, sizes []int, algo string, out i
 			per := count / n
 			dst, src := make([]float32, per*n), make([]float32, per)
 			run = func() error { return g.AllGather(ctx, dst, src) }
+		}
+		if g.Rank() == 0 && op == "allreduce" {
+			// On stderr: stdout holds only the result lines.
+			fmt.Fprintf(os.Stderr, "bench: allreduce bytes=%d algo=%s nodes=%d\n", nbytes, g.AllReduceAlgorithm(nbytes), len(g.Nodes()))
 		}
 		iters := max(3, min(200, int(2e8/float64(max(nbytes, 1)))))
 		for i := 0; i < 2; i++ {

@@ -156,12 +156,13 @@ func TestBadFlagNamesValue(t *testing.T) {
 	for args, want := range map[string]string{
 		"train mnist --epochs 0":                       "gotrain: --epochs 0: must be at least 1\n",
 		"train mnist --lr -1 --nproc-per-node 2":       "gotrain: --lr -1: must be a number greater than 0\n",
-		"train mnist --model resnet":                   "gotrain: --model resnet: must be mlp or cnn\n",
+		"train mnist --model resnet":                   "gotrain: --model resnet: must be mlp, cnn or cnn-bn\n",
+		"train mnist --model cnn --sync-bn":            "gotrain: --sync-bn: the cnn model has no BatchNorm layer (use --model cnn-bn)\n",
 		"train mnist --batch-size x":                   "gotrain: --batch-size x: must be an integer\n",
 		"train mnist --optimizer sgdw --lr 0.1":        "gotrain: --optimizer sgdw: must be sgd, adadelta, adam or adamw\n",
 		"train cifar10":                                `gotrain: train: unknown command "cifar10" (want gpt or mnist; see gotrain train --help)` + "\n",
 		"run --nproc-per-node 2 --tee 1 true":          "gotrain: --tee 1: needs --log-dir, where the streams are written\n",
-		"bench allreduce --nproc 2 --sizes 8 --algo x": "gotrain: --algo x: must be auto, ring, recursive-doubling or shm\n",
+		"bench allreduce --nproc 2 --sizes 8 --algo x": "gotrain: --algo x: must be auto, ring, recursive-doubling, shm or hierarchical\n",
 	} {
 		all, _, code := runGotrain(t, 30*time.Second, strings.Fields(args)...)
 		if code != 2 || all != want {

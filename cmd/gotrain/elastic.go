@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/gotrain/gotrain/distributed/tlsconf"
 	"github.com/gotrain/gotrain/launch"
 	"github.com/gotrain/gotrain/launch/rendezvous"
 	"github.com/gotrain/gotrain/launch/rendezvous/etcd"
@@ -186,6 +187,11 @@ func (o *elasticFlags) attach(ctx context.Context, f *pflag.FlagSet, cfg *launch
 		return nil, usagef("run: an elastic job of up to %d nodes needs the same %s on every node; set it, e.g. %s=$(openssl rand -hex 32)",
 			o.rdzv.MaxNodes, launch.EnvToken, launch.EnvToken)
 	}
+	// The launchers' store runs with the workers' TLS settings.
+	tc, err := tlsconf.LoadEnv(func(k string) (string, bool) { v := lookup(env, k); return v, v != "" })
+	if err != nil {
+		return nil, usagef("run: %v", err)
+	}
 	local := o.local
 	if local == "" {
 		var err error
@@ -194,12 +200,11 @@ func (o *elasticFlags) attach(ctx context.Context, f *pflag.FlagSet, cfg *launch
 		}
 	}
 	var b rendezvous.Backend
-	var err error
 	switch o.backend {
 	case "etcd":
 		b, err = etcd.Dial(ctx, strings.Split(o.endpoint, ","), cfg.RunID, o.rdzv.DeadAfter)
 	default:
-		b, err = rendezvous.StoreEndpoint(ctx, rendezvous.StoreConfig{Endpoint: o.endpoint, Token: []byte(token),
+		b, err = rendezvous.StoreEndpoint(ctx, rendezvous.StoreConfig{Endpoint: o.endpoint, Token: []byte(token), TLS: tc,
 			RunID: cfg.RunID, Host: o.isHost, DeadAfter: o.rdzv.DeadAfter, Logger: cfg.Logger})
 	}
 	if err != nil {

@@ -207,7 +207,11 @@ func runOnHosts(ctx context.Context, f *pflag.FlagSet, o *runOptions, args []str
 	if err != nil {
 		return err
 	}
+	if err := o.tls.check(true); err != nil {
+		return err
+	}
 	o.timeout.export()
+	o.tls.export()
 	if err := o.observe.check(f, false, 2, true); err != nil { // the launcher serves even one worker
 		return err
 	}

@@ -48,6 +48,7 @@ func newRootCmd() *cobra.Command {
 		newAgentCmd(),
 		newPreflightNodeCmd(),
 		newVersionCmd(),
+		newTLSCmd(),
 	)
 	root.AddCommand(newTrainCmd())
 	return root

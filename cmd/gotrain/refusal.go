@@ -15,6 +15,7 @@ import (
 
 	"github.com/gotrain/gotrain/distributed"
 	"github.com/gotrain/gotrain/distributed/store"
+	"github.com/gotrain/gotrain/distributed/tlsconf"
 	"github.com/gotrain/gotrain/internal/resolve"
 	"github.com/gotrain/gotrain/launch"
 )
@@ -89,7 +90,8 @@ func postRefusal(ctx context.Context, addr, token, job string, r distributed.Ref
 			return err
 		}
 	}
-	st, err := store.Dial(ctx, addr, []byte(token))
+	tc, _ := tlsconf.LoadEnv(nil) // settings that do not load: plain TCP, which a TLS store reports as refused
+	st, err := store.Dial(ctx, addr, []byte(token), store.WithTLS(tc))
 	if err != nil {
 		return err
 	}
@@ -101,14 +103,15 @@ func postRefusal(ctx context.Context, addr, token, job string, r distributed.Ref
 // that the other nodes' ranks, retrying node 0's store, read it. A port
 // that is taken (by another node 0, or another program) serves nothing.
 func serveRefusal(ctx context.Context, port, token, job string, r distributed.Refusal, stderr io.Writer) {
-	srv, err := store.Listen(net.JoinHostPort("", port), []byte(token))
+	tc, _ := tlsconf.LoadEnv(nil)
+	srv, err := store.Listen(net.JoinHostPort("", port), []byte(token), store.WithTLS(tc))
 	if err != nil {
 		return
 	}
 	defer srv.Close()
 	pctx, cancel := context.WithTimeout(ctx, refusalPost)
 	defer cancel()
-	st, err := store.Dial(pctx, net.JoinHostPort("127.0.0.1", port), []byte(token))
+	st, err := store.Dial(pctx, net.JoinHostPort("127.0.0.1", port), []byte(token), store.WithTLS(tc))
 	if err != nil {
 		return
 	}

@@ -35,6 +35,7 @@ type runFlags struct {
 	noPython        bool
 	output          outputFlags
 	timeout         timeoutFlag
+	tls             tlsFlags
 	logEvery        string
 }
 
@@ -133,6 +134,7 @@ func (o *runOptions) register(f *pflag.FlagSet) {
 	_ = f.MarkHidden("no-python") // the flag exists; cannot fail
 	o.output.register(f)
 	o.timeout.register(f)
+	o.tls.register(f)
 	addLogEvery(f, &o.logEvery)
 
 	// torchrun's elastic rendezvous, with --nnodes MIN:MAX and --rdzv-id.
@@ -215,6 +217,9 @@ func runConfig(f *pflag.FlagSet, o *runOptions, args []string) (launch.Config, e
 	if cfg.MonitorInterval, cfg.StopTimeout, err = o.checkLauncher(f); err != nil {
 		return cfg, err
 	}
+	if err := o.tls.check(false); err != nil {
+		return cfg, err
+	}
 	if err := o.output.apply(f, &cfg); err != nil {
 		return cfg, err
 	}
@@ -254,6 +259,7 @@ func (o *runOptions) run(ctx context.Context, f *pflag.FlagSet, args []string) e
 	cons := attachConsole(&cfg, every)
 	defer cons.Close()
 	o.timeout.export()
+	o.tls.export()
 	o.output.setupLauncherLog(&cfg)
 	if err := o.observe.check(f, false, cfg.NProcPerNode, true); err != nil {
 		return err

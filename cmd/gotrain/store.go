@@ -27,12 +27,15 @@ const tokenEnv = launch.EnvToken
 func newStoreCmd() *cobra.Command {
 	var addr, tokenFile string
 	var grace time.Duration
+	var tlsf tlsFlags
 	cmd := &cobra.Command{
 		Use:   "store --addr host:port",
 		Short: "Serve a standalone TCP rendezvous store",
 		Long: `Serve a standalone TCP rendezvous store, the one rank 0 would otherwise
 host. Workers reach it with MASTER_ADDR/MASTER_PORT (or tcp://host:port)
 and must present the same token: set ` + tokenEnv + ` or pass --token-file.
+With --tls-ca, --tls-cert and --tls-key (or GOTRAIN_TLS_*) every client
+must also present a certificate signed by the CA, over TLS 1.3.
 On SIGINT or SIGTERM the server stops accepting, waits up to --grace for
 connected clients to leave, then exits.`,
 		Args: noArgs,
@@ -49,20 +52,25 @@ connected clients to leave, then exits.`,
 			} else if err != nil {
 				return usageError{err.Error()}
 			}
-			return serveStore(cmd.Context(), cmd.OutOrStdout(), addr, token, grace)
+			tc, err := tlsf.load()
+			if err != nil {
+				return err
+			}
+			return serveStore(cmd.Context(), cmd.OutOrStdout(), addr, token, grace, store.WithTLS(tc))
 		},
 	}
 	// The port rank 0 serves the store on, which workers dial by default.
 	cmd.Flags().StringVar(&addr, "addr", ":"+strconv.Itoa(launch.DefaultMasterPort), "listen address host:port (port 0 picks a free port)")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "read the shared token from this file instead of $"+tokenEnv)
 	cmd.Flags().DurationVar(&grace, "grace", 5*time.Second, "on shutdown, how long to wait for clients to disconnect")
+	tlsf.register(cmd.Flags())
 	return cmd
 }
 
 // serveStore runs the store server until ctx ends, printing its address
 // to out.
-func serveStore(ctx context.Context, out io.Writer, addr string, token []byte, grace time.Duration) error {
-	srv, err := store.Listen(addr, token)
+func serveStore(ctx context.Context, out io.Writer, addr string, token []byte, grace time.Duration, opts ...store.Option) error {
+	srv, err := store.Listen(addr, token, opts...)
 	if err != nil {
 		return err
 	}

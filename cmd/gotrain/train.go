@@ -109,6 +109,7 @@ type trainFlags struct {
 	launch   launch.Config // MaxRestarts and LogDir
 	output   outputFlags
 	timeout  timeoutFlag
+	tls      tlsFlags
 	hosts    hostFlags
 	observe  observeFlags
 	force    forceFlag
@@ -161,6 +162,7 @@ func (fl *trainFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&fl.launch.LogDir, "log-dir", "", "with --nproc-per-node > 1: also write each worker's output under this directory (see --tee and --redirects)")
 	fl.output.register(f)
 	fl.timeout.register(f)
+	fl.tls.register(f)
 	fl.job.RegisterFlags(f)
 	f.StringVar(&h.Precision, "precision", harness.FP32, "matmuls and convolutions in fp32, bf16 (mixed precision on a bf16 GEMM kernel: needs AMX_BF16, or AVX512_BF16 on AMD Zen 4 or later) or bf16-emulated (the same numerics in software, slower than fp32)")
 	f.StringVar(&h.Save, "save", "", "save the model here (safetensors, loadable by PyTorch) at the end of every epoch and of the run, with a training checkpoint beside it")
@@ -181,6 +183,7 @@ func (fl *trainFlags) train(ctx context.Context, n int) error {
 	h := fl.job.Harness()
 	h.Metrics, h.Trace, h.MetricsEvery = fl.observe.jobConfig()
 	fl.timeout.export()
+	fl.tls.export()
 	every, err := logEvery(fl.logEvery) // checked by check
 	if err != nil {
 		return err
@@ -222,6 +225,9 @@ func (fl *trainFlags) check(f *pflag.FlagSet) (int, error) {
 		return 0, err
 	}
 	if err := fl.timeout.check(f); err != nil {
+		return 0, err
+	}
+	if err := fl.tls.check(false); err != nil {
 		return 0, err
 	}
 	if err := fl.observe.check(f, true, n, fl.job.Harness().Progress); err != nil {
@@ -382,6 +388,7 @@ func (fl *trainFlags) onHosts(ctx context.Context, f *pflag.FlagSet) error {
 	checks := []func() error{
 		fl.output.checkFormat,
 		func() error { return fl.timeout.check(f) },
+		func() error { return fl.tls.check(true) },
 		func() error { return checkAtLeast("max-restarts", fl.launch.MaxRestarts, 0) },
 		func() error { return fl.checkJob(f) },
 		// The launcher serves the endpoints even for one worker.
@@ -423,6 +430,7 @@ func (fl *trainFlags) onHosts(ctx context.Context, f *pflag.FlagSet) error {
 	}
 	fl.backoff.applyHosts(&cfg)
 	fl.timeout.export()
+	fl.tls.export()
 	var sum summaryCatcher
 	cfg.Events = sum.event
 	if err := launchOnHosts(ctx, cfg, h, fl.output, &fl.observe, every, false, nil, trainWorkerEnv+"=1", event.EnvSummary+"=1"); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/distributed/internal/auth"
+	"github.com/gotrain/gotrain/distributed/tlsconf"
 	"github.com/gotrain/gotrain/internal/resolve"
 )
 
@@ -44,8 +45,10 @@ var _ Store = (*Client)(nil)
 // (wrong token, other protocol version) or a peer that does not speak the
 // gotrain protocol is not retried, nor is a host name that does not
 // resolve after resolve.Tries lookups: a name that is wrong does not
-// become right by waiting for the server.
-func Dial(ctx context.Context, addr string, token []byte) (*Client, error) {
+// become right by waiting for the server. WithTLS runs the connection
+// inside mutual TLS; a TLS refusal is not retried either.
+func Dial(ctx context.Context, addr string, token []byte, opts ...Option) (*Client, error) {
+	o := makeOptions(opts)
 	start := time.Now()
 	if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
 		if _, err := resolveHost(ctx, host); err != nil {
@@ -68,15 +71,20 @@ func Dial(ctx context.Context, addr string, token []byte) (*Client, error) {
 			dnsFails = 0
 		}
 		if err == nil {
-			_, err = auth.Client(ctx, conn, token, auth.Hello{Role: auth.RoleStore, Rank: -1, WorldSize: -1})
+			raw := conn
+			if conn, err = o.clientTLS(ctx, raw, addr); err == nil {
+				_, err = auth.Client(ctx, conn, token, auth.Hello{Role: auth.RoleStore, Rank: -1, WorldSize: -1})
+				if o.tls != nil {
+					err = tlsconf.Explain(err, addr)
+				}
+			}
 			if err == nil {
 				return newClient(addr, conn), nil
 			}
-			conn.Close()
+			raw.Close()
 			// A refusal, or something that is not a gotrain store on that
 			// port, will not change by retrying.
-			if errors.Is(err, auth.ErrAuth) || errors.Is(err, auth.ErrVersion) ||
-				errors.Is(err, auth.ErrRejected) || errors.Is(err, auth.ErrProtocol) {
+			if refusedForGood(err) {
 				return nil, fmt.Errorf("store: connect to %s: %w", addr, err)
 			}
 		}

@@ -3,6 +3,7 @@ package store
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/distributed/internal/auth"
+	"github.com/gotrain/gotrain/distributed/tlsconf"
 )
 
 const (
@@ -36,6 +38,7 @@ var keepAlive = net.KeepAliveConfig{Enable: true, Idle: keepAliveIdle, Interval:
 // the process (rank 0's, which also writes the checkpoints), and its
 // warnings are summarized, one line per auth.WarnInterval.
 type Server struct {
+	opts  options
 	ln    net.Listener
 	token []byte
 	data  *Mem
@@ -103,18 +106,21 @@ func (s *Server) refused(remote net.Addr, err error) {
 // Listen listens on addr ("host:port"; port 0 picks a free one, see Addr)
 // and serves the store on it. token is the shared secret clients must know;
 // empty is allowed but authenticates nothing.
-func Listen(addr string, token []byte) (*Server, error) {
+func Listen(addr string, token []byte, opts ...Option) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("store: listen on %s: %w", addr, err)
 	}
-	return Serve(ln, token), nil
+	return Serve(ln, token, opts...), nil
 }
 
 // Serve serves the store on a listener the caller made; the Server owns it
-// from now on and closes it in Close.
-func Serve(ln net.Listener, token []byte) *Server {
+// from now on and closes it in Close. With WithTLS every client must
+// present a certificate signed by the CA; one that does not, or speaks
+// plain TCP, is refused (and reported to OnRefused's function).
+func Serve(ln net.Listener, token []byte, opts ...Option) *Server {
 	s := &Server{
+		opts:  makeOptions(opts),
 		ln:    ln,
 		token: append([]byte(nil), token...),
 		data:  NewMem(),
@@ -253,19 +259,29 @@ func (s *Server) serveConn(conn net.Conn, handshaken func()) {
 		tc.SetKeepAliveConfig(keepAlive)
 	}
 	hctx, cancel := context.WithTimeout(context.Background(), auth.HandshakeTimeout)
-	_, err := auth.Server(hctx, conn, s.token, auth.Hello{Role: auth.RoleStore, Rank: -1, WorldSize: -1}, nil)
+	sconn, err := conn, error(nil)
+	if s.opts.tls != nil {
+		var tc *tls.Conn
+		if tc, err = s.opts.tls.ServerConn(hctx, conn, conn.RemoteAddr().String(), answerPlain); err == nil {
+			sconn = tc
+		}
+	}
+	if err == nil {
+		_, err = auth.Server(hctx, sconn, s.token, auth.Hello{Role: auth.RoleStore, Rank: -1, WorldSize: -1}, nil)
+	}
 	cancel()
 	handshaken()
 	if err != nil {
-		if !errors.Is(err, auth.ErrAuth) && !s.isClosed() { // distributed/internal/auth logs refused tokens itself
+		if !errors.Is(err, auth.ErrAuth) && !errors.Is(err, auth.ErrTLSMismatch) && !s.isClosed() { // distributed/internal/auth logs refused tokens itself
 			s.warn.Warn("store: handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
 		}
-		if errors.Is(err, auth.ErrAuth) || errors.Is(err, auth.ErrVersion) {
+		if errors.Is(err, auth.ErrAuth) || errors.Is(err, auth.ErrVersion) ||
+			errors.Is(err, auth.ErrTLSMismatch) || errors.Is(err, tlsconf.ErrRefused) {
 			s.refused(conn.RemoteAddr(), err)
 		}
 		return
 	}
-	sc := &serverConn{s: s, conn: conn, pending: make(map[uint64]context.CancelFunc)}
+	sc := &serverConn{s: s, conn: sconn, pending: make(map[uint64]context.CancelFunc)}
 	if err := sc.serve(); err != nil && !s.isClosed() {
 		slog.Warn("store: closing connection", "remote", conn.RemoteAddr(), "err", err)
 	}

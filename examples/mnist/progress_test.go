@@ -1,38 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/internal/testlog"
 	"github.com/gotrain/gotrain/internal/testproc"
 	"github.com/gotrain/gotrain/launch"
 	"github.com/gotrain/gotrain/progress/console"
 )
-
-// syncBuffer is a buffer for the launcher's writers, which write from
-// several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestProgressUnderLauncher runs the example on 2 workers under the
 // launcher `gotrain run` is, rendering on a console that is not a
@@ -43,7 +23,7 @@ func TestProgressUnderLauncher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var display, out syncBuffer
+	var display, out testlog.Buffer
 	cons := console.New(console.Options{Out: &display, Mode: console.Plain, LogEvery: time.Nanosecond, Ranks: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/gotrain/gotrain/harness"
+	"github.com/gotrain/gotrain/jobs/jobflag"
 )
 
 // Config is one training run. The zero value of each field means the
@@ -42,6 +43,9 @@ type Config struct {
 	Sample      int      // rank 0 generates this many bytes at the end (Result.Sample); default 0
 	Temperature *float64 // of the sampling softmax; nil means 0.8, new(0.0) the most likely byte
 	Seed        uint64   // initialisation, shuffling and sampling; default 0
+
+	CommHook string           // DDP gradient reduction: "allreduce" (default), "fp16", "bf16" or "powersgd" (low-rank, tuned by PowerSGD)
+	PowerSGD jobflag.PowerSGD // with CommHook "powersgd"
 
 	Data string // UTF-8 text file to train on; "" uses the shipped Go corpus
 	Init string // initial weights (safetensors, e.g. written by PyTorch); "" draws them from Seed
@@ -120,6 +124,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("Sample %d: want a number of bytes >= 0", c.Sample)
 	case c.LR < 0 || !finite(c.LR):
 		return fmt.Errorf("LR %v: want a number > 0 (0 means 1e-3)", c.LR)
+	case jobflag.CheckCommHook("CommHook", c.CommHook, c.PowerSGD) != nil:
+		return jobflag.CheckCommHook("CommHook", c.CommHook, c.PowerSGD)
 	}
 	if d := c.withDefaults(); d.NEmbd%d.NHead != 0 {
 		return fmt.Errorf("NEmbd %d is not a multiple of NHead %d", d.NEmbd, d.NHead)

@@ -62,6 +62,8 @@ func (c *Config) RegisterFlags(f *pflag.FlagSet) {
 	f.Uint64Var(&c.Seed, "seed", flagSeed, "random seed for initialisation, shuffling and sampling")
 	f.StringVar(&c.Data, "data", d.Data, "UTF-8 text file to train on (default: Go sources shipped in the binary)")
 	f.StringVar(&c.Init, "init", d.Init, "initial weights (safetensors with nanoGPT's names, e.g. saved from PyTorch) instead of a random initialisation")
+	f.StringVar(&c.CommHook, "comm-hook", "allreduce", "how DDP reduces gradients: allreduce (float32), fp16 or bf16 (compressed 2×), powersgd (low-rank, see --powersgd-*)")
+	c.PowerSGD.Register(f)
 }
 
 // CheckFlags refuses the values of the job's flags it would not run
@@ -71,6 +73,12 @@ func (c *Config) CheckFlags(f *pflag.FlagSet) error {
 		return err
 	}
 	if err := c.checkTrainingFlags(); err != nil {
+		return err
+	}
+	if err := jobflag.OneOf("comm-hook", c.CommHook, "allreduce", "fp16", "bf16", "powersgd"); err != nil {
+		return err
+	}
+	if err := c.PowerSGD.Check(f, c.CommHook); err != nil {
 		return err
 	}
 	return c.checkFileFlags(f)

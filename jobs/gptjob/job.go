@@ -31,6 +31,7 @@ import (
 	"github.com/gotrain/gotrain/data"
 	"github.com/gotrain/gotrain/data/text"
 	"github.com/gotrain/gotrain/datasets/gotext"
+	"github.com/gotrain/gotrain/ddp"
 	"github.com/gotrain/gotrain/event"
 	"github.com/gotrain/gotrain/harness"
 	"github.com/gotrain/gotrain/nn"
@@ -81,6 +82,7 @@ type job struct {
 	log     *slog.Logger
 	model   *models.GPTModel // the replica: what is evaluated, sampled and saved
 	replica harness.Model    // model, or its DDP wrapper: what is trained
+	psgd    *ddp.PowerSGD    // with CommHook "powersgd" in a group: the hook, whose state is checkpointed
 	params  []*tensor.Tensor
 
 	tok          text.ByteTokenizer
@@ -106,9 +108,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := j.loadData(); err != nil {
 		return Result{}, err
 	}
+	state := &checkpoint.TrainingState{Model: j.model, Optimizer: j.opt, Scheduler: j.sched}
+	if j.psgd != nil {
+		state.CommHook = j.psgd
+	}
 	stats, err := j.run.Train(ctx, j, harness.Loop{Data: j.loader, Sampler: j.sampler,
-		State: &checkpoint.TrainingState{Model: j.model, Optimizer: j.opt, Scheduler: j.sched},
-		Steps: j.cfg.MaxSteps, EvalEvery: j.cfg.EvalEvery, Tokens: true})
+		State: state, Steps: j.cfg.MaxSteps, EvalEvery: j.cfg.EvalEvery, Tokens: true})
 	if err != nil {
 		return Result{}, err
 	}
@@ -163,8 +168,11 @@ func (j *job) buildModel(ctx context.Context) error {
 			return fmt.Errorf("gptjob: initial weights: %w", err)
 		}
 	}
-	var err error
-	if j.replica, err = j.run.Wrap(ctx, j.model); err != nil {
+	hook, err := j.commHook()
+	if err != nil {
+		return err
+	}
+	if j.replica, err = j.run.Wrap(ctx, j.model, hook); err != nil {
 		return fmt.Errorf("gptjob: %w", err)
 	}
 	j.params = j.replica.Parameters()

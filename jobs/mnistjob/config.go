@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/gotrain/gotrain/ddp"
 	"github.com/gotrain/gotrain/harness"
+	"github.com/gotrain/gotrain/jobs/jobflag"
 )
 
 // Config is one training run. The zero value of each field means the
@@ -18,10 +18,10 @@ type Config struct {
 	// progress, metrics and output (see harness.Config).
 	harness.Config
 
-	Model     string  // "mlp" (784-512-512-10, the default) or "cnn" (the pytorch/examples MNIST Net)
+	Model     string  // "mlp" (784-512-512-10, the default), "cnn" (the pytorch/examples MNIST Net) or "cnn-bn" (it with BatchNorm in place of dropout)
 	Epochs    int     // default 1
 	BatchSize int     // per rank; default 64
-	Optimizer string  // "sgd", "adadelta", "adam" or "adamw" (weight decay 0.01, PyTorch's default); default sgd for mlp, adadelta for cnn
+	Optimizer string  // "sgd", "adadelta", "adam" or "adamw" (weight decay 0.01, PyTorch's default); default sgd for mlp, adadelta for cnn and cnn-bn
 	LR        float64 // default 0.01 (sgd), 1.0 (adadelta), 0.001 (adam, adamw)
 	// Momentum is SGD's; nil means 0.9, and new(0.0) none.
 	Momentum *float64
@@ -33,15 +33,15 @@ type Config struct {
 	// rule, so N ranks train like one), "none" keeps it; "" means linear
 	// for SGD and none for the adaptive Adadelta, Adam and AdamW.
 	LRScaling string
-	CommHook  string // DDP gradient reduction: "allreduce" (default), "fp16" or "bf16"
+	CommHook  string // DDP gradient reduction: "allreduce" (default), "fp16", "bf16" or "powersgd" (low-rank, tuned by PowerSGD)
+	PowerSGD  jobflag.PowerSGD
 	Seed      uint64 // initialisation and shuffling; default 0
 	DataDir   string // IDX files; "" uses the copy shipped in the binary
 	MaxSteps  int    // stop after N steps per rank in this run; 0 means no limit (for benchmarks and tests)
+	// SyncBN makes the BatchNorm layers of Model "cnn-bn" normalise over
+	// the global batch of all ranks (SyncBatchNorm), not each rank's own.
+	SyncBN bool
 }
-
-// commHooks are the DDP reductions Config.CommHook names.
-var commHooks = map[string]ddp.CommHook{"": ddp.AllReduceHook, "allreduce": ddp.AllReduceHook,
-	"fp16": ddp.FP16CompressHook, "bf16": ddp.BF16CompressHook}
 
 // defaultLR is each optimizer's learning rate when Config.LR is 0.
 var defaultLR = map[string]float64{"sgd": 0.01, "adadelta": 1.0, "adam": 0.001, "adamw": 0.001}
@@ -60,7 +60,7 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Optimizer == "" {
 		c.Optimizer = "sgd"
-		if c.Model == "cnn" {
+		if c.Model == "cnn" || c.Model == "cnn-bn" {
 			c.Optimizer = "adadelta"
 		}
 	}
@@ -95,12 +95,14 @@ func (c Config) withDefaults() Config {
 func (c *Config) check() error {
 	finite := func(v *float64) bool { return v == nil || !math.IsNaN(*v) && !math.IsInf(*v, 0) }
 	switch {
-	case c.Model != "" && c.Model != "mlp" && c.Model != "cnn":
-		return fmt.Errorf("Model %q: want mlp or cnn", c.Model)
+	case c.Model != "" && c.Model != "mlp" && c.Model != "cnn" && c.Model != "cnn-bn":
+		return fmt.Errorf("Model %q: want mlp, cnn or cnn-bn", c.Model)
+	case c.SyncBN && c.Model != "cnn-bn":
+		return fmt.Errorf("SyncBN: model %q has no BatchNorm layer (want Model cnn-bn)", c.withDefaults().Model)
 	case c.Optimizer != "" && defaultLR[c.Optimizer] == 0:
 		return fmt.Errorf("Optimizer %q: want sgd, adadelta, adam or adamw", c.Optimizer)
-	case commHooks[c.CommHook] == nil:
-		return fmt.Errorf("CommHook %q: want allreduce, fp16 or bf16", c.CommHook)
+	case jobflag.CheckCommHook("CommHook", c.CommHook, c.PowerSGD) != nil:
+		return jobflag.CheckCommHook("CommHook", c.CommHook, c.PowerSGD)
 	case c.LRScaling != "" && c.LRScaling != "linear" && c.LRScaling != "none":
 		return fmt.Errorf("LRScaling %q: want linear or none", c.LRScaling)
 	case c.Epochs < 0:

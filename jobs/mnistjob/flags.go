@@ -31,25 +31,30 @@ const flagSeed = 1
 // with the default of its Config field.
 func (c *Config) RegisterFlags(f *pflag.FlagSet) {
 	d := Config{}.withDefaults()
-	f.StringVar(&c.Model, "model", d.Model, "mlp (784-512-512-10) or cnn (the pytorch/examples MNIST Net)")
+	f.StringVar(&c.Model, "model", d.Model, "mlp (784-512-512-10), cnn (the pytorch/examples MNIST Net) or cnn-bn (it with BatchNorm in place of dropout)")
 	f.IntVar(&c.Epochs, "epochs", d.Epochs, "epochs to train")
 	f.IntVar(&c.BatchSize, "batch-size", d.BatchSize, "batch size per worker")
 	f.Float64Var(&c.LR, "lr", 0, "learning rate (default 0.01 for sgd, 1.0 for adadelta, 0.001 for adam and adamw)")
-	f.StringVar(&c.Optimizer, "optimizer", "", "sgd, adadelta, adam or adamw (default sgd for mlp, adadelta for cnn)")
+	f.StringVar(&c.Optimizer, "optimizer", "", "sgd, adadelta, adam or adamw (default sgd for mlp, adadelta for cnn and cnn-bn)")
 	f.Var(jobflag.Float(&c.Momentum, d.Momentum), "momentum", "SGD momentum (0 for none)")
 	f.Var(jobflag.Float(&c.Gamma, nil), "gamma", "StepLR decay of the learning rate per epoch, 0 for none (default 0.7 with adadelta, none otherwise)")
 	f.StringVar(&c.LRScaling, "lr-scaling", "", "adapt --lr to the global batch of N ranks: linear (×N) or none (default linear for sgd, none for adadelta, adam and adamw)")
-	f.StringVar(&c.CommHook, "comm-hook", d.CommHook, "how DDP reduces gradients: allreduce (float32), fp16 or bf16 (compressed)")
+	f.StringVar(&c.CommHook, "comm-hook", d.CommHook, "how DDP reduces gradients: allreduce (float32), fp16 or bf16 (compressed 2×), powersgd (low-rank, see --powersgd-*)")
+	c.PowerSGD.Register(f)
 	f.Uint64Var(&c.Seed, "seed", flagSeed, "random seed for initialisation and shuffling")
 	f.StringVar(&c.DataDir, "data", "", "directory with the MNIST IDX files (default: the copy shipped in the binary)")
 	f.IntVar(&c.MaxSteps, "max-steps", 0, "stop after N steps per worker (default: no limit)")
+	f.BoolVar(&c.SyncBN, "sync-bn", false, "BatchNorm over the global batch of all workers (SyncBatchNorm; --model cnn-bn)")
 }
 
 // CheckFlags refuses the values of the job's flags it would not run
 // with, each error naming the flag (see jobflag.Error).
 func (c *Config) CheckFlags(f *pflag.FlagSet) error {
-	if err := jobflag.OneOf("model", c.Model, "mlp", "cnn"); err != nil {
+	if err := jobflag.OneOf("model", c.Model, "mlp", "cnn", "cnn-bn"); err != nil {
 		return err
+	}
+	if c.SyncBN && c.Model != "cnn-bn" {
+		return jobflag.Needs("sync-bn", "the "+c.Model+" model has no BatchNorm layer (use --model cnn-bn)")
 	}
 	if err := jobflag.AtLeast("epochs", c.Epochs, 1); err != nil {
 		return err
@@ -82,7 +87,10 @@ func (c *Config) CheckFlags(f *pflag.FlagSet) error {
 	if c.LRScaling != "" && c.LRScaling != "linear" && c.LRScaling != "none" {
 		return jobflag.Bad("lr-scaling", c.LRScaling, "must be linear or none")
 	}
-	if err := jobflag.OneOf("comm-hook", c.CommHook, "allreduce", "fp16", "bf16"); err != nil {
+	if err := jobflag.OneOf("comm-hook", c.CommHook, "allreduce", "fp16", "bf16", "powersgd"); err != nil {
+		return err
+	}
+	if err := c.PowerSGD.Check(f, c.CommHook); err != nil {
 		return err
 	}
 	if f.Changed("max-steps") && c.MaxSteps < 1 {

@@ -62,6 +62,7 @@ type job struct {
 	run     *harness.Run
 	model   nn.Module     // the replica: what is evaluated and saved
 	replica harness.Model // model, or its DDP wrapper: what is trained
+	psgd    *ddp.PowerSGD // with CommHook "powersgd" in a group: the hook, whose state is checkpointed
 
 	trainSet, testSet *mnist.Dataset
 	sampler           *data.DistributedSampler
@@ -106,6 +107,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	j.newOptimizer()
 	loop := harness.Loop{Data: j.loader, Sampler: j.sampler, Epochs: cfg.Epochs, MaxSteps: cfg.MaxSteps,
 		State: &checkpoint.TrainingState{Model: j.model, Optimizer: j.opt, Scheduler: j.sched}}
+	if j.psgd != nil {
+		loop.State.CommHook = j.psgd
+	}
 	if err := j.resume(ctx, &loop); err != nil {
 		return Result{}, err
 	}
@@ -128,14 +132,49 @@ func (j *job) buildModel(ctx context.Context) error {
 		j.model = models.MLP()
 	case "cnn":
 		j.model = models.MNISTNet()
+	case "cnn-bn":
+		j.model = models.MNISTNetBN()
 	default:
 		panic("mnistjob: buildModel: model " + j.cfg.Model + " passed check")
 	}
+	if err := j.syncBatchNorm(ctx); err != nil {
+		return err
+	}
 	var err error
-	j.replica, err = j.run.Wrap(ctx, j.model, ddp.WithCommHook(commHooks[j.cfg.CommHook]))
+	hook, err := j.commHook()
+	if err != nil {
+		return err
+	}
+	j.replica, err = j.run.Wrap(ctx, j.model, hook)
 	if err != nil {
 		return fmt.Errorf("mnistjob: %w", err)
 	}
+	return nil
+}
+
+// syncBatchNorm makes the model's BatchNorm layers normalise over the
+// global batch, if the run asks for it and has a group. Their statistics
+// go over a group of their own: DDP's reductions may run beside backward,
+// and two goroutines' collectives on one group may be ordered differently
+// on different ranks.
+func (j *job) syncBatchNorm(ctx context.Context) error {
+	g := j.run.Group()
+	if !j.cfg.SyncBN || g == nil {
+		return nil // alone, the local batch is the global one
+	}
+	all := make([]int, g.Size())
+	for r := range all {
+		all[r] = r
+	}
+	bnGroup, err := g.NewGroup(ctx, all)
+	if err != nil {
+		return fmt.Errorf("mnistjob: a group for SyncBatchNorm: %w", err)
+	}
+	s, err := ddp.ConvertSyncBatchNorm(ctx, j.model, bnGroup)
+	if err != nil {
+		return fmt.Errorf("mnistjob: %w", err)
+	}
+	j.run.Logger().Info("BatchNorm over the global batch (SyncBatchNorm)", "layers", s.Layers(), "world", g.Size())
 	return nil
 }
 

@@ -114,7 +114,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Model: "resnet"}, `Model "resnet": want mlp or cnn`},
+		{Config{Model: "resnet"}, `Model "resnet": want mlp, cnn or cnn-bn`},
 		{Config{Optimizer: "lbfgs"}, `Optimizer "lbfgs": want sgd, adadelta, adam or adamw`},
 		{Config{CommHook: "gzip"}, `CommHook "gzip"`},
 		{Config{LRScaling: "sqrt"}, `LRScaling "sqrt"`},

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/distributed/store"
+	"github.com/gotrain/gotrain/distributed/tlsconf"
 	"github.com/gotrain/gotrain/internal/logging"
 	"github.com/gotrain/gotrain/launch"
 	"github.com/gotrain/gotrain/launch/tempdir"
@@ -58,7 +59,7 @@ func Run(ctx context.Context, in io.Reader, out io.Writer, env []string) error {
 	if env == nil {
 		env = os.Environ()
 	}
-	a := &agent{job: job, w: &writer{enc: json.NewEncoder(out)}, env: append(append([]string(nil), env...), job.Env...)}
+	a := &agent{job: job, w: &writer{enc: json.NewEncoder(out)}, env: withTLSHost(append(append([]string(nil), env...), job.Env...), job.Host)}
 	a.log = logging.New(a.stream(2), job.LogFormat).With("host", job.Host)
 	if job.Dir != "" {
 		if err := os.Chdir(job.Dir); err != nil {
@@ -67,7 +68,13 @@ func Run(ctx context.Context, in io.Reader, out io.Writer, env []string) error {
 	}
 	if job.NodeRank == 0 {
 		// The store outlives every attempt, so a restart keeps it.
-		srv, err := store.Listen(net.JoinHostPort("", strconv.Itoa(job.MasterPort)), []byte(job.Token))
+		// The workers reach this store with their TLS settings: it serves
+		// with the same ones.
+		tc, err := tlsconf.LoadEnv(envLookup(a.env))
+		var srv *store.Server
+		if err == nil {
+			srv, err = store.Listen(net.JoinHostPort("", strconv.Itoa(job.MasterPort)), []byte(job.Token), store.WithTLS(tc))
+		}
 		if err != nil {
 			err = fmt.Errorf("agent on %s: serve the rendezvous store on port %d: %w", job.Host, job.MasterPort, err)
 			a.w.send(Message{Type: Exit, Code: 1, Error: err.Error()})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/distributed/store"
+	"github.com/gotrain/gotrain/distributed/tlsconf"
 )
 
 // storeBackend is a Backend over a gotrain TCP store (torchrun's c10d
@@ -64,6 +65,9 @@ type StoreConfig struct {
 	Endpoint string
 	// Token authenticates the store's connections (GOTRAIN_TOKEN).
 	Token []byte
+	// TLS, if set, runs the store's connections inside mutual TLS (see
+	// store.WithTLS); nil means plain TCP.
+	TLS *tlsconf.Config
 	// RunID names the job; its keys are /gotrain/<RunID>/...
 	RunID string
 	// Host, if set, says whether this node serves the store (torchrun's
@@ -108,7 +112,7 @@ func StoreEndpoint(ctx context.Context, cfg StoreConfig) (Backend, error) {
 	}
 	var srv *store.Server
 	if serve {
-		srv, err = store.Listen(endpoint, cfg.Token)
+		srv, err = store.Listen(endpoint, cfg.Token, store.WithTLS(cfg.TLS))
 		switch {
 		case err == nil:
 			log.Info("rendezvous: serving the c10d rendezvous store", "endpoint", endpoint)
@@ -120,7 +124,7 @@ func StoreEndpoint(ctx context.Context, cfg StoreConfig) (Backend, error) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	c, err := store.Dial(dctx, endpoint, cfg.Token)
+	c, err := store.Dial(dctx, endpoint, cfg.Token, store.WithTLS(cfg.TLS))
 	if err != nil {
 		if srv != nil {
 			srv.Close()

@@ -32,6 +32,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"time"
 )
@@ -77,7 +78,16 @@ var (
 	// ErrProtocol means the peer sent something that is not a valid
 	// handshake message.
 	ErrProtocol = errors.New("auth: malformed handshake")
+	// ErrTLSMismatch means one end uses TLS and the other plain TCP.
+	ErrTLSMismatch = errors.New("auth: TLS on one end only")
 )
+
+// RequireTLS answers a client that spoke plain TCP to a TLS listener
+// with a challenge saying so, so that it reports the mismatch instead of
+// a dropped connection.
+func RequireTLS(w io.Writer) error {
+	return writeMsg(w, encodeChallenge(challenge{version: ProtocolVersion, status: statusTLS}))
+}
 
 const (
 	nonceSize = 32
@@ -119,6 +129,9 @@ func Client(ctx context.Context, conn net.Conn, token []byte, hello Hello) (Hell
 	ch, err := decodeChallenge(m)
 	if err != nil {
 		return Hello{}, fmt.Errorf("challenge from %v: %w", peer, err)
+	}
+	if ch.status == statusTLS {
+		return Hello{}, fmt.Errorf("%w: %v uses TLS and this process does not: give every rank the same --tls-ca/--tls-cert/--tls-key (GOTRAIN_TLS_CA, GOTRAIN_TLS_CERT, GOTRAIN_TLS_KEY)", ErrTLSMismatch, peer)
 	}
 	if ch.status == statusVersion || ch.version != hello.Version {
 		return Hello{}, versionErr(peer, ch.version, hello.Version)
@@ -177,6 +190,13 @@ func Server(ctx context.Context, conn net.Conn, token []byte, hello Hello, accep
 
 	buf := make([]byte, MaxMessageSize)
 	m, err := readMsg(conn, buf)
+	if errors.Is(err, ErrTLSMismatch) {
+		// Any plain frame makes the TLS client report a peer without TLS.
+		_ = writeMsg(conn, encodeRefusal(statusTLS, ""))
+		err = fmt.Errorf("%w: %v uses TLS and this process does not: give every rank the same --tls-ca/--tls-cert/--tls-key (GOTRAIN_TLS_CA, GOTRAIN_TLS_CERT, GOTRAIN_TLS_KEY)", ErrTLSMismatch, peer)
+		refusals.Warn("auth: refused connection", "remote", peer, "reason", err)
+		return Hello{}, err
+	}
 	if err != nil {
 		return Hello{}, ioErr(ctx, "read hello from", peer, err)
 	}

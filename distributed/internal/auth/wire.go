@@ -29,6 +29,8 @@ const (
 	statusVersion
 	statusAuth
 	statusRejected
+	// statusTLS: the server uses TLS and the client spoke plain TCP.
+	statusTLS
 )
 
 type clientHello struct {
@@ -74,6 +76,9 @@ func readMsg(r io.Reader, buf []byte) ([]byte, error) {
 	var hdr [2]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
+	}
+	if hdr[0] == 0x16 && hdr[1] == 0x03 { // a TLS handshake record
+		return nil, ErrTLSMismatch
 	}
 	n := int(binary.BigEndian.Uint16(hdr[:]))
 	if n == 0 || n > MaxMessageSize {

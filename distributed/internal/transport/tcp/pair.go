@@ -34,8 +34,10 @@ type pair struct {
 	m    *Mesh
 	peer int
 	addr string
-	conn *net.TCPConn
+	conn dataConn
 	br   *bufio.Reader
+	// tls: conn is TLS, whose records Send fills (see writeFrame).
+	tls bool
 
 	scratch []byte
 	ring    *shm.Ring // nil: payloads go inline; guarded by wmu for writers
@@ -43,7 +45,8 @@ type pair struct {
 	wmu       sync.Mutex // wmu guards writes to conn, wdeadline, hdr and broken
 	wdeadline time.Time
 	hdr       [transport.HeaderSize]byte
-	broken    bool // a write failed part-way: the stream is unusable
+	broken    bool   // a write failed part-way: the stream is unusable
+	wbuf      []byte // header and first payload bytes of a TLS frame
 
 	// Liveness (see heartbeat): unix nanoseconds of the last frame read
 	// and written, and whether the reader holds a frame nothing was
@@ -73,9 +76,10 @@ type p2pFrame struct {
 	payload []byte
 }
 
-func newPair(m *Mesh, peer int, addr string, c *net.TCPConn) *pair {
+func newPair(m *Mesh, peer int, addr string, c dataConn) *pair {
+	_, isTLS := c.(tlsConn)
 	return &pair{
-		m: m, peer: peer, addr: addr, conn: c,
+		m: m, peer: peer, addr: addr, conn: c, tls: isTLS,
 		br:         bufio.NewReaderSize(c, readBufferSize),
 		signal:     make(chan struct{}, 1),
 		done:       make(chan struct{}),
@@ -130,6 +134,8 @@ func (p *pair) Send(ctx context.Context, h transport.Header, payload []byte) err
 	var err error
 	if len(payload) == 0 {
 		_, err = p.conn.Write(p.hdr[:])
+	} else if p.tls {
+		err = p.writeTLS(payload)
 	} else {
 		// One writev: header and payload without a copy.
 		bufs := net.Buffers{p.hdr[:], payload}
@@ -152,6 +158,25 @@ func (p *pair) Send(ctx context.Context, h transport.Header, payload []byte) err
 		return p.peerErr(fmt.Errorf("%w: write %s frame: %w", transport.ErrPeerLost, h.Kind, err))
 	}
 	return nil
+}
+
+// tlsRecord is the plaintext a full TLS record carries.
+const tlsRecord = 16 << 10
+
+// writeTLS writes p.hdr and payload to a TLS conn: the header and the
+// payload's first bytes in one full record, so that a frame costs no
+// record of its own for its header, then the rest. The caller holds wmu.
+func (p *pair) writeTLS(payload []byte) error {
+	n := min(len(payload), tlsRecord-len(p.hdr))
+	p.wbuf = append(append(p.wbuf[:0], p.hdr[:]...), payload[:n]...)
+	if _, err := p.conn.Write(p.wbuf); err != nil {
+		return err
+	}
+	if n == len(payload) {
+		return nil
+	}
+	_, err := p.conn.Write(payload[n:])
+	return err
 }
 
 // abortGrace bounds how long a failed write waits for the mesh to fail

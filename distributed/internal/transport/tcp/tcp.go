@@ -10,6 +10,11 @@
 // ring (package shm, whose doc says which path a message takes); the frame
 // headers stay on the connection.
 //
+// With Options.TLS every connection runs inside mutual TLS 1.3 (package
+// tlsconf), the auth handshake inside it; a frame's header shares a full
+// record with the start of its payload. Payloads through a shared-memory
+// ring never leave the host and are not encrypted.
+//
 // Liveness: a connection that has carried nothing for a moment carries a
 // heartbeat frame, sent by a goroutine of its own, so a peer from which
 // nothing at all arrives for Options.HeartbeatTimeout is frozen, stopped
@@ -19,6 +24,7 @@ package tcp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,6 +38,7 @@ import (
 	"github.com/gotrain/gotrain/distributed/internal/transport"
 	"github.com/gotrain/gotrain/distributed/shm"
 	"github.com/gotrain/gotrain/distributed/store"
+	"github.com/gotrain/gotrain/distributed/tlsconf"
 )
 
 // Options configures Connect.
@@ -65,6 +72,10 @@ type Options struct {
 	// not even a heartbeat, arrives for this long fails the mesh, naming
 	// it. 0 means DefaultHeartbeatTimeout; negative turns heartbeats off.
 	HeartbeatTimeout time.Duration
+	// TLS, if set, runs every connection inside mutual TLS with it (the
+	// token handshake inside); a peer it refuses, or one that speaks plain
+	// TCP, fails the rendezvous naming it. nil means plain TCP.
+	TLS *tlsconf.Config
 
 	version int // protocol version to claim; 0 means auth.ProtocolVersion (tests set others)
 }
@@ -264,6 +275,25 @@ func sameHost(c net.Conn) bool {
 	return ok1 && ok2 && la.IP.Equal(ra.IP)
 }
 
+// dataConn is a data connection: a *net.TCPConn, or TLS over one.
+type dataConn interface {
+	net.Conn
+	CloseWrite() error
+}
+
+// tlsConn is a TLS data connection whose CloseWrite shuts the TCP
+// connection for writing, as a plain one's does, without a close_notify
+// alert: that alert may wait seconds behind a stuck peer, and the peer
+// reads the end of the stream between two records as io.EOF either way.
+type tlsConn struct{ *tls.Conn }
+
+func (c tlsConn) CloseWrite() error {
+	if tc, ok := c.NetConn().(*net.TCPConn); ok {
+		return tc.CloseWrite()
+	}
+	return c.Conn.CloseWrite()
+}
+
 // start tunes every connection (TCP_NODELAY, socket buffers), makes its
 // pair and starts its reader.
 func (m *Mesh) start(o Options, conns []net.Conn, addrs []string, rings []*shm.Ring) {
@@ -271,13 +301,22 @@ func (m *Mesh) start(o Options, conns []net.Conn, addrs []string, rings []*shm.R
 		if peer == o.Rank {
 			continue
 		}
-		tc := c.(*net.TCPConn)
+		var dc dataConn
+		tc, _ := c.(*net.TCPConn)
+		if t, ok := c.(*tls.Conn); ok {
+			dc, tc = tlsConn{t}, t.NetConn().(*net.TCPConn)
+			if peer == 0 || (o.Rank == 0 && peer == 1) {
+				m.log.Debug("tcp: data plane over TLS", "rank", o.Rank, "peer", peer, "tls", tlsconf.ConnectionInfo(t.ConnectionState()))
+			}
+		} else {
+			dc = tc
+		}
 		tc.SetNoDelay(true)
 		if o.SocketBuffer > 0 {
 			tc.SetReadBuffer(o.SocketBuffer)
 			tc.SetWriteBuffer(o.SocketBuffer)
 		}
-		m.pairs[peer] = newPair(m, peer, addrs[peer], tc)
+		m.pairs[peer] = newPair(m, peer, addrs[peer], dc)
 		m.pairs[peer].ring = rings[peer]
 	}
 	hb := o.HeartbeatTimeout
@@ -395,6 +434,18 @@ func (m *Mesh) acceptAll(ctx context.Context, ln net.Listener, o Options, n int,
 func (m *Mesh) handshake(ctx context.Context, c net.Conn, o Options, hello auth.Hello, conns []net.Conn, addrs []string, mu *sync.Mutex) bool {
 	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
+	raw := c
+	if o.TLS != nil {
+		tc, err := o.TLS.ServerConn(hctx, raw, raw.RemoteAddr().String(), func(nc net.Conn) error { return auth.RequireTLS(nc) })
+		if err != nil {
+			raw.Close()
+			if ctx.Err() == nil {
+				m.log.Warn("tcp: refused data-plane connection", "rank", o.Rank, "remote", raw.RemoteAddr().String(), "err", err)
+			}
+			return false
+		}
+		c = tc
+	}
 	peer, err := auth.Server(hctx, c, o.Token, hello, func(p auth.Hello) error {
 		switch {
 		case p.JobID != o.JobID:
@@ -413,6 +464,9 @@ func (m *Mesh) handshake(ctx context.Context, c net.Conn, o Options, hello auth.
 	})
 	if err != nil {
 		c.Close()
+		if o.TLS != nil {
+			err = tlsconf.Explain(err, c.RemoteAddr().String())
+		}
 		if ctx.Err() == nil {
 			m.log.Warn("tcp: refused data-plane connection", "rank", o.Rank, "remote", c.RemoteAddr().String(), "err", err)
 		}
@@ -454,10 +508,23 @@ func dialPeer(ctx context.Context, o Options, peer int) (net.Conn, string, error
 	for {
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
+			raw := c
+			if o.TLS != nil {
+				tc, err := o.TLS.ClientConn(ctx, raw, fmt.Sprintf("%s (rank %d)", addr, peer))
+				if err != nil {
+					raw.Close()
+					return nil, "", fmt.Errorf("tcp: rank %d: TLS handshake with rank %d at %s: %w", o.Rank, peer, addr, err)
+				}
+				c = tc
+			}
 			hello := auth.Hello{Version: o.version, Role: auth.RoleData, JobID: o.JobID, Rank: o.Rank, WorldSize: o.Size}
 			srv, err := auth.Client(ctx, c, o.Token, hello)
 			if err != nil {
-				c.Close()
+				raw.Close()
+				if o.TLS != nil {
+					// TLS 1.3 reports a refused certificate at the first read.
+					err = tlsconf.Explain(err, fmt.Sprintf("%s (rank %d)", addr, peer))
+				}
 				return nil, "", fmt.Errorf("tcp: rank %d: handshake with rank %d at %s: %w", o.Rank, peer, addr, err)
 			}
 			if srv.Rank != peer || srv.WorldSize != o.Size || srv.JobID != o.JobID {
