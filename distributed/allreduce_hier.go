@@ -90,11 +90,45 @@ func (g *Group) allReduceHier(ctx context.Context, c *comm, buf []byte, elem int
 			return nil
 		})
 	}
+	// The leader broadcasts each finished chunk inside its node on a
+	// goroutine of its own, so that the node's copies overlap the
+	// leaders' allreduce of the next chunk. It sends only to this node's
+	// ranks, on pairs the allreduce among leaders does not use.
+	bcast = func(int) error { return nil }
+	finish := func(err error) error { return err }
+	if len(node) > 1 {
+		bctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		todo, done := make(chan int, nchunks), make(chan error, 1)
+		bs := &comm{g: c.g, hdr: c.hdr, members: node, me: 0}
+		go func() {
+			var err error
+			for i := range todo {
+				if err == nil {
+					err = broadcastTree(bctx, bs, chunk(i), elem, 0)
+				}
+			}
+			done <- err
+		}()
+		bcast = func(i int) error { todo <- i; return nil }
+		finish = func(err error) error {
+			if err != nil {
+				cancel() // the broadcast must not outlive buf
+			}
+			close(todo)
+			berr := <-done
+			c.posted = append(c.posted, bs.posted...)
+			if err != nil {
+				return err
+			}
+			return berr
+		}
+	}
 	leaders := t.leaders()
 	for i := 0; i < nchunks; i++ {
 		for j := i * hierChunkSegs; j < min((i+1)*hierChunkSegs, len(recvs)); j++ {
 			if err := c.wait(ctx, recvs[j]); err != nil {
-				return err
+				return finish(err)
 			}
 		}
 		ch := chunk(i)
@@ -108,16 +142,12 @@ func (g *Group) allReduceHier(ctx context.Context, c *comm, buf []byte, elem int
 				return allReduceRing(ctx, s, ch, elem, reduce, fin)
 			})
 			if err != nil {
-				return err
+				return finish(err)
 			}
 		}
-		if len(node) > 1 {
-			if err := bcast(i); err != nil {
-				return err
-			}
-		}
+		bcast(i)
 	}
-	return nil
+	return finish(nil)
 }
 
 // hierChunkSegs is how many of the chain's segments (segBytes each) the
