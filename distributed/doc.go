@@ -11,7 +11,10 @@
 // program started by hand is a world of one (rank 0 of 1, an in-memory
 // store) and logs so. Ranks meet through a store (package distributed/store),
 // then connect a full TCP mesh (distributed/internal/transport/tcp) in which every
-// connection is authenticated (distributed/internal/auth) with the job's token.
+// connection is authenticated (distributed/internal/auth) with the job's token; with
+// Config.TLSCA, TLSCert and TLSKey (GOTRAIN_TLS_CA, GOTRAIN_TLS_CERT,
+// GOTRAIN_TLS_KEY) the store and every mesh connection also run inside
+// mutual TLS 1.3 (package distributed/tlsconf).
 //
 // Every rank runs the same build. During the rendezvous each rank
 // publishes its build identity (gotrain's module version,

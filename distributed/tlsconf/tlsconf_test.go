@@ -16,7 +16,7 @@ import (
 )
 
 // cluster makes a CA and certificates for hosts in a new directory.
-func cluster(t *testing.T, hosts ...string) string {
+func cluster(t testing.TB, hosts ...string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "tls")
 	if err := Generate(dir, hosts, time.Hour); err != nil {
@@ -29,7 +29,7 @@ func files(dir, host string) Files {
 	return Files{CA: filepath.Join(dir, CAFile), Cert: filepath.Join(dir, CertFile(host)), Key: filepath.Join(dir, KeyFile(host))}
 }
 
-func load(t *testing.T, f Files) *Config {
+func load(t testing.TB, f Files) *Config {
 	t.Helper()
 	c, err := Load(f)
 	if err != nil {

@@ -74,6 +74,9 @@ def main():
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2.x; Inductor's C++ kernels)")
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                     help="bf16: torch.autocast('cpu', dtype=torch.bfloat16) around forward and loss")
+    ap.add_argument("--powersgd-rank", type=int, default=0,
+                    help="with --world > 1: PyTorch's powerSGD_hook of this rank (0: plain allreduce)")
+    ap.add_argument("--powersgd-start-iter", type=int, default=10)
     a = ap.parse_args()
     if a.world > 1 and "RANK" not in os.environ:
         with socket.socket() as s:
@@ -104,6 +107,11 @@ def train(a):
         model.load_state_dict(load_file(a.init))
     fwd = torch.compile(model) if a.compile else model
     fwd = DDP(fwd) if world > 1 else fwd
+    if world > 1 and a.powersgd_rank > 0:
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+        fwd.register_comm_hook(psgd.PowerSGDState(process_group=None, matrix_approximation_rank=a.powersgd_rank,
+                                                  start_powerSGD_iter=a.powersgd_start_iter, min_compression_rate=2,
+                                                  use_error_feedback=True, warm_start=True), psgd.powerSGD_hook)
 
     train, val = nanogpt.split(nanogpt.corpus_tokens(a.data))
     ds = Windows(train, a.block_size)
