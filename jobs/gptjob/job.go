@@ -34,6 +34,7 @@ import (
 	"github.com/gotrain/gotrain/ddp"
 	"github.com/gotrain/gotrain/event"
 	"github.com/gotrain/gotrain/harness"
+	"github.com/gotrain/gotrain/jobs/jobflag"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/nn/models"
 	"github.com/gotrain/gotrain/optim"
@@ -168,10 +169,11 @@ func (j *job) buildModel(ctx context.Context) error {
 			return fmt.Errorf("gptjob: initial weights: %w", err)
 		}
 	}
-	hook, err := j.commHook()
+	hook, psgd, err := jobflag.CommHook(j.cfg.CommHook, j.cfg.PowerSGD, j.run.World())
 	if err != nil {
-		return err
+		return fmt.Errorf("gptjob: %w", err)
 	}
+	j.psgd = psgd // its state goes into checkpoints
 	if j.replica, err = j.run.Wrap(ctx, j.model, hook); err != nil {
 		return fmt.Errorf("gptjob: %w", err)
 	}

@@ -72,7 +72,7 @@ func TestMain(m *testing.M) {
 				fmt.Fprintln(os.Stderr, "boom on rank", rank)
 				return 3
 			}
-			time.Sleep(time.Minute) // until stopped; the minute ends an orphan
+			untilStopped()
 			return 0
 		},
 		// fallout: rank 0 (node 0) fails because of rank 3 (event.ExitPeer),
@@ -101,7 +101,7 @@ func TestMain(m *testing.M) {
 				fmt.Fprintln(os.Stderr, "disk full on rank 3")
 				return 3
 			}
-			time.Sleep(time.Minute) // until stopped; the minute ends an orphan
+			untilStopped()
 			return 0
 		},
 		// slow: node 1's workers run for a minute, node 0's finish at
@@ -109,7 +109,7 @@ func TestMain(m *testing.M) {
 		"slow": func() int {
 			recordPID()
 			if os.Getenv("GROUP_RANK") == "1" {
-				time.Sleep(time.Minute) // until stopped; the minute ends an orphan
+				untilStopped()
 			}
 			_ = os.WriteFile(filepath.Join(os.Getenv("PID_DIR"), "finished-"+os.Getenv("RANK")), nil, 0o644)
 			return 0
@@ -118,7 +118,7 @@ func TestMain(m *testing.M) {
 		"chatty": func() int {
 			recordPID()
 			fmt.Println("started", os.Getenv("RANK"))
-			time.Sleep(time.Minute) // until stopped; the minute ends an orphan
+			untilStopped()
 			return 0
 		},
 		// events: each rank sends one progress event.
@@ -133,7 +133,7 @@ func TestMain(m *testing.M) {
 				// Node 1's agent, for a test to kill.
 				_ = os.WriteFile(filepath.Join(os.Getenv("PID_DIR"), "agent"), []byte(strconv.Itoa(os.Getppid())), 0o644)
 			}
-			time.Sleep(time.Minute) // until stopped; the minute ends an orphan
+			untilStopped()
 			return 0
 		},
 		// allreduce: every rank joins through the agent's store and sums
@@ -627,3 +627,8 @@ func TestRunStreamsLogs(t *testing.T) {
 	}
 	gone(time.Second)
 }
+
+// untilStopped blocks a worker until the launcher stops it. It is not a
+// wait for an event: the minute only bounds an orphaned worker's life
+// should the test itself die.
+func untilStopped() { time.Sleep(time.Minute) }
