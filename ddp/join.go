@@ -106,6 +106,10 @@ type Joiner struct {
 // Config returns the configuration of the Join.
 func (j *Joiner) Config() JoinConfig { return j.cfg }
 
+// Running reports whether the Join is still running (its f or the shadow
+// loop), so that a joinable can tell a Join it was attached to has ended.
+func (j *Joiner) Running() bool { return j != nil && j.inside }
+
 // Notify tells the ranks that joined that this rank is still training and
 // whether collectives follow (shadow). Only the first joinable of the
 // Join communicates; the others get the round it started. With
