@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"iter"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 
 	"github.com/gotrain/gotrain/tensor"
@@ -77,7 +78,8 @@ type batchBuffer struct {
 
 // NewLoader returns a Loader of batches of batchSize examples of ds, in the
 // order sampler gives. Options: DropLast (default false), Prefetch
-// (default 2, or 0 when no CPU is spare for prefetching: see Prefetch). It
+// (default 2, or 0 when no CPU is spare for prefetching: see Prefetch),
+// Workers (default 1). It
 // panics if ds or sampler is nil, batchSize <= 0 or an option is not one of
 // these.
 func NewLoader(ds Dataset, batchSize int, sampler Sampler, opts ...Option) *Loader {
@@ -112,7 +114,7 @@ func loaderConfig(ctor string, batchSize int, opts []Option) config {
 	if batchSize <= 0 {
 		panic(fmt.Sprintf("data: %s: batch size %d must be positive", ctor, batchSize))
 	}
-	return config{prefetch: -1}.apply(ctor, opts, "DropLast", "Prefetch").resolvePrefetch()
+	return config{prefetch: -1}.apply(ctor, opts, "DropLast", "Prefetch", "Workers").resolvePrefetch()
 }
 
 // Len returns the number of batches in one full epoch.
@@ -183,9 +185,43 @@ func (l *Loader) batchIndices(k int) []int {
 	return l.order[k*l.batchSize : min((k+1)*l.batchSize, len(l.order))]
 }
 
-// fill copies the examples at idx into b.
+// fill copies the examples at idx into b, on Workers goroutines.
 func (l *Loader) fill(b *batchBuffer, idx []int) {
-	for j, i := range idx {
+	if n := min(l.cfg.workers, len(idx)); n > 1 {
+		l.fillParallel(b, idx, n)
+		return
+	}
+	l.fillRange(b, idx, 0, len(idx))
+}
+
+// fillParallel fills idx in n runs, one per goroutine. A panic in one of
+// them is re-raised here, in the goroutine that assembles the batch, so
+// that the Loader reports it as it does any other.
+func (l *Loader) fillParallel(b *batchBuffer, idx []int, n int) {
+	var wg sync.WaitGroup
+	var once sync.Once
+	var panicked any
+	for w := range n {
+		lo, hi := w*len(idx)/n, (w+1)*len(idx)/n
+		wg.Go(func() {
+			defer func() {
+				if r := recover(); r != nil {
+					once.Do(func() { panicked = r })
+				}
+			}()
+			l.fillRange(b, idx, lo, hi)
+		})
+	}
+	wg.Wait()
+	if panicked != nil {
+		panic(panicked)
+	}
+}
+
+// fillRange copies the examples at idx[from:to] into their places in b.
+func (l *Loader) fillRange(b *batchBuffer, idx []int, from, to int) {
+	for j := from; j < to; j++ {
+		i := idx[j]
 		switch {
 		case l.seq != nil:
 			lo, hi := j*l.seqLen, (j+1)*l.seqLen

@@ -22,6 +22,7 @@ type Option func(*config)
 type config struct {
 	dropLast bool // loader and sampler
 	prefetch int  // loader; -1 until set: decided by resolvePrefetch
+	workers  int  // loader; 0 means 1
 	shuffle  bool // sampler
 	seed     uint64
 	option.Given
@@ -65,6 +66,20 @@ func Prefetch(n int) Option {
 		panic(fmt.Sprintf("data: Prefetch(%d): negative batch count", n))
 	}
 	return func(c *config) { c.prefetch = n; c.Mark("Prefetch") }
+}
+
+// Workers sets how many goroutines a Loader assembles each batch with:
+// the batch's examples are split into n runs, and the Dataset's Example
+// is called from the n goroutines at once, each on its own examples (the
+// batch is the same whatever n). Decoding datasets, such as images read
+// from files, use it to keep up with training. Default 1.
+//
+// Workers panics if n < 1.
+func Workers(n int) Option {
+	if n < 1 {
+		panic(fmt.Sprintf("data: Workers(%d): want at least 1 goroutine", n))
+	}
+	return func(c *config) { c.workers = n; c.Mark("Workers") }
 }
 
 // Shuffle makes a DistributedSampler permute the dataset every epoch
