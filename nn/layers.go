@@ -173,7 +173,7 @@ func (s *SequentialLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 		d := used > 0
 		if used == 0 {
 			d = directOutput(s.layers[i], x)
-			y, used = s.layers[i].Forward(x), 1
+			y, used = Call(s.layers[i], x), 1
 		}
 		i += used
 		x = y
@@ -256,12 +256,12 @@ func (s *SequentialLayer) fused(i int, x *tensor.Tensor) (*tensor.Tensor, int) {
 	if !ok || i+1 >= len(s.layers) || x.Dim() != 4 {
 		return nil, 0
 	}
-	if _, ok := s.layers[i+1].(*ReLULayer); !ok {
+	if _, ok := s.layers[i+1].(*ReLULayer); !ok || HasForwardHooks(c) || HasForwardHooks(s.layers[i+1]) {
 		return nil, 0
 	}
 	c.check(x.Shape())
 	if i+2 < len(s.layers) {
-		if p, ok := s.layers[i+2].(*Pool2dLayer); ok && p.Max && p.Kernel == 2 &&
+		if p, ok := s.layers[i+2].(*Pool2dLayer); ok && !HasForwardHooks(p) && p.Max && p.Kernel == 2 &&
 			p.Stride == [2]int{2, 2} && p.Padding == [2]int{} {
 			if oh, ow := c.outSize(x.Shape()); oh >= 2 && ow >= 2 {
 				return tensor.Conv2dWith(x, c.Weight, c.Bias, c.options(), tensor.PostReLU, tensor.PostMaxPool2x2), 3

@@ -85,6 +85,9 @@ type Base struct {
 	children []namedModule
 	// eval is inverted so that the zero value means training mode.
 	eval bool
+	// hooks run around Forward when the module is run through Call; nil
+	// when none is registered.
+	hooks *forwardHooks
 }
 
 type namedModule struct {

@@ -185,6 +185,7 @@ func (t *Tensor) BackwardWith(grad *Tensor) error {
 	for i := len(order) - 1; i >= 0; i-- {
 		n := order[i]
 		if g := n.passGrad; g != nil {
+			n.firePreHooks(pass)
 			n.node.backward(g)
 			// An op may have handed the buffer on to its input (Reshape).
 			if n.passGrad != nil {
@@ -203,6 +204,7 @@ func (t *Tensor) BackwardWith(grad *Tensor) error {
 		}
 		// Release the graph as we go so activations can be collected.
 		n.node = nil
+		n.preHooks = nil
 		n.requiresGrad = false
 		n.released = true
 		if n.recycle {

@@ -47,6 +47,12 @@ func Linear(x, w, b *Tensor) *Tensor {
 		}
 		gemm(false, true, rows, outF, in, 1, xd, in, wd, in, 1, out.data, outF)
 	}
+	if cast == nil {
+		// Backward reads the operands as they are then: holding them here
+		// would keep storage that sharded data parallelism frees between
+		// a layer's forward and its backward.
+		xd, wd = nil, nil
+	}
 	var inputs = []*Tensor{x, w}
 	if b != nil {
 		inputs = append(inputs, b)

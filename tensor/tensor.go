@@ -48,6 +48,9 @@ type Tensor struct {
 	node *node
 	// hooks fire when this leaf's gradient is final in a backward pass.
 	hooks []hookEntry
+	// preHooks fire when this non-leaf's gradient is complete, before the
+	// op that produced it runs backward (see AddBackwardPreHook).
+	preHooks []hookEntry
 	// passGrad is a non-leaf's gradient during one backward pass.
 	passGrad []float32
 	// released marks a non-leaf whose recorded history an earlier Backward

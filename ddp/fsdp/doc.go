@@ -32,20 +32,33 @@
 // backward goes on, and with FullShard its full parameters and gradients
 // are freed right then.
 //
-// Forward gathers the full parameters of every unit before running the
-// module, all gathers in flight at once (Prefetch): gotrain modules have
-// no forward pre-hooks, so a unit cannot be gathered in the middle of its
-// parent's Forward. FullShard therefore saves memory between steps and
-// during backward (units are freed as backward passes them), but a
-// forward pass holds the whole model's parameters, like PyTorch's FSDP
-// with reshard_after_forward=False.
+// With FullShard and HybridShard a unit is gathered only while it runs,
+// as PyTorch's FSDP2 fully_shard with reshard_after_forward=True: the
+// root unit (the model itself: for a GPT the embeddings, tied to the
+// output layer, and the final norm) is gathered at the start of Forward
+// and kept until its gradients are reduced at the end of backward; every
+// other unit is gathered by a forward pre-hook just before its Forward and
+// freed right after it, gathered again by a hook on its output just
+// before backward reaches it, and freed once its gradients are
+// reduce-scattered. With Prefetch, the next unit's gather is in flight
+// while a unit computes (forward: the next in forward order; backward:
+// the one before), so a step holds the root and at most two other units'
+// full parameters (Footprint's PeakGathered). The hooks need the unit's
+// module to be run through nn.Call, as models.GPTModel does for its blocks,
+// models.ResNet for its residual blocks and nn.Sequential for its children,
+// and the unit's parameters to reach the rest of the model only through
+// its output. A forward pass without gradients frees each unit after it
+// runs and the root at its end; inside a running ddp.Join every unit is
+// gathered at the start of Forward, which is what a rank that joined
+// shadows.
 //
 // ShardOptimizer and ShardGradOp keep the full parameters on every rank
 // and free the full gradients once reduced: they differ in the reduction
 // (allreduce, as ZeroRedundancyOptimizer, or reduce-scatter). NoSync
 // (gradient accumulation) keeps full local gradients until the next
 // synchronised backward reduces their sum, so it costs a full gradient's
-// memory, as in PyTorch.
+// memory, as in PyTorch; with FullShard the units gathered for a NoSync
+// backward also stay gathered until the next Forward.
 //
 // Sharded checkpoints: ShardedStateDict and OptimizerShardedState return
 // pieces {Key, GlobalShape, Offset, Data} that load at any world size

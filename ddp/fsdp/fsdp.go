@@ -30,9 +30,10 @@ const (
 	// gradients reduce-scattered, so each rank receives only its slice.
 	ShardGradOp
 	// FullShard ("full", FULL_SHARD, ZeRO-3) is ShardGradOp with the
-	// parameters themselves sharded at rest: they are gathered for the
-	// forward pass, and each unit's full parameters and gradients are freed
-	// as soon as backward has finished with it.
+	// parameters themselves sharded at rest: each unit is gathered just
+	// before its forward and freed after it, gathered again for its
+	// backward, and its full parameters and gradients are freed as soon
+	// as its gradients are reduced.
 	FullShard
 	// HybridShard ("hybrid", HYBRID_SHARD) is FullShard within each node's
 	// ranks, with the shards' gradients allreduced across nodes: parameter
@@ -95,9 +96,11 @@ func Units(units ...nn.Module) Option {
 	return func(c *config) { c.units = append([]nn.Module(nil), units...) }
 }
 
-// Prefetch makes Forward start the gathers of all units at once, so each
-// unit's transfer overlaps the unpacking of the ones before it, instead of
-// one gather at a time. On by default.
+// Prefetch starts a unit's gather before it is needed, so that the
+// transfer overlaps computation: with FullShard and HybridShard the next
+// unit's while a unit runs forward or backward, with ShardOptimizer and
+// ShardGradOp all units' at once at the start of Forward. Without it each
+// unit is gathered when needed, one at a time. On by default.
 func Prefetch(on bool) Option { return func(c *config) { c.prefetch = on } }
 
 // Nodes sets the ranks of each node for HybridShard instead of the
@@ -133,9 +136,14 @@ type param struct {
 // unit is the parameters communicated together.
 type unit struct {
 	name    string
+	mod     nn.Module
+	root    bool // the wrapped module itself: gathered for the whole step
 	params  []int
 	block   int // elements per rank: the sum of its parameters' chunks
 	pending int // parameters whose gradient is not final in this pass
+
+	gather *gathering // its all-gather in flight, if any
+	full   bool       // its parameters hold the gathered values
 }
 
 // reduction is one unit's gradient collective in flight.
@@ -166,6 +174,13 @@ type Model struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	removers []func()
+
+	perUnit  bool  // this Forward gathers each non-root unit around its own Forward
+	fwdSeq   []int // the units in the order this Forward ran them
+	prevSeq  []int // fwdSeq of the Forward before
+	fwdErr   error // a gather failure inside this Forward's hooks
+	fwdStack []int // fwdSeq positions of the units whose Forward is running
+	peak     int64 // the most gatheredBytes has been since New or ResetPeak
 
 	pass     *tensor.Pass
 	next     int
@@ -247,6 +262,9 @@ func New(ctx context.Context, module nn.Module, g *distributed.Group, opts ...Op
 	for i, p := range m.params {
 		m.removers = append(m.removers, p.t.AddGradHook(func(pass *tensor.Pass, _ *tensor.Tensor) { m.gradReady(pass, i) }))
 	}
+	if m.releases() {
+		m.installUnitHooks()
+	}
 	return m, nil
 }
 
@@ -284,7 +302,7 @@ func (m *Model) assignUnits() error {
 		if name == "" {
 			name = "(root)"
 		}
-		m.units = append(m.units, &unit{name: name})
+		m.units = append(m.units, &unit{name: name, mod: mod, root: mod == m.module})
 		for _, t := range nn.Parameters(mod) {
 			size[u] += t.Len()
 		}
@@ -312,11 +330,15 @@ func (m *Model) assignUnits() error {
 	for i, p := range m.params {
 		m.units[p.unit].params = append(m.units[p.unit].params, i)
 	}
-	// Reductions launch in reverse unit order, roughly the order in which
-	// backward finishes the units, and in the same order on every rank.
-	for u := len(m.units) - 1; u >= 0; u-- {
-		if len(m.units[u].params) > 0 {
-			m.order = append(m.order, u)
+	// Reductions launch in reverse unit order, the root last, roughly the
+	// order in which backward finishes the units (the root holds the
+	// embeddings, whose gradients are final last), and in the same order
+	// on every rank.
+	for _, root := range []bool{false, true} {
+		for u := len(m.units) - 1; u >= 0; u-- {
+			if len(m.units[u].params) > 0 && m.units[u].root == root {
+				m.order = append(m.order, u)
+			}
 		}
 	}
 	return nil
@@ -491,10 +513,13 @@ func (m *Model) span(p *param) (off, n int) {
 }
 
 // Forward gathers the full parameters (and, with BroadcastBuffers, copies
-// rank 0's buffers) and runs the wrapped module. A failure of those
-// collectives leaves the module without parameters to run on, and Forward
-// returns no error: it panics with a message starting "fsdp:". Use
-// ForwardErr to get the error instead.
+// rank 0's buffers) and runs the wrapped module. With FullShard and
+// HybridShard only the root unit is gathered for the whole pass; every
+// other unit is gathered just before its own Forward and freed right after
+// it (see the package doc). A failure of those collectives leaves the
+// module without parameters to run on, and Forward returns no error: it
+// panics with a message starting "fsdp:". Use ForwardErr to get the error
+// instead.
 func (m *Model) Forward(x *tensor.Tensor) *tensor.Tensor {
 	y, err := m.ForwardErr(x)
 	if err != nil {
@@ -515,6 +540,11 @@ func (m *Model) ForwardErr(x *tensor.Tensor) (*tensor.Tensor, error) {
 			return nil, fmt.Errorf("fsdp: broadcasting buffers in forward: %w", err)
 		}
 	}
+	// A rank that joined shadows one gather of every unit (joinHook), so
+	// inside a running Join the others gather every unit up front too.
+	if m.releases() && (m.join == nil || !m.join.Running()) {
+		return m.forwardPerUnit(x)
+	}
 	if err := m.gather(m.ctx, true); err != nil {
 		return nil, err
 	}
@@ -525,44 +555,92 @@ func (m *Model) ForwardErr(x *tensor.Tensor) (*tensor.Tensor, error) {
 	return y, nil
 }
 
-// gather makes every module parameter hold the full values assembled from
-// the shards, unit by unit; forward says they are for a forward pass,
+// gathering is one unit's all-gather of its parameters in flight.
+type gathering struct {
+	work   *distributed.Work
+	recv   []float32
+	decode func() // with bf16 parameters: fills recv from what arrived
+	bytes  int64  // the buffers it holds
+}
+
+// startGather starts the all-gather of unit ui's full parameters from the
+// shards; forward says they are for a forward pass (or its backward),
 // which takes them in the MixedPrecision's Param format.
+func (m *Model) startGather(ctx context.Context, ui int, forward bool) {
+	u := m.units[ui]
+	send := make([]float32, u.block)
+	for _, i := range u.params {
+		p := m.params[i]
+		copy(send[p.off:], p.shard.Data())
+	}
+	recv := make([]float32, m.ns*u.block)
+	if forward && m.cfg.mixed.Param == tensor.BF16 {
+		wb := words(u.block)
+		sw, rw := make([]int32, wb), make([]int32, m.ns*wb)
+		encodeBF16(sw, send, 1)
+		u.gather = &gathering{work: m.shardG.AllGatherAsync(ctx, rw, sw), recv: recv, bytes: 4 * int64(len(recv)+len(rw)), decode: func() {
+			for r := 0; r < m.ns; r++ {
+				decodeBF16(recv[r*u.block:(r+1)*u.block], rw[r*wb:(r+1)*wb])
+			}
+		}}
+	} else {
+		u.gather = &gathering{work: m.shardG.AllGatherAsync(ctx, recv, send), recv: recv, bytes: 4 * int64(len(recv))}
+	}
+	m.notePeak()
+}
+
+// finishGather waits for unit ui's all-gather, started if it is not in
+// flight, and puts the full values into its parameters.
+func (m *Model) finishGather(ctx context.Context, ui int, forward bool) error {
+	u := m.units[ui]
+	if u.gather == nil {
+		m.startGather(ctx, ui, forward)
+	}
+	g := u.gather
+	if err := g.work.Wait(ctx); err != nil {
+		u.gather = nil
+		return fmt.Errorf("fsdp: gathering the parameters of unit %s: %w", u.name, err)
+	}
+	if g.decode != nil {
+		g.decode()
+	}
+	for _, i := range u.params {
+		m.unpack(m.params[i], g.recv, u.block)
+	}
+	u.full = true
+	m.notePeak() // the moment both the buffers and the full values are held
+	u.gather = nil
+	return nil
+}
+
+// dropGather waits for unit ui's all-gather in flight, if any, and
+// discards what it brings: the pass that prefetched it did not run the
+// unit.
+func (m *Model) dropGather(ui int) {
+	if g := m.units[ui].gather; g != nil {
+		_ = g.work.Wait(m.ctx) // the group's next collective reports a failure
+		m.units[ui].gather = nil
+	}
+}
+
+// dropGathers is dropGather for every unit.
+func (m *Model) dropGathers() {
+	for ui := range m.units {
+		m.dropGather(ui)
+	}
+}
+
+// gather makes every module parameter hold the full values assembled from
+// the shards, unit by unit (with Prefetch, all gathers in flight at once);
+// forward says they are for a forward pass.
 func (m *Model) gather(ctx context.Context, forward bool) error {
 	if m.cfg.strategy == NoShard {
 		return nil
 	}
-	type gathering struct {
-		work   *distributed.Work
-		recv   []float32
-		decode func() // with bf16 parameters: fills recv from what arrived
-	}
-	gs := make([]gathering, len(m.units))
-	start := func(ui int) {
-		u := m.units[ui]
-		send := make([]float32, u.block)
-		for _, i := range u.params {
-			p := m.params[i]
-			copy(send[p.off:], p.shard.Data())
-		}
-		recv := make([]float32, m.ns*u.block)
-		if forward && m.cfg.mixed.Param == tensor.BF16 {
-			wb := words(u.block)
-			sw, rw := make([]int32, wb), make([]int32, m.ns*wb)
-			encodeBF16(sw, send, 1)
-			gs[ui] = gathering{work: m.shardG.AllGatherAsync(ctx, rw, sw), recv: recv, decode: func() {
-				for r := 0; r < m.ns; r++ {
-					decodeBF16(recv[r*u.block:(r+1)*u.block], rw[r*wb:(r+1)*wb])
-				}
-			}}
-			return
-		}
-		gs[ui] = gathering{work: m.shardG.AllGatherAsync(ctx, recv, send), recv: recv}
-	}
 	if m.cfg.prefetch {
 		for ui, u := range m.units {
-			if len(u.params) > 0 {
-				start(ui)
+			if len(u.params) > 0 && u.gather == nil {
+				m.startGather(ctx, ui, forward)
 			}
 		}
 	}
@@ -571,24 +649,11 @@ func (m *Model) gather(ctx context.Context, forward bool) error {
 		if len(u.params) == 0 {
 			continue
 		}
-		if !m.cfg.prefetch {
-			start(ui)
-		}
-		if err := gs[ui].work.Wait(ctx); err != nil {
-			if first == nil {
-				first = fmt.Errorf("fsdp: gathering the parameters of unit %s: %w", u.name, err)
-			}
-			continue
-		}
 		if first != nil {
+			m.dropGather(ui)
 			continue
 		}
-		if gs[ui].decode != nil {
-			gs[ui].decode()
-		}
-		for _, i := range u.params {
-			m.unpack(m.params[i], gs[ui].recv, u.block)
-		}
+		first = m.finishGather(ctx, ui, forward)
 	}
 	return first
 }
@@ -612,9 +677,19 @@ func (m *Model) unpack(p *param, recv []float32, block int) {
 
 // release frees the full values of every parameter.
 func (m *Model) release() {
-	for _, p := range m.params {
-		p.t.SetData(nil)
+	for ui := range m.units {
+		m.releaseUnit(ui)
 	}
+}
+
+// releaseUnit frees the full values of unit ui's parameters.
+func (m *Model) releaseUnit(ui int) {
+	u := m.units[ui]
+	m.dropGather(ui)
+	for _, i := range u.params {
+		m.params[i].t.SetData(nil)
+	}
+	u.full = false
 }
 
 // NoSync runs f with gradient synchronisation off: backward passes inside f
@@ -725,11 +800,10 @@ func (m *Model) launch(ui int) {
 		return
 	}
 	for _, i := range u.params {
-		p := m.params[i]
-		p.t.SetGrad(nil)
-		if m.releases() {
-			p.t.SetData(nil)
-		}
+		m.params[i].t.SetGrad(nil)
+	}
+	if m.releases() {
+		m.releaseUnit(ui)
 	}
 }
 
@@ -737,6 +811,7 @@ func (m *Model) launch(ui int) {
 // adds each unit's averaged gradient slice into its shards' Grad.
 func (m *Model) finishPass() error {
 	m.pass = nil
+	m.dropGathers() // prefetched for a unit backward did not reach
 	var errs []error
 	if m.deferred != nil {
 		errs = append(errs, m.deferred)
@@ -856,12 +931,18 @@ func broadcastTensors(ctx context.Context, g *distributed.Group, ts []*tensor.Te
 // and of their gradients.
 type Footprint struct {
 	Params, Grads int64
+	// Gathered is the full parameter values the module's parameters hold
+	// plus the receive buffers of all-gathers in flight; PeakGathered is
+	// the most Gathered has been since New or ResetPeak, sampled whenever
+	// it grows. With FullShard and HybridShard, PeakGathered is what a
+	// training step gathers at once (the rest of Params is the shards).
+	Gathered, PeakGathered int64
 }
 
 // Footprint returns what this rank holds now: between steps, with
 // FullShard, only the shards and their gradients.
 func (m *Model) Footprint() Footprint {
-	var f Footprint
+	f := Footprint{Gathered: m.gatheredBytes(), PeakGathered: m.peak}
 	for _, p := range m.params {
 		f.Params += 4 * int64(p.t.Len())
 		if g := p.t.Grad(); g != nil {

@@ -15,7 +15,8 @@ import (
 
 func TestMain(m *testing.M) {
 	testproc.Dispatch(testproc.Workers{
-		"fsdp": func() int { return testproc.ExitCode(fsdpWorker()) },
+		"fsdp":   func() int { return testproc.ExitCode(fsdpWorker()) },
+		"gptmem": func() int { return testproc.ExitCode(gptMemWorker()) },
 	})
 	os.Exit(m.Run())
 }
