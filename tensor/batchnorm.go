@@ -25,18 +25,31 @@ func BatchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, 
 	} else {
 		mean, invStd = runningStats(runningMean, runningVar, eps)
 	}
-	out := Zeros(x.shape...)
-	// xhat is kept for the backward pass of batch statistics and weight.
+	// normalize writes every element of out and xhat: pooled buffers need
+	// no clearing.
+	out := &Tensor{data: getBuf(len(x.data)), shape: append([]int(nil), x.shape...)}
+	// xhat is kept for the backward pass of batch statistics and weight,
+	// which hands it back to the pool.
 	var xhat []float32
 	if GradEnabled() && (x.requiresGrad || weight.needsGrad()) {
-		xhat = make([]float32, len(x.data))
+		xhat = getBuf(len(x.data))
 	}
 	bn.normalize(x.data, out.data, xhat, weight, bias, mean, invStd)
 	inputs := []*Tensor{x, weight, bias}
 	return record(out, "batch_norm", func(g []float32) {
-		for ch := 0; ch < bn.c; ch++ {
-			bn.backwardChannel(ch, g, xhat, x, weight, bias, invStd[ch], useBatch)
+		// The channels run concurrently: claim the gradient buffers first.
+		for _, t := range inputs {
+			if t.needsGrad() {
+				t.accGrad()
+			}
 		}
+		parallelFor(bn.c, bn.minChannels(), func(_, lo, hi int) {
+			for ch := lo; ch < hi; ch++ {
+				bn.backwardChannel(ch, g, xhat, x, weight, bias, invStd[ch], useBatch)
+			}
+		})
+		putBuf(xhat)
+		xhat = nil
 	}, inputs...)
 }
 
@@ -65,6 +78,10 @@ func newBatchNormGeom(x, weight, bias, runningMean, runningVar *Tensor) batchNor
 // m is the number of values per channel.
 func (bn batchNormGeom) m() int { return bn.n * bn.s }
 
+// minChannels is the number of channels per goroutine below which a pass
+// over the input stays on one goroutine (poolMinItems values).
+func (bn batchNormGeom) minChannels() int { return poolMinItems/max(bn.m(), 1) + 1 }
+
 // row returns the s values of channel ch of sample i in data.
 func (bn batchNormGeom) row(data []float32, i, ch int) []float32 {
 	off := (i*bn.c + ch) * bn.s
@@ -76,10 +93,18 @@ func (bn batchNormGeom) row(data []float32, i, ch int) []float32 {
 // given (without grad): running = (1−momentum)·running + momentum·batch,
 // with the unbiased variance for runningVar.
 func (bn batchNormGeom) batchStats(x []float32, runningMean, runningVar *Tensor, training bool, momentum, eps float32) (mean, invStd []float32) {
-	m := bn.m()
 	mean = make([]float32, bn.c)
 	invStd = make([]float32, bn.c)
-	for ch := 0; ch < bn.c; ch++ {
+	parallelFor(bn.c, bn.minChannels(), func(_, lo, hi int) {
+		bn.channelStats(x, lo, hi, runningMean, runningVar, training, momentum, eps, mean, invStd)
+	})
+	return mean, invStd
+}
+
+// channelStats is batchStats for channels lo..hi−1.
+func (bn batchNormGeom) channelStats(x []float32, lo, hi int, runningMean, runningVar *Tensor, training bool, momentum, eps float32, mean, invStd []float32) {
+	m := bn.m()
+	for ch := lo; ch < hi; ch++ {
 		var sum float64
 		for i := 0; i < bn.n; i++ {
 			for _, xv := range bn.row(x, i, ch) {
@@ -107,7 +132,6 @@ func (bn batchNormGeom) batchStats(x []float32, runningMean, runningVar *Tensor,
 		mean[ch] = float32(mu)
 		invStd[ch] = float32(1 / math.Sqrt(v+float64(eps)))
 	}
-	return mean, invStd
 }
 
 // runningStats returns the running mean and 1/sqrt(running var + eps),
@@ -127,8 +151,10 @@ func runningStats(runningMean, runningVar *Tensor, eps float32) (mean, invStd []
 // normalize writes out = x̂·γ + β with x̂ = (x − mean)·invStd per channel
 // (γ = 1, β = 0 without affine parameters), and x̂ into xhat unless nil.
 func (bn batchNormGeom) normalize(x, out, xhat []float32, weight, bias *Tensor, mean, invStd []float32) {
-	for i := 0; i < bn.n; i++ {
-		for ch := 0; ch < bn.c; ch++ {
+	// Rows (sample i, channel ch) are independent.
+	parallelFor(bn.n*bn.c, poolMinItems/max(bn.s, 1)+1, func(_, lo, hi int) {
+		for r := lo; r < hi; r++ {
+			i, ch := r/bn.c, r%bn.c
 			a, sh := float32(1), float32(0)
 			if weight != nil {
 				a = weight.data[ch]
@@ -139,15 +165,20 @@ func (bn batchNormGeom) normalize(x, out, xhat []float32, weight, bias *Tensor, 
 			mu, is := mean[ch], invStd[ch]
 			off := (i*bn.c + ch) * bn.s
 			src, dst := x[off:off+bn.s], out[off:off+bn.s]
+			if xhat == nil {
+				for j, xv := range src {
+					dst[j] = (xv-mu)*is*a + sh
+				}
+				continue
+			}
+			xh := xhat[off : off+bn.s]
 			for j, xv := range src {
 				h := (xv - mu) * is
-				if xhat != nil {
-					xhat[off+j] = h
-				}
+				xh[j] = h
 				dst[j] = h*a + sh
 			}
 		}
-	}
+	})
 }
 
 // backwardChannel accumulates channel ch's gradients of x, weight and

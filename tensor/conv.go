@@ -134,7 +134,10 @@ const convMinFlops = 1 << 20
 // where they have AVX-512, 6×16 ones otherwise), stride-1 float32
 // convolutions run as implicit GEMMs instead, reading the image in place
 // (the same results up to float rounding; see conv_implicit.go); under
-// native bf16 autocast they keep the im2col path.
+// native bf16 autocast they keep the im2col path. Those of them with an
+// odd square kernel, padding half of it, and output rows under 16 pixels
+// (ResNet's last stages) lay several images side by side in each product
+// (see conv_stacked.go).
 //
 // post lists operations applied to the output in the same op (see
 // PostOp): none, PostReLU, or PostReLU then PostMaxPool2x2. The result,
@@ -224,6 +227,9 @@ var (
 
 func conv2d(x, w, b *Tensor, opt ConvOptions, ep convEpilogue) *Tensor {
 	g := newConvGeom(convOpNames[ep], x, w, b, opt, ep)
+	if k := g.stackImages(); k > 1 { // small planes: see conv_stacked.go
+		return conv2dStacked(g, k, x, w, b, opt, ep)
+	}
 	p := g.plane()
 	// Every element is written below (the GEMM with beta 0 does not read
 	// its output): a recycled buffer needs no clearing.

@@ -245,7 +245,7 @@ func (m *GPTModel) Logits(ids []int, B, T int) *tensor.Tensor {
 	tensor.Recycle(tok, p, x)
 	x = m.Drop.Forward(x)
 	for _, b := range m.Blocks {
-		y := b.Forward(x)
+		y := nn.Call(b, x) // through Call: FSDP gathers each block around it
 		tensor.Recycle(x, y)
 		x = y
 	}
