@@ -160,7 +160,7 @@ func TestBadFlagNamesValue(t *testing.T) {
 		"train mnist --model cnn --sync-bn":            "gotrain: --sync-bn: the cnn model has no BatchNorm layer (use --model cnn-bn)\n",
 		"train mnist --batch-size x":                   "gotrain: --batch-size x: must be an integer\n",
 		"train mnist --optimizer sgdw --lr 0.1":        "gotrain: --optimizer sgdw: must be sgd, adadelta, adam or adamw\n",
-		"train cifar10":                                `gotrain: train: unknown command "cifar10" (want gpt or mnist; see gotrain train --help)` + "\n",
+		"train cifar10":                                `gotrain: train: unknown command "cifar10" (want gpt, images or mnist; see gotrain train --help)` + "\n",
 		"run --nproc-per-node 2 --tee 1 true":          "gotrain: --tee 1: needs --log-dir, where the streams are written\n",
 		"bench allreduce --nproc 2 --sizes 8 --algo x": "gotrain: --algo x: must be auto, ring, recursive-doubling, shm or hierarchical\n",
 	} {

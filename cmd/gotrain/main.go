@@ -49,8 +49,12 @@ func newRootCmd() *cobra.Command {
 		newPreflightNodeCmd(),
 		newVersionCmd(),
 		newTLSCmd(),
+		newTokenizerCmd(),
 	)
 	root.AddCommand(newTrainCmd())
+	root.AddCommand(newCheckpointCmd())
+	root.AddCommand(newDataCmd())
+	root.AddCommand(newGenerateCmd())
 	return root
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/gotrain/gotrain/internal/kernels"
 	"github.com/gotrain/gotrain/internal/logging"
 	"github.com/gotrain/gotrain/jobs/gptjob"
+	"github.com/gotrain/gotrain/jobs/imagejob"
 	"github.com/gotrain/gotrain/jobs/jobflag"
 	"github.com/gotrain/gotrain/jobs/mnistjob"
 	"github.com/gotrain/gotrain/launch"
@@ -34,6 +35,7 @@ import (
 var trainJobs = []trainJob{
 	newTrainJob("mnist", mnistjob.Run),
 	newTrainJob("gpt", gptjob.Run),
+	newTrainJob("images", imagejob.Run),
 }
 
 // jobConfig is what `gotrain train` needs of a job's Config: its help,
@@ -52,6 +54,15 @@ type jobConfig interface {
 	// MemoryEstimate is the memory one worker needs at its peak, and
 	// the size flag that weighs most in it.
 	MemoryEstimate() jobflag.Memory
+}
+
+// jobArgs is a jobConfig that takes arguments besides its flags, such
+// as the image folder of `gotrain train images DIR`.
+type jobArgs interface {
+	// ArgsUsage names the arguments in the usage line, as "DIR".
+	ArgsUsage() string
+	// SetArgs takes the arguments, or says why it refuses them.
+	SetArgs(args []string) error
 }
 
 // trainJob is a job of `gotrain train`: its name, and how to make a
@@ -128,11 +139,21 @@ func (j trainJob) command() *cobra.Command {
 	fl := &trainFlags{}
 	fl.job, fl.run = j.new()
 	short, long := fl.job.Usage()
+	use, args := j.name, cobra.PositionalArgs(noArgs)
+	if a, ok := fl.job.(jobArgs); ok {
+		use += " " + a.ArgsUsage()
+		args = func(cmd *cobra.Command, as []string) error {
+			if err := a.SetArgs(as); err != nil {
+				return usagef("%s: %v", cmd.CommandPath(), err)
+			}
+			return nil
+		}
+	}
 	cmd := &cobra.Command{
-		Use:   j.name,
+		Use:   use,
 		Short: short + ", on one or several workers and machines",
 		Long:  long + "\n\n" + launchHelp,
-		Args:  noArgs,
+		Args:  args,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
 			if fl.hosts.applies(f) {
@@ -333,7 +354,11 @@ func checkTrainArgs(name string, args []string) error {
 	if err := f.Parse(args); err != nil {
 		return flagErrorFunc(nil, err)
 	}
-	if f.NArg() > 0 {
+	if a, ok := fl.job.(jobArgs); ok {
+		if err := a.SetArgs(f.Args()); err != nil {
+			return usagef("train %s: %v", name, err)
+		}
+	} else if f.NArg() > 0 {
 		return usagef("train %s: unexpected argument %q (it takes flags only)", name, f.Arg(0))
 	}
 	_, err := fl.check(f)

@@ -22,6 +22,11 @@ type Config struct {
 	// harness.Config).
 	harness.Config
 
+	// Preset is a GPT-2 size (see Presets): "gpt2", "gpt2-medium",
+	// "gpt2-large" or "gpt2-xl". It sets NLayer, NHead, NEmbd and
+	// BlockSize where those are 0; "" leaves them to their defaults.
+	Preset string
+
 	NLayer    int     // transformer blocks; default 4
 	NHead     int     // attention heads; default 4
 	NEmbd     int     // width, a multiple of NHead; default 128
@@ -40,15 +45,23 @@ type Config struct {
 
 	EvalEvery   int      // validation loss every N steps and at the end; default 100
 	EvalBatches int      // batches of BatchSize windows the validation loss averages; default 20
-	Sample      int      // rank 0 generates this many bytes at the end (Result.Sample); default 0
-	Temperature *float64 // of the sampling softmax; nil means 0.8, new(0.0) the most likely byte
+	Sample      int      // rank 0 generates this many tokens (bytes for text) at the end (Result.Sample); default 0
+	Temperature *float64 // of the sampling softmax; nil means 0.8, new(0.0) the most likely token
 	Seed        uint64   // initialisation, shuffling and sampling; default 0
 
 	CommHook string           // DDP gradient reduction: "allreduce" (default), "fp16", "bf16" or "powersgd" (low-rank, tuned by PowerSGD)
 	PowerSGD jobflag.PowerSGD // with CommHook "powersgd"
 
-	Data string // UTF-8 text file to train on; "" uses the shipped Go corpus
-	Init string // initial weights (safetensors, e.g. written by PyTorch); "" draws them from Seed
+	// Data is a UTF-8 text file to train on byte by byte, or a dataset
+	// directory prepared by `gotrain data prepare` (holding index.json),
+	// whose token shards are memory-mapped and whose vocabulary sizes the
+	// model; "" uses the shipped Go corpus.
+	Data string
+	// VerifyShards has one rank per host check the sha256 of the train
+	// shards its host holds against Data's index at start (a read of
+	// them all); without it a shard of the right size counts as present.
+	VerifyShards bool
+	Init         string // initial weights (safetensors, e.g. written by PyTorch); "" draws them from Seed
 }
 
 // withDefaults returns c with its zero (or nil) fields replaced by their
@@ -58,6 +71,12 @@ func (c Config) withDefaults() Config {
 		if *v == 0 {
 			*v = d
 		}
+	}
+	if p, ok := Presets[c.Preset]; ok {
+		def(&c.NLayer, p.NLayer)
+		def(&c.NHead, p.NHead)
+		def(&c.NEmbd, p.NEmbd)
+		def(&c.BlockSize, p.BlockSize)
 	}
 	def(&c.NLayer, 4)
 	def(&c.NHead, 4)
@@ -107,6 +126,9 @@ func (c *Config) check() error {
 			return fmt.Errorf("%s %v: want a number >= 0 and below 1", o.name, *o.v)
 		}
 	}
+	if _, ok := Presets[c.Preset]; !ok && c.Preset != "" {
+		return fmt.Errorf("Preset %q: want %s", c.Preset, presetNames())
+	}
 	switch {
 	case c.NLayer < 0 || c.NHead < 0 || c.NEmbd < 0 || c.BlockSize < 0:
 		return fmt.Errorf("model sizes NLayer %d NHead %d NEmbd %d BlockSize %d: want positive numbers (0 means the default)", c.NLayer, c.NHead, c.NEmbd, c.BlockSize)
@@ -132,3 +154,21 @@ func (c *Config) check() error {
 	}
 	return nil
 }
+
+// Preset is the shape of a GPT-2 size: nanoGPT's and Hugging Face's
+// configurations. The vocabulary is the data's (GPT-2's own is 50257:
+// a dataset prepared with --tokenizer gpt2).
+type Preset struct {
+	NLayer, NHead, NEmbd, BlockSize int
+}
+
+// Presets are the GPT-2 sizes Config.Preset names.
+var Presets = map[string]Preset{
+	"gpt2":        {12, 12, 768, 1024},
+	"gpt2-medium": {24, 16, 1024, 1024},
+	"gpt2-large":  {36, 20, 1280, 1024},
+	"gpt2-xl":     {48, 25, 1600, 1024},
+}
+
+// presetNames lists the presets for messages, smallest first.
+func presetNames() string { return "gpt2, gpt2-medium, gpt2-large or gpt2-xl" }

@@ -1,6 +1,8 @@
 // Package gptjob is the GPT training job that `gotrain train gpt` runs: a
-// byte-level GPT (nanoGPT's architecture) trained with DDP on the Go
-// corpus shipped in the binary or any UTF-8 text. It follows the recipe
+// GPT (nanoGPT's architecture) trained with DDP, byte-level on the Go
+// corpus shipped in the binary or any UTF-8 text, or on the token shards
+// of a dataset prepared by `gotrain data prepare` (package shards),
+// memory-mapped, with that dataset's vocabulary. It follows the recipe
 // of nanoGPT: AdamW with weight decay on the weight matrices only, a
 // linear warm-up then cosine decay stepped per batch, gradient clipping,
 // a validation loss every few steps, and a sample of generated text at
@@ -86,9 +88,10 @@ type job struct {
 	psgd    *ddp.PowerSGD    // with CommHook "powersgd" in a group: the hook, whose state is checkpointed
 	params  []*tensor.Tensor
 
-	tok          text.ByteTokenizer
-	train, valid *data.TokenWindows
-	sampler      *data.DistributedSampler
+	data         *corpus
+	train, valid data.SequenceDataset
+	tok          decoder // decodes the sample
+	sampler      harness.Sampler
 	loader       *data.Loader
 	opt          *optim.AdamW
 	sched        optim.Scheduler
@@ -141,6 +144,10 @@ func newJob(ctx context.Context, cfg Config) (*job, error) {
 		return nil, fmt.Errorf("gptjob: %w", err)
 	}
 	j := &job{cfg: cfg, run: r, log: r.Logger()}
+	if j.data, err = openCorpus(cfg.Data, cfg.BlockSize, j.nodeLocal(ctx)); err != nil {
+		j.close()
+		return nil, err
+	}
 	if err := j.buildModel(ctx); err != nil {
 		j.close()
 		return nil, err
@@ -149,13 +156,19 @@ func newJob(ctx context.Context, cfg Config) (*job, error) {
 	return j, nil
 }
 
-// close ends the harness run: DDP, then the group.
-func (j *job) close() { _ = j.run.Close() }
+// close ends the harness run (DDP, then the group) and unmaps the data.
+func (j *job) close() {
+	_ = j.run.Close()
+	if j.data != nil {
+		_ = j.data.close()
+	}
+}
 
-// modelConfig is the GPT the job trains: byte-level, biases on.
+// modelConfig is the GPT the job trains: the data's vocabulary (256
+// bytes for text), biases on.
 func (j *job) modelConfig() models.GPTConfig {
 	c := j.cfg
-	return models.GPTConfig{VocabSize: j.tok.VocabSize(), BlockSize: c.BlockSize, NLayer: c.NLayer, NHead: c.NHead,
+	return models.GPTConfig{VocabSize: j.data.vocab, BlockSize: c.BlockSize, NLayer: c.NLayer, NHead: c.NHead,
 		NEmbd: c.NEmbd, Dropout: float32(c.Dropout), Bias: true}
 }
 
@@ -185,39 +198,43 @@ func (j *job) buildModel(ctx context.Context) error {
 // as nanoGPT's 90/10 split.
 const validFraction = 0.1
 
-// loadData reads the corpus, splits it 90/10 into training windows (one
-// per position, shuffled and sharded across ranks each epoch) and
-// non-overlapping validation windows.
+// loadData makes the loader of the training windows (of a text, split
+// 90/10: one per position; of a prepared dataset's train split: see
+// openShards), shuffled and sharded across ranks each epoch, and loads
+// the tokenizer that decodes the sample.
 func (j *job) loadData() error {
-	name, corpus, err := readCorpus(j.cfg.Data)
-	if err != nil {
-		return err
-	}
-	if j.train, j.valid, err = windows(name, corpus, j.cfg.BlockSize); err != nil {
-		return err
+	j.train, j.valid = j.data.train, j.data.valid
+	name := j.data.name
+	if j.cfg.Sample > 0 {
+		var err error
+		if j.tok, err = j.data.sampleTokenizer(); err != nil {
+			return err
+		}
 	}
 	world := j.run.World()
-	j.sampler = data.NewDistributedSampler(j.train.Len(), world, j.run.Rank(), data.Seed(j.cfg.Seed))
+	if j.sampler = j.data.sampler; j.sampler == nil {
+		j.sampler = data.NewDistributedSampler(j.train.Len(), world, j.run.Rank(), data.Seed(j.cfg.Seed))
+	}
 	j.loader = data.NewSequenceLoader(j.train, j.cfg.BatchSize, j.sampler, data.DropLast(true))
 	if j.loader.Len() == 0 {
 		return fmt.Errorf("gptjob: %s has %d training windows for %d ranks, fewer than one batch of %d each", name, j.train.Len(), world, j.cfg.BatchSize)
 	}
-	j.log.Info("data", "corpus", name, "bytes", len(corpus), "train_windows", j.train.Len(), "valid_windows", j.valid.Len(),
+	j.log.Info("data", "corpus", name, "vocab", j.data.vocab, "train_tokens", j.data.tokens, "train_windows", j.train.Len(), "valid_windows", j.valid.Len(),
 		"params", j.model.NumParams(false), "precision", j.run.Precision())
 	return nil
 }
 
-// CheckData returns the error a job would stop with on the corpus at path
-// ("" for the shipped one) with windows of blockSize bytes: a file that
-// cannot be read, or a *text.CorpusError for one that is empty, is not
-// UTF-8 or is too short. A launcher checks it once before starting
-// workers.
+// CheckData returns the error a job would stop with on the data at path
+// ("" for the shipped corpus) with windows of blockSize tokens: a file
+// that cannot be read, a *text.CorpusError for one that is empty, is not
+// UTF-8 or is too short, a prepared dataset that is not well-formed or
+// has no window. A launcher checks it once before starting workers.
 func CheckData(path string, blockSize int) error {
-	name, corpus, err := readCorpus(path)
-	if err == nil {
-		_, _, err = windows(name, corpus, blockSize)
+	c, err := openCorpus(path, blockSize, nil)
+	if err != nil {
+		return err
 	}
-	return err
+	return c.close()
 }
 
 // readCorpus returns the text at path, or the shipped corpus for "", and

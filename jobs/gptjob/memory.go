@@ -11,6 +11,9 @@ import (
 // about 24 floats per token per unit of width per block.
 const (
 	// memBase is the runtime, the binary, the corpus and its windows.
+	// A prepared dataset's shards are memory-mapped: the pages read are
+	// page cache, shared by the ranks of a machine and reclaimable, not
+	// counted here.
 	memBase = 64 << 20
 	// memStateCopies are the copies of the parameters a rank keeps:
 	// weights, gradients, AdamW's two moments, DDP's bucket and a
@@ -20,7 +23,8 @@ const (
 	// unit of width, per block: LayerNorms, q/k/v, the attention output,
 	// the 4×-wide MLP and its GELU, and the residuals.
 	memPerTokenWidth = 24
-	// vocabSize is the byte-level tokenizer's vocabulary.
+	// vocabSize is the byte-level tokenizer's vocabulary, the text
+	// data's.
 	vocabSize = 256
 	// loaderWords are the 4-byte words the loader keeps per token of a
 	// batch: inputs and targets as 8-byte ints, in three buffers.
@@ -33,20 +37,22 @@ const (
 //
 // with P = V·C + T·C + L·(12·C² + 13·C) + 2·C the parameters (the
 // lm_head shares wte's weights), B the batch size, T the block size, L
-// the blocks, C the width and V = 256 the vocabulary: six copies of the
+// the blocks, C the width and V the vocabulary (256 for text, a prepared
+// dataset's from its index): six copies of the
 // parameters, the activations backward needs (24 floats per token and
 // unit of width per block; the embeddings, the logits, their softmax and
 // gradient), the loader's three buffers of inputs and targets, and one
 // attention score matrix. It names the size flag that weighs most.
 func (c Config) MemoryEstimate() jobflag.Memory {
 	d := c.withDefaults()
+	V := float64(dataVocab(d.Data))
 	params := func() float64 {
 		C, T, L := float64(d.NEmbd), float64(d.BlockSize), float64(d.NLayer)
-		return vocabSize*C + T*C + L*(12*C*C+13*C) + 2*C
+		return V*C + T*C + L*(12*C*C+13*C) + 2*C
 	}
 	acts := func() float64 {
 		B, C, T, L := float64(d.BatchSize), float64(d.NEmbd), float64(d.BlockSize), float64(d.NLayer)
-		return B*T*(L*memPerTokenWidth*C+4*C+3*vocabSize+loaderWords) + T*T
+		return B*T*(L*memPerTokenWidth*C+4*C+3*V+loaderWords) + T*T
 	}
 	bytes := func() float64 { return memBase + 4*(memStateCopies*params()+acts()) }
 	parts := func() string {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/gotrain/gotrain/data"
+	"github.com/gotrain/gotrain/data/text"
 	"github.com/gotrain/gotrain/datasets/gotext"
 	"github.com/gotrain/gotrain/distributed"
 	"github.com/gotrain/gotrain/harness"
@@ -54,7 +55,7 @@ func parityConfig(f *parityFixture, world int) Config {
 // parityBatch is rank's share of step's global batch: the training split
 // of the shipped corpus at the fixture's offsets.
 func parityBatch(j *job, f *parityFixture, step, rank, world int) data.Batch {
-	tokens := j.tok.Encode(gotext.Corpus())
+	tokens := text.ByteTokenizer{}.Encode(gotext.Corpus())
 	T, per := f.BlockSize, f.GlobalBatch/world
 	b := data.Batch{T: T}
 	for _, o := range f.Offsets[step][rank*per : (rank+1)*per] {

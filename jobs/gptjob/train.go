@@ -25,6 +25,10 @@ func (j *job) Step(ctx context.Context, s harness.Step, b data.Batch) (float64, 
 // step is Step without the garbage collection.
 func (j *job) step(ctx context.Context, s harness.Step, b data.Batch) (float64, error) {
 	B, T := b.Len(), b.T
+	// A token id outside the vocabulary, named by its file and position.
+	if err := j.data.dataErr(); err != nil {
+		return 0, fmt.Errorf("gptjob: %w", err)
+	}
 	if err := j.model.Check(b.Inputs, B, T); err != nil {
 		return 0, fmt.Errorf("gptjob: %w", err)
 	}
@@ -68,6 +72,9 @@ func (j *job) step(ctx context.Context, s harness.Step, b data.Batch) (float64, 
 // step trains at.
 func (j *job) Evaluate(context.Context) ([]harness.Metric, error) {
 	j.valLoss = j.evaluate()
+	if err := j.data.dataErr(); err != nil {
+		return nil, fmt.Errorf("gptjob: %w", err)
+	}
 	return []harness.Metric{{Name: "val_loss", Value: j.valLoss}, {Name: "lr", Value: j.opt.LR(), Format: "%.3g"}}, nil
 }
 
@@ -137,9 +144,10 @@ func (j *job) evaluate() float64 {
 	return sum / float64(n)
 }
 
-// generate samples n bytes from the model after a newline (as nanoGPT's
-// sample.py starts), at cfg.Temperature (0: the most likely byte each
-// time), the context cropped to the block size.
+// generate samples n tokens (bytes for text data) from the model after a
+// newline (as nanoGPT's sample.py starts), at cfg.Temperature (0: the
+// most likely token each time), the context cropped to the block size,
+// and decodes them with the data's tokenizer.
 func (j *job) generate(n int) (string, error) {
 	temperature, topK := float32(*j.cfg.Temperature), 0
 	if temperature <= 0 {
@@ -147,10 +155,11 @@ func (j *job) generate(n int) (string, error) {
 	}
 	var ids []int
 	var err error
-	j.run.Autocast(func() { ids, err = j.model.Generate([]int{'\n'}, n, temperature, topK, tensor.NewRNG(j.cfg.Seed+1)) })
+	prompt := samplePrompt(j.tok, j.data.vocab)
+	j.run.Autocast(func() { ids, err = j.model.Generate(prompt, n, temperature, topK, tensor.NewRNG(j.cfg.Seed+1)) })
 	if err == nil {
 		var s string
-		if s, err = j.tok.Decode(ids[1:]); err == nil {
+		if s, err = j.tok.Decode(ids[len(prompt):]); err == nil {
 			return s, nil
 		}
 	}
