@@ -73,9 +73,8 @@ type GPTMLP struct {
 
 // Forward maps [B, T, C] to [B, T, C].
 func (m *GPTMLP) Forward(x *tensor.Tensor) *tensor.Tensor {
-	h := m.CFc.Forward(x)
-	a := m.GELU.Forward(h)
-	tensor.Recycle(h, a) // only the graph reads them
+	a := nn.LinearGELU(m.CFc, m.GELU, x) // c_fc and GELU as one op
+	tensor.Recycle(a)                    // only the graph reads it
 	return m.Dropout.Forward(m.CProj.Forward(a))
 }
 
