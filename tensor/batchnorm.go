@@ -107,17 +107,12 @@ func (bn batchNormGeom) channelStats(x []float32, lo, hi int, runningMean, runni
 	for ch := lo; ch < hi; ch++ {
 		var sum float64
 		for i := 0; i < bn.n; i++ {
-			for _, xv := range bn.row(x, i, ch) {
-				sum += float64(xv)
-			}
+			sum += sum64(bn.row(x, i, ch))
 		}
 		mu := sum / float64(m)
 		var sq float64
 		for i := 0; i < bn.n; i++ {
-			for _, xv := range bn.row(x, i, ch) {
-				d := float64(xv) - mu
-				sq += d * d
-			}
+			sq += sqDev64(bn.row(x, i, ch), mu)
 		}
 		v := sq / float64(m)
 		if training && runningMean != nil {
@@ -195,12 +190,12 @@ func (bn batchNormGeom) backwardChannel(ch int, g, xhat []float32, x, weight, bi
 	var sg, sgh float64
 	for i := 0; i < n; i++ {
 		off := (i*c + ch) * s
-		for j, gv := range g[off : off+s] {
-			sg += float64(gv)
-			if xhat != nil {
-				sgh += float64(gv) * float64(xhat[off+j])
-			}
+		if xhat == nil {
+			sg += sum64(g[off : off+s])
+			continue
 		}
+		a, b := sumDot64(g[off:off+s], xhat[off:off+s])
+		sg, sgh = sg+a, sgh+b
 	}
 	if weight.needsGrad() {
 		weight.accGrad()[ch] += float32(sgh)
@@ -230,4 +225,63 @@ func (bn batchNormGeom) backwardChannel(ch int, g, xhat []float32, x, weight, bi
 			gx[off+j] += k * (gv - mg - xhat[off+j]*mgh)
 		}
 	}
+}
+
+// The channel sums below run in float64 over four interleaved partial
+// sums, added at the end: one chain would wait for each add's latency.
+// The order differs from a single chain's by float64 rounding only, far
+// below the float32 results'.
+
+// sum64 is Σv in float64.
+func sum64(v []float32) float64 {
+	var s0, s1, s2, s3 float64
+	j := 0
+	for ; j+4 <= len(v); j += 4 {
+		s0 += float64(v[j])
+		s1 += float64(v[j+1])
+		s2 += float64(v[j+2])
+		s3 += float64(v[j+3])
+	}
+	for ; j < len(v); j++ {
+		s0 += float64(v[j])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// sqDev64 is Σ(v − mu)² in float64.
+func sqDev64(v []float32, mu float64) float64 {
+	var s0, s1, s2, s3 float64
+	j := 0
+	for ; j+4 <= len(v); j += 4 {
+		d0, d1 := float64(v[j])-mu, float64(v[j+1])-mu
+		d2, d3 := float64(v[j+2])-mu, float64(v[j+3])-mu
+		s0 += d0 * d0
+		s1 += d1 * d1
+		s2 += d2 * d2
+		s3 += d3 * d3
+	}
+	for ; j < len(v); j++ {
+		d := float64(v[j]) - mu
+		s0 += d * d
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// sumDot64 is Σg and Σg·h in float64 (h at least as long as g).
+func sumDot64(g, h []float32) (sum, dot float64) {
+	h = h[:len(g)]
+	var s0, s1, d0, d1 float64
+	j := 0
+	for ; j+2 <= len(g); j += 2 {
+		g0, g1 := float64(g[j]), float64(g[j+1])
+		s0 += g0
+		s1 += g1
+		d0 += g0 * float64(h[j])
+		d1 += g1 * float64(h[j+1])
+	}
+	for ; j < len(g); j++ {
+		s0 += float64(g[j])
+		d0 += float64(g[j]) * float64(h[j])
+	}
+	return s0 + s1, d0 + d1
 }

@@ -131,10 +131,11 @@ const convMinFlops = 1 << 20
 // unrolled with im2col, a block of output rows at a time, and multiplied by
 // the weight matrix [O, C·KH·KW]; images are spread over goroutines when
 // the batch is large enough. On amd64 CPUs with AVX2 (in 6×64 tiles
-// where they have AVX-512, 6×16 ones otherwise), stride-1 float32
-// convolutions run as implicit GEMMs instead, reading the image in place
-// (the same results up to float rounding; see conv_implicit.go); under
-// native bf16 autocast they keep the im2col path. Those of them with an
+// where they have AVX-512, 6×16 ones otherwise), float32 convolutions
+// run as implicit GEMMs instead, reading the image in place, or for a
+// stride above 1 its planes split into their stride×stride phases (the
+// same results up to float rounding; see conv_implicit.go); under native
+// bf16 autocast they keep the im2col path. Those of them with an
 // odd square kernel, padding half of it, and output rows under 16 pixels
 // (ResNet's last stages) lay several images side by side in each product
 // (see conv_stacked.go).
@@ -604,12 +605,7 @@ func (g convGeom) mergePartials(gw, gb []float32, partialW, partialB [][]float32
 	for wk := 0; wk < used; wk++ {
 		if dw := partialW[wk]; dw != nil {
 			if transposed {
-				for oc := 0; oc < g.o; oc++ {
-					row := gw[oc*ckk : (oc+1)*ckk]
-					for j := range row {
-						row[j] += dw[j*g.o+oc]
-					}
-				}
+				addTransposed(gw, dw, g.o, ckk)
 			} else {
 				addTo(gw, dw)
 			}

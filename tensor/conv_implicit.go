@@ -2,7 +2,7 @@ package tensor
 
 import "github.com/gotrain/gotrain/internal/kernels"
 
-// Implicit-GEMM convolution (stride 1): the products read the image
+// Implicit-GEMM convolution: the products read the image
 // through a table of row offsets instead of an im2col matrix. On the
 // image's (padded) planes of width wp, the column matrix's row for
 // channel ci and tap (i, j) is the plane data from ci·hp·wp + i·dh·wp +
@@ -26,6 +26,13 @@ import "github.com/gotrain/gotrain/internal/kernels"
 //     gradient at its tap's offset (kernels.SgemmAddOffsetC): col2im
 //     without the column matrix; the dropped columns add zeros.
 //
+// A strided convolution first splits the image's padded planes into their
+// stride×stride phases (see tapGeom): each tap then reads one phase plane
+// at stride 1, and the above applies to the phase planes (wq wide) as it
+// does to the padded ones; the input gradient is summed in phase planes
+// and gathered back. No tap reads a pixel it does not use but in the
+// dropped columns.
+//
 // Results differ from the im2col path's in rounding only: the forward
 // sums run in the same order but in other k blocks (one of 288 steps, not
 // 256 and 32), the gradients' in another order. The fused and unfused ops
@@ -43,33 +50,55 @@ var implicitConv = true
 var implicitForwardMinK = 32
 
 // implicit reports whether g runs as an implicit GEMM when its images
-// are spread over goroutines with minItems each: stride 1, a kernel
-// larger than 1×1 (a 1×1 one needs no im2col anyway), the CPU's kernels
-// present, and either one thread or enough images to fill them all (the
-// implicit products run on one goroutine each).
+// are spread over goroutines with minItems each: not a direct convolution
+// (a 1×1 kernel at stride 1 without padding needs no im2col anyway), a
+// strided one only with output rows of at least stridedMinRow pixels, the
+// CPU's kernels present, and either one thread or enough images to fill
+// them all (the implicit products run on one goroutine each).
 func (g convGeom) implicit(minItems int) bool {
-	if !implicitConv || g.bf16 || !kernels.ImplicitConv() || g.sh != 1 || g.sw != 1 || g.direct() {
+	if !implicitConv || g.bf16 || !kernels.ImplicitConv() || g.direct() {
+		return false
+	}
+	if (g.sh > 1 || g.sw > 1) && g.ow < stridedMinRow {
 		return false
 	}
 	t := kernels.NumThreads()
 	return t == 1 || g.n/max(minItems, 1) >= t
 }
 
+// stridedMinRow is the narrowest output row a strided convolution runs
+// as an implicit GEMM with. Narrower rows (ResNet's downsampling to 8×8
+// and 4×4 at CIFAR size) leave most of each image's 64-column tiles
+// empty in the input gradient's product, where the im2col path's SGEMM
+// puts the long dimension along the tiles instead; a stride-1
+// convolution gets the same effect by stacking images (conv_stacked.go),
+// which a strided one's phases do not allow.
+const stridedMinRow = kernels.OffsetBGridMinSeg
+
 // tapGeom is the layout of the implicit products of one convolution.
+//
+// With stride s, each padded plane is split into its s×s phases (rows ≡ a,
+// columns ≡ b mod s), each hq×wq: tap (i, j) of output pixel (y, x) reads
+// padded pixel (s·y + i·dh, s·x + j·dw), which is pixel (y + u0, x + v0)
+// of phase ((i·dh) mod s, (j·dw) mod s) with u0 = ⌊i·dh/s⌋, v0 = ⌊j·dw/s⌋.
+// A tap's row is then the phase plane from (u0, v0) on, as for stride 1
+// (one phase, hq×wq the padded plane), and the products are the same.
 type tapGeom struct {
 	hp, wp int                // padded plane
-	cols   int                // columns n' = (oh−1)·wp + ow of the implicit products
-	taps   kernels.RowOffsets // row (c, i, j): c·hp·wp + i·dh·wp + j·dw
+	hq, wq int                // one phase of it: ⌈hp/sh⌉×⌈wp/sw⌉
+	cols   int                // columns n' = (oh−1)·wq + ow of the implicit products
+	taps   kernels.RowOffsets // row (c, i, j): phase plane of (c, i, j) + u0·wq + v0
 }
 
 func (g convGeom) tapGeom() tapGeom {
 	t := tapGeom{hp: g.h + 2*g.ph, wp: g.w + 2*g.pw}
-	t.cols = (g.oh-1)*t.wp + g.ow
+	t.hq, t.wq = (t.hp+g.sh-1)/g.sh, (t.wp+g.sw-1)/g.sw
+	t.cols = (g.oh-1)*t.wq + g.ow
 	offs := make([]int, 0, g.ckk())
 	for ci := range g.cg() {
 		for i := range g.kh {
 			for j := range g.kw {
-				offs = append(offs, ci*t.hp*t.wp+i*g.dh*t.wp+j*g.dw)
+				offs = append(offs, t.tapOffset(g, ci, i, j))
 			}
 		}
 	}
@@ -77,16 +106,42 @@ func (g convGeom) tapGeom() tapGeom {
 	return t
 }
 
+// phases is the number of phase planes per channel.
+func (g convGeom) phases() int { return g.sh * g.sw }
+
+// tapOffset is where tap (i, j) of channel ci starts in the phase planes.
+func (t tapGeom) tapOffset(g convGeom, ci, i, j int) int {
+	pi, pj := i*g.dh, j*g.dw
+	phase := (ci*g.sh+pi%g.sh)*g.sw + pj%g.sw
+	return phase*t.hq*t.wq + pi/g.sh*t.wq + pj/g.sw
+}
+
+// planesLen is the length of one group's phase planes.
+func (t tapGeom) planesLen(g convGeom) int { return g.cg() * g.phases() * t.hq * t.wq }
+
 // srcLen is the length of a padded source buffer: the group's planes and
 // the slack the forward product may read past them.
-func (t tapGeom) srcLen(g convGeom) int { return g.cg()*t.hp*t.wp + kernels.OffsetBSlack }
+func (t tapGeom) srcLen(g convGeom) int { return t.planesLen(g) + kernels.OffsetBSlack }
 
 // source returns image i's channel group grp as the taps read it, need
-// elements from its start: x itself when it is not padded and that many
-// elements follow, else a copy in buf, whose padding must be zero (buf's
-// padding is never written, so a buffer cleared once serves every image).
+// elements from its start: x itself when it is neither padded nor strided
+// and that many elements follow, else a copy in buf, whose padding must be
+// zero (buf's padding is never written, so a buffer cleared once serves
+// every image).
 func (t tapGeom) source(g convGeom, x []float32, i, grp, need int, buf []float32) []float32 {
 	start := i*g.inSize() + grp*g.cg()*g.h*g.w
+	if g.sh > 1 || g.sw > 1 {
+		cols := t.phaseCols(g)
+		for ci := range g.cg() {
+			for y := range g.h {
+				row, d := x[start+(ci*g.h+y)*g.w:][:g.w], buf[t.phaseRow(g, ci, y):]
+				for k, v := range row {
+					d[cols[k]] = v
+				}
+			}
+		}
+		return buf
+	}
 	if g.ph == 0 && g.pw == 0 {
 		if len(x)-start >= need {
 			return x[start:]
@@ -103,6 +158,43 @@ func (t tapGeom) source(g convGeom, x []float32, i, grp, need int, buf []float32
 	return buf
 }
 
+// phaseRow is where input row y of channel ci (of its group) starts in the
+// phase planes, before phaseCols' column offsets.
+func (t tapGeom) phaseRow(g convGeom, ci, y int) int {
+	yp := y + g.ph
+	return ((ci*g.sh+yp%g.sh)*g.sw)*t.hq*t.wq + yp/g.sh*t.wq
+}
+
+// phaseCols returns, for each input column x, its offset from phaseRow in
+// the phase planes: its phase's plane and its place in the phase's row.
+func (t tapGeom) phaseCols(g convGeom) []int {
+	cols := make([]int, g.w)
+	for x := range cols {
+		xp := x + g.pw
+		cols[x] = xp%g.sw*t.hq*t.wq + xp/g.sw
+	}
+	return cols
+}
+
+// gatherPhases sets (fresh) or adds to the group's planes dxi [cg, h, w]
+// their pixels in the phase planes dxp of a strided convolution.
+func (t tapGeom) gatherPhases(g convGeom, dxi, dxp []float32, cols []int, fresh bool) {
+	for c := range g.cg() {
+		for y := range g.h {
+			d, s := dxi[(c*g.h+y)*g.w:][:g.w], dxp[t.phaseRow(g, c, y):]
+			if fresh {
+				for k := range d {
+					d[k] = s[cols[k]]
+				}
+				continue
+			}
+			for k := range d {
+				d[k] += s[cols[k]]
+			}
+		}
+	}
+}
+
 // zeroedBuf returns a recycled buffer of n zeros.
 func zeroedBuf(n int) []float32 {
 	b := getBuf(n)
@@ -115,9 +207,9 @@ func conv2dForwardImplicit(g convGeom, minItems int, xd, wd []float32, b *Tensor
 	ckk, p, og := g.ckk(), g.plane(), g.og()
 	outLen, mlen := g.outLen(ep), kernels.ReluMaskLen(g.o*p)
 	t := g.tapGeom()
-	// The last tap's row ends where the planes do (stride 1), and the
-	// product reads up to OffsetBSlack past it.
-	need := g.cg()*t.hp*t.wp + kernels.OffsetBSlack
+	// No tap's row ends past the planes, and the product reads up to
+	// OffsetBSlack past a row.
+	need := t.srcLen(g)
 	parallelFor(g.n, minItems, func(_, lo, hi int) {
 		// src is a padded (or, for the batch's last image, slack-extended)
 		// image; raw, for narrow outputs, one group's product on the
@@ -143,7 +235,7 @@ func conv2dForwardImplicit(g convGeom, minItems int, xd, wd []float32, b *Tensor
 					// Output rows of at least a panel: the product skips
 					// the dropped columns and writes the output itself.
 					yg := yi[grp*og*p : (grp+1)*og*p]
-					kernels.SgemmOffsetBGrid(og, p, ckk, wd[grp*og*ckk:], ckk, x, t.taps, g.ow, t.wp, 0, yg, p)
+					kernels.SgemmOffsetBGrid(og, p, ckk, wd[grp*og*ckk:], ckk, x, t.taps, g.ow, t.wq, 0, yg, p)
 					if b != nil {
 						for oc := range og {
 							plane := yg[oc*p : (oc+1)*p]
@@ -158,9 +250,9 @@ func conv2dForwardImplicit(g convGeom, minItems int, xd, wd []float32, b *Tensor
 				for oc := range og {
 					dst, rows := yi[(grp*og+oc)*p:][:p], raw[oc*t.cols:]
 					if b == nil {
-						kernels.CopyRows(false, dst, g.ow, rows, t.wp, g.oh, g.ow)
+						kernels.CopyRows(false, dst, g.ow, rows, t.wq, g.oh, g.ow)
 					} else {
-						kernels.RowsBias(dst, g.ow, rows, t.wp, g.oh, g.ow, b.data[grp*og+oc])
+						kernels.RowsBias(dst, g.ow, rows, t.wq, g.oh, g.ow, b.data[grp*og+oc])
 					}
 				}
 			}
@@ -192,15 +284,7 @@ func (g convGeom) tapWeights(wd []float32) []float32 {
 	cg, og, kk := g.cg(), g.og(), g.kh*g.kw
 	wt := getBuf(g.groups * kk * cg * og)
 	for grp := range g.groups {
-		dst := wt[grp*kk*cg*og:]
-		for o := range og {
-			for c := range cg {
-				src := wd[((grp*og+o)*cg+c)*kk:][:kk]
-				for t, v := range src {
-					dst[(t*cg+c)*og+o] = v
-				}
-			}
-		}
+		tapMajor(wt[grp*kk*cg*og:], wd[grp*og*cg*kk:], og, cg, kk)
 	}
 	return wt
 }
@@ -212,7 +296,7 @@ func (g convGeom) colTaps(t tapGeom) kernels.RowOffsets {
 	for i := range g.kh {
 		for j := range g.kw {
 			for c := range g.cg() {
-				offs = append(offs, c*t.hp*t.wp+i*g.dh*t.wp+j*g.dw)
+				offs = append(offs, t.tapOffset(g, c, i, j))
 			}
 		}
 	}
@@ -243,7 +327,13 @@ func conv2dBackwardImplicit(g convGeom, minItems int, x, w, b *Tensor, xd, wd []
 		defer putBuf(wt)
 		ctaps = g.colTaps(t)
 	}
-	padded := g.ph > 0 || g.pw > 0
+	// A padded or strided input gradient is summed in the taps' planes,
+	// then taken out of them.
+	padded := g.ph > 0 || g.pw > 0 || g.sh > 1 || g.sw > 1
+	var cols []int
+	if g.sh > 1 || g.sw > 1 {
+		cols = t.phaseCols(g)
+	}
 	workers := min(kernels.NumThreads(), g.n)
 	partialW := make([][]float32, workers)
 	partialB := make([][]float32, workers)
@@ -259,7 +349,7 @@ func conv2dBackwardImplicit(g convGeom, minItems int, x, w, b *Tensor, xd, wd []
 			src = zeroedBuf(t.srcLen(g))
 		}
 		if needX && padded {
-			dxp = getBuf(cg * t.hp * t.wp)
+			dxp = getBuf(t.planesLen(g))
 		}
 		if bufLen > 0 {
 			gbuf = getBuf(bufLen)
@@ -285,13 +375,13 @@ func conv2dBackwardImplicit(g convGeom, minItems int, x, w, b *Tensor, xd, wd []
 			gi = cast.into(rbuf, gi)
 			if needX {
 				for oc := range g.o {
-					kernels.CopyRows(false, gp[oc*t.cols:], t.wp, gi[oc*p:], g.ow, g.oh, g.ow)
+					kernels.CopyRows(false, gp[oc*t.cols:], t.wq, gi[oc*p:], g.ow, g.oh, g.ow)
 				}
 			}
 			for grp := range g.groups {
 				if needW {
 					xs := t.source(g, xd, i, grp, 0, src)
-					kernels.SgemmAddOffsetASegments(ckk, og, g.oh, g.ow, t.wp, xs, t.taps, gi[grp*og*p:], p, dw[grp*og:], g.o)
+					kernels.SgemmAddOffsetASegments(ckk, og, g.oh, g.ow, t.wq, xs, t.taps, gi[grp*og*p:], p, dw[grp*og:], g.o)
 				}
 				if !needX {
 					continue
@@ -307,6 +397,10 @@ func conv2dBackwardImplicit(g convGeom, minItems int, x, w, b *Tensor, xd, wd []
 				}
 				clear(dxp)
 				kernels.SgemmAddOffsetC(ckk, t.cols, og, wg, og, gg, t.cols, dxp, ctaps)
+				if cols != nil {
+					t.gatherPhases(g, dxi, dxp, cols, freshX)
+					continue
+				}
 				for c := range cg {
 					for y := range g.h {
 						s := dxp[(c*t.hp+y+g.ph)*t.wp+g.pw:][:g.w]

@@ -9,8 +9,11 @@ import (
 )
 
 // implicitCases are stride-1 convolutions (the implicit GEMM's domain)
-// with odd sizes, padding, dilation and groups, plus one of stride 2,
-// which must keep to the im2col path.
+// with odd sizes, padding, dilation and groups, and strided ones (on
+// phase-split planes; rows of stridedMinRow pixels or more but for the
+// first, which keeps to im2col): ResNet's downsampling 3×3 and 1×1
+// convolutions, odd sizes, uneven strides, stride with dilation and with
+// groups.
 var implicitCases = []struct {
 	name string
 	x, w []int
@@ -31,6 +34,14 @@ var implicitCases = []struct {
 	{"dilation past the output", []int{2, 2, 4, 5}, []int{3, 2, 2, 2}, ConvOptions{Dilation: [2]int{3, 1}}, true},
 	{"pad 1x0 dilation 3x2", []int{2, 2, 5, 6}, []int{3, 2, 3, 2}, ConvOptions{Padding: [2]int{1, 0}, Dilation: [2]int{3, 2}}, true},
 	{"stride 2", []int{2, 3, 11, 9}, []int{4, 3, 3, 3}, ConvOptions{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}, true},
+	{"ResNet stride 2 3x3", []int{2, 16, 32, 32}, []int{24, 16, 3, 3}, ConvOptions{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}, false},
+	{"ResNet stride 2 1x1", []int{3, 16, 32, 32}, []int{32, 16, 1, 1}, ConvOptions{Stride: [2]int{2, 2}}, false},
+	{"stride 2 wide rows", []int{2, 4, 34, 40}, []int{7, 4, 3, 3}, ConvOptions{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}, true},
+	{"stride 2 no pad odd", []int{2, 3, 9, 37}, []int{5, 3, 3, 3}, ConvOptions{Stride: [2]int{2, 2}}, true},
+	{"stride 3x2 pad 2x0", []int{2, 3, 13, 35}, []int{4, 3, 4, 3}, ConvOptions{Stride: [2]int{3, 2}, Padding: [2]int{2, 0}}, true},
+	{"stride 2 dilation 2 pad 2", []int{2, 3, 12, 35}, []int{5, 3, 3, 3}, ConvOptions{Stride: [2]int{2, 2}, Padding: [2]int{2, 2}, Dilation: [2]int{2, 2}}, false},
+	{"stride 2 groups 2 5x5", []int{2, 4, 15, 33}, []int{6, 2, 5, 5}, ConvOptions{Stride: [2]int{2, 2}, Padding: [2]int{2, 2}, Groups: 2}, true},
+	{"stride 4x1", []int{2, 2, 17, 17}, []int{3, 2, 2, 2}, ConvOptions{Stride: [2]int{4, 1}, Padding: [2]int{1, 1}}, true},
 }
 
 // TestConv2dImplicitMatchesIm2col runs each case through the implicit
