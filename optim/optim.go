@@ -35,7 +35,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
+	"github.com/gotrain/gotrain/internal/kernels"
 	"github.com/gotrain/gotrain/internal/option"
 	"github.com/gotrain/gotrain/tensor"
 )
@@ -178,12 +180,51 @@ func (c *core) Step() {
 	}
 }
 
-// apply runs the update rule on one parameter.
+// updateSplitMin is the fewest elements per goroutine worth spreading an
+// update over threads: below it the wake-up costs more than the pass, and
+// updateSplitAlign keeps every chunk but the last a whole number of any
+// kernel's vectors, so each element is computed by the same code path as
+// in one pass and the result is the same bits.
+const (
+	updateSplitMin   = 1 << 15
+	updateSplitAlign = 64
+)
+
+// apply runs the update rule on one parameter. Every rule is element by
+// element, so a large parameter is split into disjoint chunks updated on
+// up to kernels.NumThreads goroutines.
 func (c *core) apply(p, g []float32, slots [][]float32, step int64, grp *group) {
 	if cap(c.scratch) < len(p) {
 		c.scratch = make([]float32, len(p))
 	}
-	c.update(p, g, c.scratch[:len(p)], slots, step, grp)
+	scratch := c.scratch[:len(p)]
+	workers := min(kernels.NumThreads(), len(p)/updateSplitMin)
+	if workers <= 1 {
+		c.update(p, g, scratch, slots, step, grp)
+		return
+	}
+	chunk := func(w int) {
+		lo := w * len(p) / workers / updateSplitAlign * updateSplitAlign
+		hi := len(p)
+		if w+1 < workers {
+			hi = (w + 1) * len(p) / workers / updateSplitAlign * updateSplitAlign
+		}
+		sub := make([][]float32, len(slots))
+		for k, s := range slots {
+			sub[k] = s[lo:hi]
+		}
+		c.update(p[lo:hi], g[lo:hi], scratch[lo:hi], sub, step, grp)
+	}
+	var wg sync.WaitGroup
+	for w := 1; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			chunk(w)
+		}()
+	}
+	chunk(0)
+	wg.Wait()
 }
 
 // ZeroGrad sets every gradient to zero in place.

@@ -63,7 +63,7 @@ func Linear(x, w, b *Tensor) *Tensor {
 			xd, wd = x.data, w.data
 		}
 		if b.needsGrad() {
-			kernels.SumRows(b.accGrad(), g, rows)
+			sumRows(b.accGrad(), g, rows)
 		}
 		g = cast.of(g)
 		if x.needsGrad() {

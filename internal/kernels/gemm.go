@@ -68,7 +68,9 @@ var genericGemm = &gemmImpl{name: "generic", mr: 4, nr: 16, kc: 256, mc: 128, nc
 // summed by the same kernel in the same order.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	checkGemmArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	t0, obs := observeStart()
 	sgemmWith(gemm, NumThreads(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, nil, c, ldc)
+	observeEnd(obs, t0, false, transA, transB, m, n, k)
 }
 
 // SgemmBias computes C = alpha·op(A)·op(B) + bias, bias[j] added to every
@@ -85,7 +87,9 @@ func SgemmBias(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 	if m == 0 || n == 0 {
 		return
 	}
+	t0, obs := observeStart()
 	sgemmWith(gemm, NumThreads(), transA, transB, m, n, k, alpha, a, lda, b, ldb, 1, bias[:n], c, ldc)
+	observeEnd(obs, t0, false, transA, transB, m, n, k)
 }
 
 // SgemmSerial is Sgemm on the calling goroutine only, whatever NumThreads
@@ -95,7 +99,9 @@ func SgemmBias(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 // same cores.
 func SgemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	checkGemmArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	t0, obs := observeStart()
 	sgemmWith(gemm, 1, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, nil, c, ldc)
+	observeEnd(obs, t0, true, transA, transB, m, n, k)
 }
 
 func checkGemmArgs(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
@@ -169,8 +175,8 @@ func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, al
 	flops := 2 * m * n * k
 	if threads > 1 && flops >= parallelMinFlops {
 		// Split along n unless n is too narrow to give every thread at
-		// least one register block.
-		if n >= threads*impl.nr || n >= m {
+		// least one register block, or m splits into more even parts.
+		if splitAlongN(impl, threads, m, n) {
 			parts := splitBlocks(n, impl.nr, threads)
 			if len(parts) > 1 {
 				runParallel(len(parts), func(t int) {
@@ -204,6 +210,33 @@ func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, al
 	}
 	sgemmSerial(impl, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, bias, c, ldc)
 }
+
+// splitAlongN reports whether sgemmWith splits C's columns rather than
+// its rows over threads. Columns come first: every thread then packs only
+// its own part of B. Rows win when n is too narrow to give every thread a
+// register block, or when whole blocks of n divide unevenly (784 columns
+// are 7 and 6 blocks of 64, one thread idle an eighth of the time) and the
+// rows, at least splitMinRows per thread, divide more evenly; packing all
+// of B per thread then costs k·n against m·n·k/threads of work.
+func splitAlongN(impl *gemmImpl, threads, m, n int) bool {
+	if n < threads*impl.nr && n < m {
+		return false
+	}
+	if m < threads*splitMinRows {
+		return true
+	}
+	// The first part is the largest: compare its share of each side.
+	np, mp := splitBlocks(n, impl.nr, threads), splitBlocks(m, impl.mr, threads)
+	if len(mp) < len(np) {
+		return true
+	}
+	nw, mw := np[0][1]-np[0][0], mp[0][1]-mp[0][0]
+	return nw*m <= mw*n
+}
+
+// splitMinRows is the fewest rows of C per thread for which sgemmWith
+// splits rows to balance threads when it could split columns.
+const splitMinRows = 48
 
 // swapMaxN is the widest C computed as a transposed product: a C of few
 // columns (the logits layer's 10) fills only part of each vector, while its
