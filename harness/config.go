@@ -43,6 +43,12 @@ type Config struct {
 	// PyTorch) with a training checkpoint beside it (see
 	// checkpoint.SaveTraining): at the end of every epoch and of the run,
 	// and every SaveEvery steps. "" saves nothing.
+	// With Sharding the training checkpoint is instead a sharded one in
+	// ShardedDir(Save), each rank writing its shards (see
+	// checkpoint.SaveSharded), and the model is gathered and written to
+	// Save when Train ends (`gotrain checkpoint consolidate` makes one of
+	// any sharded checkpoint). Resume loads the newer of the two kinds,
+	// a sharded one also into a DDP run and at another world size.
 	Save string
 	// Resume continues from Save's training checkpoint if rank 0 has one;
 	// it needs Save.
@@ -57,6 +63,32 @@ type Config struct {
 	// refused on a CPU without one) or "bf16-emulated" (the same numerics
 	// rounded in software, slower than fp32: for accuracy studies).
 	Precision string
+
+	// Sharding shards the model's training state over the ranks (see
+	// package ddp/fsdp and Run.Wrap): "zero1" (the optimizer state),
+	// "zero2" (and the gradients), "full" (and the parameters) or
+	// "hybrid" (full within a node, replicated across nodes). "" or
+	// "none" trains with DDP. Checkpoints are then sharded (see
+	// ShardedDir).
+	Sharding string
+
+	// LocalSGD, if set, trains each rank's replica on its own and
+	// averages the parameters every LocalSGD steps (ddp/localsgd);
+	// DiLoCo, if set, syncs every DiLoCo steps with DiLoCo's outer
+	// optimizer instead. Neither goes with Sharding or with the other.
+	LocalSGD, DiLoCo int
+	// DiLoCoOuterLR and DiLoCoOuterMomentum are DiLoCo's outer SGD's
+	// learning rate and Nesterov momentum; nil means the paper's 0.7 and
+	// 0.9.
+	DiLoCoOuterLR, DiLoCoOuterMomentum *float64
+	// DiLoCoFragments syncs the parameters in this many staggered
+	// fragments (streaming DiLoCo; also allowed with LocalSGD); 0 means 1.
+	DiLoCoFragments int
+	// DiLoCoBF16 sends DiLoCo's outer gradients as bfloat16.
+	DiLoCoBF16 bool
+	// DiLoCoDelay overlaps a fragment's reduction with this many inner
+	// steps; 0 applies it at once.
+	DiLoCoDelay int
 
 	// Progress reports progress (see package progress): a bar per epoch,
 	// or per evaluation interval, and a line at its end; on a terminal
@@ -170,8 +202,27 @@ func (c *Config) check() error {
 		return errors.New("Resume needs Save, the checkpoint to resume from")
 	case c.SaveEvery > 0 && c.Save == "":
 		return fmt.Errorf("SaveEvery %d needs Save, where to checkpoint", c.SaveEvery)
+	case c.LocalSGD < 0 || c.DiLoCo < 0:
+		return fmt.Errorf("LocalSGD %d, DiLoCo %d: want at least 1 (0 for none)", c.LocalSGD, c.DiLoCo)
+	case c.LocalSGD > 0 && c.DiLoCo > 0:
+		return fmt.Errorf("LocalSGD %d and DiLoCo %d: choose one", c.LocalSGD, c.DiLoCo)
+	case c.syncEvery() > 0 && c.sharded():
+		return fmt.Errorf("Sharding %q with LocalSGD or DiLoCo: a local-SGD replica holds the whole model; choose one", c.Sharding)
+	case c.DiLoCo == 0 && (c.DiLoCoOuterLR != nil || c.DiLoCoOuterMomentum != nil || c.DiLoCoBF16 || c.DiLoCoDelay != 0):
+		return errors.New("DiLoCoOuterLR, DiLoCoOuterMomentum, DiLoCoBF16 and DiLoCoDelay need DiLoCo")
+	case c.DiLoCoFragments != 0 && c.syncEvery() == 0:
+		return fmt.Errorf("DiLoCoFragments %d needs DiLoCo or LocalSGD", c.DiLoCoFragments)
+	case c.DiLoCoOuterLR != nil && !(*c.DiLoCoOuterLR > 0):
+		return fmt.Errorf("DiLoCoOuterLR %v: want a positive learning rate", *c.DiLoCoOuterLR)
+	case c.DiLoCoOuterMomentum != nil && !(*c.DiLoCoOuterMomentum >= 0 && *c.DiLoCoOuterMomentum < 1):
+		return fmt.Errorf("DiLoCoOuterMomentum %v: want at least 0 and below 1", *c.DiLoCoOuterMomentum)
+	case c.DiLoCoFragments < 0 || c.DiLoCoDelay < 0:
+		return fmt.Errorf("DiLoCoFragments %d, DiLoCoDelay %d: want at least 0", c.DiLoCoFragments, c.DiLoCoDelay)
 	case c.OnNaN != "" && c.OnNaN != OnNaNStop && c.OnNaN != OnNaNSkip && c.OnNaN != OnNaNWarn:
 		return fmt.Errorf("OnNaN %q: want stop, skip or warn", c.OnNaN)
+	}
+	if err := checkSharding(c.Sharding); err != nil {
+		return err
 	}
 	return checkPrecision(c.Precision)
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/gotrain/gotrain/checkpoint"
 	"github.com/gotrain/gotrain/data"
 	"github.com/gotrain/gotrain/ddp"
+	"github.com/gotrain/gotrain/ddp/fsdp"
+	"github.com/gotrain/gotrain/ddp/localsgd"
 	"github.com/gotrain/gotrain/distributed"
 	"github.com/gotrain/gotrain/event"
 	"github.com/gotrain/gotrain/internal/logging"
@@ -39,6 +41,16 @@ type Run struct {
 	resumed       bool               // Resume has run
 	closed        bool
 	nan           *guard // Train's watch over non-finite steps, made by its first call
+
+	fm           *fsdp.Model      // with Config.Sharding in a group, after Wrap
+	lm           *localsgd.Model  // with Config.LocalSGD or DiLoCo in a group, made by startLocal
+	localModule  nn.Module        // what startLocal wraps
+	module       nn.Module        // the model Wrap was given
+	params       []*tensor.Tensor // the wrapper's Parameters
+	optParams    []*tensor.Tensor // the optimizer's parameters in its order (DecayGroups'), else params
+	rss          []int64          // every rank's peak RSS in MiB, gathered by Train under sharding or local SGD
+	tokens       int64            // samples (or tokens) this rank trained on in this run
+	countsTokens bool             // tokens counts tokens (Loop.Tokens)
 }
 
 // Start begins a run: it checks cfg (an error names the field and the
@@ -113,18 +125,38 @@ func (a alone) Parameters() []*tensor.Tensor { return a.params }
 // Backward average the gradients. Keep model itself for what the
 // replica does outside training: evaluating, sampling, saving. Close
 // releases the wrapper; a program wraps one model per Run.
+//
+// With Config.Sharding it is model wrapped in fsdp (ddp/fsdp, its
+// default units), whose Parameters are this rank's shards: group them
+// with DecayGroups or ParamDim and clip with ClipGradNorm. With
+// Config.LocalSGD or DiLoCo it is model itself, which Train wraps in
+// ddp/localsgd once it has the optimizer. Both reduce in float32 and
+// take no DDP option: opts other than a plain allreduce are for a
+// caller to refuse (the command line does).
 func (r *Run) Wrap(ctx context.Context, model nn.Module, opts ...ddp.Option) (Model, error) {
-	if r.dm != nil {
+	if r.dm != nil || r.fm != nil || r.localModule != nil {
 		panic("harness: Wrap: the run has wrapped a model already")
 	}
+	r.module = model
 	if r.pg == nil {
-		return alone{model, nn.Parameters(model)}, nil
+		if r.cfg.sharded() || r.cfg.syncEvery() > 0 {
+			r.log.Info("one rank: nothing to shard or sync; training the model as it is")
+		}
+		r.params = nn.Parameters(model)
+		return alone{model, r.params}, nil
+	}
+	switch {
+	case r.cfg.sharded():
+		return r.wrapSharded(ctx, model)
+	case r.cfg.syncEvery() > 0:
+		r.localModule, r.params = model, nn.Parameters(model)
+		return alone{model, r.params}, nil
 	}
 	dm, err := ddp.New(ctx, model, r.pg, append([]ddp.Option{ddp.GradientAsBucketView(true)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("harness: wrapping the model in DDP: %w", err)
 	}
-	r.dm = dm
+	r.dm, r.params = dm, dm.Parameters()
 	return dm, nil
 }
 
@@ -162,12 +194,46 @@ type sidecar struct {
 // resumes with the rest of its epoch re-sharded, and what the program
 // scaled to the world (a learning rate) is for it to rescale. Train
 // resumes first unless the program has called Resume.
+//
+// Of a training checkpoint and a sharded one (ShardedDir) it loads the
+// one rank 0 wrote last; a sharded checkpoint loads at any world size,
+// into a sharded run or a DDP one, and a sharded run refuses a DDP
+// checkpoint. With Config.LocalSGD or DiLoCo it first wraps the model
+// (see Wrap) with l.State.Optimizer as the inner optimizer and sets
+// l.State.CommHook to the wrapper, so that checkpoints carry its state.
 func (r *Run) Resume(ctx context.Context, l *Loop) (world int, err error) {
 	r.resumed = true
+	if r.optParams == nil {
+		r.optParams = r.params
+	}
+	if r.localModule != nil {
+		l.check()
+		if err := r.startLocal(ctx, l); err != nil {
+			return 0, err
+		}
+	}
 	if !r.cfg.Resume {
 		return 0, nil
 	}
 	l.check()
+	kind, err := r.newestCheckpoint(ctx)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case kind == shardedCheckpoint:
+		sc, err := r.resumeSharded(ctx, l)
+		if err != nil {
+			return 0, err
+		}
+		if err := r.restoreSidecar(l, sc, ShardedDir(r.cfg.Save)); err != nil {
+			return 0, err
+		}
+		r.log.Info("resumed", "checkpoint", ShardedDir(r.cfg.Save), "epoch", l.State.Epoch, "step", l.State.Step)
+		return sc.Sampler.Replicas, nil
+	case kind == trainingCheckpoint && r.fm != nil:
+		return 0, fmt.Errorf("harness: resuming: %s is a DDP checkpoint and a sharded run resumes only from a sharded one (%s): resume it without sharding", checkpoint.TrainingPath(r.cfg.Save), ShardedDir(r.cfg.Save))
+	}
 	var g checkpoint.Group // a nil *distributed.Group would not be a nil Group
 	if r.pg != nil {
 		g = r.pg
@@ -184,19 +250,41 @@ func (r *Run) Resume(ctx context.Context, l *Loop) (world int, err error) {
 		return 0, nil
 	}
 	l.State.Epoch, l.State.Step = st.Epoch, st.Step
+	if err := r.restoreSidecar(l, sc, r.cfg.Save); err != nil {
+		return 0, err
+	}
+	r.log.Info("resumed", "checkpoint", r.cfg.Save, "epoch", st.Epoch, "step", st.Step)
+	return sc.Sampler.Replicas, nil
+}
+
+// restoreSidecar puts the sampler's place and the program's Extra of a
+// checkpoint (from where) back into l.
+func (r *Run) restoreSidecar(l *Loop, sc *sidecar, where string) error {
 	if err := l.Sampler.Restore(sc.Sampler); err != nil {
-		return 0, fmt.Errorf("harness: resuming the sampler from %s: %w", r.cfg.Save, err)
+		return fmt.Errorf("harness: resuming the sampler from %s: %w", where, err)
 	}
 	if extra := l.State.Extra; extra != nil && len(sc.Extra) > 0 {
 		// Decoded aside first: a value that does not fit leaves Extra as it was.
 		v := reflect.New(reflect.TypeOf(extra).Elem())
 		if err := json.Unmarshal(sc.Extra, v.Interface()); err != nil {
-			return 0, fmt.Errorf("harness: resuming Extra from %s: %w", r.cfg.Save, err)
+			return fmt.Errorf("harness: resuming Extra from %s: %w", where, err)
 		}
 		reflect.ValueOf(extra).Elem().Set(v.Elem())
 	}
-	r.log.Info("resumed", "checkpoint", r.cfg.Save, "epoch", st.Epoch, "step", st.Step)
-	return sc.Sampler.Replicas, nil
+	return nil
+}
+
+// sidecarOf is what a checkpoint of l carries besides the tensors.
+func (r *Run) sidecarOf(l *Loop) (*sidecar, error) {
+	sc := &sidecar{Sampler: l.Sampler.State()}
+	if l.State.Extra != nil {
+		b, err := json.Marshal(l.State.Extra)
+		if err != nil {
+			return nil, fmt.Errorf("harness: encoding Extra: %w", err)
+		}
+		sc.Extra = b
+	}
+	return sc, nil
 }
 
 // stateGatherer is a comm hook state spread over the ranks
@@ -212,6 +300,9 @@ func (r *Run) checkpoint(ctx context.Context, m *meter, l *Loop) error {
 	if r.cfg.Save == "" {
 		return nil
 	}
+	if r.fm != nil {
+		return m.untimed("checkpoint", func() error { return r.saveSharded(ctx, l) })
+	}
 	if sg, ok := l.State.CommHook.(stateGatherer); ok && r.pg != nil {
 		err := m.untimed("checkpoint", func() error { return sg.GatherState(ctx, r.pg) })
 		if err != nil {
@@ -222,13 +313,9 @@ func (r *Run) checkpoint(ctx context.Context, m *meter, l *Loop) error {
 		return nil
 	}
 	return m.untimed("checkpoint", func() error {
-		sc := &sidecar{Sampler: l.Sampler.State()}
-		if l.State.Extra != nil {
-			b, err := json.Marshal(l.State.Extra)
-			if err != nil {
-				return fmt.Errorf("harness: encoding Extra: %w", err)
-			}
-			sc.Extra = b
+		sc, err := r.sidecarOf(l)
+		if err != nil {
+			return err
 		}
 		st := *l.State
 		st.Extra = sc
@@ -278,6 +365,7 @@ func (r *Run) Report(s event.Summary) error {
 	if r.rank != 0 {
 		return nil
 	}
+	r.summariseRun(&s)  // sharding, sync and each rank's peak RSS
 	r.nan.summarise(&s) // nan_steps and skipped_steps, if a step was not finite
 	if os.Getenv(event.EnvSummary) != "" {
 		if rep := r.reporter(false); rep != nil && rep.Launched() {
@@ -313,6 +401,12 @@ func (r *Run) Close() error {
 	r.closed = true
 	if r.dm != nil {
 		r.dm.Close()
+	}
+	if r.fm != nil {
+		_ = r.fm.Close() // its error is the group's, which Destroy returns
+	}
+	if r.lm != nil {
+		_ = r.lm.Close()
 	}
 	var err error
 	if r.pg != nil {

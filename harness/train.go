@@ -180,6 +180,14 @@ var errNoBatches = errors.New("harness: the data has no batch for this rank")
 // NaN or infinite does what Config.OnNaN says: by default Train ends with
 // a *NonFiniteError naming the step, its epoch and the rank.
 //
+// Under Config.Sharding every rank writes its shards of each checkpoint,
+// rank 0's evaluation runs on the model gathered from every rank's
+// shards, and when Train ends the whole model is in the module on rank 0
+// (and in Config.Save's model file). Under Config.LocalSGD or DiLoCo each
+// step is followed by the replica's AfterStep, and the end of the
+// training (l.Steps or l.Epochs, not l.MaxSteps) by a sync of every
+// replica before the last evaluation and checkpoint.
+//
 // Train returns the first error of the task or the environment (a peer,
 // a file, ctx); the state is then as the last checkpoint left it on
 // rank 0, and Resume carries on from there.
@@ -223,17 +231,31 @@ func (r *Run) Train(ctx context.Context, task Task, l Loop) (Stats, error) {
 			if err != nil {
 				return stats, err
 			}
+			if r.lm != nil {
+				if err := r.lm.AfterStep(ctx); err != nil {
+					return stats, fmt.Errorf("harness: syncing the replicas: %w", err)
+				}
+			}
 			st.Step++
 			n := b.Len()
 			if l.Tokens {
 				n *= b.T
 			}
+			r.tokens += int64(n)
+			r.countsTokens = l.Tokens
 			step := int(st.Step)
 			m.end(loss, n)
 			if err := g.end(loss); err != nil {
 				return stats, err
 			}
 			end = l.Steps > 0 && step >= l.Steps || l.MaxSteps > 0 && m.steps >= l.MaxSteps
+			if l.Steps > 0 && step >= l.Steps {
+				// The training is over: the replicas agree before the
+				// last evaluation and save.
+				if err := r.syncLocal(ctx); err != nil {
+					return stats, err
+				}
+			}
 			if l.EvalEvery > 0 && (step%l.EvalEvery == 0 || end) {
 				if err := r.endPeriod(ctx, task, m, "step", step, &stats); err != nil {
 					return stats, err
@@ -254,6 +276,11 @@ func (r *Run) Train(ctx context.Context, task Task, l Loop) (Stats, error) {
 		}
 		if e, ok := task.(EpochEnder); ok && complete {
 			e.EndEpoch(epoch)
+		}
+		if complete && l.Steps == 0 && l.over(epoch+1) {
+			if err := r.syncLocal(ctx); err != nil {
+				return stats, err
+			}
 		}
 		stats.Epochs = epoch + 1
 		if l.EvalEvery == 0 {
@@ -277,12 +304,38 @@ func (r *Run) Train(ctx context.Context, task Task, l Loop) (Stats, error) {
 	if err := m.closeMetrics(); err != nil {
 		return stats, err
 	}
+	if r.fm != nil {
+		if err := m.untimed("checkpoint", func() error { return r.finishSharded(ctx) }); err != nil {
+			return stats, err
+		}
+	}
+	if r.fm != nil || r.lm != nil {
+		if err := r.gatherRSS(ctx); err != nil {
+			return stats, err
+		}
+	}
 	stats = m.summarise(stats)
 	stats.NaNSteps, stats.SkippedSteps = g.nanSteps-nan0, g.skippedSteps-skipped0
 	if r.cfg.Profile && r.rank == 0 {
 		fmt.Fprintln(r.lines, stats.Profile)
 	}
 	return stats, nil
+}
+
+// syncLocal syncs the LocalSGD or DiLoCo replicas, if the run has them,
+// at the end of the training; a run that stops before (Loop.MaxSteps)
+// leaves them as they are, for its checkpoint to resume exactly.
+func (r *Run) syncLocal(ctx context.Context) error {
+	if r.lm == nil {
+		return nil
+	}
+	if c := r.cfg; c.DiLoCoFragments <= 1 && c.DiLoCoDelay == 0 && r.lm.Step()%int64(c.syncEvery()) == 0 {
+		return nil // this step's sync was of the whole model: the replicas agree
+	}
+	if err := r.lm.Sync(ctx); err != nil {
+		return fmt.Errorf("harness: syncing the replicas at the end: %w", err)
+	}
+	return nil
 }
 
 // endPeriod ends an epoch or an evaluation interval, the n-th epoch or
@@ -296,15 +349,17 @@ func (r *Run) endPeriod(ctx context.Context, task Task, m *meter, label string, 
 	}
 	stats.TrainLoss = loss
 	var metrics []Metric
-	if r.rank == 0 {
-		err := m.untimed("evaluate", func() error {
-			var err error
-			metrics, err = task.Evaluate(ctx)
-			return err
+	if r.rank == 0 || r.fm != nil {
+		err = m.untimed("evaluate", func() error {
+			return r.gathered(ctx, func() error {
+				var err error
+				metrics, err = task.Evaluate(ctx)
+				return err
+			})
 		})
-		if err != nil {
-			return err
-		}
+	}
+	if err != nil {
+		return err
 	}
 	m.report(label, n, loss, metrics)
 	return nil

@@ -186,6 +186,7 @@ func (fl *trainFlags) register(f *pflag.FlagSet) {
 	fl.tls.register(f)
 	fl.job.RegisterFlags(f)
 	f.StringVar(&h.Precision, "precision", harness.FP32, "matmuls and convolutions in fp32, bf16 (mixed precision on a bf16 GEMM kernel: needs AMX_BF16, or AVX512_BF16 on AMD Zen 4 or later) or bf16-emulated (the same numerics in software, slower than fp32)")
+	registerDataParallel(f, h)
 	f.StringVar(&h.Save, "save", "", "save the model here (safetensors, loadable by PyTorch) at the end of every epoch and of the run, with a training checkpoint beside it")
 	f.BoolVar(&h.Resume, "resume", false, "continue from the training checkpoint beside --save if there is one")
 	f.IntVar(&h.SaveEvery, "save-every", 0, "also checkpoint every N steps")
@@ -304,6 +305,9 @@ func (fl *trainFlags) checkJob(f *pflag.FlagSet) error {
 	}
 	h := fl.job.Harness()
 	if err := checkPrecision(h.Precision); err != nil {
+		return err
+	}
+	if err := checkDataParallel(f, h); err != nil {
 		return err
 	}
 	if err := checkOneOf("on-nan", h.OnNaN, harness.OnNaNStop, harness.OnNaNSkip, harness.OnNaNWarn); err != nil {

@@ -275,14 +275,8 @@ func windows(name, corpus string, T int) (train, valid *data.TokenWindows, err e
 // schedule: a linear warm-up from LR/100, then cosine decay to MinLR at
 // MaxSteps.
 func (j *job) newOptimizer() {
-	var decay, noDecay []*tensor.Tensor
-	for _, p := range j.params {
-		if p.Dim() >= 2 {
-			decay = append(decay, p)
-		} else {
-			noDecay = append(noDecay, p)
-		}
-	}
+	// By the full parameter's dimensions: sharded, each is a flat shard.
+	decay, noDecay := j.run.DecayGroups(j.params)
 	c := j.cfg
 	j.opt = optim.NewAdamW(decay, c.LR, optim.Betas(*c.Beta1, *c.Beta2), optim.WeightDecay(*c.WeightDecay))
 	j.opt.AddParamGroup(noDecay, optim.WeightDecay(0))

@@ -10,7 +10,6 @@ import (
 	"github.com/gotrain/gotrain/harness"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/nn/models"
-	"github.com/gotrain/gotrain/optim"
 	"github.com/gotrain/gotrain/tensor"
 )
 
@@ -53,7 +52,10 @@ func (j *job) step(ctx context.Context, s harness.Step, b data.Batch) (float64, 
 	// clips by the same norm.
 	var norm float64
 	if clip := *j.cfg.GradClip; clip > 0 {
-		norm = optim.ClipGradNorm(j.params, clip)
+		var err error
+		if norm, err = j.run.ClipGradNorm(j.params, clip); err != nil {
+			return 0, err
+		}
 	}
 	// A NaN or infinite loss or norm: --on-nan says whether to update.
 	l := float64(loss.Item())

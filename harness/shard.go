@@ -1,0 +1,527 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gotrain/gotrain/checkpoint"
+	"github.com/gotrain/gotrain/ddp/fsdp"
+	"github.com/gotrain/gotrain/nn"
+	"github.com/gotrain/gotrain/optim"
+	"github.com/gotrain/gotrain/tensor"
+)
+
+// The values of Config.Sharding.
+const (
+	ShardNone   = "none"
+	ShardZero1  = "zero1"
+	ShardZero2  = "zero2"
+	ShardFull   = "full"
+	ShardHybrid = "hybrid"
+)
+
+// checkSharding returns an error unless s is a Config.Sharding.
+func checkSharding(s string) error {
+	switch s {
+	case "", ShardNone, ShardZero1, ShardZero2, ShardFull, ShardHybrid:
+		return nil
+	}
+	return fmt.Errorf("Sharding %q: want none, zero1, zero2, full or hybrid", s)
+}
+
+// sharded reports whether c shards the training state.
+func (c *Config) sharded() bool { return c.Sharding != "" && c.Sharding != ShardNone }
+
+// syncEvery is the local-SGD or DiLoCo period, 0 for neither.
+func (c *Config) syncEvery() int { return max(c.LocalSGD, c.DiLoCo) }
+
+// ShardedDir is the directory of the sharded checkpoints of a run whose
+// Config.Save is save: "run/gpt.safetensors" → "run/gpt.sharded".
+func ShardedDir(save string) string {
+	return strings.TrimSuffix(save, ".safetensors") + ".sharded"
+}
+
+// Sharding returns the run's sharding strategy as Config.Sharding names
+// it, "" when the run does not shard (alone, or under DDP).
+func (r *Run) Sharding() string {
+	if r.fm == nil {
+		return ""
+	}
+	return r.cfg.Sharding
+}
+
+// ParamDim returns the number of dimensions of the parameter p stands
+// for: under sharding p is a flat shard and this is its full parameter's
+// (fsdp.ShardInfo.Dim); otherwise p's own. Jobs group weight decay by it.
+func (r *Run) ParamDim(p *tensor.Tensor) int {
+	if r.fm != nil {
+		if info, ok := r.fm.ShardOf(p); ok {
+			return info.Dim()
+		}
+	}
+	return p.Dim()
+}
+
+// DecayGroups splits params, the trained model's Parameters, into those
+// of two or more dimensions (weight matrices and embeddings, by
+// ParamDim) and the rest, as nanoGPT's configure_optimizers. The
+// optimizer must hold them in this order, decay's group then other's: a
+// sharded checkpoint names each parameter's optimizer state through it.
+func (r *Run) DecayGroups(params []*tensor.Tensor) (decay, other []*tensor.Tensor) {
+	for _, p := range params {
+		if r.ParamDim(p) >= 2 {
+			decay = append(decay, p)
+		} else {
+			other = append(other, p)
+		}
+	}
+	r.optParams = append(append([]*tensor.Tensor(nil), decay...), other...)
+	return decay, other
+}
+
+// ClipGradNorm scales the gradients of params, the trained model's
+// Parameters, so that the whole model's gradient norm is at most max,
+// and returns the norm before clipping: under sharding the norm is over
+// every rank's shards (fsdp.Model.ClipGradNorm, a collective every rank
+// calls), otherwise optim.ClipGradNorm's.
+func (r *Run) ClipGradNorm(params []*tensor.Tensor, max float64) (float64, error) {
+	if r.fm != nil {
+		n, err := r.fm.ClipGradNorm(max)
+		if err != nil {
+			return 0, fmt.Errorf("harness: clipping the gradients: %w", err)
+		}
+		return n, nil
+	}
+	return optim.ClipGradNorm(params, max), nil
+}
+
+// wrapSharded wraps model in fsdp with the strategy of Config.Sharding.
+func (r *Run) wrapSharded(ctx context.Context, model nn.Module) (Model, error) {
+	s, err := fsdp.ParseStrategy(r.cfg.Sharding)
+	if err != nil {
+		return nil, fmt.Errorf("harness: %w", err)
+	}
+	fm, err := fsdp.New(ctx, model, r.pg, fsdp.Strategy(s))
+	if err != nil {
+		return nil, fmt.Errorf("harness: sharding the model (%s): %w", r.cfg.Sharding, err)
+	}
+	r.fm, r.module, r.params = fm, model, fm.Parameters()
+	return fm, nil
+}
+
+// shardedExtra keys of a sharded checkpoint's Extra.
+const (
+	extraOptimizer = "optimizer" // the optimizer's metadata, JSON
+	extraScheduler = "scheduler" // the scheduler's state's metadata, JSON
+	extraEpoch     = "epoch"
+	extraStep      = "step"
+	extraSidecar   = "sidecar" // the sampler's place and the program's Extra, JSON
+)
+
+// saveSharded writes a sharded checkpoint of l.State into
+// ShardedDir(Config.Save): each rank its pieces of the model and of the
+// optimizer's state, rank 0 the rest (counters, scheduler, sampler,
+// Extra). Every rank calls it at the same step.
+func (r *Run) saveSharded(ctx context.Context, l *Loop) error {
+	st := checkpoint.ShardedState{Step: l.State.Step, Strategy: r.cfg.Sharding, Extra: map[string]string{}}
+	for _, p := range r.fm.ShardedStateDict() {
+		st.Pieces = append(st.Pieces, checkpoint.Piece(p))
+	}
+	op, meta, err := r.fm.OptimizerShardedState(l.State.Optimizer.StateDict(), r.optParams)
+	if err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	for _, p := range op {
+		st.Pieces = append(st.Pieces, checkpoint.Piece(p))
+	}
+	if err := putJSON(st.Extra, extraOptimizer, meta); err != nil {
+		return err
+	}
+	if s := l.State.Scheduler; s != nil {
+		ss := s.StateDict()
+		if len(ss.Tensors) > 0 {
+			return errors.New("harness: a sharded checkpoint holds a scheduler's metadata only, and this scheduler's state has tensors")
+		}
+		if err := putJSON(st.Extra, extraScheduler, ss.Meta); err != nil {
+			return err
+		}
+	}
+	st.Extra[extraEpoch] = strconv.Itoa(l.State.Epoch)
+	st.Extra[extraStep] = strconv.FormatInt(l.State.Step, 10)
+	sc, err := r.sidecarOf(l)
+	if err != nil {
+		return err
+	}
+	if err := putJSON(st.Extra, extraSidecar, sc); err != nil {
+		return err
+	}
+	if err := checkpoint.SaveSharded(ctx, r.pg, ShardedDir(r.cfg.Save), st); err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	return nil
+}
+
+func putJSON(m map[string]string, key string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("harness: encoding the checkpoint's %s: %w", key, err)
+	}
+	m[key] = string(b)
+	return nil
+}
+
+// finishSharded gathers the sharded model into the module on rank 0,
+// for what the program does with it after training (sampling, its own
+// evaluation), and has rank 0 write it to Config.Save as the model file
+// Save writes (safetensors, loadable by PyTorch). Every rank calls it.
+func (r *Run) finishSharded(ctx context.Context) error {
+	sd, err := r.fm.FullStateDict(ctx)
+	if err != nil {
+		return fmt.Errorf("harness: gathering the model: %w", err)
+	}
+	if r.rank != 0 {
+		return nil
+	}
+	if _, err := fillModule(r.module, sd); err != nil {
+		return err
+	}
+	if r.cfg.Save == "" {
+		return nil
+	}
+	if err := checkpoint.Save(r.cfg.Save, r.module); err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	return nil
+}
+
+// fillModule copies the full state dict sd into module, giving back
+// their storage to the parameters fsdp has freed (whose storage it
+// returns, for the caller to free again).
+func fillModule(module nn.Module, sd []nn.Named) (freed []*tensor.Tensor, err error) {
+	for _, np := range nn.NamedParameters(module) {
+		t := np.Tensor
+		n := 1
+		for _, d := range t.Shape() {
+			n *= d
+		}
+		if len(t.Data()) != n {
+			t.SetData(make([]float32, n))
+			freed = append(freed, t)
+		}
+	}
+	if err := nn.LoadStateDict(module, toMap(sd), false); err != nil {
+		return freed, fmt.Errorf("harness: %w", err)
+	}
+	return freed, nil
+}
+
+// gathered runs f, rank 0's evaluation, with the whole model in the
+// module: under sharding every rank gathers it, rank 0 fills the module
+// and frees again what fsdp had freed. Every rank calls it.
+func (r *Run) gathered(ctx context.Context, f func() error) error {
+	if r.fm == nil {
+		if r.rank == 0 {
+			return f()
+		}
+		return nil
+	}
+	sd, err := r.fm.FullStateDict(ctx)
+	if err != nil {
+		return fmt.Errorf("harness: gathering the model to evaluate: %w", err)
+	}
+	if r.rank != 0 {
+		return nil
+	}
+	freed, err := fillModule(r.module, sd)
+	defer func() {
+		for _, t := range freed {
+			t.SetData(nil)
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	return f()
+}
+
+func toMap(sd []nn.Named) map[string]*tensor.Tensor {
+	m := make(map[string]*tensor.Tensor, len(sd))
+	for _, e := range sd {
+		m[e.Name] = e.Tensor
+	}
+	return m
+}
+
+// Kinds of checkpoint Resume loads.
+const (
+	noCheckpoint int64 = iota
+	trainingCheckpoint
+	shardedCheckpoint
+)
+
+// newestCheckpoint is the kind of rank 0's newest checkpoint: the
+// training checkpoint beside Config.Save or the sharded one in
+// ShardedDir, whichever rank 0 wrote last. Every rank calls it and gets
+// rank 0's answer.
+func (r *Run) newestCheckpoint(ctx context.Context) (int64, error) {
+	kind := []int64{noCheckpoint}
+	if r.rank == 0 {
+		tr, terr := os.Stat(checkpoint.TrainingPath(r.cfg.Save))
+		sh, serr := os.Stat(filepath.Join(ShardedDir(r.cfg.Save), checkpoint.LatestFile))
+		switch {
+		case serr == nil && (terr != nil || sh.ModTime().After(tr.ModTime())):
+			kind[0] = shardedCheckpoint
+		case terr == nil:
+			kind[0] = trainingCheckpoint
+		}
+	}
+	if r.pg != nil {
+		if err := r.pg.Broadcast(ctx, kind, 0); err != nil {
+			return 0, fmt.Errorf("harness: resuming: hearing rank 0's checkpoint: %w", err)
+		}
+	}
+	return kind[0], nil
+}
+
+// broadcastJSON sends rank 0's v (JSON, or its error) to every rank,
+// which decodes it into v.
+func (r *Run) broadcastJSON(ctx context.Context, v any, rootErr error) error {
+	var b []byte
+	n := []int64{-1}
+	if r.rank == 0 && rootErr == nil {
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			rootErr = err
+		} else {
+			n[0] = int64(len(b))
+		}
+	}
+	if r.pg == nil {
+		return rootErr
+	}
+	if err := r.pg.Broadcast(ctx, n, 0); err != nil {
+		return err
+	}
+	if n[0] < 0 {
+		if rootErr != nil {
+			return rootErr
+		}
+		return errors.New("rank 0 could not read it")
+	}
+	w := make([]int32, n[0])
+	for i, c := range b {
+		w[i] = int32(c)
+	}
+	if err := r.pg.Broadcast(ctx, w, 0); err != nil {
+		return err
+	}
+	if r.rank == 0 {
+		return nil
+	}
+	b = make([]byte, n[0])
+	for i, c := range w {
+		b[i] = byte(c)
+	}
+	return json.Unmarshal(b, v)
+}
+
+// resumeSharded loads the newest sharded checkpoint into l, whatever
+// world size and strategy saved it, under sharding or DDP: the model
+// whole on every rank (fsdp re-cuts its shards from it), the optimizer's
+// state as this rank's ranges of it.
+func (r *Run) resumeSharded(ctx context.Context, l *Loop) (*sidecar, error) {
+	dir := ShardedDir(r.cfg.Save)
+	var shapes map[string][]int
+	var rootErr error
+	if r.rank == 0 {
+		info, err := checkpoint.InspectSharded(dir)
+		if err != nil {
+			rootErr = err
+		} else {
+			shapes = map[string][]int{}
+			for k, t := range info.Index.Tensors {
+				shapes[k] = t.Shape
+			}
+		}
+	}
+	if err := r.broadcastJSON(ctx, &shapes, rootErr); err != nil {
+		return nil, fmt.Errorf("harness: resuming from %s: %w", dir, err)
+	}
+	module := l.State.Model
+	named := nn.NamedParameters(module)
+	names := map[*tensor.Tensor]string{}
+	for _, np := range named {
+		names[np.Tensor] = np.Name
+	}
+	// span is the range of parameter name this rank keeps state of.
+	type span struct{ off, n int }
+	spans := map[string]span{}
+	for _, p := range r.optParams {
+		if r.fm != nil {
+			info, _ := r.fm.ShardOf(p)
+			spans[info.Name] = span{info.Offset, info.Len}
+		} else {
+			spans[names[p]] = span{0, p.Len()}
+		}
+	}
+	var want []checkpoint.PieceRequest
+	var unknown []string
+	for _, key := range slices.Sorted(maps.Keys(shapes)) {
+		shape := shapes[key]
+		numel := 1
+		for _, d := range shape {
+			numel *= d
+		}
+		rest, isOptim := strings.CutPrefix(key, "optim.state.")
+		if !isOptim {
+			want = append(want, checkpoint.PieceRequest{Key: key, GlobalShape: shape, Length: numel})
+			continue
+		}
+		name := ""
+		for n := range spans {
+			if len(n) > len(name) && strings.HasPrefix(rest, n+".") {
+				name = n
+			}
+		}
+		sp, ok := spans[name]
+		if !ok {
+			unknown = append(unknown, key)
+			continue
+		}
+		if sp.n > 0 {
+			want = append(want, checkpoint.PieceRequest{Key: key, GlobalShape: shape, Offset: sp.off, Length: sp.n})
+		}
+	}
+	if len(unknown) > 0 {
+		return nil, fmt.Errorf("harness: resuming from %s: optimizer state of no parameter of this model: %s", dir, strings.Join(unknown, ", "))
+	}
+	ld, err := checkpoint.LoadSharded(ctx, r.pg, dir, want)
+	if err != nil {
+		return nil, fmt.Errorf("harness: resuming: %w", err)
+	}
+	full := map[string]*tensor.Tensor{}
+	var optPieces []fsdp.Piece
+	for _, pc := range ld.Pieces {
+		if checkpoint.IsModelKey(pc.Key) {
+			full[pc.Key] = tensor.New(pc.Data, pc.GlobalShape...)
+		} else {
+			optPieces = append(optPieces, fsdp.Piece(pc))
+		}
+	}
+	// Tied weights are saved once, under their parameter's name.
+	sd := map[string]*tensor.Tensor{}
+	for _, e := range nn.StateDict(module) {
+		if n, ok := names[e.Tensor]; ok && full[n] != nil {
+			sd[e.Name] = full[n]
+		} else if t := full[e.Name]; t != nil {
+			sd[e.Name] = t
+		}
+	}
+	var meta map[string]string
+	if err := json.Unmarshal([]byte(ld.Extra[extraOptimizer]), &meta); err != nil {
+		return nil, fmt.Errorf("harness: resuming from %s: the optimizer's metadata: %w", ld.Dir, err)
+	}
+	if r.fm != nil {
+		if err := r.fm.LoadFullStateDict(sd, true); err != nil {
+			return nil, fmt.Errorf("harness: resuming from %s: %w", ld.Dir, err)
+		}
+		if err := r.fm.LoadOptimizerShardedState(l.State.Optimizer, r.optParams, optPieces, meta); err != nil {
+			return nil, fmt.Errorf("harness: resuming from %s: %w", ld.Dir, err)
+		}
+	} else {
+		if err := nn.LoadStateDict(module, sd, true); err != nil {
+			return nil, fmt.Errorf("harness: resuming from %s: %w", ld.Dir, err)
+		}
+		st, err := wholeOptimizerState(r.optParams, names, optPieces, meta)
+		if err != nil {
+			return nil, fmt.Errorf("harness: resuming from %s: %w", ld.Dir, err)
+		}
+		if err := l.State.Optimizer.LoadStateDict(st); err != nil {
+			return nil, fmt.Errorf("harness: resuming the optimizer from %s: %w", ld.Dir, err)
+		}
+	}
+	if s := l.State.Scheduler; s != nil {
+		var sm map[string]string
+		if err := json.Unmarshal([]byte(ld.Extra[extraScheduler]), &sm); err != nil {
+			return nil, fmt.Errorf("harness: resuming from %s: the scheduler's state: %w", ld.Dir, err)
+		}
+		if err := s.LoadStateDict(optim.State{Meta: sm}); err != nil {
+			return nil, fmt.Errorf("harness: resuming the scheduler from %s: %w", ld.Dir, err)
+		}
+	}
+	epoch, err1 := strconv.Atoi(ld.Extra[extraEpoch])
+	step, err2 := strconv.ParseInt(ld.Extra[extraStep], 10, 64)
+	sc := &sidecar{}
+	err3 := json.Unmarshal([]byte(ld.Extra[extraSidecar]), sc)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, fmt.Errorf("harness: resuming from %s: the counters and the sampler: %w", ld.Dir, err)
+	}
+	l.State.Epoch, l.State.Step = epoch, step
+	return sc, nil
+}
+
+// wholeOptimizerState turns the whole tensors of a sharded checkpoint's
+// optimizer state (keys "optim.state.<parameter name>.<buffer>", metadata
+// "state.<parameter name>.<field>") into the state dict of an optimizer
+// over params, which names a parameter by its place in params.
+func wholeOptimizerState(params []*tensor.Tensor, names map[*tensor.Tensor]string, pieces []fsdp.Piece, meta map[string]string) (optim.State, error) {
+	index := map[string]int{}
+	for i, p := range params {
+		index[names[p]] = i
+	}
+	split := func(k string) (string, string, bool) {
+		name := ""
+		for n := range index {
+			if len(n) > len(name) && strings.HasPrefix(k, n+".") {
+				name = n
+			}
+		}
+		return name, strings.TrimPrefix(k, name+"."), name != ""
+	}
+	st := optim.State{Tensors: map[string]*tensor.Tensor{}, Meta: map[string]string{}}
+	for k, v := range meta {
+		if rest, ok := strings.CutPrefix(k, "state."); ok {
+			name, field, ok := split(rest)
+			if !ok {
+				return st, fmt.Errorf("optimizer state %s names no parameter of this model", k)
+			}
+			k = "state." + strconv.Itoa(index[name]) + "." + field
+		}
+		st.Meta[k] = v
+	}
+	for _, pc := range pieces {
+		name, slot, ok := split(strings.TrimPrefix(pc.Key, "optim.state."))
+		if !ok {
+			return st, fmt.Errorf("optimizer state %s names no parameter of this model", pc.Key)
+		}
+		p := params[index[name]]
+		if !slices.Equal(pc.GlobalShape, p.Shape()) {
+			return st, fmt.Errorf("optimizer state %s: the checkpoint's shape %v differs from the model's %v", pc.Key, pc.GlobalShape, p.Shape())
+		}
+		st.Tensors["state."+strconv.Itoa(index[name])+"."+slot] = tensor.New(pc.Data, pc.GlobalShape...)
+	}
+	return st, nil
+}
+
+// gatherRSS collects every rank's peak RSS in MiB for the summary.
+func (r *Run) gatherRSS(ctx context.Context) error {
+	mine := []int64{int64(peakRSSMiB() + 0.5)}
+	if r.pg == nil {
+		r.rss = mine
+		return nil
+	}
+	all := make([]int64, r.world)
+	if err := r.pg.AllGather(ctx, all, mine); err != nil {
+		return fmt.Errorf("harness: gathering the ranks' peak RSS: %w", err)
+	}
+	r.rss = all
+	return nil
+}
