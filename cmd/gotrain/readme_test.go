@@ -159,6 +159,9 @@ func TestReadmeCommands(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "input.txt"), []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// An image folder as `gotrain train images` reads it.
+	writeImageTree(t, filepath.Join(dir, "cifar10", "train"), 10, 10, 32)
+	writeImageTree(t, filepath.Join(dir, "cifar10", "test"), 10, 2, 32)
 	// A nanoGPT state dict of the default GPT, as --init takes: gotrain
 	// writes one in nanoGPT's names.
 	fixtures := map[string]string{"weights.safetensors": "gotrain train gpt --max-steps 1 --save weights.safetensors"}
