@@ -107,7 +107,9 @@ func splitSafe(text string, n int) []string {
 // must start, or -1.
 func safeBoundary(s string, from int) int {
 	for k := max(from, 1); k+1 < len(s); k++ {
-		if isASCIILetter(s[k]) && s[k-1] == '\n' {
+		// A lone newline: GPT-2's \s+(?!\S) hands the last rune of a
+		// longer whitespace run to the next piece, which a cut would not.
+		if isASCIILetter(s[k]) && s[k-1] == '\n' && k >= 2 && isASCIIVisible(s[k-2]) {
 			return k
 		}
 		if s[k] == ' ' && isASCIILetter(s[k-1]) && isASCIILetter(s[k+1]) {
@@ -116,3 +118,7 @@ func safeBoundary(s string, from int) int {
 	}
 	return -1
 }
+
+// isASCIIVisible reports whether b is a printable ASCII character other
+// than the space.
+func isASCIIVisible(b byte) bool { return b > ' ' && b < 0x7f }

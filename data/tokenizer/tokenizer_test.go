@@ -137,17 +137,19 @@ func TestEncodeParallel(t *testing.T) {
 func TestSafeBoundary(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, p := range []Pattern{PatternGPT2, PatternCL100K, PatternO200K} {
+		texts := []string{")\n\nfor x", "a  \nfor x", "a\t\nb c", "x)\nfor y\n\n\nz", "end.\nNext one"}
 		for range 200 {
-			text := randomText(r, 200, true)
-			starts := map[int]bool{}
-			i := 0
-			for _, piece := range p.Split(text) {
-				starts[i] = true
-				i += len(piece)
-			}
+			texts = append(texts, randomText(r, 200, true))
+		}
+		for _, text := range texts {
+			// A cut is safe when the pieces of the two sides are the
+			// pieces of the whole: the side before it ends as the whole
+			// would continue.
+			whole := strings.Join(p.Split(text), "\x00")
 			for k := safeBoundary(text, 1); k > 0; k = safeBoundary(text, k+1) {
-				if !starts[k] {
-					t.Fatalf("pattern %d: %d is not a piece start in %q", p, k, text)
+				cut := strings.Join(append(p.Split(text[:k]), p.Split(text[k:])...), "\x00")
+				if cut != whole {
+					t.Fatalf("pattern %d: cutting %q at %d changes its pieces", p, text, k)
 				}
 			}
 		}
