@@ -65,6 +65,8 @@ type Loader struct {
 	bufs []*batchBuffer
 	// order is scratch for the epoch's indices.
 	order []int
+	// load is Load's buffer, grown to the largest batch it assembled.
+	load *batchBuffer
 }
 
 type batchBuffer struct {
@@ -320,4 +322,42 @@ func (l *Loader) runPrefetch(nb int, resumable ResumableSampler, yield func(Batc
 		}
 		free <- b // never blocks: free has room for every buffer
 	}
+}
+
+// Examples returns the number of examples (or sequences) in the dataset
+// the Loader batches, whatever part of it the sampler gives.
+func (l *Loader) Examples() int {
+	switch {
+	case l.seq != nil:
+		return l.seq.Len()
+	case l.tds != nil:
+		return l.tds.Len()
+	}
+	return l.ds.Len()
+}
+
+// Load assembles the batch of the examples at idx, for a loop that picks
+// each step's examples itself (ddp/ft's Sampler, whose share per replica
+// changes with the membership): it assembles nothing ahead, so no batch
+// is ever built for a membership that has changed. idx may hold more
+// than BatchSize examples. The batch is valid until the next Load.
+func (l *Loader) Load(idx []int) Batch {
+	if l.active.Load() {
+		panic("data: Loader.Load while Batches is ranged over")
+	}
+	if l.load == nil || len(l.load.indices) < len(idx) {
+		n := max(len(idx), l.batchSize)
+		b := &batchBuffer{indices: make([]int, n)}
+		switch {
+		case l.seq != nil:
+			b.inputs, b.targets = make([]int, n*l.seqLen), make([]int, n*l.seqLen)
+		case l.tds != nil:
+			b.x, b.target = make([]float32, n*l.feature), make([]float32, n*l.tfeature)
+		default:
+			b.x, b.y = make([]float32, n*l.feature), make([]int, n)
+		}
+		l.load = b
+	}
+	l.fill(l.load, idx)
+	return l.batch(l.load, len(idx))
 }

@@ -117,6 +117,16 @@ type Config struct {
 	// skipped_steps).
 	OnNaN string
 
+	// FT trains fault-tolerant (ddp/ft), under `gotrain run --ft`: each
+	// step forms a quorum of the live replicas, a replica that dies
+	// costs at most the step in flight, and a restarted one heals from a
+	// live peer (see Run.Train). The launcher's environment gives the
+	// replica its place; there is no process group and no DDP wrapper.
+	FT bool
+	// MinReplicas is the fewest replicas an FT run trains with; 0 takes
+	// the launcher's (--min-replicas, default 1).
+	MinReplicas int
+
 	// Out receives the run's lines: progress, evaluations, the profile
 	// and, with a nil Logger, the log. nil means os.Stderr.
 	Out io.Writer
@@ -189,6 +199,9 @@ func (c *Config) resolve() error {
 // check refuses impossible values before the run joins a group, naming
 // the field and the value it was given.
 func (c *Config) check() error {
+	if err := c.checkFT(); err != nil {
+		return err
+	}
 	switch {
 	case c.Rank < 0 || c.WorldSize < 0 || c.WorldSize > 0 && c.Rank >= c.WorldSize:
 		return fmt.Errorf("Rank %d of WorldSize %d: want 0 <= rank < world size", c.Rank, c.WorldSize)

@@ -70,10 +70,11 @@ type guard struct {
 
 	// The step running: counting from 1, as NonFiniteError's.
 	step, epoch int
-	asked       bool  // the Task called Step.Update
-	bad         bool  // its loss or norm was not finite
-	skipped     bool  // its update was dropped
-	err         error // Update's *NonFiniteError, under stop
+	asked       bool   // the Task called Step.Update
+	bad         bool   // its loss or norm was not finite
+	skipped     bool   // its update was dropped
+	err         error  // Update's *NonFiniteError, under stop
+	ft          *ftRun // under Config.FT: the gradients' average and the quorum's verdict first
 
 	logged bool // the first non-finite step has been logged
 
@@ -99,6 +100,11 @@ func (g *guard) begin(step, epoch int) {
 // update is Step.Update.
 func (g *guard) update(ctx context.Context, loss, gradNorm float64) (bool, error) {
 	g.asked = true
+	if g.ft != nil {
+		if ok, err := g.ft.update(ctx); !ok || err != nil {
+			return false, err // discarded on every member: not this guard's step
+		}
+	}
 	what, v := nonFinite(loss, gradNorm)
 	rank := g.rank
 	if g.policy == OnNaNSkip && g.pg != nil {

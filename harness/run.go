@@ -41,6 +41,7 @@ type Run struct {
 	resumed       bool               // Resume has run
 	closed        bool
 	nan           *guard // Train's watch over non-finite steps, made by its first call
+	ft            *ftRun // with Config.FT: the replica's fault tolerance
 
 	fm           *fsdp.Model      // with Config.Sharding in a group, after Wrap
 	lm           *localsgd.Model  // with Config.LocalSGD or DiLoCo in a group, made by startLocal
@@ -71,6 +72,13 @@ func Start(ctx context.Context, cfg Config) (*Run, error) {
 	if cfg.Precision == BF16Emulated {
 		r.prevEmulation, r.emulating = tensor.SetBF16Emulation(true), true
 		r.log.Info("bf16 emulated: matmul operands rounded to bf16 in software, multiplied in float32 (bf16 numerics at below-fp32 speed)")
+	}
+	if cfg.FT {
+		if err := r.startFT(ctx); err != nil {
+			r.Close()
+			return nil, err
+		}
+		return r, nil
 	}
 	if cfg.InitMethod != "" {
 		pg, err := distributed.Init(ctx, distributed.Config{InitMethod: cfg.InitMethod, Rank: cfg.Rank, WorldSize: cfg.WorldSize})
@@ -367,6 +375,7 @@ func (r *Run) Report(s event.Summary) error {
 	}
 	r.summariseRun(&s)  // sharding, sync and each rank's peak RSS
 	r.nan.summarise(&s) // nan_steps and skipped_steps, if a step was not finite
+	r.ft.summarise(&s)  // failures_survived, steps_lost and heals, under FT
 	if os.Getenv(event.EnvSummary) != "" {
 		if rep := r.reporter(false); rep != nil && rep.Launched() {
 			if len(s.Text) > maxEventText && r.cfg.Summary != nil {
@@ -411,6 +420,9 @@ func (r *Run) Close() error {
 	var err error
 	if r.pg != nil {
 		err = r.pg.Destroy()
+	}
+	if r.ft != nil {
+		err = r.ft.close()
 	}
 	if r.rep != nil {
 		_ = r.rep.Close() // the launcher's pipe; nothing to do if it broke

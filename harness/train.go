@@ -201,6 +201,9 @@ func (r *Run) Train(ctx context.Context, task Task, l Loop) (Stats, error) {
 			return Stats{}, err
 		}
 	}
+	if r.ft != nil {
+		return r.trainFT(ctx, task, l)
+	}
 	m, err := r.newMeter(planOf(&l))
 	if err != nil {
 		return Stats{}, err

@@ -107,6 +107,24 @@ type Config struct {
 	// instead of serving it: the workers get GOTRAIN_AGENT_STORE=1 and
 	// TORCHELASTIC_USE_AGENT_STORE=True.
 	AgentStore bool
+	// FT makes the job fault-tolerant (see runFT): a failed worker is
+	// restarted alone, up to MaxRestarts times per local rank, as a
+	// joining replica that heals from a live peer, while the others go
+	// on; the workers get the EnvFT variables. Without AgentStore, Run
+	// serves the store itself at MasterAddr:MasterPort, so that it
+	// outlives every worker.
+	FT bool
+	// MinReplicas is the smallest number of live replicas an FT job goes
+	// on with (0 means 1); below it, with no restart left, the job stops
+	// with the root cause.
+	MinReplicas int
+	// FTJoin marks this node's first workers as joining replicas too
+	// (EnvFTJoin): a node that replaces a lost one in a running FT job.
+	FTJoin bool
+	// ReplicaHost is the host part of an FT job's replica IDs ("" means
+	// the machine's host name, followed by "-n" and the node rank when
+	// NNodes > 1).
+	ReplicaHost string
 	// MonitorInterval is how often the launcher polls, while it stops
 	// workers, whether their process groups are empty yet (0 means 100 ms).
 	// Worker exits themselves are noticed at once through wait(2), not by
@@ -251,6 +269,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: monitor-interval must be positive, got %v", ErrConfig, c.MonitorInterval)
 	case c.StopTimeout < 0:
 		return fmt.Errorf("%w: stop-timeout must be positive, got %v", ErrConfig, c.StopTimeout)
+	}
+	if err := c.validateFT(); err != nil {
+		return err
 	}
 	env := c.Env
 	if env == nil {

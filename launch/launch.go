@@ -117,9 +117,19 @@ func Run(ctx context.Context, cfg Config) (exitCode int, err error) {
 		// needs a shared token); each round sets the node's place.
 		cfg.NNodes, cfg.NodeRank = cfg.Rendezvous.MaxNodes(), 0
 	}
+	// Node 0 serves an FT job's store; the other nodes' workers reach it.
+	serveStore := cfg.FT && !cfg.AgentStore && cfg.NodeRank == 0
+	cfg.AgentStore = cfg.AgentStore || cfg.FT
 	je, err := newJobEnv(cfg, inherited)
 	if err != nil {
 		return 1, err
+	}
+	if serveStore {
+		srv, err := serveFTStore(cfg, je.token, inherited)
+		if err != nil {
+			return 1, err
+		}
+		defer srv.Close()
 	}
 
 	var mu sync.Mutex
@@ -194,6 +204,9 @@ type outcome struct {
 func (j *job) run(ctx context.Context) (int, error) {
 	if j.cfg.Rendezvous != nil {
 		return j.runElastic(ctx)
+	}
+	if j.cfg.FT {
+		return j.runFT(ctx)
 	}
 	c := j.cfg
 	for restart := c.RestartCount; ; restart++ {

@@ -179,6 +179,16 @@ func (h hostFlags) fanoutConfig(f *pflag.FlagSet, o runFlags, hs []hosts.Host, a
 		return cfg, err
 	}
 	cfg.Redirects, cfg.Tee, cfg.LocalRanksFilter = probe.Redirects, probe.Tee, probe.LocalRanksFilter
+	if err := o.ft.check(f, args, true); err != nil {
+		return cfg, err
+	}
+	world := 0
+	for _, n := range cfg.Workers() {
+		world += n
+	}
+	if err := o.ft.applyHosts(&cfg, args, world); err != nil {
+		return cfg, err
+	}
 	if strings.Contains(cfg.Program, "/") && !filepath.IsAbs(cfg.Program) {
 		// The hosts run it from the same directory, as mpirun does.
 		if abs, err := filepath.Abs(cfg.Program); err == nil {

@@ -162,9 +162,13 @@ func TestReadmeCommands(t *testing.T) {
 	// An image folder as `gotrain train images` reads it.
 	writeImageTree(t, filepath.Join(dir, "cifar10", "train"), 10, 10, 32)
 	writeImageTree(t, filepath.Join(dir, "cifar10", "test"), 10, 2, 32)
-	// A nanoGPT state dict of the default GPT, as --init takes: gotrain
-	// writes one in nanoGPT's names.
-	fixtures := map[string]string{"weights.safetensors": "gotrain train gpt --max-steps 1 --save weights.safetensors"}
+	// A nanoGPT state dict of the default GPT, as --init takes (gotrain
+	// writes one in nanoGPT's names), and a sharded checkpoint, which the
+	// README's sharded run, stopped at its first step, does not write.
+	fixtures := map[string]string{
+		"weights.safetensors": "gotrain train gpt --max-steps 1 --save weights.safetensors",
+		"big.sharded":         "gotrain train gpt --nproc-per-node 2 --sharding full --max-steps 2 --progress=false --save big.safetensors",
+	}
 	env := append(testproc.Environ("gotrain"),
 		"PATH="+bin+":"+filepath.Join(runtime.GOROOT(), "bin")+":"+childPATH)
 	// run runs script in wd; a long job is stopped at its first reported

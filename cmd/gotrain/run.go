@@ -37,6 +37,7 @@ type runFlags struct {
 	timeout         timeoutFlag
 	tls             tlsFlags
 	logEvery        string
+	ft              ftFlags
 }
 
 // runOptions are all of `gotrain run`'s flags, by concern.
@@ -133,6 +134,7 @@ func (o *runOptions) register(f *pflag.FlagSet) {
 	f.BoolVar(&o.noPython, "no-python", false, "accepted for torchrun compatibility: PROGRAM is always run directly")
 	_ = f.MarkHidden("no-python") // the flag exists; cannot fail
 	o.output.register(f)
+	o.ft.register(f)
 	o.timeout.register(f)
 	o.tls.register(f)
 	addLogEvery(f, &o.logEvery)
@@ -230,6 +232,16 @@ func runConfig(f *pflag.FlagSet, o *runOptions, args []string) (launch.Config, e
 		return cfg, err
 	}
 	o.backoff.apply(&cfg)
+	if err := o.ft.check(f, args, false); err != nil {
+		return cfg, err
+	}
+	o.ft.apply(&cfg, args)
+	if cfg.FT && cfg.MinReplicas > cfg.NNodes*cfg.NProcPerNode {
+		return cfg, badFlag("min-replicas", o.ft.minReplicas, fmt.Sprintf("is more than the %d workers of the job", cfg.NNodes*cfg.NProcPerNode))
+	}
+	if cfg.FT && o.elastic.endpoint != "" {
+		return cfg, flagNeeds("ft", "does not combine with an elastic rendezvous (--rdzv-endpoint): the replicas' quorum already lets workers leave and join")
+	}
 	if err := checkSizes(sizeCheck{nproc: cfg.NProcPerNode, nprocFlag: o.nprocPerNode, world: cfg.NNodes * cfg.NProcPerNode}, o.force.on); err != nil {
 		return cfg, err
 	}

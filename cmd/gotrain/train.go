@@ -187,6 +187,7 @@ func (fl *trainFlags) register(f *pflag.FlagSet) {
 	fl.job.RegisterFlags(f)
 	f.StringVar(&h.Precision, "precision", harness.FP32, "matmuls and convolutions in fp32, bf16 (mixed precision on a bf16 GEMM kernel: needs AMX_BF16, or AVX512_BF16 on AMD Zen 4 or later) or bf16-emulated (the same numerics in software, slower than fp32)")
 	registerDataParallel(f, h)
+	registerFT(f, h)
 	f.StringVar(&h.Save, "save", "", "save the model here (safetensors, loadable by PyTorch) at the end of every epoch and of the run, with a training checkpoint beside it")
 	f.BoolVar(&h.Resume, "resume", false, "continue from the training checkpoint beside --save if there is one")
 	f.IntVar(&h.SaveEvery, "save-every", 0, "also checkpoint every N steps")
@@ -215,6 +216,7 @@ func (fl *trainFlags) train(ctx context.Context, n int) error {
 	if (n > 1 || fl.observe.served()) && os.Getenv(trainWorkerEnv) == "" {
 		fl.launch.NProcPerNode = n
 		fl.backoff.apply(&fl.launch)
+		fl.launch.FT, fl.launch.MinReplicas = h.FT, h.MinReplicas
 		return launchTrainWorkers(ctx, fl.launch, fl.output, every, fl.observe)
 	}
 	if fl.output.logFormat != "" {
@@ -308,6 +310,9 @@ func (fl *trainFlags) checkJob(f *pflag.FlagSet) error {
 		return err
 	}
 	if err := checkDataParallel(f, h); err != nil {
+		return err
+	}
+	if err := checkTrainFT(f, h); err != nil {
 		return err
 	}
 	if err := checkOneOf("on-nan", h.OnNaN, harness.OnNaNStop, harness.OnNaNSkip, harness.OnNaNWarn); err != nil {
@@ -458,6 +463,7 @@ func (fl *trainFlags) onHosts(ctx context.Context, f *pflag.FlagSet) error {
 		Redirects: probe.Redirects, Tee: probe.Tee, LocalRanksFilter: probe.LocalRanksFilter,
 	}
 	fl.backoff.applyHosts(&cfg)
+	cfg.FT, cfg.MinReplicas = fl.job.Harness().FT, fl.job.Harness().MinReplicas
 	fl.timeout.export()
 	fl.tls.export()
 	var sum summaryCatcher

@@ -278,6 +278,8 @@ func (a *agent) attempt(ctx context.Context, restart int) result {
 		RestartCount:     restart,
 		NoRestart:        true,
 		AgentStore:       true,
+		FT:               j.FT,
+		ReplicaHost:      j.Host,
 		MonitorInterval:  j.MonitorInterval,
 		StopTimeout:      j.StopTimeout,
 		RunID:            j.RunID,

@@ -71,6 +71,9 @@ type Job struct {
 	// LogFormat is the format of the agent's own log records (text or
 	// json), which come back as stderr output.
 	LogFormat string `json:"log_format,omitempty"`
+	// FT runs the node's workers fault-tolerant (launch.Config.FT, with
+	// replica IDs on Host): a failed worker is restarted alone.
+	FT bool `json:"ft,omitempty"`
 }
 
 // DefaultHeartbeatTimeout is how long either side waits for a message

@@ -113,6 +113,13 @@ type Config struct {
 	// OnFailure receives the root cause when the job fails for good
 	// (nil: one Error record on Logger).
 	OnFailure func(launch.Failure)
+	// FT makes the job fault-tolerant: each node restarts its own failed
+	// workers (launch.Config.FT, MaxRestarts per worker), and the job goes
+	// on without a node (other than node 0, which serves the store) whose
+	// workers all failed or whose agent was lost, while the workers of the
+	// other nodes number at least MinReplicas (0 means 1).
+	FT          bool
+	MinReplicas int
 }
 
 // check refuses a Config that cannot run, with errors wrapping
@@ -169,7 +176,9 @@ func (c Config) Workers() []int {
 var (
 	forwarded    = []string{"GOTRAIN_", "GLOO_SOCKET_IFNAME=", "NCCL_SOCKET_IFNAME="}
 	notForwarded = []string{"GOTRAIN_SSH=", "GOTRAIN_TOKEN=", "GOTRAIN_EVENTS_FD=", "GOTRAIN_LAUNCH_REAPER=",
-		"GOTRAIN_RESTART_COUNT=", "GOTRAIN_RUN_ID=", "GOTRAIN_AGENT_STORE="}
+		"GOTRAIN_RESTART_COUNT=", "GOTRAIN_RUN_ID=", "GOTRAIN_AGENT_STORE=",
+		// What each node's launcher sets for a fault-tolerant job's workers.
+		"GOTRAIN_FT=", "GOTRAIN_FT_REPLICA_ID=", "GOTRAIN_FT_REPLICAS=", "GOTRAIN_FT_MIN_REPLICAS=", "GOTRAIN_FT_JOIN=", "GOTRAIN_FT_RESTART_COUNT="}
 )
 
 // ForwardEnv returns the variables of environ that a job on several hosts
@@ -307,6 +316,7 @@ func (l *launcher) job(i int) agent.Job {
 		HeartbeatTimeout: c.HeartbeatTimeout, LogDir: c.LogDir != "",
 		Redirects: c.Redirects, Tee: c.Tee, LocalRanksFilter: c.LocalRanksFilter,
 		Events: c.Events != nil, LogFormat: c.LogFormat,
+		FT: c.FT,
 	}
 }
 
@@ -434,6 +444,7 @@ func (l *launcher) attempt(ctx context.Context, restart int) (*gang, error) {
 	}
 	g := newGang(names)
 	g.offsets, g.workers = l.offsets, l.workers
+	g.ft, g.minReplicas = l.cfg.FT, l.cfg.MinReplicas
 	for _, n := range l.nodes {
 		n.send(agent.Message{Type: agent.Start, Restart: restart})
 	}
@@ -510,6 +521,7 @@ func (l *launcher) attempt(ctx context.Context, restart int) (*gang, error) {
 			l.log.Warn("fanout: interrupted, stopping every node", "signal", sig.String())
 			stop(g.interrupt(sig), sig)
 		}
+		l.logDropped(g)
 		if grace == nil && g.graceDue {
 			// The fallout of a failure often arrives before it: wait for
 			// the failure itself as a node waits for its own workers'.

@@ -37,13 +37,18 @@ type gang struct {
 	lostWhy  []string
 	lostAt   []time.Time
 	graceDue bool // a secondary failure came first: give the primary one time
+
+	ft          bool   // a fault-tolerant job: see ft.go
+	minReplicas int    // with ft, the fewest workers the job goes on with
+	dropped     []bool // with ft, the nodes the job went on without
 }
 
 func newGang(hosts []string) *gang {
 	g := &gang{hosts: hosts, running: make([]bool, len(hosts)), codes: make([]int, len(hosts)),
 		finished: make([]bool, len(hosts)), root: -1,
 		reports: make([]*launch.Failure, len(hosts)), heard: make([]time.Time, len(hosts)),
-		lostWhy: make([]string, len(hosts)), lostAt: make([]time.Time, len(hosts))}
+		lostWhy: make([]string, len(hosts)), lostAt: make([]time.Time, len(hosts)),
+		dropped: make([]bool, len(hosts))}
 	for i := range g.running {
 		g.running[i] = true
 	}
@@ -124,6 +129,8 @@ func (g *gang) exited(node, code int, f *launch.Failure, interrupted bool, errTe
 		return nil
 	case interrupted && g.stopping:
 		return nil // we stopped it
+	case g.ftGoesOn(node):
+		return nil
 	case g.root < 0 && !g.stopping && f != nil && f.Secondary && errText == "":
 		g.graceDue = true
 		return nil
@@ -143,6 +150,9 @@ func (g *gang) lostNode(node int, why string, at time.Time) []int {
 	g.running[node] = false
 	g.codes[node] = 1
 	g.lost = true
+	if g.ftGoesOn(node) {
+		return nil
+	}
 	if g.root < 0 && !g.stopping {
 		g.root, g.rootErr = node, why
 		return g.stopAll(node)
@@ -207,6 +217,8 @@ func (g *gang) verdict() (ok bool, code int, restartable bool) {
 		return false, 128 + int(g.signal), false
 	case g.exitWait:
 		return false, 1, false
+	case g.ftSurvived():
+		return true, 0, false
 	case g.root < 0 && !g.stopping && !g.anyFailure():
 		return true, 0, false
 	}

@@ -38,6 +38,8 @@ type node struct {
 	ready  bool
 	gone   bool
 	seen   time.Time // the last message from the agent
+	// droppedLogged: a fault-tolerant job went on without the node, and said so.
+	droppedLogged bool
 }
 
 // startNode starts ssh running argv on host and sends it job on stdin.
