@@ -50,6 +50,7 @@ type ftRun struct {
 	trace         bool
 	params        []*tensor.Tensor // whose gradients each step averages
 	asked, commit bool             // the step's Update was called, and its verdict
+	averaged      bool             // the step's gradients have been averaged
 	members       []string         // the last quorum's replica IDs
 	recovering    []string         // the last quorum's replicas healing
 	failures      int              // member failures survived (see observe)
@@ -130,13 +131,24 @@ func (f *ftRun) start(ctx context.Context, st *checkpoint.TrainingState, params 
 // every member (false, no error), and retried on the same data.
 func (f *ftRun) update(ctx context.Context) (bool, error) {
 	f.asked = true
-	_ = f.mgr.AllReduceGrads(ctx, f.params) // a failure is recorded: ShouldCommit says false
+	f.average(ctx)
 	ok, err := f.mgr.ShouldCommit(ctx)
 	if err != nil {
 		return false, fmt.Errorf("harness: %w", err)
 	}
 	f.commit = ok
 	return ok, nil
+}
+
+// average averages the step's gradients over its quorum, once a step
+// (Run.ClipGradNorm may have done it before Update). A failure is
+// recorded: ShouldCommit then says false on every member.
+func (f *ftRun) average(ctx context.Context) {
+	if f.averaged {
+		return
+	}
+	f.averaged = true
+	_ = f.mgr.AllReduceGrads(ctx, f.params)
 }
 
 // close stops the Manager and hangs up on the store.
@@ -332,7 +344,7 @@ func (r *Run) trainFT(ctx context.Context, task Task, l Loop) (Stats, error) {
 			return stats, err
 		}
 		g.begin(int(step)+1, epoch+1)
-		f.asked, f.commit = false, false
+		f.asked, f.commit, f.averaged = false, false, false
 		loss, err := task.Step(ctx, Step{m}, b)
 		if err != nil {
 			return stats, err

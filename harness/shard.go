@@ -91,8 +91,13 @@ func (r *Run) DecayGroups(params []*tensor.Tensor) (decay, other []*tensor.Tenso
 // Parameters, so that the whole model's gradient norm is at most max,
 // and returns the norm before clipping: under sharding the norm is over
 // every rank's shards (fsdp.Model.ClipGradNorm, a collective every rank
-// calls), otherwise optim.ClipGradNorm's.
-func (r *Run) ClipGradNorm(params []*tensor.Tensor, max float64) (float64, error) {
+// calls), otherwise optim.ClipGradNorm's. Under fault tolerance the
+// step's gradients are first averaged over its quorum, so that every
+// replica clips the average, as DDP does.
+func (r *Run) ClipGradNorm(ctx context.Context, params []*tensor.Tensor, max float64) (float64, error) {
+	if r.ft != nil && r.ft.mgr != nil {
+		r.ft.average(ctx)
+	}
 	if r.fm != nil {
 		n, err := r.fm.ClipGradNorm(max)
 		if err != nil {

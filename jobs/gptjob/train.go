@@ -53,7 +53,7 @@ func (j *job) step(ctx context.Context, s harness.Step, b data.Batch) (float64, 
 	var norm float64
 	if clip := *j.cfg.GradClip; clip > 0 {
 		var err error
-		if norm, err = j.run.ClipGradNorm(j.params, clip); err != nil {
+		if norm, err = j.run.ClipGradNorm(ctx, j.params, clip); err != nil {
 			return 0, err
 		}
 	}
