@@ -24,7 +24,10 @@ import "github.com/gotrain/gotrain/internal/kernels"
 //     wp-wide columns (G' the output gradient there, zero in the dropped
 //     ones), each row added as it is stored into the (padded) input
 //     gradient at its tap's offset (kernels.SgemmAddOffsetC): col2im
-//     without the column matrix; the dropped columns add zeros.
+//     without the column matrix; the dropped columns add zeros. A
+//     stride-1 convolution of 128 channels or more runs it instead as the
+//     transposed convolution of the output gradient, through the forward's
+//     products (conv_inputgrad.go).
 //
 // A strided convolution first splits the image's padded planes into their
 // stride×stride phases (see tapGeom): each tap then reads one phase plane
@@ -322,7 +325,15 @@ func conv2dBackwardImplicit(g convGeom, minItems int, x, w, b *Tensor, xd, wd []
 	t := g.tapGeom()
 	var wt []float32
 	var ctaps kernels.RowOffsets
-	if needX {
+	// A wide stride-1 layer's input gradient runs as the transposed
+	// convolution (see conv_inputgrad.go), others as column gradients.
+	tg, asConv := g.inputGradConv()
+	var tt tapGeom
+	if needX && asConv {
+		tt = tg.tapGeom()
+		wt = g.flippedWeights(wd)
+		defer putBuf(wt)
+	} else if needX {
 		wt = g.tapWeights(wd)
 		defer putBuf(wt)
 		ctaps = g.colTaps(t)
@@ -342,13 +353,17 @@ func conv2dBackwardImplicit(g convGeom, minItems int, x, w, b *Tensor, xd, wd []
 		// where an output pixel's gradient goes, so a buffer cleared once
 		// serves every image.
 		var gp, src, dxp, gbuf, rbuf []float32
-		if needX {
+		var ig *inputGradPass
+		if needX && asConv {
+			ig = newInputGradPass(g, tg, tt, wt)
+			defer ig.release()
+		} else if needX {
 			gp = zeroedBuf(g.o * t.cols)
 		}
 		if needW {
 			src = zeroedBuf(t.srcLen(g))
 		}
-		if needX && padded {
+		if needX && padded && !asConv {
 			dxp = getBuf(t.planesLen(g))
 		}
 		if bufLen > 0 {
@@ -373,7 +388,7 @@ func conv2dBackwardImplicit(g convGeom, minItems int, x, w, b *Tensor, xd, wd []
 				addBiasGrad(db, gi, p)
 			}
 			gi = cast.into(rbuf, gi)
-			if needX {
+			if needX && !asConv {
 				for oc := range g.o {
 					kernels.CopyRows(false, gp[oc*t.cols:], t.wq, gi[oc*p:], g.ow, g.oh, g.ow)
 				}
@@ -384,6 +399,10 @@ func conv2dBackwardImplicit(g convGeom, minItems int, x, w, b *Tensor, xd, wd []
 					kernels.SgemmAddOffsetASegments(ckk, og, g.oh, g.ow, t.wq, xs, t.taps, gi[grp*og*p:], p, dw[grp*og:], g.o)
 				}
 				if !needX {
+					continue
+				}
+				if asConv {
+					ig.run(gi, g.group(gx, i, grp), grp, freshX)
 					continue
 				}
 				dxi, gg := g.group(gx, i, grp), gp[grp*og*t.cols:]

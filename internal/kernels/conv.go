@@ -78,7 +78,10 @@ func colMask(cols int) uint64 {
 // seg > 0, at (q/seg)·segStride + q%seg. Each 16 columns read 16
 // elements from their first one on, or, where they cross into the next
 // segment after l, 16−l from its start too: the reads the callers check.
-func (og *offsetGemm) packPanel(pk, b []float32, boff *int, kc, n, jr, seg, segStride int) {
+// The kernels' tables are built in sc, one per product: the kernels are
+// called through func values, so a local table would be allocated at
+// every panel.
+func (og *offsetGemm) packPanel(sc *panelScratch, pk, b []float32, boff *int, kc, n, jr, seg, segStride int) {
 	// where returns chunk jc's first element, and the start and first
 	// lane of its continuation in the next segment (lane 16 if none).
 	where := func(jc int) (s1, s2, l int) {
@@ -101,16 +104,19 @@ func (og *offsetGemm) packPanel(pk, b []float32, boff *int, kc, n, jr, seg, segS
 			og.packRows(&pk[0], &b[s1], boff, kc)
 			return
 		}
-		var mask [offChunk]int32
-		for i := l; i < offChunk; i++ {
-			mask[i] = -1
+		mask := &sc.mask
+		for i := range mask {
+			mask[i] = 0
+			if i >= l {
+				mask[i] = -1
+			}
 		}
 		og.packRows2(&pk[0], &b[s1], &b[s2], boff, kc, &mask[0])
 		return
 	}
 	// Chunks past n repeat the first chunk's reads (their lanes are not
 	// stored).
-	var ch [12]int
+	ch := &sc.ch
 	for c := range 4 {
 		jc := jr + offChunk*c
 		if jc >= n {
@@ -121,6 +127,12 @@ func (og *offsetGemm) packPanel(pk, b []float32, boff *int, kc, n, jr, seg, segS
 		ch[c], ch[4+c], ch[8+c] = 4*s1, 4*s2, 0xffff&^(1<<uint(l)-1)
 	}
 	og.packChunks(&pk[0], &b[0], boff, kc, &ch[0])
+}
+
+// panelScratch holds packPanel's tables for the packing kernels.
+type panelScratch struct {
+	ch   [12]int
+	mask [offChunk]int32
 }
 
 // RowOffsets lists where each row of an operand starts, in elements from
@@ -224,6 +236,7 @@ func (og *offsetGemm) panels(m, n, k int, a []float32, lda int, b []float32, row
 	// (the kernels are called through func values) and be allocated.
 	ws.tile = grow(ws.tile, offMR*nr)
 	tile := ws.tile
+	sc := new(panelScratch)
 	for pc := 0; pc < k; pc += kcMax {
 		kc := min(kcMax, k-pc)
 		betaEff := beta
@@ -232,7 +245,7 @@ func (og *offsetGemm) panels(m, n, k int, a []float32, lda int, b []float32, row
 		}
 		for jr := 0; jr < n; jr += nr {
 			cols := min(nr, n-jr)
-			og.packPanel(pk, b, &rows.bytes[pc], kc, n, jr, seg, segStride)
+			og.packPanel(sc, pk, b, &rows.bytes[pc], kc, n, jr, seg, segStride)
 			for ir := 0; ir < m; {
 				mrEff := tileRows(m - ir)
 				kern := og.rowKern[mrEff]
@@ -353,6 +366,7 @@ func SgemmAddOffsetC(m, n, k int, a []float32, lda int, b []float32, ldb int, c 
 	// B's rows as byte offsets, so that whole panels are gathered by the
 	// packing kernel rather than a copy call per row.
 	brows := make([]int, k)
+	sc := new(panelScratch)
 	for p := range brows {
 		brows[p] = 4 * p * ldb
 	}
@@ -361,7 +375,7 @@ func SgemmAddOffsetC(m, n, k int, a []float32, lda int, b []float32, ldb int, c 
 		for jr := 0; jr < n; jr += nr {
 			cols := min(nr, n-jr)
 			if cols == nr {
-				og.packPanel(pk, b, &brows[pc], kc, n, jr, 0, 0)
+				og.packPanel(sc, pk, b, &brows[pc], kc, n, jr, 0, 0)
 			} else {
 				packBNoTrans(pk, b, ldb, pc, kc, jr, cols, nr)
 			}
