@@ -151,6 +151,7 @@ type reduction struct {
 	unit       int
 	work       *distributed.Work
 	send, recv []float32
+	pooled     bool   // send and recv are m.bufs' separate buffers
 	decode     func() // with bf16 reduction: turns what arrived into recv
 }
 
@@ -185,6 +186,7 @@ type Model struct {
 	pass     *tensor.Pass
 	next     int
 	inflight []reduction
+	bufs     buffers // communication buffers for reuse
 	noSync   bool
 	deferred error
 
@@ -558,6 +560,7 @@ func (m *Model) ForwardErr(x *tensor.Tensor) (*tensor.Tensor, error) {
 // gathering is one unit's all-gather of its parameters in flight.
 type gathering struct {
 	work   *distributed.Work
+	send   []float32 // from m.bufs, with recv; nil with bf16 parameters
 	recv   []float32
 	decode func() // with bf16 parameters: fills recv from what arrived
 	bytes  int64  // the buffers it holds
@@ -568,12 +571,12 @@ type gathering struct {
 // which takes them in the MixedPrecision's Param format.
 func (m *Model) startGather(ctx context.Context, ui int, forward bool) {
 	u := m.units[ui]
-	send := make([]float32, u.block)
+	send := m.bufs.get(u.block)
 	for _, i := range u.params {
 		p := m.params[i]
 		copy(send[p.off:], p.shard.Data())
 	}
-	recv := make([]float32, m.ns*u.block)
+	recv := m.bufs.get(m.ns * u.block)
 	if forward && m.cfg.mixed.Param == tensor.BF16 {
 		wb := words(u.block)
 		sw, rw := make([]int32, wb), make([]int32, m.ns*wb)
@@ -584,7 +587,7 @@ func (m *Model) startGather(ctx context.Context, ui int, forward bool) {
 			}
 		}}
 	} else {
-		u.gather = &gathering{work: m.shardG.AllGatherAsync(ctx, recv, send), recv: recv, bytes: 4 * int64(len(recv))}
+		u.gather = &gathering{work: m.shardG.AllGatherAsync(ctx, recv, send), send: send, recv: recv, bytes: 4 * int64(len(recv))}
 	}
 	m.notePeak()
 }
@@ -610,6 +613,7 @@ func (m *Model) finishGather(ctx context.Context, ui int, forward bool) error {
 	u.full = true
 	m.notePeak() // the moment both the buffers and the full values are held
 	u.gather = nil
+	m.recycle(g)
 	return nil
 }
 
@@ -618,8 +622,19 @@ func (m *Model) finishGather(ctx context.Context, ui int, forward bool) error {
 // unit.
 func (m *Model) dropGather(ui int) {
 	if g := m.units[ui].gather; g != nil {
-		_ = g.work.Wait(m.ctx) // the group's next collective reports a failure
+		err := g.work.Wait(m.ctx) // the group's next collective reports a failure
 		m.units[ui].gather = nil
+		if err == nil {
+			m.recycle(g)
+		}
+	}
+}
+
+// recycle gives a completed gather's buffers back for the next one.
+func (m *Model) recycle(g *gathering) {
+	if g.send != nil {
+		m.bufs.put(g.send)
+		m.bufs.put(g.recv)
 	}
 }
 
@@ -762,7 +777,7 @@ func (m *Model) launchReady() {
 // full parameters, which backward has finished with.
 func (m *Model) launch(ui int) {
 	u := m.units[ui]
-	send := make([]float32, m.ns*u.block) // rank-major: rank r's chunks of every parameter
+	send := m.bufs.get(m.ns * u.block) // rank-major: rank r's chunks of every parameter
 	for _, i := range u.params {
 		p := m.params[i]
 		g := p.t.Grad()
@@ -792,7 +807,8 @@ func (m *Model) launch(ui int) {
 		red.recv = send[m.sr*u.block : (m.sr+1)*u.block]
 		red.work = m.shardG.AllReduceAsync(m.ctx, send, distributed.Avg)
 	default:
-		red.recv = make([]float32, u.block)
+		red.recv = m.bufs.get(u.block)
+		red.pooled = true
 		red.work = m.shardG.ReduceScatterAsync(m.ctx, red.recv, send, distributed.Avg)
 	}
 	m.inflight = append(m.inflight, red)
@@ -857,6 +873,10 @@ func (m *Model) finishPass() error {
 		}
 		for _, i := range u.params {
 			m.accumulate(m.params[i], red.recv[m.params[i].off:])
+		}
+		if red.pooled {
+			m.bufs.put(red.send)
+			m.bufs.put(red.recv)
 		}
 	}
 	m.inflight = m.inflight[:0]
