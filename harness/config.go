@@ -122,6 +122,8 @@ type Config struct {
 	// costs at most the step in flight, and a restarted one heals from a
 	// live peer (see Run.Train). The launcher's environment gives the
 	// replica its place; there is no process group and no DDP wrapper.
+	// With LocalSGD or DiLoCo the quorum is taken at each outer step
+	// instead (DiLoCoDelay must be 0).
 	FT bool
 	// MinReplicas is the fewest replicas an FT run trains with; 0 takes
 	// the launcher's (--min-replicas, default 1).

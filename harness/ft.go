@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gotrain/gotrain/checkpoint"
@@ -54,6 +53,13 @@ type ftRun struct {
 	members       []string         // the last quorum's replica IDs
 	recovering    []string         // the last quorum's replicas healing
 	failures      int              // member failures survived (see observe)
+	// Under DiLoCo or LocalSGD (see Run.outerFT): local, the quorum is
+	// taken at outer steps and no gradient is averaged; silent, this
+	// replica holds a copy of a peer's state, healed at the outer step
+	// not yet committed, and adds nothing of its own to it; presync, the
+	// quorum being taken is an outer step's, whose reduction follows
+	// (false for the first quorum of a run), as a heal tells a joiner.
+	local, silent, presync bool
 }
 
 // errFTNeedsLauncher is Start's error for Config.FT without the
@@ -98,7 +104,7 @@ func startFT(ctx context.Context, cfg Config, log *slog.Logger) (*ftRun, error) 
 // start makes the replica's Manager for the training state st: a
 // restarted replica (launch.EnvFTJoin) heals from a live peer, the others
 // start at st's step.
-func (f *ftRun) start(ctx context.Context, st *checkpoint.TrainingState, params []*tensor.Tensor) error {
+func (f *ftRun) start(ctx context.Context, st *checkpoint.TrainingState, params []*tensor.Tensor, extra ...string) error {
 	f.params = params
 	var shapes [][]int
 	for _, p := range params {
@@ -112,10 +118,10 @@ func (f *ftRun) start(ctx context.Context, st *checkpoint.TrainingState, params 
 		ReplicaID: f.id, Store: f.st, StoreAddr: f.addr,
 		Group:    distributed.Config{Token: f.token, HeartbeatTimeout: f.liveness},
 		Replicas: f.replicas, MinReplicas: f.min,
-		ModelHash: ft.ShapeHash(shapes),
+		ModelHash: ft.ShapeHash(shapes, extra...),
 		Step:      step,
-		Snapshot:  func() ([]byte, error) { return snapshotState(st) },
-		Load:      func(b []byte) error { return loadState(st, b) },
+		Snapshot:  func() ([]byte, error) { return f.snapshot(st) },
+		Load:      func(b []byte) error { return f.load(st, b) },
 		Logger:    f.log,
 	})
 	if err != nil {
@@ -144,7 +150,7 @@ func (f *ftRun) update(ctx context.Context) (bool, error) {
 // (Run.ClipGradNorm may have done it before Update). A failure is
 // recorded: ShouldCommit then says false on every member.
 func (f *ftRun) average(ctx context.Context) {
-	if f.averaged {
+	if f.averaged || f.local {
 		return
 	}
 	f.averaged = true
@@ -177,12 +183,21 @@ func (f *ftRun) summarise(s *event.Summary) {
 }
 
 // observe follows the membership from one step's quorum q to the next,
-// logging who left, who joined and who heals, and counting the member
-// failures the replica survived: a member dropped from the quorum, and a
-// member restarted in place (it rejoined, healing, before the quorum
-// dropped it), its own restart included.
-func (f *ftRun) observe(q ft.Quorum, log bool) {
+// logging who left, who joined and who healed (if log), counting the
+// member failures the replica survived (a member dropped from the
+// quorum, and a member restarted in place: it rejoined, healing, before
+// the quorum dropped it; its own restart included), and returning the
+// changes, one per replica, for the launcher's display.
+func (f *ftRun) observe(q ft.Quorum, log bool) []event.ReplicaChange {
 	ids := q.IDs()
+	var changes []event.ReplicaChange
+	change := func(what, id string) {
+		c := event.ReplicaChange{Change: what, Replica: id, Replicas: len(ids), Of: f.replicas, Step: q.MaxStep}
+		if what == event.ReplicaHealed {
+			c.Source = q.Source
+		}
+		changes = append(changes, c)
+	}
 	if f.members == nil {
 		if f.join && slices.Contains(q.Recover, f.id) {
 			f.failures++
@@ -191,6 +206,7 @@ func (f *ftRun) observe(q ft.Quorum, log bool) {
 		for _, id := range f.members {
 			if !slices.Contains(ids, id) {
 				f.failures++
+				change(event.ReplicaLeft, id)
 				if log {
 					f.log.Warn("ft: a replica left; the others train on", "replica", id, "replicas", len(ids), "step", q.MaxStep)
 				}
@@ -205,12 +221,37 @@ func (f *ftRun) observe(q ft.Quorum, log bool) {
 				if log {
 					f.log.Warn("ft: a replica was restarted; it heals from a peer", "replica", id, "step", q.MaxStep)
 				}
-			case !slices.Contains(f.members, id) && log:
-				f.log.Info("ft: a replica joined", "replica", id, "replicas", len(ids), "step", q.MaxStep, "heals", slices.Contains(q.Recover, id))
+			case !slices.Contains(f.members, id):
+				change(event.ReplicaJoined, id)
+				if log {
+					f.log.Info("ft: a replica joined", "replica", id, "replicas", len(ids), "step", q.MaxStep, "heals", slices.Contains(q.Recover, id))
+				}
 			}
 		}
 	}
+	for _, id := range q.Recover {
+		if !slices.Contains(f.recovering, id) || f.members == nil {
+			change(event.ReplicaHealed, id)
+		}
+	}
 	f.members, f.recovering = ids, q.Recover
+	return changes
+}
+
+// observeFT follows the membership to the current quorum (ftRun.observe)
+// and, on the quorum's rank 0, sends each change to the launcher's
+// display.
+func (r *Run) observeFT() {
+	f := r.ft
+	changes := f.observe(f.mgr.Quorum(), r.rank == 0)
+	if r.rank != 0 || r.rep == nil {
+		return
+	}
+	for _, c := range changes {
+		if err := r.rep.Emit(event.KindReplicas, c); err != nil {
+			r.log.Warn("ft: reporting a replica change", "err", err)
+		}
+	}
 }
 
 // snapshotState is st's bytes, the heal payload: the training
@@ -268,12 +309,15 @@ func weightHash(params []*tensor.Tensor) string {
 // is prefetched across a change), and lets the Task's Step.Update average
 // the gradients and ask whether every member completed it. A discarded
 // step steps neither the optimizer nor the schedule nor the counters,
-// and the next step retries its data.
+// and the next step retries its data. Under DiLoCo or LocalSGD the
+// quorum is taken at the outer steps instead (Run.outerFT), the inner
+// steps dividing each global batch among the members of the last one.
 func (r *Run) trainFT(ctx context.Context, task Task, l Loop) (Stats, error) {
 	f := r.ft
 	st := l.State
+	f.local = r.lm != nil
 	if f.mgr == nil {
-		if err := f.start(ctx, st, r.params); err != nil {
+		if err := f.start(ctx, st, r.params, r.outerConfig()...); err != nil {
 			return Stats{}, err
 		}
 	}
@@ -302,30 +346,43 @@ func (r *Run) trainFT(ctx context.Context, task Task, l Loop) (Stats, error) {
 		r.nan = newGuard(&r.cfg, r.log, nil, r.rank)
 	}
 	g := r.nan
-	g.ft = f
+	if !f.local {
+		g.ft = f
+	}
 	m.nan = g
 	stats := Stats{World: f.replicas}
 	nn.SetTrain(st.Model, true)
 	started := -1
+	if f.local && (st.Step < total || f.join) {
+		// The quorum the first inner steps train in; a joining replica
+		// heals here, at the others' outer step.
+		if err := r.outerFT(ctx, st, total, true); err != nil {
+			return stats, err
+		}
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return stats, err
 		}
-		if f.mgr.Step() >= total {
-			break // a joining replica (step -1) takes a quorum first
+		var step int64
+		if f.local {
+			step = st.Step
+		} else {
+			if f.mgr.Step() >= total {
+				break // a joining replica (step -1) takes a quorum first
+			}
+			if err := f.mgr.StartStep(ctx); err != nil {
+				return stats, fmt.Errorf("harness: %w", err)
+			}
+			// A heal replaced the state: its counters are the peer's.
+			step = f.mgr.Step()
+			if step < 0 {
+				return stats, f.noSource()
+			}
+			st.Step = step
+			r.rank, r.world = f.mgr.Rank(), f.mgr.Size()
+			r.observeFT()
 		}
-		if err := f.mgr.StartStep(ctx); err != nil {
-			return stats, fmt.Errorf("harness: %w", err)
-		}
-		// A heal replaced the state: its counters are the peer's.
-		step := f.mgr.Step()
-		if step < 0 {
-			q := f.mgr.Quorum()
-			return stats, fmt.Errorf("harness: replica %s joined to heal from a live peer, but its quorum has none (members %s)", f.id, strings.Join(q.IDs(), ", "))
-		}
-		st.Step = step
-		r.rank, r.world = f.mgr.Rank(), f.mgr.Size()
-		f.observe(f.mgr.Quorum(), r.rank == 0)
 		if step >= total {
 			break
 		}
@@ -349,15 +406,24 @@ func (r *Run) trainFT(ctx context.Context, task Task, l Loop) (Stats, error) {
 		if err != nil {
 			return stats, err
 		}
-		if !f.asked {
-			return stats, errors.New("harness: fault tolerance needs the Task's Step to call Step.Update before its optimizer step")
-		}
-		if !f.commit {
-			continue // every member dropped it; the next quorum retries its data
-		}
-		st.Step = f.mgr.Step()
-		if f.trace {
-			r.log.Info("ft: committed", "step", st.Step, "weights", weightHash(f.params), "replicas", r.world)
+		if f.local {
+			st.Step++
+			if r.lm.Advance() || st.Step >= total {
+				if err := r.outerFT(ctx, st, total, false); err != nil {
+					return stats, err
+				}
+			}
+		} else {
+			if !f.asked {
+				return stats, errors.New("harness: fault tolerance needs the Task's Step to call Step.Update before its optimizer step")
+			}
+			if !f.commit {
+				continue // every member dropped it; the next quorum retries its data
+			}
+			st.Step = f.mgr.Step()
+			if f.trace {
+				r.log.Info("ft: committed", "step", st.Step, "weights", weightHash(f.params), "replicas", r.world)
+			}
 		}
 		n := b.Len()
 		if l.Tokens {
@@ -422,8 +488,8 @@ func (c *Config) checkFT() error {
 		return nil
 	case c.sharded():
 		return fmt.Errorf("FT with Sharding %q: a replica must hold the whole model to heal another; shard within a replica is not built", c.Sharding)
-	case c.LocalSGD > 0 || c.DiLoCo > 0:
-		return fmt.Errorf("FT with LocalSGD %d or DiLoCo %d: fault tolerance at the outer step is not built; use one or the other", c.LocalSGD, c.DiLoCo)
+	case c.DiLoCoDelay > 0:
+		return fmt.Errorf("FT with DiLoCoDelay %d: a fault-tolerant outer step is agreed before it is applied, so it cannot overlap inner steps; use delay 0", c.DiLoCoDelay)
 	case c.OnNaN == OnNaNSkip:
 		return errors.New("FT with OnNaN skip: a fault-tolerant step is already committed or discarded by the quorum; use stop or warn")
 	}

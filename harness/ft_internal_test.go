@@ -19,8 +19,7 @@ func TestFTConfigRefused(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{FT: true, DiLoCo: 4}, "DiLoCo"},
-		{Config{FT: true, LocalSGD: 2}, "LocalSGD"},
+		{Config{FT: true, DiLoCo: 4, DiLoCoDelay: 1}, "DiLoCoDelay 1"},
 		{Config{FT: true, Sharding: ShardZero1}, "Sharding"},
 		{Config{FT: true, OnNaN: OnNaNSkip}, "OnNaN skip"},
 		{Config{MinReplicas: 2}, "needs FT"},

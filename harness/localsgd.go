@@ -26,6 +26,10 @@ func (r *Run) startLocal(ctx context.Context, l *Loop) error {
 	}
 	var lm *localsgd.Model
 	var err error
+	var g localsgd.Group = r.pg
+	if r.ft != nil {
+		g = noQuorum{} // each outer step's quorum brings its group
+	}
 	if c.DiLoCo > 0 {
 		opts = append(opts, localsgd.BF16(c.DiLoCoBF16), localsgd.Delay(c.DiLoCoDelay))
 		if c.DiLoCoOuterLR != nil || c.DiLoCoOuterMomentum != nil {
@@ -40,9 +44,9 @@ func (r *Run) startLocal(ctx context.Context, l *Loop) error {
 				return optim.NewSGD(params, lr, optim.Momentum(mom), optim.Nesterov(true))
 			}))
 		}
-		lm, err = localsgd.NewDiLoCo(ctx, r.localModule, r.pg, c.DiLoCo, opts...)
+		lm, err = localsgd.NewDiLoCo(ctx, r.localModule, g, c.DiLoCo, opts...)
 	} else {
-		lm, err = localsgd.NewLocalSGD(ctx, r.localModule, r.pg, c.LocalSGD, opts...)
+		lm, err = localsgd.NewLocalSGD(ctx, r.localModule, g, c.LocalSGD, opts...)
 	}
 	if err != nil {
 		return fmt.Errorf("harness: %w", err)

@@ -146,6 +146,12 @@ func (r *Run) Wrap(ctx context.Context, model nn.Module, opts ...ddp.Option) (Mo
 		panic("harness: Wrap: the run has wrapped a model already")
 	}
 	r.module = model
+	if r.ft != nil && r.cfg.syncEvery() > 0 {
+		// Fault-tolerant DiLoCo or LocalSGD: each outer step's quorum has
+		// its own group (see Run.outerFT).
+		r.localModule, r.params = model, nn.Parameters(model)
+		return alone{model, r.params}, nil
+	}
 	if r.pg == nil {
 		if r.cfg.sharded() || r.cfg.syncEvery() > 0 {
 			r.log.Info("one rank: nothing to shard or sync; training the model as it is")

@@ -25,8 +25,7 @@ func TestFTRunBadFlags(t *testing.T) {
 		{[]string{"run", "--ft-join", "true"}, "--ft-join: needs --ft"},
 		{[]string{"run", "--ft", "--nnodes", "1:2", "--rdzv-endpoint", "127.0.0.1:1", "--rdzv-id", "x", "true"}, "--ft: does not combine with an elastic rendezvous"},
 		{[]string{"train", "mnist", "--min-replicas", "2"}, "--min-replicas: needs --ft"},
-		{[]string{"train", "mnist", "--ft", "--diloco", "4"}, "--ft and --diloco"},
-		{[]string{"train", "mnist", "--ft", "--local-sgd", "4"}, "--ft and --local-sgd"},
+		{[]string{"train", "mnist", "--ft", "--diloco", "4", "--diloco-delay", "1"}, "--ft and --diloco-delay 1"},
 		{[]string{"train", "mnist", "--ft", "--sharding", "zero1"}, "--ft and --sharding zero1"},
 		{[]string{"train", "mnist", "--ft", "--on-nan", "skip"}, "--ft and --on-nan skip"},
 	} {

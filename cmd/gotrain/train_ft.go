@@ -24,10 +24,8 @@ func checkTrainFT(f *pflag.FlagSet, h *harness.Config) error {
 		return nil
 	case h.Sharding != "" && h.Sharding != harness.ShardNone:
 		return usagef("--ft and --sharding %s: a fault-tolerant worker holds the whole model to heal another; choose one", h.Sharding)
-	case h.LocalSGD > 0:
-		return usagef("--ft and --local-sgd: fault tolerance at the outer step is not built; choose one")
-	case h.DiLoCo > 0:
-		return usagef("--ft and --diloco: fault tolerance at the outer step is not built; choose one")
+	case h.DiLoCoDelay > 0:
+		return usagef("--ft and --diloco-delay %d: a fault-tolerant outer step is agreed before it is applied and cannot overlap inner steps; use --diloco-delay 0", h.DiLoCoDelay)
 	case h.OnNaN == harness.OnNaNSkip:
 		return usagef("--ft and --on-nan skip: the quorum already commits or discards each step; use stop or warn")
 	}

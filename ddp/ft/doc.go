@@ -39,7 +39,10 @@
 // A peer that dies mid-step fails the step's collective; that step is
 // not committed on any member: each member votes in the store and the
 // first verdict recorded (discard as soon as one member failed or died
-// without voting, commit once all voted so) is every member's answer.
+// without voting, commit once all voted so) is every member's answer. A
+// member restarted in place keeps its replica ID, so its heartbeat goes
+// on; once it has posted to the next round it counts as dead without a
+// vote, and a quorum in which it heals builds a new group.
 // Members discard the step's gradients and redo it in the next quorum,
 // which drops the dead replica once its heartbeat is older than the
 // liveness bound. At most the in-flight step is lost. Discarding rather
@@ -68,6 +71,26 @@
 // whole batches is consumed by exactly one committed step, none skipped
 // or repeated; a discarded step's batch was computed but its gradients
 // were dropped, and it is consumed again by the next step.
+//
+// # Outer steps (DiLoCo, LocalSGD)
+//
+// With DiLoCo or LocalSGD (package ddp/localsgd) the replicas train their
+// inner steps alone and meet every H steps, so the quorum is taken at
+// the outer step only: before it each replica calls SetStep with its
+// inner step, then StartStep, reduces its outer gradient (or its
+// parameters) over the quorum's group, and applies the result if
+// ShouldCommit says every member's reduction succeeded; otherwise it
+// drops it and retries in the next round, without the dead replica.
+// A replica that dies during the inner steps costs the survivors only
+// its own inner steps and the liveness bound at the next outer step.
+// The average is renormalised over the replicas that contributed (the
+// sum divided by their count, not by the replicas the job started
+// with): the outer step is then the one a job of the survivors would
+// take, of the full size, rather than one shrunk by the missing share.
+// A replica joins at an outer step and heals there, before the
+// reduction; since it holds a copy of its source's replica it sends
+// zeros that step and is not counted, and after the step its parameters
+// are θ_global, as every member's.
 //
 // # Several ranks per replica
 //

@@ -211,6 +211,18 @@ func (m *Manager) Close() error {
 // state is at.
 func (m *Manager) Step() int64 { return m.step }
 
+// SetStep sets the step this replica's state is at, for a caller whose
+// quorum steps are not its training steps: DiLoCo or LocalSGD, which
+// takes a quorum at each outer step, every H inner steps, and posts the
+// inner step so that a joining replica heals to it. Call it between a
+// ShouldCommit and the next StartStep; a replica that must heal (step
+// -1) keeps its step until it has.
+func (m *Manager) SetStep(step int64) {
+	if m.step >= 0 {
+		m.step = step
+	}
+}
+
 // Quorum returns the current quorum (valid after StartStep).
 func (m *Manager) Quorum() Quorum {
 	if m.q == nil {
@@ -338,6 +350,7 @@ func (m *Manager) ShouldCommit(ctx context.Context) (bool, error) {
 	}
 	live := newLiveness(m.cfg.Liveness)
 	ids := m.q.IDs()
+	next := fmt.Sprintf("r/%d/ids", m.q.Round+1)
 	var outcome []byte
 	for {
 		v, err := peek(ctx, m.st, base+"c")
@@ -348,6 +361,13 @@ func (m *Manager) ShouldCommit(ctx context.Context) (bool, error) {
 			outcome = v
 			break
 		}
+		// A member restarted in place keeps its ID and heartbeat but posts
+		// to the next round without voting in this one: it is gone.
+		later, err := peek(ctx, m.st, next)
+		if err != nil {
+			return false, err
+		}
+		restarted := func(id string) bool { return strings.Contains(","+string(later), ","+id+",") }
 		votes := map[string]bool{}
 		now := time.Now()
 		for _, id := range ids {
@@ -360,7 +380,7 @@ func (m *Manager) ShouldCommit(ctx context.Context) (bool, error) {
 				votes[id] = string(b) == "1"
 			}
 		}
-		if commit, done := commitVerdict(ids, votes, func(id string) bool { return live.alive(id, now) }); done {
+		if commit, done := commitVerdict(ids, votes, func(id string) bool { return live.alive(id, now) && !restarted(id) }); done {
 			want := []byte("0")
 			if commit {
 				want = []byte("1")
@@ -596,7 +616,10 @@ func (m *Manager) collect(ctx context.Context, round int64) {
 // adopt makes q the current quorum: a new group if needed, then healing.
 func (m *Manager) adopt(ctx context.Context, q *Quorum) error {
 	changed := m.q == nil || q.ID != m.q.ID
-	if changed || m.broken || m.g == nil {
+	// A member that heals is a new process even when the membership is
+	// the same (restarted in place before the quorum dropped it): the
+	// old group holds its predecessor.
+	if changed || m.broken || m.g == nil || len(q.Recover) > 0 {
 		if m.g != nil {
 			m.g.Destroy()
 			m.g = nil

@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,24 +28,27 @@ import (
 
 // The replica worker's environment.
 const (
-	envStore   = "FT_TEST_STORE"       // host:port of the store the test serves
-	envID      = "FT_TEST_ID"          // replica ID
-	envStep    = "FT_TEST_STEP"        // Config.Step: 0, or -1 to heal
-	envSteps   = "FT_TEST_STEPS"       // train until this many steps are committed
-	envHidden  = "FT_TEST_HIDDEN"      // hidden width (another one makes another model)
-	envMin     = "FT_TEST_MIN"         // MinReplicas
-	envPace    = "FT_TEST_PACE"        // pause per step, so the test can act mid-training
-	envLive    = "FT_TEST_LIVENESS"    // liveness bound
-	envKillAt  = "FT_TEST_KILL_AT"     // SIGKILL itself in the middle of this step
-	envReplica = "FT_TEST_REPLICAS"    // Config.Replicas
-	envDieServ = "FT_TEST_DIE_SERVING" // SIGKILL itself when asked to serve a heal
-	testToken  = "ft-test-token"
-	globalSize = 6 // global batch: divides evenly over 1, 2 or 3 replicas
+	envStore    = "FT_TEST_STORE"       // host:port of the store the test serves
+	envID       = "FT_TEST_ID"          // replica ID
+	envStep     = "FT_TEST_STEP"        // Config.Step: 0, or -1 to heal
+	envSteps    = "FT_TEST_STEPS"       // train until this many steps are committed
+	envHidden   = "FT_TEST_HIDDEN"      // hidden width (another one makes another model)
+	envMin      = "FT_TEST_MIN"         // MinReplicas
+	envRejoin   = "FT_TEST_REJOIN"      // train on past FT_TEST_STEPS until this replica is back in the quorum
+	envBound    = "FT_TEST_BOUND"       // the step at which waiting for FT_TEST_REJOIN fails
+	envLive     = "FT_TEST_LIVENESS"    // liveness bound
+	envKillAt   = "FT_TEST_KILL_AT"     // SIGKILL itself in the middle of this step
+	envReplica  = "FT_TEST_REPLICAS"    // Config.Replicas
+	envDieServ  = "FT_TEST_DIE_SERVING" // SIGKILL itself when asked to serve a heal
+	envKillVote = "FT_TEST_KILL_VOTE"   // SIGKILL itself in this step, after its allreduce, before its vote
+	testToken   = "ft-test-token"
+	globalSize  = 6 // global batch: divides evenly over 1, 2 or 3 replicas
 )
 
 func TestMain(m *testing.M) {
 	testproc.Dispatch(testproc.Workers{
 		"ft-replica": func() int { return testproc.ExitCode(replicaWorker(context.Background())) },
+		"ft-outer":   func() int { return testproc.ExitCode(outerWorker(context.Background())) },
 	})
 	os.Exit(m.Run())
 }
@@ -64,7 +68,7 @@ func replicaWorker(ctx context.Context) error {
 	id := os.Getenv(envID)
 	hidden := envInt(envHidden, 16)
 	steps := int64(envInt(envSteps, 20))
-	pace := time.Duration(envInt(envPace, 0)) * time.Millisecond
+	rejoin, bound := os.Getenv(envRejoin), int64(envInt(envBound, 2000))
 	live, err := time.ParseDuration(os.Getenv(envLive))
 	if err != nil {
 		return fmt.Errorf("%s: %w", envLive, err)
@@ -106,10 +110,32 @@ func replicaWorker(ctx context.Context) error {
 	n := globalSize * 8
 	x := tensor.Randn(tensor.NewRNG(99), n, 8).Data()
 	sampler := Sampler{N: n, GlobalBatch: globalSize, Shuffle: true, Seed: 7}
-	for mgr.Step() < steps {
+	// With FT_TEST_REJOIN the replicas train on until the quorum of a
+	// step from FT_TEST_STEPS on holds that replica after this one has
+	// seen it gone or healing (or is it): every member of that quorum
+	// stops at the same step.
+	left := false
+	done := func() bool {
+		if mgr.Step() < steps {
+			return false
+		}
+		if rejoin == "" {
+			return true
+		}
+		q := mgr.Quorum()
+		in := q.Index(rejoin) >= 0
+		return in && (left || rejoin == id)
+	}
+	for !done() {
+		if mgr.Step() >= bound {
+			return fmt.Errorf("replica %s: %d steps committed and replica %s is not back in the quorum (seen gone: %v)", id, mgr.Step(), rejoin, left)
+		}
 		before := mgr.Step()
 		if err := mgr.StartStep(ctx); err != nil {
 			return err
+		}
+		if q := mgr.Quorum(); rejoin != "" && (q.Index(rejoin) < 0 || slices.Contains(q.Recover, rejoin)) {
+			left = true // gone, or restarted in place: back once it healed
 		}
 		if before < 0 {
 			fmt.Printf("healed step=%d members=%d pid=%d sha=%s\n", mgr.Step(), mgr.Size(), os.Getpid(), paramSHA(params))
@@ -132,6 +158,9 @@ func replicaWorker(ctx context.Context) error {
 			return err
 		}
 		_ = mgr.AllReduceGrads(ctx, params) // a failure discards the step below
+		if int64(envInt(envKillVote, -1)) == mgr.Step() {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
 		ok, err := mgr.ShouldCommit(ctx)
 		if err != nil {
 			return err
@@ -143,7 +172,6 @@ func replicaWorker(ctx context.Context) error {
 			fmt.Printf("discarded step=%d\n", mgr.Step())
 		}
 		opt.ZeroGrad()
-		time.Sleep(pace) // pacing only: training this model takes microseconds
 	}
 	s := mgr.Stats()
 	fmt.Printf("final step=%d members=%d pid=%d sha=%s survived=%d lost=%d heals=%d quorums=%d\n",
@@ -275,7 +303,7 @@ func waitExit(t *testing.T, p *testproc.Proc) {
 func TestSurvivorsContinueAndReplacementHeals(t *testing.T) {
 	const live = 3 * time.Second
 	addr, st := serveStoreClient(t)
-	env := []string{envSteps + "=70", envPace + "=40", envLive + "=" + live.String()}
+	env := []string{envSteps + "=70", envRejoin + "=r1", envLive + "=" + live.String()}
 	ids := []string{"r0", "r1", "r2"}
 	procs := make([]*testproc.Proc, 3)
 	for i, id := range ids {
@@ -351,9 +379,12 @@ func TestSurvivorsContinueAndReplacementHeals(t *testing.T) {
 		final = append(final, l.Text)
 	}
 	for _, f := range final {
-		if field(f, "sha") != field(final[0], "sha") || field(f, "step") != "70" {
-			t.Fatalf("final states differ:\n%s", strings.Join(final, "\n"))
+		if field(f, "sha") != field(final[0], "sha") || field(f, "step") != field(final[0], "step") || field(f, "members") != "3" {
+			t.Fatalf("final states differ, or not in a quorum of 3:\n%s", strings.Join(final, "\n"))
 		}
+	}
+	if n, _ := strconv.Atoi(field(final[0], "step")); n < 70 {
+		t.Fatalf("final step %d, want at least 70:\n%s", n, strings.Join(final, "\n"))
 	}
 	for _, f := range final[:2] {
 		if field(f, "survived") != "1" || field(f, "lost") != "1" {
@@ -384,7 +415,7 @@ func TestSurvivorsContinueAndReplacementHeals(t *testing.T) {
 // the transfer; the replacement heals from the other survivor instead.
 func TestHealRetriesFromAnotherPeer(t *testing.T) {
 	addr := serveStore(t)
-	env := []string{envSteps + "=40", envPace + "=40", envLive + "=2s"}
+	env := []string{envSteps + "=40", envRejoin + "=r1", envLive + "=2s"}
 	r0 := startReplica(t, addr, "r0", 0, append(env, envDieServ+"=1")...)
 	r1 := startReplica(t, addr, "r1", 1, append(env, envKillAt+"=3")...)
 	r2 := startReplica(t, addr, "r2", 2, env...)
@@ -487,4 +518,49 @@ func TestReplicaWithAnotherModelIsRefused(t *testing.T) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// TestRestartedBeforeItsVote: r1 dies after its step's allreduce, before
+// voting, and is restarted at once with the same replica ID, well within
+// the liveness bound (its heartbeat never stops): the survivors do not
+// wait for its vote, since it has posted to the next round; they discard
+// the step, heal the new r1 and all end with the same weights.
+func TestRestartedBeforeItsVote(t *testing.T) {
+	addr := serveStore(t)
+	// A liveness bound far longer than the test: only the next round's
+	// post can tell the survivors that r1 will not vote.
+	env := []string{envSteps + "=30", envRejoin + "=r1", envLive + "=5m"}
+	r0 := startReplica(t, addr, "r0", 0, env...)
+	r1 := startReplica(t, addr, "r1", 1, append(env, envKillVote+"=5")...)
+	r2 := startReplica(t, addr, "r2", 2, env...)
+	waitExit(t, r1)
+	if !strings.Contains(fmt.Sprint(r1.Err()), "killed") {
+		t.Fatalf("r1 exited with %v, want killed by SIGKILL:\n%s", r1.Err(), r1.Output())
+	}
+	repl := startReplica(t, addr, "r1", 1, append(env, envStep+"=-1")...)
+	healed, ok := repl.WaitLine("healed ", 90*time.Second)
+	if !ok {
+		t.Fatalf("the replacement never healed; survivors:\n%s\n%s\nreplacement:\n%s", r0.Output(), r2.Output(), repl.Output())
+	}
+	for _, p := range []*testproc.Proc{r0, r2} {
+		firstWith(t, p, "discarded ", time.Time{}, "step", "5")
+		l := firstWith(t, p, "state ", time.Time{}, "step", field(healed.Text, "step"))
+		if l.Text == "" || field(l.Text, "sha") != field(healed.Text, "sha") {
+			t.Fatalf("replica %d at step %s: %q; the replacement healed to %q", p.Rank, field(healed.Text, "step"), l.Text, healed.Text)
+		}
+	}
+	var final []string
+	for _, p := range []*testproc.Proc{r0, r2, repl} {
+		waitExit(t, p)
+		l, ok := p.WaitLine("final ", 0)
+		if p.Err() != nil || !ok {
+			t.Fatalf("replica %d: %v\n%s", p.Rank, p.Err(), p.Output())
+		}
+		final = append(final, l.Text)
+	}
+	for _, f := range final {
+		if field(f, "sha") != field(final[0], "sha") || field(f, "members") != "3" {
+			t.Fatalf("final states differ, or not in a quorum of 3:\n%s", strings.Join(final, "\n"))
+		}
+	}
 }

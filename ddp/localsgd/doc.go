@@ -29,6 +29,14 @@
 // average divides by, which a membership layer may lower to the
 // replicas that took part.
 //
+// A membership layer that must agree on each sync before it is applied
+// (the fault-tolerant quorum of package ddp/ft) calls Advance instead of
+// AfterStep and runs each due sync itself: SetGroup (the replicas
+// present), Reduce (which changes nothing of the replica, and lets a
+// replica that holds a copy of a peer's state contribute zeros, the
+// average then dividing by the replicas that contributed), and Apply or
+// Discard.
+//
 // The Model is checkpoint state (a checkpoint.Stateful, carried in
 // TrainingState.CommHook): θ_global, the outer optimizer's momentum, the
 // step count and the schedule's place, an outer gradient in flight, and,

@@ -121,6 +121,12 @@ type Model struct {
 	innerKeys  []string // the inner state's tensor names in gathered, sorted
 	// trace, if set, sees every sync start ("start") and apply ("apply").
 	trace func(step int64, frag int, event string)
+	// silent makes a reduction send zeros for this replica (Reduce's
+	// contribute false); reduced and bufAvg are what Reduce finished for
+	// Apply: the fragments and the averaged buffers.
+	silent  bool
+	reduced []*fragment
+	bufAvg  []float32
 }
 
 // NewLocalSGD wraps module for LocalSGD over g: each rank steps its own

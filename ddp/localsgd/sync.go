@@ -154,6 +154,9 @@ func (m *Model) start(ctx context.Context, f *fragment, applyAt int64) error {
 		}
 		off += len(p)
 	}
+	if m.silent {
+		clear(f.send) // a replica holding a copy of a peer's adds nothing of its own
+	}
 	if m.trace != nil {
 		m.trace(m.step, f.index, "start")
 	}
@@ -237,6 +240,16 @@ func (m *Model) apply(ctx context.Context, f *fragment) error {
 	if err := m.finish(ctx, f); err != nil {
 		return err
 	}
+	m.applyFinished(f)
+	if f.index == len(m.frags)-1 {
+		return m.averageBuffers(ctx)
+	}
+	return nil
+}
+
+// applyFinished brings the replica's fragment f to its finished
+// reduction; no collective.
+func (m *Model) applyFinished(f *fragment) {
 	if m.trace != nil {
 		m.trace(m.step, f.index, "apply")
 	}
@@ -275,10 +288,6 @@ func (m *Model) apply(ctx context.Context, f *fragment) error {
 		off += len(p)
 	}
 	f.pending = nil
-	if f.index == len(m.frags)-1 {
-		return m.averageBuffers(ctx)
-	}
-	return nil
 }
 
 // averageBuffers averages the module's buffers (BatchNorm's running

@@ -1,9 +1,10 @@
 #!/bin/sh
 # DDP against LocalSGD, DiLoCo and streaming DiLoCo on an ordinary link:
 # two network-namespace nodes of one worker each (testing/clustertest,
-# needs root, iproute2 and nftables), each node's link shaped with tc tbf
-# (default 100 Mbit/s; this kernel's tc has rate limits, no netem delay),
-# train the default GPT for the same steps with
+# needs root, iproute2 and nftables), each node's link shaped in rate
+# only, with tc tbf (default 100 Mbit/s): the kernel has no sch_netem, so
+# no delay or loss is emulated. They train the default GPT for the same
+# steps with
 #
 #   ddp           gotrain train gpt
 #   localsgd20    gotrain train gpt --local-sgd 20
@@ -17,7 +18,8 @@
 # the validation loss, and tokens/s and loss over DDP's.
 #
 #   docs/bench/diloco.sh                         # 1000 steps each (hours on 2 cores)
-#   STEPS=10 MODES=ddp,diloco20 docs/bench/diloco.sh   # a quick check that it works
+#   STEPS=10 docs/bench/diloco.sh                # a quick check that it works (under a minute)
+#   STEPS=10 MODES=ddp,diloco20 docs/bench/diloco.sh
 #   RATE=1000000000 docs/bench/diloco.sh        # a 1 Gbit/s link
 #
 # Run from anywhere on an otherwise idle machine.

@@ -31,6 +31,8 @@ type State struct {
 	Ended    bool        `json:"ended"`
 	Workers  []rankState `json:"workers"`
 	Progress Progress    `json:"progress"`
+	// Replicas is a fault-tolerant job's membership, once it changed.
+	Replicas *Replicas `json:"replicas,omitempty"`
 	// Series are per rank: each point [step, unix time, loss,
 	// samples/s (or tokens/s), step ms, exposed wait ms, learning rate],
 	// null for a number that is not finite (a NaN loss).
@@ -47,7 +49,7 @@ func (h *Hub) Snapshot() State {
 	}
 	st := State{RunID: h.opt.RunID, Node: h.opt.Node, State: h.state, Ranks: h.opt.Ranks,
 		Uptime: end.Sub(h.started).Seconds(), Version: h.version, Ended: !h.ended.IsZero(),
-		Progress: h.progress.snapshot(), Series: map[int][][7]event.Float{}}
+		Progress: h.progress.snapshot(), Replicas: h.replicasSnapshot(), Series: map[int][][7]event.Float{}}
 	for _, rs := range h.ranks {
 		st.Workers = append(st.Workers, *rs)
 		pts := make([][7]event.Float, len(rs.History))

@@ -63,6 +63,7 @@ type Hub struct {
 	state    string
 	version  int // bumped by each row and progress event, for the dashboard's polling
 	progress progressState
+	replicas *Replicas // a fault-tolerant job's membership, once it changed
 	errs     []error
 
 	servers []*http.Server
@@ -210,6 +211,8 @@ func (h *Hub) Event(rank int, line []byte) {
 		h.mu.Lock()
 		h.progressEvent(rank, &ev)
 		h.mu.Unlock()
+	case event.KindReplicas:
+		h.replicasEvent(line)
 	case event.KindHello:
 		var ev struct{ Data *event.Hello }
 		if json.Unmarshal(line, &ev) != nil || ev.Data == nil {

@@ -92,6 +92,7 @@ type Console struct {
 	lastPlain time.Time           // when the last periodic plain line went out
 	buf       []byte              // scratch for one write
 	writers   []*lineWriter       // flushed by Close
+	replicas  string              // "replicas 2/3" in a fault-tolerant job, once one changed
 }
 
 // epochState aggregates one epoch's (or evaluation interval's) reports
@@ -100,6 +101,7 @@ type epochState struct {
 	epoch, epochs, steps int
 	unit, label          string
 	ranks                map[int]*rankState
+	replicas             string // the console's, for the status line
 }
 
 // rankState is one rank's latest report within an epoch.
@@ -246,6 +248,9 @@ func (c *Console) barSeq(line string) string { return "\r" + line + "\x1b[K" }
 func (c *Console) Event(rank int, line []byte) {
 	switch event.KindOf(line) {
 	case "epoch", "step", "done":
+	case event.KindReplicas:
+		c.replicasEvent(line)
+		return
 	default:
 		return // a row or span for another consumer: not worth decoding
 	}
@@ -297,6 +302,9 @@ func (c *Console) update(kind string) {
 	now := c.now()
 	finished := c.finished(false)
 	current := c.current()
+	if current != nil {
+		current.replicas = c.replicas
+	}
 	if !c.live {
 		c.buf = c.buf[:0]
 		for _, l := range finished {
@@ -574,6 +582,9 @@ func (es *epochState) statusLine(bar bool, width int) string {
 	}
 	if v.hasLoss {
 		parts = append(parts, part{text: "loss " + num(v.loss), rank: 2})
+	}
+	if es.replicas != "" {
+		parts = append(parts, part{text: es.replicas, rank: 3})
 	}
 	if v.hasRate {
 		parts = append(parts, part{text: rate(v.rate, es.unitName()), rank: 3})

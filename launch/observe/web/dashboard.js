@@ -115,12 +115,32 @@ function renderProgress(st) {
   ev.textContent = parts.join(" · ");
 }
 
+// renderReplicas shows a fault-tolerant job's replicas (those in the
+// latest quorum, of those it started with) and its last changes, newest
+// first; nothing until one changed.
+function renderReplicas(st) {
+  const r = st.replicas;
+  const div = document.getElementById("replicas");
+  div.hidden = !r;
+  if (!r) return;
+  document.getElementById("replica-count").textContent = "replicas " + r.live + "/" + r.of;
+  const ul = document.getElementById("replica-changes");
+  ul.innerHTML = "";
+  for (const c of (r.changes || []).slice(-10).reverse()) {
+    const li = document.createElement("li");
+    li.className = "replica-" + c.change;
+    li.textContent = "step " + c.step + ": " + c.replica + " " + c.change + (c.source ? " from " + c.source : "") + " (" + c.replicas + "/" + c.of + ")";
+    ul.appendChild(li);
+  }
+}
+
 function render(st) {
   document.getElementById("run").textContent = "run " + (st.run_id || "–") + (st.node ? " · node " + st.node : "");
   const s = document.getElementById("state");
   s.textContent = "state " + st.state + (st.ended ? " (its final state, served until the launcher exits)" : "");
   s.className = "state-" + st.state;
   renderProgress(st);
+  renderReplicas(st);
   const workers = st.workers || [];
   const hosts = [...new Set(workers.map(w => w.host).filter(h => h))];
   document.getElementById("ranks").textContent = "ranks " + workers.length + "/" + st.ranks + " on " + (hosts.join(", ") || "–");
