@@ -9,14 +9,19 @@ import (
 
 // Attention tile sizes: a worker holds one attnBr×attnBc block of scores
 // (and one of their gradients) at a time, whatever T is. Queries are
-// taken attnBr rows at a time and keys attnBc at a time (attnBcCausal
-// with the causal mask, where smaller blocks waste less work on the
-// diagonal), so each product is a GEMM large enough for the
-// micro-kernels.
+// taken attnBr rows at a time (attnBrCausal with the causal mask) and
+// keys attnBc at a time (attnBcCausal with the mask), so each product is
+// a GEMM large enough for the micro-kernels. Under the causal mask a
+// block's products stop at the last key its last query row sees, so the
+// work above the diagonal is the triangle of one row block, whatever the
+// key block: with 32-row blocks and whole 128-key blocks a T = 128 head
+// takes four products of 32×32 to 32×128 scores, 10/16 of the full
+// square (the causal half is about 8/16), where 64×64 blocks took 12/16.
 const (
 	attnBr       = 64
+	attnBrCausal = 32
 	attnBc       = 128
-	attnBcCausal = 64
+	attnBcCausal = 128
 )
 
 // ScaledDotProductAttention returns softmax(q·kᵀ/√Dh + mask)·v for q of
@@ -118,6 +123,7 @@ func (a attnGeom) run(out, q, k, v *Tensor) *Tensor {
 type attnGeom struct {
 	heads, tq, tk, dh int
 	nh                int // heads per batch element (packed layout)
+	br                int // queries per block (at most attnBr)
 	bc                int // keys per block
 	scale             float32
 	causal            bool
@@ -142,13 +148,19 @@ func newAttnGeom(op string, q, k, v *Tensor, causal bool) attnGeom {
 		panic(fmt.Sprintf("tensor: %s: q %v, k %v and v %v do not fit: k and v must be [%d, %d, Tk, %d]",
 			op, qs, ks, vs, qs[0], qs[1], qs[3]))
 	}
-	a := attnGeom{heads: qs[0] * qs[1], nh: qs[1], tq: qs[2], tk: ks[2], dh: qs[3], bc: attnBc, causal: causal, gemm: kernels.SgemmSerial}
+	a := attnGeom{heads: qs[0] * qs[1], nh: qs[1], tq: qs[2], tk: ks[2], dh: qs[3], causal: causal, gemm: kernels.SgemmSerial}
 	a.ldq, a.ldkv, a.ldo = a.dh, a.dh, a.dh
-	if causal {
-		a.bc = attnBcCausal
-	}
+	a.setBlocks()
 	a.scale = float32(1 / math.Sqrt(float64(max(a.dh, 1))))
 	return a
+}
+
+// setBlocks sets the block sizes for the mask.
+func (a *attnGeom) setBlocks() {
+	a.br, a.bc = attnBr, attnBc
+	if a.causal {
+		a.br, a.bc = attnBrCausal, attnBcCausal
+	}
 }
 
 // qOff, kOff, vOff and oOff return where head h's first row of queries,
@@ -196,11 +208,10 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
 	qh, kh, vh, oh := q[a.qOff(h):], k[a.kOff(h):], v[a.vOff(h):], o[a.oOff(h):]
 	lh := lse[h*a.tq : (h+1)*a.tq]
 	mrow, lrow := st[:attnBr], st[attnBr:]
-	for i0 := 0; i0 < a.tq; i0 += attnBr {
-		br := min(attnBr, a.tq-i0)
+	for i0 := 0; i0 < a.tq; i0 += a.br {
+		br := min(a.br, a.tq-i0)
 		oi := oh[i0*ldo:]
 		for r := range br {
-			clear(oi[r*ldo : r*ldo+dh])
 			mrow[r] = float32(math.Inf(-1))
 			lrow[r] = 0
 		}
@@ -232,7 +243,14 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
 					a.drop.apply(row[:lim], a.dropIndex(h, i0+r, j0))
 				}
 			}
-			a.gemm(false, false, br, dh, bc, 1, s, a.bc, vh[j0*ldkv:], ldkv, 1, oi, ldo)
+			// The first key block writes the output rows (every row sees
+			// key 0; a row without keys in a block has P = 0 there), the
+			// others add to them.
+			beta := float32(1)
+			if j0 == 0 {
+				beta = 0
+			}
+			a.gemm(false, false, br, dh, bc, 1, s, a.bc, vh[j0*ldkv:], ldkv, beta, oi, ldo)
 		}
 		for r := range br {
 			or := oi[r*ldo : r*ldo+dh]
@@ -253,8 +271,9 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
 // nil when not wanted). s holds a score block and its gradient, d the
 // rows' Σ dO·O. With fresh (the packed layout's fresh gradient buffer,
 // whose contents are unspecified) each block of rows is written, not
-// added to, the first time: every query block sees key block 0, and each
-// key block's first query block comes first, since Tq = Tk there.
+// added to, the first time: every query block sees key block 0, and the
+// first query block taken for a key block sees all of its keys (the last
+// one under the causal mask, since Tq = Tk there).
 func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []float32, fresh bool) {
 	dh, ldq, ldkv, ldo := a.dh, a.ldq, a.ldkv, a.ldo
 	at := func(x []float32, off int) []float32 {
@@ -275,20 +294,33 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 		pd = s[2*attnBr*a.bc:]
 	}
 	for j0 := 0; j0 < a.tk; j0 += a.bc {
-		bc := min(a.bc, a.tk-j0)
 		first := 0
 		if a.causal { // the first query block that sees key j0
-			first = j0 / attnBr * attnBr
+			first = j0 / a.br * a.br
 		}
-		for i0 := first; i0 < a.tq; i0 += attnBr {
+		nq := (a.tq - first + a.br - 1) / a.br
+		for q := range nq {
+			// Under the causal mask the query blocks go from the last to
+			// the first: the last sees every key of the block, so in a
+			// fresh buffer it is the one that writes dK_j and dV_j whole.
+			i0 := first + q*a.br
+			if a.causal {
+				i0 = first + (nq-1-q)*a.br
+			}
+			br := min(a.br, a.tq-i0)
+			// Keys of this block the block's last query row sees: the
+			// products stop there (all of the block without the mask).
+			bc := min(a.bc, a.tk-j0, max(a.keysFor(i0+br-1)-j0, 0))
+			if bc == 0 {
+				continue
+			}
 			betaQ, betaKV := float32(1), float32(1)
 			if fresh && j0 == 0 {
 				betaQ = 0
 			}
-			if fresh && i0 == first {
+			if fresh && q == 0 {
 				betaKV = 0
 			}
-			br := min(attnBr, a.tq-i0)
 			a.gemm(false, true, br, bc, dh, a.scale, qh[i0*ldq:], ldq, kh[j0*ldkv:], ldkv, 0, p, a.bc)
 			for r := range br {
 				row := p[r*a.bc : r*a.bc+bc]

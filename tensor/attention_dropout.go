@@ -66,12 +66,10 @@ func selfAttentionQKV(qkv *Tensor, heads int, causal bool, drop *attnDropout) *T
 	b, t, c := s[0], s[1], s[2]/3
 	dh := c / heads
 	a := attnGeom{
-		heads: b * heads, nh: heads, tq: t, tk: t, dh: dh, bc: attnBc, causal: causal,
+		heads: b * heads, nh: heads, tq: t, tk: t, dh: dh, causal: causal,
 		packed: true, ldq: 3 * c, ldkv: 3 * c, ldo: c, drop: drop,
 	}
-	if causal {
-		a.bc = attnBcCausal
-	}
+	a.setBlocks()
 	a.scale = float32(1 / math.Sqrt(float64(max(dh, 1))))
 	a.gemm = newBF16Cast().gemmSerial()
 	out := &Tensor{data: getBuf(b * t * c), shape: []int{b, t, c}}

@@ -40,17 +40,35 @@ func LayerNorm(x, weight, bias *Tensor, eps float32) *Tensor {
 	w, b := layerNormAffine(weight, bias, d)
 	parallelFor(rows, layerNormMinRows, func(_, lo, hi int) {
 		for r := lo; r < hi; r++ {
-			xr, or := x.data[r*d:(r+1)*d], out.data[r*d:(r+1)*d]
-			// Sums in float32 with several partial sums (the vector
-			// kernels), as PyTorch's kernel keeps; one sequential float64
-			// chain per row was the cost of the op.
-			m := kernels.Sum(xr) / float32(d)
-			ss := kernels.SumSqDev(xr, m)
-			rstd := float32(1 / math.Sqrt(float64(ss)/float64(d)+float64(eps)))
-			stats[2*r], stats[2*r+1] = m, rstd
-			kernels.LayerNormAffine(or, xr, w, b, m, rstd)
+			layerNormRow(out.data[r*d:(r+1)*d], x.data[r*d:(r+1)*d], w, b, stats[2*r:2*r+2], eps)
 		}
 	})
+	return recordLayerNorm(out, x, weight, bias, w, stats)
+}
+
+// layerNormRow normalises one row xr into or and keeps its mean and 1/σ
+// in st.
+func layerNormRow(or, xr, w, b, st []float32, eps float32) {
+	d := len(xr)
+	// Sums in float32 with several partial sums (the vector kernels), as
+	// PyTorch's kernel keeps; one sequential float64 chain per row was the
+	// cost of the op.
+	m := kernels.Sum(xr) / float32(d)
+	ss := kernels.SumSqDev(xr, m)
+	rstd := float32(1 / math.Sqrt(float64(ss)/float64(d)+float64(eps)))
+	st[0], st[1] = m, rstd
+	kernels.LayerNormAffine(or, xr, w, b, m, rstd)
+}
+
+// recordLayerNorm records out = LayerNorm(x, weight, bias) with its
+// backward pass; w is the weight's data (ones when weight is nil) and
+// stats each row's mean and 1/σ.
+func recordLayerNorm(out, x, weight, bias *Tensor, w, stats []float32) *Tensor {
+	d := x.shape[x.Dim()-1]
+	rows := 0
+	if d > 0 {
+		rows = len(x.data) / d
+	}
 	return record(out, "layer_norm", func(g []float32) {
 		var gx, gw, gb []float32
 		fresh := false // gx not yet holding anything: written, not added to

@@ -12,6 +12,10 @@ func addTo(dst, src []float32) { kernels.Add(dst, src) }
 // elementwise op stays on one goroutine (a few tens of µs of work).
 const elemMinItems = 1 << 16
 
+// binaryPiece is how many elements binary copies and combines at a time
+// (16 KiB of float32, well inside L1).
+const binaryPiece = 4096
+
 // binary evaluates f elementwise over the broadcast of a and b and returns
 // the result and its shape. vec, if not nil, is the same operation as an
 // in-place vector kernel (dst[i] = f(dst[i], src[i])), used on runs where
@@ -24,8 +28,13 @@ func binary(op string, a, b *Tensor, f func(x, y float32) float32, vec func(dst,
 	od, ad, bd := out.data, a.data, b.data
 	if vec != nil && sameShape(a.shape, b.shape) { // one run, split over goroutines
 		parallelFor(len(od), elemMinItems, func(_, lo, hi int) {
-			copy(od[lo:hi], ad[lo:hi])
-			vec(od[lo:hi], bd[lo:hi])
+			// A piece at a time, so that vec reads the copy back from L1
+			// rather than after a pass over the whole run.
+			for p := lo; p < hi; p += binaryPiece {
+				e := min(p+binaryPiece, hi)
+				copy(od[p:e], ad[p:e])
+				vec(od[p:e], bd[p:e])
+			}
 		})
 		return out, shape
 	}
@@ -73,6 +82,12 @@ func binaryGrad(g []float32, shape []int, a, b *Tensor, da, db func(x, y, g floa
 // Add returns a + b with broadcasting.
 func Add(a, b *Tensor) *Tensor {
 	out, shape := binary("Add", a, b, func(x, y float32) float32 { return x + y }, kernels.Add)
+	return recordAdd(out, a, b, shape)
+}
+
+// recordAdd records out = a + b (broadcast to shape) with its backward
+// pass.
+func recordAdd(out, a, b *Tensor, shape []int) *Tensor {
 	return record(out, "add", func(g []float32) {
 		if out.passGrad != nil && len(g) > 0 && &out.passGrad[0] == &g[0] && a != b &&
 			len(a.data) == len(g) && len(b.data) == len(g) {

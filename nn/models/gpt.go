@@ -92,8 +92,7 @@ type GPTBlock struct {
 func (b *GPTBlock) Forward(x *tensor.Tensor) *tensor.Tensor {
 	h1 := b.LN1.Forward(x)
 	a := b.Attn.Forward(h1)
-	x1 := tensor.Add(x, a)
-	h2 := b.LN2.Forward(x1)
+	x1, h2 := b.LN2.AddForward(x, a) // x + a and ln_2 of it in one pass
 	f := b.MLP.Forward(h2)
 	tensor.Recycle(h1, a, x1, h2, f) // only the graph reads them
 	return tensor.Add(x1, f)
