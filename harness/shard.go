@@ -119,6 +119,7 @@ func (r *Run) wrapSharded(ctx context.Context, model nn.Module) (Model, error) {
 		return nil, fmt.Errorf("harness: sharding the model (%s): %w", r.cfg.Sharding, err)
 	}
 	r.fm, r.module, r.params = fm, model, fm.Parameters()
+	tuneGCForSharding()
 	return fm, nil
 }
 
@@ -188,7 +189,8 @@ func putJSON(m map[string]string, key string, v any) error {
 // evaluation), and has rank 0 write it to Config.Save as the model file
 // Save writes (safetensors, loadable by PyTorch). Every rank calls it.
 func (r *Run) finishSharded(ctx context.Context) error {
-	sd, err := r.fm.FullStateDict(ctx)
+	tensor.ReleasePool() // its buffers, collected with fsdp's, hold the consolidated model
+	sd, err := r.fm.FullStateDictOn(ctx, 0)
 	if err != nil {
 		return fmt.Errorf("harness: gathering the model: %w", err)
 	}
@@ -209,8 +211,11 @@ func (r *Run) finishSharded(ctx context.Context) error {
 
 // fillModule copies the full state dict sd into module, giving back
 // their storage to the parameters fsdp has freed (whose storage it
-// returns, for the caller to free again).
+// returns, for the caller to free again). A freed parameter takes its
+// entry's storage, which sd's caller owns (FullStateDictOn's copies),
+// rather than a second copy of the model.
 func fillModule(module nn.Module, sd []nn.Named) (freed []*tensor.Tensor, err error) {
+	byName := toMap(sd)
 	for _, np := range nn.NamedParameters(module) {
 		t := np.Tensor
 		n := 1
@@ -218,7 +223,11 @@ func fillModule(module nn.Module, sd []nn.Named) (freed []*tensor.Tensor, err er
 			n *= d
 		}
 		if len(t.Data()) != n {
-			t.SetData(make([]float32, n))
+			if src, ok := byName[np.Name]; ok && src.Len() == n {
+				t.SetData(src.Data())
+			} else {
+				t.SetData(make([]float32, n))
+			}
 			freed = append(freed, t)
 		}
 	}
@@ -238,7 +247,8 @@ func (r *Run) gathered(ctx context.Context, f func() error) error {
 		}
 		return nil
 	}
-	sd, err := r.fm.FullStateDict(ctx)
+	tensor.ReleasePool() // its buffers, collected with fsdp's, hold the consolidated model
+	sd, err := r.fm.FullStateDictOn(ctx, 0)
 	if err != nil {
 		return fmt.Errorf("harness: gathering the model to evaluate: %w", err)
 	}

@@ -263,7 +263,11 @@ func (fl *trainFlags) check(f *pflag.FlagSet) (int, error) {
 	if os.Getenv(trainWorkerEnv) != "" {
 		return n, nil // the launching process checked the sizes for all its workers
 	}
-	return n, checkSizes(sizeCheck{nproc: n, nprocFlag: fl.nproc, world: n, mesh: true, memory: fl.job.MemoryEstimate()}, fl.force.on)
+	mem := fl.job.MemoryEstimate()
+	if w, ok := fl.job.(interface{ MemoryEstimateWorld(int) jobflag.Memory }); ok {
+		mem = w.MemoryEstimateWorld(n) // the state a sharded job spreads over its workers
+	}
+	return n, checkSizes(sizeCheck{nproc: n, nprocFlag: fl.nproc, world: n, mesh: true, memory: mem}, fl.force.on)
 }
 
 // checkLauncher checks the flags of the launcher, which only n > 1 workers

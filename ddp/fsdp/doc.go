@@ -52,6 +52,19 @@
 // gathered at the start of Forward, which is what a rank that joined
 // shadows.
 //
+// What a FullShard rank holds besides its shards stays a few units'
+// worth, whatever the model's depth: a unit's full gradients live in
+// buffers reused every step, from its backward until its reduce-scatter
+// is launched; at most two reduce-scatters hold their send buffer at
+// once (launching a third waits for the oldest), and each one's result
+// is added into the shards as soon as it arrives. Activations are the
+// other large part, and the same on every rank: a model that runs its
+// units through nn.CallCheckpointed instead of nn.Call (models.GPTModel's
+// ActivationCheckpointing) keeps only each unit's input, recomputing the
+// unit's forward pass in its backward, on the parameters gathered for it.
+// FullStateDictOn consolidates the model on one rank, gathering one unit
+// at a time.
+//
 // ShardOptimizer and ShardGradOp keep the full parameters on every rank
 // and free the full gradients once reduced: they differ in the reduction
 // (allreduce, as ZeroRedundancyOptimizer, or reduce-scatter). NoSync

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strings"
 
 	"github.com/gotrain/gotrain/ddp"
@@ -153,7 +154,16 @@ type reduction struct {
 	send, recv []float32
 	pooled     bool   // send and recv are m.bufs' separate buffers
 	decode     func() // with bf16 reduction: turns what arrived into recv
+	bytes      int    // of send, for errors: reclaimSends may have given it back
+	applied    bool   // its gradients are in the shards
 }
+
+// maxReducing is how many units' reduce-scatters may hold their send
+// buffer, a full-size copy of the unit's gradients, at once: when
+// backward outruns the network, launching another waits for the oldest,
+// so that a pass holds two units' full gradients rather than the whole
+// model's.
+const maxReducing = 2
 
 // Model is a module wrapped for sharded data-parallel training. Its
 // Parameters are this rank's shards, which the optimizer updates; Forward
@@ -266,6 +276,12 @@ func New(ctx context.Context, module nn.Module, g *distributed.Group, opts ...Op
 	}
 	if m.releases() {
 		m.installUnitHooks()
+	}
+	if cfg.strategy != NoShard {
+		// The full values sharding let go of are most of what the heap
+		// held: give their pages back now rather than when the
+		// scavenger gets to them.
+		debug.FreeOSMemory()
 	}
 	return m, nil
 }
@@ -811,15 +827,59 @@ func (m *Model) launch(ui int) {
 		red.pooled = true
 		red.work = m.shardG.ReduceScatterAsync(m.ctx, red.recv, send, distributed.Avg)
 	}
+	red.bytes = 4 * len(send)
 	m.inflight = append(m.inflight, red)
+	m.reclaimSends()
 	if m.cfg.strategy == NoShard {
 		return
 	}
 	for _, i := range u.params {
-		m.params[i].t.SetGrad(nil)
+		p := m.params[i]
+		if g := p.t.Grad(); g != nil && g.Len() == p.numel {
+			m.bufs.put(g.Data()) // copied into send above
+		}
+		p.t.SetGrad(nil)
 	}
 	if m.releases() {
 		m.releaseUnit(ui)
+	}
+}
+
+// reclaimSends gives back the send buffers of the reduce-scatters that
+// have finished, waiting for the oldest while more than maxReducing hold
+// one, and adds what they brought into the shards at once where nothing
+// else is to be done with it (no bf16 decoding, no averaging across
+// nodes), so that neither buffer waits for the end of backward. A failed
+// reduction keeps its buffers; finishPass reports it.
+func (m *Model) reclaimSends() {
+	held := 0
+	for _, red := range m.inflight {
+		if red.pooled && red.send != nil {
+			held++
+		}
+	}
+	for i := range m.inflight {
+		red := &m.inflight[i]
+		if !red.pooled || red.send == nil {
+			continue
+		}
+		select {
+		case <-red.work.Done():
+		default:
+			if held <= maxReducing {
+				continue
+			}
+		}
+		if err := red.work.Wait(m.ctx); err != nil {
+			return
+		}
+		held--
+		if red.decode == nil && m.replG == nil {
+			m.apply(red)
+			continue
+		}
+		m.bufs.put(red.send)
+		red.send = nil
 	}
 }
 
@@ -843,12 +903,16 @@ func (m *Model) finishPass() error {
 		errs = append(errs, fmt.Errorf("fsdp: parameters %v received no gradient in this backward pass", names))
 	}
 	failed := false
-	for _, red := range m.inflight {
+	for i := range m.inflight {
+		red := &m.inflight[i]
 		u := m.units[red.unit]
+		if red.applied {
+			continue
+		}
 		if red.work != nil {
 			if err := red.work.Wait(m.ctx); err != nil {
 				errs = append(errs, fmt.Errorf("fsdp: reducing the gradients of unit %s (%d parameters, %d bytes): %w",
-					u.name, len(u.params), 4*len(red.send), err))
+					u.name, len(u.params), red.bytes, err))
 				failed = true
 				continue
 			}
@@ -866,21 +930,29 @@ func (m *Model) finishPass() error {
 				continue
 			}
 		}
-		if m.joinScale != 0 && m.joinScale != 1 {
-			for k := range red.recv {
-				red.recv[k] *= m.joinScale
-			}
-		}
-		for _, i := range u.params {
-			m.accumulate(m.params[i], red.recv[m.params[i].off:])
-		}
-		if red.pooled {
-			m.bufs.put(red.send)
-			m.bufs.put(red.recv)
-		}
+		m.apply(red)
 	}
 	m.inflight = m.inflight[:0]
 	return errors.Join(errs...)
+}
+
+// apply adds a finished reduction's averaged gradients into its unit's
+// shards and gives its buffers back.
+func (m *Model) apply(red *reduction) {
+	if m.joinScale != 0 && m.joinScale != 1 {
+		for k := range red.recv {
+			red.recv[k] *= m.joinScale
+		}
+	}
+	for _, i := range m.units[red.unit].params {
+		m.accumulate(m.params[i], red.recv[m.params[i].off:])
+	}
+	if red.pooled {
+		m.bufs.put(red.send)
+		m.bufs.put(red.recv)
+		red.send, red.recv = nil, nil
+	}
+	red.applied = true
 }
 
 // accumulate stores p's reduced gradient: with NoShard it replaces the
@@ -922,28 +994,49 @@ func (m *Model) Close() error {
 	return nil
 }
 
-// broadcastTensors copies rank root's values of ts to every rank in one
-// collective.
+// broadcastBatch is the most float32 values broadcastTensors copies into
+// one message: small tensors go together, so that buffers and biases cost
+// few collectives, and a large tensor goes on its own storage, so that
+// copying a whole model at setup needs no second model's memory.
+const broadcastBatch = 1 << 20
+
+// broadcastTensors copies rank root's values of ts to every rank.
 func broadcastTensors(ctx context.Context, g *distributed.Group, ts []*tensor.Tensor, root int) error {
-	total := 0
-	for _, t := range ts {
-		total += t.Len()
-	}
-	if total == 0 {
+	var batch []*tensor.Tensor
+	var flat []float32
+	flush := func() error {
+		if len(flat) == 0 {
+			return nil
+		}
+		if err := g.Broadcast(ctx, flat, root); err != nil {
+			return err
+		}
+		off := 0
+		for _, t := range batch {
+			off += copy(t.Data(), flat[off:off+t.Len()])
+		}
+		batch, flat = batch[:0], flat[:0]
 		return nil
 	}
-	flat := make([]float32, 0, total)
 	for _, t := range ts {
-		flat = append(flat, t.Data()...)
+		n := t.Len()
+		switch {
+		case n == 0:
+		case n >= broadcastBatch:
+			if err := g.Broadcast(ctx, t.Data(), root); err != nil {
+				return err
+			}
+		default:
+			if len(flat)+n > broadcastBatch {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			batch = append(batch, t)
+			flat = append(flat, t.Data()...)
+		}
 	}
-	if err := g.Broadcast(ctx, flat, root); err != nil {
-		return err
-	}
-	off := 0
-	for _, t := range ts {
-		off += copy(t.Data(), flat[off:off+t.Len()])
-	}
-	return nil
+	return flush()
 }
 
 // Footprint is what this rank holds of the model, in bytes: the float32

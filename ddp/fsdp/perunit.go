@@ -165,11 +165,29 @@ func (m *Model) preBackward(pass *tensor.Pass, ui, prev int) {
 			m.fillZeros(ui) // backward runs to its end, and returns err
 		}
 	}
+	m.pooledGrads(ui)
 	if !m.cfg.prefetch || prev < 0 {
 		return
 	}
 	if u := m.units[prev]; !u.root && !u.full && u.gather == nil && !m.unitDone(pass, prev) {
 		m.startGather(m.ctx, prev, true)
+	}
+}
+
+// pooledGrads gives unit ui's parameters that have no gradient yet one
+// from the buffer pool, zeroed lazily (tensor's ZeroGrad: the ops that
+// write a whole gradient skip the zeros), which launch hands back once
+// the gradient is reduced. Every step then reuses the same memory
+// instead of leaving a unit's full gradients to the collector.
+func (m *Model) pooledGrads(ui int) {
+	for _, i := range m.units[ui].params {
+		p := m.params[i]
+		if p.t.Grad() != nil {
+			continue // NoSync accumulation
+		}
+		buf, _ := m.bufs.take(p.numel)
+		p.t.SetGrad(tensor.New(buf, p.shape...))
+		p.t.ZeroGrad()
 	}
 }
 

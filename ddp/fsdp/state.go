@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 
 	"github.com/gotrain/gotrain/distributed"
@@ -62,17 +63,61 @@ func sumSquares(x []float32) float64 {
 // FullStateDict gathers the full parameters and returns the module's
 // state dict (nn.StateDict's names, tied weights under each of their
 // names, buffers included) as copies: for saving a consolidated
-// checkpoint. Every rank of the shard group must call it.
+// checkpoint. Every rank of the shard group must call it. Units are
+// gathered one at a time, so that beside the copies a rank holds one
+// unit's full parameters at most.
 func (m *Model) FullStateDict(ctx context.Context) ([]nn.Named, error) {
-	if err := m.gather(ctx, false); err != nil {
-		return nil, err
+	return m.fullStateDict(ctx, true)
+}
+
+// FullStateDictOn is FullStateDict for the rank dst of the group New was
+// given alone: every rank takes part in the gathers, and the others keep
+// nothing of them (their result is nil), so that consolidating a model
+// too large for one rank's memory costs the others one unit's.
+func (m *Model) FullStateDictOn(ctx context.Context, dst int) ([]nn.Named, error) {
+	if dst < 0 || dst >= m.world.Size() {
+		return nil, fmt.Errorf("fsdp: FullStateDictOn: rank %d outside the group of %d", dst, m.world.Size())
+	}
+	return m.fullStateDict(ctx, m.world.Rank() == dst)
+}
+
+func (m *Model) fullStateDict(ctx context.Context, keep bool) ([]nn.Named, error) {
+	// The communication buffers kept for training are collected first,
+	// so that the copies take their memory rather than more.
+	m.bufs.drop()
+	runtime.GC()
+	copies := map[*tensor.Tensor]*tensor.Tensor{}
+	if m.cfg.strategy != NoShard {
+		for ui, u := range m.units {
+			if len(u.params) == 0 {
+				continue
+			}
+			if err := m.finishGather(ctx, ui, false); err != nil {
+				if m.releases() {
+					m.release()
+				}
+				return nil, err
+			}
+			if keep {
+				for _, i := range u.params {
+					copies[m.params[i].t] = m.params[i].t.Clone()
+				}
+			}
+			if m.releases() {
+				m.releaseUnit(ui)
+			}
+		}
+	}
+	if !keep {
+		return nil, nil
 	}
 	sd := nn.StateDict(m.module)
 	for i, e := range sd {
-		sd[i].Tensor = e.Tensor.Clone()
-	}
-	if m.releases() {
-		m.release()
+		if c, ok := copies[e.Tensor]; ok {
+			sd[i].Tensor = c
+		} else {
+			sd[i].Tensor = e.Tensor.Clone()
+		}
 	}
 	return sd, nil
 }

@@ -32,6 +32,9 @@ type Config struct {
 	NEmbd     int     // width, a multiple of NHead; default 128
 	BlockSize int     // context length, the length of every training window; default 128
 	Dropout   float64 // default 0
+	// ActivationCheckpointing recomputes each block's activations in
+	// backward instead of keeping them (models.GPTModel's).
+	ActivationCheckpointing bool
 
 	BatchSize   int      // windows per rank per step; default 32
 	MaxSteps    int      // optimizer steps, the length of the training; default 1000

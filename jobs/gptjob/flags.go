@@ -63,6 +63,7 @@ func (c *Config) RegisterFlags(f *pflag.FlagSet) {
 	}
 	f.Var(&presetFlag{c: c, sizes: sizes, given: &given}, "preset", "GPT-2's model sizes: gpt2 (12 layers, 12 heads, 768 wide), gpt2-medium (24, 16, 1024), gpt2-large (36, 20, 1280) or gpt2-xl (48, 25, 1600), block size 1024")
 	f.Float64Var(&c.Dropout, "dropout", d.Dropout, "dropout probability")
+	f.BoolVar(&c.ActivationCheckpointing, "activation-checkpointing", false, "recompute each block's forward pass in backward instead of keeping its activations (less memory, about a third more compute)")
 	f.IntVar(&c.BatchSize, "batch-size", d.BatchSize, "windows per worker per step")
 	f.IntVar(&c.MaxSteps, "max-steps", d.MaxSteps, "optimizer steps")
 	f.Float64Var(&c.LR, "lr", d.LR, "peak learning rate")

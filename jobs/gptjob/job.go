@@ -177,6 +177,7 @@ func (j *job) modelConfig() models.GPTConfig {
 func (j *job) buildModel(ctx context.Context) error {
 	nn.SetSeed(j.cfg.Seed)
 	j.model = models.GPT(j.modelConfig())
+	j.model.ActivationCheckpointing = j.cfg.ActivationCheckpointing
 	if j.cfg.Init != "" {
 		if err := checkpoint.Load(j.cfg.Init, j.model); err != nil {
 			return fmt.Errorf("gptjob: initial weights: %w", err)

@@ -113,6 +113,10 @@ type GPTModel struct {
 	Blocks      []*GPTBlock
 	LNF         *nn.LayerNormLayer
 	LMHead      *nn.LinearLayer // weight tied to WTE.Weight
+	// ActivationCheckpointing runs each block through
+	// nn.CallCheckpointed: its activations are recomputed in backward
+	// instead of kept, for one more forward pass of the blocks.
+	ActivationCheckpointing bool
 }
 
 // GPT builds the model for cfg, initialised as nanoGPT does (see
@@ -243,7 +247,12 @@ func (m *GPTModel) Logits(ids []int, B, T int) *tensor.Tensor {
 	tensor.Recycle(tok, p, x)
 	x = m.Drop.Forward(x)
 	for _, b := range m.Blocks {
-		y := nn.Call(b, x) // through Call: FSDP gathers each block around it
+		var y *tensor.Tensor
+		if m.ActivationCheckpointing {
+			y = nn.CallCheckpointed(b, x)
+		} else {
+			y = nn.Call(b, x) // through Call: FSDP gathers each block around it
+		}
 		tensor.Recycle(x, y)
 		x = y
 	}
