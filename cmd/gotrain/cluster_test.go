@@ -58,7 +58,7 @@ func mnistOnHosts(c *clustertest.Cluster, slots int, flags ...string) []string {
 
 // startGotrain starts `gotrain args...` here with env added, its output
 // (both streams) in the returned output; it is killed when the test ends.
-func startGotrain(t *testing.T, ctx context.Context, env []string, args ...string) (*os.Process, *output, <-chan int) {
+func startGotrain(t testing.TB, ctx context.Context, env []string, args ...string) (*os.Process, *output, <-chan int) {
 	t.Helper()
 	cmd := gotrainCmd(ctx, t, args...)
 	cmd.Env = append(cmd.Env, env...)
@@ -80,7 +80,7 @@ func startGotrain(t *testing.T, ctx context.Context, env []string, args ...strin
 
 // workers lists the processes on h other than sshd's, the agent and the
 // launcher's reaper: the job's workers (or anything they left).
-func workers(t *testing.T, h *clustertest.Host) []clustertest.Proc {
+func workers(t testing.TB, h *clustertest.Host) []clustertest.Proc {
 	t.Helper()
 	ps, err := h.Procs()
 	if err != nil {

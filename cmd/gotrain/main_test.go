@@ -91,7 +91,7 @@ const childPATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 // gotrainCmd returns the test binary set up to run as `gotrain args...`,
 // with PATH childPATH.
-func gotrainCmd(ctx context.Context, t *testing.T, args ...string) *exec.Cmd {
+func gotrainCmd(ctx context.Context, t testing.TB, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := testproc.Command(ctx, t, "gotrain", args...)
 	cmd.Env = append(cmd.Env, "PATH="+childPATH)
@@ -126,7 +126,7 @@ func runGotrain(t *testing.T, limit time.Duration, args ...string) (combined, st
 
 // summary parses the key=value fields of the last non-empty line of out,
 // after the launcher's "[rank0]: " prefix if it has one.
-func summary(t *testing.T, out string) map[string]string {
+func summary(t testing.TB, out string) map[string]string {
 	t.Helper()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	last := strings.TrimPrefix(lines[len(lines)-1], "[rank0]: ")
@@ -142,7 +142,7 @@ func summary(t *testing.T, out string) map[string]string {
 }
 
 // num returns the summary field key as a number.
-func num(t *testing.T, kv map[string]string, key string) float64 {
+func num(t testing.TB, kv map[string]string, key string) float64 {
 	t.Helper()
 	v, err := strconv.ParseFloat(kv[key], 64)
 	if err != nil {
