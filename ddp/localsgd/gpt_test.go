@@ -2,6 +2,7 @@ package localsgd
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -42,12 +43,12 @@ func gptBatch(seed uint64, b, t int) (ids, targets []int) {
 	return ids, targets
 }
 
-// TestGPTDiLoCoNearDDP trains a small GPT at world 2 for 40 steps on the
+// TestGPTDiLoCoNearDDP trains a small GPT at world 2 and 3 for 40 steps on the
 // same batches (AdamW, lr 3e-3, the same seeds) with DDP and with DiLoCo
 // (H=5, the paper's outer Nesterov SGD, lr 0.7, momentum 0.9), and
 // compares their losses on held-out batches, DiLoCo's after a final
 // Sync. Both must have learnt (below 60% of the initial ln 16 ≈ 2.77),
-// and DiLoCo's loss be no more than 5% above DDP's: the claim of the
+// and DiLoCo's loss be no more than 3% above DDP's: the claim of the
 // DiLoCo paper at equal steps and data, which a user trades DDP's
 // per-step allreduce for. (Here DiLoCo ends about 13% below DDP: the
 // outer Nesterov step, lr 0.7 with momentum 0.9, moves θ_global by more
@@ -55,7 +56,13 @@ func gptBatch(seed uint64, b, t int) (ids, targets []int) {
 // missing average, a lost fragment — leaves it near the initial loss or
 // diverging.)
 func TestGPTDiLoCoNearDDP(t *testing.T) {
-	const world, steps, b, T = 2, 40, 8, 12
+	for _, world := range []int{2, 3} {
+		t.Run(fmt.Sprintf("world%d", world), func(t *testing.T) { testGPTDiLoCoNearDDP(t, world) })
+	}
+}
+
+func testGPTDiLoCoNearDDP(t *testing.T, world int) {
+	const steps, b, T = 40, 8, 12
 	eval := func(m *models.GPTModel) float64 {
 		var sum float64
 		for i := range 4 {
@@ -120,7 +127,7 @@ func TestGPTDiLoCoNearDDP(t *testing.T) {
 	if !(ddpLoss < 0.6*initial) || !(dilocoLoss < 0.6*initial) {
 		t.Fatalf("did not learn: initial %.4f, DDP %.4f, DiLoCo %.4f", initial, ddpLoss, dilocoLoss)
 	}
-	if dilocoLoss > 1.05*ddpLoss {
-		t.Errorf("DiLoCo's loss %.4f is more than 5%% above DDP's %.4f", dilocoLoss, ddpLoss)
+	if dilocoLoss > 1.03*ddpLoss {
+		t.Errorf("DiLoCo's loss %.4f is more than 3%% above DDP's %.4f", dilocoLoss, ddpLoss)
 	}
 }
