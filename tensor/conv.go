@@ -138,7 +138,11 @@ const convMinFlops = 1 << 20
 // bf16 autocast they keep the im2col path. Those of them with an
 // odd square kernel, padding half of it, and output rows under 16 pixels
 // (ResNet's last stages) lay several images side by side in each product
-// (see conv_stacked.go).
+// (see conv_stacked.go). Float32 3×3 convolutions at stride 1 with padding
+// 1, one group and at least 64 channels in and out (ResNet's) run through
+// Winograd F(2×2, 3×3) instead, forward and backward: 16 multiply-adds per
+// 2×2 output pixels, input and output channel instead of 36, the same
+// results up to float rounding (see conv_winograd.go).
 //
 // post lists operations applied to the output in the same op (see
 // PostOp): none, PostReLU, or PostReLU then PostMaxPool2x2. The result,
@@ -228,7 +232,9 @@ var (
 
 func conv2d(x, w, b *Tensor, opt ConvOptions, ep convEpilogue) *Tensor {
 	g := newConvGeom(convOpNames[ep], x, w, b, opt, ep)
-	if k := g.stackImages(); k > 1 { // small planes: see conv_stacked.go
+	// Small planes: see conv_stacked.go; Winograd's products span images
+	// without it (see conv_winograd.go).
+	if k := g.stackImages(); k > 1 && !g.winograd() {
 		return conv2dStacked(g, k, x, w, b, opt, ep)
 	}
 	p := g.plane()
@@ -341,6 +347,10 @@ func (g convGeom) outShape(ep convEpilogue) []int {
 // epilogue. It fills the ReLU's mask if mask is not nil and the pooling's
 // argmax arg.
 func conv2dForward(g convGeom, xd, wd []float32, b *Tensor, ep convEpilogue, out []float32, mask []byte, arg []int32) {
+	if g.winograd() { // see conv_winograd.go
+		conv2dForwardWinograd(g, xd, wd, b, ep, out, mask, arg)
+		return
+	}
 	ckk, p, og := g.ckk(), g.plane(), g.og()
 	outLen, mlen := g.outLen(ep), kernels.ReluMaskLen(g.o*p)
 	var ones []float32
@@ -450,6 +460,10 @@ func (g convGeom) outputGrad(ep convEpilogue, grad, out []float32, mask []byte, 
 // gradient, a sum).
 func conv2dBackward(g convGeom, x, w, b *Tensor, xd, wd []float32, cast *bf16Cast, gradOf func(i int, buf []float32) []float32, bufLen int) {
 	ckk, p := g.ckk(), g.plane()
+	if cast == nil && g.winograd() { // see conv_winograd.go
+		conv2dBackwardWinograd(g, x, w, b, xd, wd, gradOf, bufLen)
+		return
+	}
 	if minItems := convMinFlops/max(4*g.o*ckk*p, 1) + 1; g.implicit(minItems) {
 		conv2dBackwardImplicit(g, minItems, x, w, b, xd, wd, cast, gradOf, bufLen)
 		return

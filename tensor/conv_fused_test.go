@@ -27,6 +27,8 @@ func TestConv2dFusedMatchesUnfused(t *testing.T) {
 		{2, 2, 11, 10, 3, 2, [2]int{2, 1}, [2]int{0, 1}, false}, // stride, no bias
 		{5, 4, 6, 6, 6, 1, [2]int{1, 1}, [2]int{0, 0}, true},    // 1x1: no im2col
 		{9, 8, 12, 12, 16, 3, [2]int{1, 1}, [2]int{0, 0}, true}, // several workers
+		{3, 64, 7, 6, 64, 3, [2]int{1, 1}, [2]int{1, 1}, true},  // Winograd, odd height
+		{4, 64, 4, 4, 72, 3, [2]int{1, 1}, [2]int{1, 1}, false}, // Winograd, small planes
 	}
 	pool := func(x *Tensor) *Tensor { return MaxPool2d(x, [2]int{2, 2}, [2]int{2, 2}, [2]int{}) }
 	for gi, gm := range geos {

@@ -25,14 +25,18 @@ var resnetConvShapes = []struct{ c, o, hw, k, s int }{
 // BenchmarkConvResNetLayers times ResNet-18's convolution shapes at batch
 // GOTRAIN_BENCH_BATCH (default 64) on one thread, each pass on its own:
 // the forward, the input gradient and the weight gradient (Backward with
-// only that operand needing a gradient). The input gradient runs both as
-// the transposed convolution ("conv", at every channel count) and as
-// column gradients ("colgrad"), alternately, for ratios on a shared machine: `go test ./tensor -run '^$'
-// -bench ConvResNetLayers -benchtime 3x`. GFLOP/s counts 2·N·O·C·kh·kw·oh·ow
-// per pass.
+// only that operand needing a gradient). Each pass runs as it does by
+// default (Winograd for the stride-1 shapes) and on the direct products
+// ("-direct"); the input gradient's direct form both as the transposed
+// convolution ("dx-conv-direct", at every channel count) and as column
+// gradients ("dx-colgrad"), alternately, for ratios on a shared machine:
+// `go test ./tensor -run '^$' -bench ConvResNetLayers -benchtime 3x`.
+// GFLOP/s counts the direct form's 2·N·O·C·kh·kw·oh·ow per pass, whatever
+// the path.
 func BenchmarkConvResNetLayers(b *testing.B) {
 	defer kernels.SetNumThreads(kernels.SetNumThreads(1))
 	defer func(v bool) { inputGradAsConv = v }(inputGradAsConv)
+	defer func(v bool) { winogradConv = v }(winogradConv)
 	// The transposed convolution at every width, to compare.
 	defer func(v int) { inputGradConvMinChannels = v }(inputGradConvMinChannels)
 	inputGradConvMinChannels = 0
@@ -48,23 +52,26 @@ func BenchmarkConvResNetLayers(b *testing.B) {
 			flops := 2 * float64(n*sh.o*sh.c*sh.k*sh.k*ohw*ohw)
 			name := fmt.Sprintf("%dto%d_%dx%d_k%ds%d", sh.c, sh.o, sh.hw, sh.hw, sh.k, sh.s)
 			passes := []struct {
-				pass       string
-				gx, gw, tc bool
+				pass             string
+				gx, gw, tc, wino bool
 			}{
-				{"forward", false, false, true},
-				{"dx-conv", true, false, true},
-				{"dx-colgrad", true, false, false},
-				{"dw", false, true, true},
+				{"forward", false, false, true, true},
+				{"forward-direct", false, false, true, false},
+				{"dx-conv", true, false, true, true},
+				{"dx-conv-direct", true, false, true, false},
+				{"dx-colgrad", true, false, false, false},
+				{"dw", false, true, true, true},
+				{"dw-direct", false, true, true, false},
 			}
 			for _, p := range passes {
 				b.Run(fmt.Sprintf("%s/%s/%d", name, p.pass, round), func(b *testing.B) {
-					inputGradAsConv = p.tc
+					inputGradAsConv, winogradConv = p.tc, p.wino
 					x, w := x0.Detach().SetRequiresGrad(p.gx), w0.Detach().SetRequiresGrad(p.gw)
 					// CPU time of the timed part only: steadier than wall
 					// time when other processes share the cores.
 					var cpu time.Duration
 					for b.Loop() {
-						if p.pass == "forward" {
+						if !p.gx && !p.gw {
 							c0 := processCPUTime()
 							Conv2dWith(x, w, nil, opt)
 							cpu += processCPUTime() - c0
