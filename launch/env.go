@@ -4,9 +4,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/gotrain/gotrain/distributed/clusterenv"
 )
 
 // Environment variable names of the contract between the launcher and its
@@ -67,7 +68,10 @@ func newJobEnv(cfg Config, inherited []string) (*jobEnv, error) {
 	default:
 		je.token = randomHex(32)
 	}
-	threads := strconv.Itoa(max(1, runtime.NumCPU()/cfg.NProcPerNode))
+	// The CPUs this container may use (its cgroup quota), as
+	// --nproc-per-node auto counts them: the host's count would give each
+	// worker of a quota-limited container many threads per CPU.
+	threads := strconv.Itoa(max(1, clusterenv.CPUs()/cfg.NProcPerNode))
 	if _, ok := lookupEnv(inherited, EnvNumThreads); !ok {
 		je.numThreads = threads
 	}

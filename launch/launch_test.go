@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotrain/gotrain/distributed/clusterenv"
 	"github.com/gotrain/gotrain/internal/testproc"
 	"github.com/gotrain/gotrain/launch"
 )
@@ -235,7 +236,7 @@ func TestEnvContractTwoNodes(t *testing.T) {
 		wg.Go(func() { codes[node], errs[node] = j.run(t, context.Background()) })
 	}
 	wg.Wait()
-	threads := strconv.Itoa(max(1, runtime.NumCPU()/2))
+	threads := strconv.Itoa(max(1, clusterenv.CPUs()/2))
 	for node, j := range jobs {
 		if codes[node] != 0 || errs[node] != nil {
 			t.Fatalf("node %d: Run = %d, %v", node, codes[node], errs[node])
@@ -293,7 +294,7 @@ func TestStandaloneEnv(t *testing.T) {
 		if port <= 0 || port > 65535 || e0["MASTER_PORT"] != e1["MASTER_PORT"] {
 			t.Errorf("MASTER_PORT %q, %q: want one free port", e0["MASTER_PORT"], e1["MASTER_PORT"])
 		}
-		threads := strconv.Itoa(max(1, runtime.NumCPU()/2))
+		threads := strconv.Itoa(max(1, clusterenv.CPUs()/2))
 		if e0["OMP_NUM_THREADS"] != threads || e0["GOTRAIN_NUM_THREADS"] != threads {
 			t.Errorf("threads OMP=%q GOTRAIN=%q, want %s", e0["OMP_NUM_THREADS"], e0["GOTRAIN_NUM_THREADS"], threads)
 		}

@@ -172,17 +172,23 @@ func Div(a, b *Tensor) *Tensor {
 }
 
 // unary applies f elementwise; df returns the input gradient from the input
-// x, the output y and the output gradient g.
+// x, the output y and the output gradient g. Large tensors are spread over
+// goroutines in contiguous pieces; every element is computed alone, so the
+// result is the one-thread result bit for bit.
 func unary(op string, x *Tensor, f func(float32) float32, df func(x, y, g float32) float32) *Tensor {
 	out := Zeros(x.shape...)
-	for i, v := range x.data {
-		out.data[i] = f(v)
-	}
+	parallelFor(len(x.data), elemMinItems/8, func(_, lo, hi int) {
+		for i, v := range x.data[lo:hi] {
+			out.data[lo+i] = f(v)
+		}
+	})
 	return record(out, op, func(g []float32) {
 		gx := x.accGrad()
-		for i, gv := range g {
-			gx[i] += df(x.data[i], out.data[i], gv)
-		}
+		parallelFor(len(g), elemMinItems/8, func(_, lo, hi int) {
+			for i := lo; i < hi; i++ {
+				gx[i] += df(x.data[i], out.data[i], g[i])
+			}
+		})
 	}, x)
 }
 

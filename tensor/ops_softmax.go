@@ -2,14 +2,23 @@ package tensor
 
 import "math"
 
+// softmaxMinItems is the fewest elements per goroutine worth spreading a
+// (log-)softmax over: each costs a float64 exp, so a few thousand repay a
+// goroutine's start many times over.
+const softmaxMinItems = 4096
+
 // lanes runs fn over every slice along a dim: x viewed as
-// [outer, size, inner], fn gets the strided lane's start and stride.
+// [outer, size, inner], fn gets the strided lane's start and stride. The
+// lanes are independent and each is one call, so spreading them over
+// goroutines (contiguous runs of lanes, softmaxMinItems elements or more
+// each) gives the one-thread result bit for bit.
 func lanes(outer, size, inner int, fn func(base, stride int)) {
-	for o := 0; o < outer; o++ {
-		for i := 0; i < inner; i++ {
+	parallelFor(outer*inner, softmaxMinItems/max(size, 1), func(_, lo, hi int) {
+		for l := lo; l < hi; l++ {
+			o, i := l/inner, l%inner
 			fn(o*size*inner+i, inner)
 		}
-	}
+	})
 }
 
 // LogSoftmax returns log(softmax(x)) along dim, computed stably as

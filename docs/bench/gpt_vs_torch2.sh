@@ -6,13 +6,19 @@
 # on a shared machine hits them alike. Run from the repository root on an
 # otherwise idle machine:
 #
-#   docs/bench/gpt_vs_torch2.sh [rounds (3)] [steps (60)] [-- gpt flags, e.g. --n-layer 12 --n-head 12 --n-embd 768 --block-size 256 --batch-size 4]
+#   [PRECISION=bf16] docs/bench/gpt_vs_torch2.sh [rounds (3)] [steps (60)] [-- gpt flags, e.g. --n-layer 12 --n-head 12 --n-embd 768 --block-size 256 --batch-size 4]
+#
+# PRECISION=bf16 runs gotrain with --precision bf16 and every PyTorch under
+# torch.autocast('cpu', bfloat16); where gotrain has no bf16 kernel it
+# refuses the flag, and a "note:" line says so with its reason.
 #
 # Every line is a job's summary prefixed with the round and the runner;
 # tokens/s leaves out the first 5 steps (and so torch.compile's first
 # compilation) and the evaluations in every runner. The last lines are
 # each runner's median over the rounds and gotrain's ratio to the best
-# PyTorch 2.x runner, then the CPU.
+# PyTorch 2.x runner and to 1.13, then the precision and the CPU. PyTorch
+# 1.13 runs on OpenBLAS under the OPENBLAS_CORETYPE (SkylakeX, Cooperlake,
+# Zen, Haswell or unset) fastest in a 10-step run first.
 set -eu
 rounds=${1:-3}
 steps=${2:-60}
@@ -21,19 +27,36 @@ steps=${2:-60}
 py2=$(docs/bench/torch2_env.sh)
 bin=${TMPDIR:-/tmp}/gotrain-bench-gpt2
 PATH=/usr/local/go/bin:$PATH CGO_ENABLED=0 go build -o "$bin" ./cmd/gotrain
-flags="--max-steps $steps --eval-every 1000000 --eval-batches 1 $*"
+precision=${PRECISION:-fp32}
+case $precision in fp32 | bf16) ;; *) echo "gpt_vs_torch2: PRECISION=$precision: want fp32 or bf16" >&2; exit 2 ;; esac
+flags="--max-steps $steps --eval-every 1000000 --eval-batches 1 --precision $precision $*"
 torch() { # python, then script flags
 	p=$1
 	shift
-	env OMP_NUM_THREADS=1 "$p" jobs/gptjob/testdata/train_gpt_torch.py $flags "$@" 2>/dev/null | tail -n 1
+	core=
+	[ "$p" = /usr/bin/python3 ] && [ "$ct" != - ] && core=OPENBLAS_CORETYPE=$ct
+	env -u OPENBLAS_CORETYPE OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $core "$p" jobs/gptjob/testdata/train_gpt_torch.py $flags "$@" 2>/dev/null | tail -n 1
 }
 have113=false
 /usr/bin/python3 -c "import torch" 2>/dev/null && have113=true
+# Debian's PyTorch runs on OpenBLAS: under the fastest core type of a
+# 10-step run (torch113_coretype.sh; "-" leaves OPENBLAS_CORETYPE unset).
+ct=-
+if $have113; then
+	ct=$(docs/bench/torch113_coretype.sh tokens_per_s env OMP_NUM_THREADS=1 /usr/bin/python3 \
+		jobs/gptjob/testdata/train_gpt_torch.py $flags --max-steps 10)
+	echo "torch1.13 OPENBLAS_CORETYPE=$ct" >&2
+fi
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+err=$(mktemp)
+trap 'rm -f "$out" "$err"' EXIT
 for r in $(seq "$rounds"); do
 	for w in 1 2; do
-		echo "round=$r world=$w runner=gotrain $(GOTRAIN_NUM_THREADS=1 "$bin" train gpt $flags --progress=false --nproc-per-node $w 2>/dev/null | tail -n 1)"
+		g=$(GOTRAIN_NUM_THREADS=1 "$bin" train gpt $flags --progress=false --nproc-per-node $w 2>"$err" | tail -n 1) || true
+		if [ -z "$g" ] && grep -q -- --precision "$err"; then
+			echo "note: gotrain has no $precision path here: $(grep -m1 -- --precision "$err")"
+		fi
+		echo "round=$r world=$w runner=gotrain $g"
 		echo "round=$r world=$w runner=torch2-eager $(torch "$py2" --world $w)"
 		echo "round=$r world=$w runner=torch2-compile $(torch "$py2" --world $w --compile)"
 		if $have113; then
@@ -67,6 +90,9 @@ awk '
 			}
 			if (best > 0 && med["gotrain"] > 0)
 				printf "ratio world=%s gotrain/%s=%.2f\n", w, bestr, med["gotrain"] / best
+			if (med["torch1.13"] > 0 && med["gotrain"] > 0)
+				printf "ratio world=%s gotrain/torch1.13=%.2f\n", w, med["gotrain"] / med["torch1.13"]
 		}
 	}' "$out"
+echo "precision: $precision"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"

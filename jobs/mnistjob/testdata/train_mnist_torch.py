@@ -4,10 +4,12 @@ The same models (the MLP 784-512-512-10, and pytorch/examples' Net), the
 same optimizers (SGD lr 0.01 momentum 0.9 scaled by the world size for the
 MLP; Adadelta lr 1.0 with StepLR 0.7 for the CNN), batch 64 per rank,
 DistributedSampler, DDP over gloo with --world workers on this machine, one
-thread each (OMP_NUM_THREADS, as torchrun sets it). Reads the IDX files
-gotrain ships (datasets/mnist/data). Prints one line:
+thread each (OMP_NUM_THREADS, as torchrun sets it). --precision bf16 runs
+forward and loss under torch.autocast('cpu', dtype=torch.bfloat16), as
+gotrain's --precision bf16 runs its matmuls and convolutions. Reads the
+IDX files gotrain ships (datasets/mnist/data). Prints one line:
 
-    model= world= steps= samples_per_s= train_loss= torch= compile=
+    model= world= steps= samples_per_s= train_loss= precision= torch= compile=
 
 samples/s counts every rank's samples after the first 10 steps, over the
 wall time of the slowest rank.
@@ -84,7 +86,8 @@ def train(a):
                 dist.barrier()
             start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        l = loss_fn(fwd(xb), yb)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            l = loss_fn(fwd(xb), yb)
         l.backward()
         opt.step()
         loss = l.item()
@@ -103,8 +106,9 @@ def train(a):
         dist.all_reduce(t[1:], op=dist.ReduceOp.MAX)
         counted, took = counts.item(), t[1].item()
     if rank == 0:
-        print("model=%s world=%d steps=%d samples_per_s=%.0f train_loss=%.4f torch=%s compile=%s" % (
-            a.model, world, step, counted / took, loss, torch.__version__, a.compile), flush=True)
+        print("model=%s world=%d steps=%d samples_per_s=%.0f train_loss=%.4f precision=%s torch=%s compile=%s" % (
+            a.model, world, step, counted / took, loss, a.precision, torch.__version__.split("+")[0], a.compile),
+            flush=True)
     if world > 1:
         dist.destroy_process_group()
 
@@ -122,6 +126,8 @@ def main():
     ap.add_argument("--world", type=int, default=1)
     ap.add_argument("--max-steps", type=int, default=0, help="stop after N steps per rank (0: one epoch)")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: torch.autocast('cpu', dtype=torch.bfloat16) around forward and loss")
     a = ap.parse_args()
     if a.world > 1:
         with socket.socket() as s:
