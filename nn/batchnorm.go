@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gotrain/gotrain/tensor"
 )
@@ -102,6 +103,44 @@ func (b *BatchNormLayer) String() string {
 // single value per channel (its variance is undefined; with Sync, over
 // all replicas).
 func (b *BatchNormLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
+	training := b.check(x)
+	if training && b.Sync != nil {
+		b.NumBatchesTracked.Data()[0]++
+		return tensor.BatchNormSync(x, b.Weight, b.Bias, b.RunningMean, b.RunningVar, float32(b.Momentum), float32(b.Eps), b.Sync.ReduceStats)
+	}
+	if training {
+		b.NumBatchesTracked.Data()[0]++
+	}
+	return tensor.BatchNorm(x, b.Weight, b.Bias, b.RunningMean, b.RunningVar, training, float32(b.Momentum), float32(b.Eps))
+}
+
+// ForwardReLU returns relu(Forward(x) + residual), or relu(Forward(x))
+// for a nil residual, as one op (tensor.BatchNormReLU) with the same
+// results and fewer passes over memory; a SyncBatchNorm layer runs the
+// separate ops. It panics as Forward does, or if residual's shape is not
+// x's. The layer's forward hooks do not run: a caller that honours them
+// calls Forward through Call when HasForwardHooks reports any.
+func (b *BatchNormLayer) ForwardReLU(x, residual *tensor.Tensor) *tensor.Tensor {
+	if residual != nil && !slices.Equal(residual.Shape(), x.Shape()) {
+		panic(fmt.Sprintf("nn: %s: residual %v does not match input %v", b.name(), residual.Shape(), x.Shape()))
+	}
+	training := b.check(x)
+	if training && b.Sync != nil {
+		y := b.Forward(x)
+		if residual != nil {
+			y = tensor.Add(y, residual)
+		}
+		return tensor.ReLU(y)
+	}
+	if training {
+		b.NumBatchesTracked.Data()[0]++
+	}
+	return tensor.BatchNormReLU(x, b.Weight, b.Bias, b.RunningMean, b.RunningVar, residual, training, float32(b.Momentum), float32(b.Eps))
+}
+
+// check panics, naming the layer and the input shape, if x does not fit
+// the layer (see Forward), and returns whether the layer is training.
+func (b *BatchNormLayer) check(x *tensor.Tensor) (training bool) {
 	shape := x.Shape()
 	okRank := len(shape) == 4
 	if b.Dims == 1 {
@@ -117,18 +156,13 @@ func (b *BatchNormLayer) Forward(x *tensor.Tensor) *tensor.Tensor {
 	if shape[1] != b.Features {
 		panic(fmt.Sprintf("nn: %s: input %v does not match num_features %d", b.name(), shape, b.Features))
 	}
-	training := b.Training()
-	if training && b.Sync != nil {
-		// The values per channel are counted over all replicas: a replica
-		// may hold few or none.
-		b.NumBatchesTracked.Data()[0]++
-		return tensor.BatchNormSync(x, b.Weight, b.Bias, b.RunningMean, b.RunningVar, float32(b.Momentum), float32(b.Eps), b.Sync.ReduceStats)
-	}
-	if training {
+	training = b.Training()
+	// With Sync the values per channel are counted over all replicas: a
+	// replica may hold few or none.
+	if training && b.Sync == nil {
 		if perChannel := x.Len() / b.Features; perChannel < 2 {
 			panic(fmt.Sprintf("nn: %s: input %v has %d value per channel; training needs more than 1", b.name(), shape, perChannel))
 		}
-		b.NumBatchesTracked.Data()[0]++
 	}
-	return tensor.BatchNorm(x, b.Weight, b.Bias, b.RunningMean, b.RunningVar, training, float32(b.Momentum), float32(b.Eps))
+	return training
 }

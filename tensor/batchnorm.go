@@ -3,6 +3,8 @@ package tensor
 import (
 	"fmt"
 	"math"
+
+	"github.com/gotrain/gotrain/internal/kernels"
 )
 
 // BatchNorm normalises x per channel, PyTorch's batch_norm: x is [N, C] or
@@ -14,43 +16,7 @@ import (
 // running = (1−momentum)·running + momentum·batch, using the unbiased
 // variance for runningVar. In eval it normalises with the running stats.
 func BatchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, momentum, eps float32) *Tensor {
-	bn := newBatchNormGeom(x, weight, bias, runningMean, runningVar)
-	useBatch := training || runningMean == nil || runningVar == nil
-	if useBatch && bn.m() <= 1 && training {
-		panic(fmt.Sprintf("tensor: BatchNorm: training needs more than one value per channel, got input %v", x.shape))
-	}
-	var mean, invStd []float32
-	if useBatch {
-		mean, invStd = bn.batchStats(x.data, runningMean, runningVar, training, momentum, eps)
-	} else {
-		mean, invStd = runningStats(runningMean, runningVar, eps)
-	}
-	// normalize writes every element of out and xhat: pooled buffers need
-	// no clearing.
-	out := &Tensor{data: getBuf(len(x.data)), shape: append([]int(nil), x.shape...)}
-	// xhat is kept for the backward pass of batch statistics and weight,
-	// which hands it back to the pool.
-	var xhat []float32
-	if GradEnabled() && (x.requiresGrad || weight.needsGrad()) {
-		xhat = getBuf(len(x.data))
-	}
-	bn.normalize(x.data, out.data, xhat, weight, bias, mean, invStd)
-	inputs := []*Tensor{x, weight, bias}
-	return record(out, "batch_norm", func(g []float32) {
-		// The channels run concurrently: claim the gradient buffers first.
-		for _, t := range inputs {
-			if t.needsGrad() {
-				t.accGrad()
-			}
-		}
-		parallelFor(bn.c, bn.minChannels(), func(_, lo, hi int) {
-			for ch := lo; ch < hi; ch++ {
-				bn.backwardChannel(ch, g, xhat, x, weight, bias, invStd[ch], useBatch)
-			}
-		})
-		putBuf(xhat)
-		xhat = nil
-	}, inputs...)
+	return batchNormAct("BatchNorm", x, weight, bias, runningMean, runningVar, nil, false, training, momentum, eps)
 }
 
 // batchNormGeom is the layout of BatchNorm's input: n samples of c
@@ -105,15 +71,20 @@ func (bn batchNormGeom) batchStats(x []float32, runningMean, runningVar *Tensor,
 func (bn batchNormGeom) channelStats(x []float32, lo, hi int, runningMean, runningVar *Tensor, training bool, momentum, eps float32, mean, invStd []float32) {
 	m := bn.m()
 	for ch := lo; ch < hi; ch++ {
-		var sum float64
-		for i := 0; i < bn.n; i++ {
-			sum += sum64(bn.row(x, i, ch))
+		// One pass over the channel: with k one of its values, near the
+		// mean whatever the mean's size, Σ(x − k)² − (Σ(x − k))²/m gives
+		// the squared deviations with little cancellation in float64.
+		var k float64
+		if m > 0 {
+			k = float64(bn.row(x, 0, ch)[0])
 		}
-		mu := sum / float64(m)
-		var sq float64
+		var s1, s2 float64
 		for i := 0; i < bn.n; i++ {
-			sq += sqDev64(bn.row(x, i, ch), mu)
+			a, b := kernels.BNShiftSums64(bn.row(x, i, ch), k)
+			s1, s2 = s1+a, s2+b
 		}
+		mu := k + s1/float64(m)
+		sq := max(s2-s1*s1/float64(m), 0)
 		v := sq / float64(m)
 		if training && runningMean != nil {
 			mom := float64(momentum)
@@ -176,112 +147,17 @@ func (bn batchNormGeom) normalize(x, out, xhat []float32, weight, bias *Tensor, 
 	})
 }
 
-// backwardChannel accumulates channel ch's gradients of x, weight and
-// bias from the output gradient g. With batch statistics (useBatch) the
-// mean and variance depend on x too.
-func (bn batchNormGeom) backwardChannel(ch int, g, xhat []float32, x, weight, bias *Tensor, invStd float32, useBatch bool) {
-	n, c, s, m := bn.n, bn.c, bn.s, bn.m()
-	a := float32(1)
-	if weight != nil {
-		a = weight.data[ch]
-	}
-	// Σg and Σg·x̂ over the channel give the affine gradients and the
-	// batch-statistics terms of dx.
-	var sg, sgh float64
-	for i := 0; i < n; i++ {
-		off := (i*c + ch) * s
-		if xhat == nil {
-			sg += sum64(g[off : off+s])
-			continue
-		}
-		a, b := sumDot64(g[off:off+s], xhat[off:off+s])
-		sg, sgh = sg+a, sgh+b
-	}
-	if weight.needsGrad() {
-		weight.accGrad()[ch] += float32(sgh)
-	}
-	if bias.needsGrad() {
-		bias.accGrad()[ch] += float32(sg)
-	}
-	if !x.needsGrad() {
-		return
-	}
-	gx := x.accGrad()
-	k := a * invStd
-	if !useBatch { // constant statistics: dx = g·γ/σ
-		for i := 0; i < n; i++ {
-			off := (i*c + ch) * s
-			for j, gv := range g[off : off+s] {
-				gx[off+j] += gv * k
-			}
-		}
-		return
-	}
-	// dx = γ/σ · (g − mean(g) − x̂·mean(g·x̂))
-	mg, mgh := float32(sg/float64(m)), float32(sgh/float64(m))
-	for i := 0; i < n; i++ {
-		off := (i*c + ch) * s
-		for j, gv := range g[off : off+s] {
-			gx[off+j] += k * (gv - mg - xhat[off+j]*mgh)
-		}
-	}
-}
-
-// The channel sums below run in float64 over four interleaved partial
-// sums, added at the end: one chain would wait for each add's latency.
-// The order differs from a single chain's by float64 rounding only, far
-// below the float32 results'.
+// The channel sums run in float64 (kernels.BNSum64 and its kin: 16
+// partial sums, vectorised where the machine allows) in an order that
+// depends on the row's length alone, so that every thread count gives
+// the same bits. The order differs from a single chain's by float64
+// rounding only, far below the float32 results'.
 
 // sum64 is Σv in float64.
-func sum64(v []float32) float64 {
-	var s0, s1, s2, s3 float64
-	j := 0
-	for ; j+4 <= len(v); j += 4 {
-		s0 += float64(v[j])
-		s1 += float64(v[j+1])
-		s2 += float64(v[j+2])
-		s3 += float64(v[j+3])
-	}
-	for ; j < len(v); j++ {
-		s0 += float64(v[j])
-	}
-	return (s0 + s1) + (s2 + s3)
-}
+func sum64(v []float32) float64 { return kernels.BNSum64(v) }
 
 // sqDev64 is Σ(v − mu)² in float64.
-func sqDev64(v []float32, mu float64) float64 {
-	var s0, s1, s2, s3 float64
-	j := 0
-	for ; j+4 <= len(v); j += 4 {
-		d0, d1 := float64(v[j])-mu, float64(v[j+1])-mu
-		d2, d3 := float64(v[j+2])-mu, float64(v[j+3])-mu
-		s0 += d0 * d0
-		s1 += d1 * d1
-		s2 += d2 * d2
-		s3 += d3 * d3
-	}
-	for ; j < len(v); j++ {
-		d := float64(v[j]) - mu
-		s0 += d * d
-	}
-	return (s0 + s1) + (s2 + s3)
-}
+func sqDev64(v []float32, mu float64) float64 { return kernels.BNSqDev64(v, mu) }
 
 // sumDot64 is Σg and Σg·h in float64 (h at least as long as g).
-func sumDot64(g, h []float32) (sum, dot float64) {
-	h = h[:len(g)]
-	var s0, s1, d0, d1 float64
-	j := 0
-	for ; j+2 <= len(g); j += 2 {
-		g0, g1 := float64(g[j]), float64(g[j+1])
-		s0 += g0
-		s1 += g1
-		d0 += g0 * float64(h[j])
-		d1 += g1 * float64(h[j+1])
-	}
-	for ; j < len(g); j++ {
-		s0 += float64(g[j])
-		d0 += float64(g[j]) * float64(h[j])
-	}
-	return s0 + s1, d0 + d1
-}
+func sumDot64(g, h []float32) (sum, dot float64) { return kernels.BNSumDot64(g, h) }

@@ -77,11 +77,9 @@ func (bn batchNormGeom) moments(x []float32, sum, sumSq []float64) {
 	for ch := 0; ch < bn.c; ch++ {
 		var s, sq float64
 		for i := 0; i < bn.n; i++ {
-			for _, xv := range bn.row(x, i, ch) {
-				f := float64(xv)
-				s += f
-				sq += f * f
-			}
+			r := bn.row(x, i, ch)
+			s += sum64(r)
+			sq += sqDev64(r, 0)
 		}
 		sum[ch], sumSq[ch] = s, sq
 	}

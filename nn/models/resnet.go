@@ -43,8 +43,11 @@ type ResNetConfig struct {
 // Forward takes [N, 3, H, W] images and returns [N, NumClasses] logits. Its
 // BatchNorm layers follow nn.SetTrain (batch statistics in training,
 // running statistics in eval), and ddp.ConvertSyncBatchNorm finds them.
-// Blocks and layers run through nn.Call, so forward hooks on them run; the
-// intermediate results that no hook sees go back to package tensor's
+// Blocks and layers run through nn.Call, so forward hooks on them run,
+// except that a BatchNorm layer without hooks runs as one op with the
+// ReLU (and the residual addition) after it, BatchNormLayer.ForwardReLU,
+// whose results are the separate ops' bit for bit; the intermediate
+// results that no hook sees go back to package tensor's
 // buffer pool once Backward is done with them.
 type ResNetModel struct {
 	nn.Base
@@ -192,8 +195,7 @@ func (m *ResNetModel) Forward(x *tensor.Tensor) *tensor.Tensor {
 		panic(fmt.Sprintf("models: ResNet: input %v leaves %dx%d feature maps per image after the last stage; "+
 			"training needs at least 2 values per channel (a larger image or batch, or eval mode)", s, h, w))
 	}
-	y, inner := convBN(m.conv1, m.bn1, x, nil)
-	y = tensor.ReLU(y)
+	y, inner := convBNReLU(m.conv1, m.bn1, x, nil, nil)
 	first := m.stages[0][0]
 	if m.maxpool != nil {
 		inner = keep(inner, y, m.maxpool)
@@ -290,24 +292,35 @@ func shortcut(d *nn.SequentialLayer, x *tensor.Tensor) *tensor.Tensor {
 	return nn.Call(d, x)
 }
 
-// convBN returns bn(conv(x)), each layer run through nn.Call so that its
-// hooks run as in PyTorch, and appends the results to inner (see keep).
-func convBN(conv *nn.Conv2dLayer, bn *nn.BatchNormLayer, x *tensor.Tensor, inner []*tensor.Tensor) (*tensor.Tensor, []*tensor.Tensor) {
+// convBNReLU returns relu(bn(conv(x)) + residual), or relu(bn(conv(x)))
+// for a nil residual, and appends the intermediate results to inner (see
+// keep). The BatchNorm, the addition and the ReLU run as one op
+// (BatchNormLayer.ForwardReLU) unless bn has forward hooks, which then
+// run as in PyTorch on bn's own output; the convolution runs through
+// nn.Call, so its hooks run.
+func convBNReLU(conv *nn.Conv2dLayer, bn *nn.BatchNormLayer, x, residual *tensor.Tensor, inner []*tensor.Tensor) (*tensor.Tensor, []*tensor.Tensor) {
 	c := nn.Call(conv, x)
+	inner = keep(inner, c, conv, bn)
+	if !nn.HasForwardHooks(bn) {
+		return bn.ForwardReLU(c, residual), inner
+	}
 	n := nn.Call(bn, c)
-	return n, keep(keep(inner, c, conv, bn), n, bn)
+	inner = keep(inner, n, bn)
+	if residual != nil {
+		n = tensor.Add(n, residual)
+		inner = append(inner, n)
+	}
+	return tensor.ReLU(n), inner
 }
 
 // Forward applies the block to x [N, C, H, W].
 func (b *BasicBlock) Forward(x *tensor.Tensor) *tensor.Tensor {
 	inner := make([]*tensor.Tensor, 0, 8)
-	y, inner := convBN(b.conv1, b.bn1, x, inner)
-	y = tensor.ReLU(y)
+	y, inner := convBNReLU(b.conv1, b.bn1, x, nil, inner)
 	inner = keep(inner, y, b.conv2)
-	y, inner = convBN(b.conv2, b.bn2, y, inner)
-	sum := tensor.Add(y, shortcut(b.downsample, x))
-	recycle(append(inner, sum)...)
-	return tensor.ReLU(sum)
+	y, inner = convBNReLU(b.conv2, b.bn2, y, shortcut(b.downsample, x), inner)
+	recycle(inner...)
+	return y
 }
 
 // Bottleneck is torchvision's Bottleneck: 1×1, 3×3 (with the block's
@@ -349,14 +362,11 @@ func newBottleneck(in, planes, stride int) *Bottleneck {
 // Forward applies the block to x [N, C, H, W].
 func (b *Bottleneck) Forward(x *tensor.Tensor) *tensor.Tensor {
 	inner := make([]*tensor.Tensor, 0, 11)
-	y, inner := convBN(b.conv1, b.bn1, x, inner)
-	y = tensor.ReLU(y)
+	y, inner := convBNReLU(b.conv1, b.bn1, x, nil, inner)
 	inner = keep(inner, y, b.conv2)
-	y, inner = convBN(b.conv2, b.bn2, y, inner)
-	y = tensor.ReLU(y)
+	y, inner = convBNReLU(b.conv2, b.bn2, y, nil, inner)
 	inner = keep(inner, y, b.conv3)
-	y, inner = convBN(b.conv3, b.bn3, y, inner)
-	sum := tensor.Add(y, shortcut(b.downsample, x))
-	recycle(append(inner, sum)...)
-	return tensor.ReLU(sum)
+	y, inner = convBNReLU(b.conv3, b.bn3, y, shortcut(b.downsample, x), inner)
+	recycle(inner...)
+	return y
 }
