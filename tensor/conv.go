@@ -138,7 +138,10 @@ const convMinFlops = 1 << 20
 // bf16 autocast they keep the im2col path. Those of them with an
 // odd square kernel, padding half of it, and output rows under 16 pixels
 // (ResNet's last stages) lay several images side by side in each product
-// (see conv_stacked.go). Float32 3×3 convolutions at stride 1 with padding
+// (see conv_stacked.go); float32 ones of one group left on the im2col path with output
+// planes of at most 64 pixels (ResNet's stride-2 ones to 8×8 and 4×4)
+// multiply several images' column matrices side by side in one product
+// (see conv_colstack.go). Float32 3×3 convolutions at stride 1 with padding
 // 1, one group and at least 64 channels in and out (ResNet's) run through
 // Winograd F(2×2, 3×3) instead, forward and backward: 16 multiply-adds per
 // 2×2 output pixels, input and output channel instead of 36, the same
@@ -364,6 +367,10 @@ func conv2dForward(g convGeom, xd, wd []float32, b *Tensor, ep convEpilogue, out
 		conv2dForwardImplicit(g, minItems, xd, wd, b, ep, out, mask, arg)
 		return
 	}
+	if k := g.colStack(); k > 1 { // small planes: see conv_colstack.go
+		conv2dForwardColStack(g, k, xd, wd, b, ep, out, mask, arg)
+		return
+	}
 	g = g.withGemm(minItems)
 	parallelFor(g.n, minItems, func(_, lo, hi int) {
 		// One block of an image's columns at a time (see blockRows), in a
@@ -466,6 +473,10 @@ func conv2dBackward(g convGeom, x, w, b *Tensor, xd, wd []float32, cast *bf16Cas
 	}
 	if minItems := convMinFlops/max(4*g.o*ckk*p, 1) + 1; g.implicit(minItems) {
 		conv2dBackwardImplicit(g, minItems, x, w, b, xd, wd, cast, gradOf, bufLen)
+		return
+	}
+	if k := g.colStack(); k > 1 && cast == nil { // see conv_colstack.go
+		conv2dBackwardColStack(g, k, x, w, b, xd, wd, gradOf, bufLen)
 		return
 	}
 	needX, needW, needB := x.needsGrad(), w.needsGrad(), b.needsGrad()

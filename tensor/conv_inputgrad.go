@@ -61,9 +61,12 @@ func (g convGeom) inputGradConv() (convGeom, bool) {
 func (g convGeom) flippedWeights(wd []float32) []float32 {
 	cg, og, kk := g.cg(), g.og(), g.kh*g.kw
 	wf := getBuf(g.groups * cg * og * kk)
-	for grp := range g.groups {
-		src, dst := wd[grp*og*cg*kk:], wf[grp*cg*og*kk:]
-		for o := range og {
+	// A copy of each weight's taps reversed: the (group, output channel)
+	// rows go to the threads, the same result on any number.
+	parallelFor(g.groups*og, max(1, (1<<16)/max(cg*kk, 1)), func(_, lo, hi int) {
+		for r := lo; r < hi; r++ {
+			grp, o := r/og, r%og
+			src, dst := wd[grp*og*cg*kk:], wf[grp*cg*og*kk:]
 			for c := range cg {
 				s := src[(o*cg+c)*kk:][:kk]
 				d := dst[(c*og+o)*kk:][:kk]
@@ -72,7 +75,7 @@ func (g convGeom) flippedWeights(wd []float32) []float32 {
 				}
 			}
 		}
-	}
+	})
 	return wf
 }
 

@@ -52,11 +52,29 @@ func wgTransformWeights(w []float32, o, c int) []float32 {
 	oc := o * c
 	// Blocks of pairs (o, c), each transformed into a small local array
 	// and then copied out: the 16 rows of U are far apart, and writing
-	// them one value at a time would touch 16 pages per pair.
+	// them one value at a time would touch 16 pages per pair. Every pair
+	// is transformed alone, so the blocks go to the threads (this runs
+	// between the layers' parallel passes, where one thread would leave
+	// the others idle) with the same result on any number.
+	const blk = 64
+	blocks := (oc + blk - 1) / blk
+	parallelFor(blocks, wgMinPairBlocks, func(_, lo, hi int) {
+		wgTransformPairs(u, w, oc, lo*blk, min(hi*blk, oc))
+	})
+	return u
+}
+
+// wgMinPairBlocks is the fewest blocks of 64 weight pairs per goroutine
+// in the weight transforms: a few microseconds of work each.
+const wgMinPairBlocks = 16
+
+// wgTransformPairs writes U of pairs k0…k1−1 of w into u (see
+// wgTransformWeights), 64 pairs at a time.
+func wgTransformPairs(u, w []float32, oc, k0, k1 int) {
 	const blk = 64
 	var loc [16][blk]float32
-	for k0 := 0; k0 < oc; k0 += blk {
-		n := min(blk, oc-k0)
+	for ; k0 < k1; k0 += blk {
+		n := min(blk, k1-k0)
 		for q := range n {
 			g := w[9*(k0+q) : 9*(k0+q)+9 : 9*(k0+q)+9]
 			var t [4][3]float32 // G·g
@@ -79,14 +97,21 @@ func wgTransformWeights(w []float32, o, c int) []float32 {
 			copy(u[xi*oc+k0:xi*oc+k0+n], loc[xi][:n])
 		}
 	}
-	return u
 }
 
 // wgAddWeightGrad adds Gᵀ·dU·G, with Gᵀ = [1 ½ ½ 0; 0 ½ −½ 0; 0 ½ ½ 1],
 // of each pair (o, c) of du [16, O, C] (position ξ at ξ·oc) into gw [O, C,
-// 3, 3].
+// 3, 3]. The pairs go to the threads; each is transformed alone, so the
+// result does not depend on their number.
 func wgAddWeightGrad(gw, du []float32, oc, o, c int) {
-	for k := range o * c {
+	parallelFor(o*c, 64*wgMinPairBlocks, func(_, lo, hi int) {
+		wgAddWeightGradPairs(gw, du, oc, lo, hi)
+	})
+}
+
+// wgAddWeightGradPairs is wgAddWeightGrad for pairs lo…hi−1.
+func wgAddWeightGradPairs(gw, du []float32, oc, lo, hi int) {
+	for k := lo; k < hi; k++ {
 		var r [3][4]float32 // Gᵀ·dU
 		for j := range 4 {
 			u0, u1, u2, u3 := du[j*oc+k], du[(4+j)*oc+k], du[(8+j)*oc+k], du[(12+j)*oc+k]
@@ -406,10 +431,17 @@ func conv2dBackwardWinograd(g convGeom, x, w, b *Tensor, xd, wd []float32, gradO
 		})
 	})
 	if needW {
-		// The workers' sums in worker order, then one transform.
+		// The workers' sums in worker order, then one transform; each
+		// element is summed alone, so ranges of them go to the threads.
 		du := partialU[0]
+		if used > 1 {
+			parallelFor(len(du), 1<<14, func(_, lo, hi int) {
+				for wk := 1; wk < used; wk++ {
+					addTo(du[lo:hi], partialU[wk][lo:hi])
+				}
+			})
+		}
 		for wk := 1; wk < used; wk++ {
-			addTo(du, partialU[wk])
 			putBuf(partialU[wk])
 		}
 		wgAddWeightGrad(w.accGrad(), du, wgStride(g.o*g.c), g.o, g.c)
