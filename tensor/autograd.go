@@ -203,19 +203,30 @@ func (t *Tensor) BackwardWith(grad *Tensor) error {
 			}
 		}
 		// Release the graph as we go so activations can be collected.
-		n.node = nil
-		n.preHooks = nil
-		n.requiresGrad = false
-		n.released = true
-		if n.recycle {
-			// Every op that reads n comes later in order and has run.
-			putBuf(n.data)
-			n.data = nil
-			n.recycle = false
-		}
+		n.releaseGraph()
 	}
+	return pass.runFinishes()
+}
+
+// releaseGraph drops n's place in the graph once its backward has run;
+// a recycled buffer goes back to the pool, since every op that reads n
+// comes later in the order and has run.
+func (n *Tensor) releaseGraph() {
+	n.node = nil
+	n.preHooks = nil
+	n.requiresGrad = false
+	n.released = true
+	if n.recycle {
+		putBuf(n.data)
+		n.data = nil
+		n.recycle = false
+	}
+}
+
+// runFinishes runs the pass's finish callbacks and joins their errors.
+func (p *Pass) runFinishes() error {
 	var errs []error
-	for _, f := range pass.finishes {
+	for _, f := range p.finishes {
 		if err := f(); err != nil {
 			errs = append(errs, err)
 		}

@@ -1,7 +1,6 @@
 package tensor
 
 import (
-	"errors"
 	"fmt"
 )
 
@@ -141,23 +140,9 @@ func recompute(f func(*Tensor) *Tensor, x *Tensor, used map[*Tensor]bool, g []fl
 			}
 		}
 		n.passGrad = nil
-		n.node = nil
-		n.preHooks = nil
-		n.requiresGrad = false
-		n.released = true
-		if n.recycle {
-			putBuf(n.data)
-			n.data = nil
-			n.recycle = false
-		}
+		n.releaseGraph()
 	}
-	var errs []error
-	for _, fin := range pass.finishes {
-		if err := fin(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := pass.runFinishes(); err != nil {
 		panic(fmt.Sprintf("tensor: Checkpoint: a hook inside the checkpointed function failed: %v", err))
 	}
 }
