@@ -60,27 +60,48 @@ func (j *job) watch(ctx context.Context, workers []*worker, exits chan exitEvent
 			}
 		}
 	}
+	// exited records a worker's exit and reports whether it failed; the
+	// first failure goes to OnWorkerFailure at once.
+	exited := func(ev exitEvent) bool {
+		w := workers[ev.idx]
+		w.exited, w.code = true, ev.code
+		if ev.code == 0 {
+			return false
+		}
+		first := len(fails) == 0
+		fails = append(fails, &failed{w: w, at: time.Now()})
+		if first && j.cfg.OnWorkerFailure != nil {
+			w.awaitOutput(time.Now().Add(drainWait))
+			f := j.failure(w, restart)
+			f.Time = fails[0].at
+			j.cfg.OnWorkerFailure(f)
+		}
+		return true
+	}
 	for running := len(workers); running > 0 && out.interrupted == 0 && !stopping; {
 		select {
 		case <-ctx.Done():
+			// Exits already queued came before the interruption: a
+			// worker that failed on its own is still reported (an agent
+			// stopped by its launcher sends it as its node's failure).
+			for queued := true; queued && running > 0; {
+				select {
+				case ev := <-exits:
+					exited(ev)
+					running--
+				default:
+					queued = false
+				}
+			}
 			out.interrupted = StopSignal(ctx)
 			j.log.Warn("launch: interrupted, stopping workers", "signal", out.interrupted.String(), "cause", context.Cause(ctx))
 			j.stop(workers, exits, out.interrupted)
 		case <-grace:
 			stopAll()
 		case ev := <-exits:
-			w := workers[ev.idx]
-			w.exited, w.code = true, ev.code
 			running--
-			if ev.code == 0 {
+			if !exited(ev) {
 				continue
-			}
-			first := len(fails) == 0
-			fails = append(fails, &failed{w: w, at: time.Now()})
-			if first && j.cfg.OnWorkerFailure != nil {
-				f := j.failure(w, restart)
-				f.Time = fails[0].at
-				j.cfg.OnWorkerFailure(f)
 			}
 			if ev.code != event.ExitPeer || noteStopped() {
 				stopAll()

@@ -181,20 +181,31 @@ func (w *worker) groupAlive() bool {
 // closes the pipes: a grandchild that escaped the process group (setsid)
 // may hold them open forever, and must not hold up the launcher.
 func (w *worker) finishOutput(deadline time.Time) {
-	done := make(chan struct{})
-	go func() {
-		w.pumps.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(time.Until(deadline)):
-	}
+	done := w.awaitOutput(deadline)
 	for _, f := range w.readEnds {
 		f.Close() // unblocks the pumps' reads with os.ErrClosed
 	}
 	<-done
 	w.closeFiles()
+}
+
+// awaitOutput waits until the worker's output has drained or deadline
+// passes, and returns a channel closed once it has drained. An exited
+// worker's last lines may still be in its pipes: a report built before
+// they are read misses them (the peer line that names whom it blames).
+func (w *worker) awaitOutput(deadline time.Time) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		w.pumps.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	return done
 }
 
 // closeFiles closes the launcher's pipe ends and the log files; the pumps
