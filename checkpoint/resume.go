@@ -56,38 +56,10 @@ func ResumeFrom(ctx context.Context, g Group, path string, st *TrainingState, op
 		}
 		return err == nil, err
 	}
-	// Rank 0 sends its status, its sidecar's name (errors on every rank
-	// name the file that was read) and the sidecar's bytes or its error.
-	side := TrainingPath(path)
-	var status int64
-	var payload []byte
-	var readErr error
-	if g.Rank() == 0 {
-		status, payload, readErr = readForResume(path)
-		payload = append([]byte(side), payload...)
+	side, payload, found, err := fetchSidecar(ctx, g, path)
+	if err != nil || !found {
+		return false, err
 	}
-	head := []int64{status, int64(len(side)), int64(len(payload))}
-	if err := g.Broadcast(ctx, head, 0); err != nil {
-		return false, fmt.Errorf("checkpoint: resuming from %s: broadcasting rank 0's status: %w", path, err)
-	}
-	payload, err := broadcastBytes(ctx, g, payload, head[2])
-	if err != nil {
-		return false, fmt.Errorf("checkpoint: resuming from %s: broadcasting rank 0's training state: %w", path, err)
-	}
-	if head[1] < 0 || head[1] > int64(len(payload)) {
-		return false, fmt.Errorf("checkpoint: resuming from %s: rank 0 sent a name of %d bytes in a payload of %d (another version of gotrain?)", path, head[1], len(payload))
-	}
-	side, payload = string(payload[:head[1]]), payload[head[1]:]
-	switch head[0] {
-	case resumeNone:
-		return false, nil
-	case resumeFailed:
-		if readErr != nil {
-			return false, readErr
-		}
-		return false, fmt.Errorf("checkpoint: rank 0 cannot resume: %s", payload)
-	}
-
 	name := side
 	if g.Rank() != 0 {
 		name = "rank 0's " + side
@@ -107,6 +79,44 @@ func ResumeFrom(ctx context.Context, g Group, path string, st *TrainingState, op
 		return false, fmt.Errorf("checkpoint: resuming from rank 0's %s: agreeing on the outcome: %w", side, err)
 	}
 	return false, fmt.Errorf("checkpoint: resuming from rank 0's %s: rank(s) %v could not load it (their errors say why); no rank resumed", side, failed)
+}
+
+// fetchSidecar is rank 0's sidecar of path on every rank of g (a group
+// of two or more): its name, its bytes, and whether rank 0 has one. Rank
+// 0's error reading it is every rank's.
+func fetchSidecar(ctx context.Context, g Group, path string) (string, []byte, bool, error) {
+	// Rank 0 sends its status, its sidecar's name (errors on every rank
+	// name the file that was read) and the sidecar's bytes or its error.
+	side := TrainingPath(path)
+	var status int64
+	var payload []byte
+	var readErr error
+	if g.Rank() == 0 {
+		status, payload, readErr = readForResume(path)
+		payload = append([]byte(side), payload...)
+	}
+	head := []int64{status, int64(len(side)), int64(len(payload))}
+	if err := g.Broadcast(ctx, head, 0); err != nil {
+		return "", nil, false, fmt.Errorf("checkpoint: resuming from %s: broadcasting rank 0's status: %w", path, err)
+	}
+	payload, err := broadcastBytes(ctx, g, payload, head[2])
+	if err != nil {
+		return "", nil, false, fmt.Errorf("checkpoint: resuming from %s: broadcasting rank 0's training state: %w", path, err)
+	}
+	if head[1] < 0 || head[1] > int64(len(payload)) {
+		return "", nil, false, fmt.Errorf("checkpoint: resuming from %s: rank 0 sent a name of %d bytes in a payload of %d (another version of gotrain?)", path, head[1], len(payload))
+	}
+	side, payload = string(payload[:head[1]]), payload[head[1]:]
+	switch head[0] {
+	case resumeNone:
+		return side, nil, false, nil
+	case resumeFailed:
+		if readErr != nil {
+			return "", nil, false, readErr
+		}
+		return "", nil, false, fmt.Errorf("checkpoint: rank 0 cannot resume: %s", payload)
+	}
+	return side, payload, true, nil
 }
 
 // readForResume is rank 0's part: the status to broadcast, the sidecar's

@@ -280,7 +280,7 @@ func encodeHeader(sorted []Entry, metadata map[string]string) []byte {
 			hdr.WriteByte(',')
 		}
 		first = false
-		n := int64(e.Tensor.Len()) * int64(e.DType.Size())
+		n := int64(numelInts(e.Tensor.Shape())) * int64(e.DType.Size())
 		writeJSONString(&hdr, e.Name)
 		fmt.Fprintf(&hdr, `:{"dtype":"%s","shape":[`, e.DType)
 		for i, d := range e.Tensor.Shape() {

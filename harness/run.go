@@ -136,7 +136,9 @@ func (a alone) Parameters() []*tensor.Tensor { return a.params }
 //
 // With Config.Sharding it is model wrapped in fsdp (ddp/fsdp, its
 // default units), whose Parameters are this rank's shards: group them
-// with DecayGroups or ParamDim and clip with ClipGradNorm. With
+// with DecayGroups or ParamDim and clip with ClipGradNorm; model itself
+// then holds no whole copy of the weights, and what the program runs of
+// it outside the steps goes through WithModel. With
 // Config.LocalSGD or DiLoCo it is model itself, which Train wraps in
 // ddp/localsgd once it has the optimizer. Both reduce in float32 and
 // take no DDP option: opts other than a plain allreduce are for a
@@ -211,8 +213,9 @@ type sidecar struct {
 //
 // Of a training checkpoint and a sharded one (ShardedDir) it loads the
 // one rank 0 wrote last; a sharded checkpoint loads at any world size,
-// into a sharded run or a DDP one, and a sharded run refuses a DDP
-// checkpoint. With Config.LocalSGD or DiLoCo it first wraps the model
+// into a sharded run or a DDP one, and a DDP checkpoint into a sharded
+// run too, every rank keeping its shards of the model and of the
+// optimizer's state. With Config.LocalSGD or DiLoCo it first wraps the model
 // (see Wrap) with l.State.Optimizer as the inner optimizer and sets
 // l.State.CommHook to the wrapper, so that checkpoints carry its state.
 func (r *Run) Resume(ctx context.Context, l *Loop) (world int, err error) {
@@ -246,7 +249,19 @@ func (r *Run) Resume(ctx context.Context, l *Loop) (world int, err error) {
 		r.log.Info("resumed", "checkpoint", ShardedDir(r.cfg.Save), "epoch", l.State.Epoch, "step", l.State.Step)
 		return sc.Sampler.Replicas, nil
 	case kind == trainingCheckpoint && r.fm != nil:
-		return 0, fmt.Errorf("harness: resuming: %s is a DDP checkpoint and a sharded run resumes only from a sharded one (%s): resume it without sharding", checkpoint.TrainingPath(r.cfg.Save), ShardedDir(r.cfg.Save))
+		sc, err := r.resumeFromDDP(ctx, l)
+		if err != nil {
+			return 0, err
+		}
+		if sc == nil {
+			r.log.Info("no checkpoint yet; starting fresh", "checkpoint", r.cfg.Save)
+			return 0, nil
+		}
+		if err := r.restoreSidecar(l, sc, r.cfg.Save); err != nil {
+			return 0, err
+		}
+		r.log.Info("resumed", "checkpoint", r.cfg.Save, "epoch", l.State.Epoch, "step", l.State.Step)
+		return sc.Sampler.Replicas, nil
 	}
 	var g checkpoint.Group // a nil *distributed.Group would not be a nil Group
 	if r.pg != nil {

@@ -114,13 +114,80 @@ func (r *Run) wrapSharded(ctx context.Context, model nn.Module) (Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("harness: %w", err)
 	}
-	fm, err := fsdp.New(ctx, model, r.pg, fsdp.Strategy(s))
+	opts := []fsdp.Option{fsdp.Strategy(s)}
+	if s == fsdp.HybridShard {
+		nodes, err := r.hybridNodes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, fsdp.Nodes(nodes))
+	}
+	fm, err := fsdp.New(ctx, model, r.pg, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("harness: sharding the model (%s): %w", r.cfg.Sharding, err)
 	}
 	r.fm, r.module, r.params = fm, model, fm.Parameters()
 	tuneGCForSharding()
 	return fm, nil
+}
+
+// hybridNodes returns the ranks of each node for hybrid sharding: the
+// group's topology, ranks that share a host (distributed.Group.Nodes).
+// Where every rank has GROUP_RANK, the node the launcher started it on,
+// the layout it gives is compared with the hosts', and rank 0 warns when
+// they differ (several launcher nodes on one host): sharding follows the
+// hosts, so that parameter traffic never crosses the network.
+func (r *Run) hybridNodes(ctx context.Context) ([][]int, error) {
+	nodes := r.pg.Nodes()
+	mine := []int64{-1}
+	if v, ok := os.LookupEnv("GROUP_RANK"); ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("harness: hybrid sharding: GROUP_RANK=%q is not a node rank", v)
+		}
+		mine[0] = n
+	}
+	all := make([]int64, r.world)
+	if err := r.pg.AllGather(ctx, all, mine); err != nil {
+		return nil, fmt.Errorf("harness: hybrid sharding: gathering the ranks' GROUP_RANK: %w", err)
+	}
+	if r.rank != 0 {
+		return nodes, nil
+	}
+	r.log.Info("harness: hybrid sharding", "nodes", nodesString(nodes), "shard_group", len(nodes[0]), "replicas", len(nodes))
+	if !slices.Contains(all, -1) {
+		if declared := nodesOf(all); !slices.EqualFunc(declared, nodes, slices.Equal) {
+			r.log.Warn("harness: hybrid sharding: the launcher's nodes (GROUP_RANK) differ from the hosts the ranks run on; sharding within each host",
+				"launcher_nodes", nodesString(declared), "hosts", nodesString(nodes))
+		}
+	}
+	return nodes, nil
+}
+
+// nodesOf groups ranks by key, keys[r] being rank r's, as
+// distributed.Group.Nodes orders them: nodes by their lowest rank.
+func nodesOf(keys []int64) [][]int {
+	var nodes [][]int
+	index := map[int64]int{}
+	for r, k := range keys {
+		i, ok := index[k]
+		if !ok {
+			i = len(nodes)
+			index[k] = i
+			nodes = append(nodes, nil)
+		}
+		nodes[i] = append(nodes[i], r)
+	}
+	return nodes
+}
+
+// nodesString writes nodes for a log: "[0 1] [2 3]".
+func nodesString(nodes [][]int) string {
+	s := make([]string, len(nodes))
+	for i, n := range nodes {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, " ")
 }
 
 // shardedExtra keys of a sharded checkpoint's Extra.
@@ -184,95 +251,53 @@ func putJSON(m map[string]string, key string, v any) error {
 	return nil
 }
 
-// finishSharded gathers the sharded model into the module on rank 0,
-// for what the program does with it after training (sampling, its own
-// evaluation), and has rank 0 write it to Config.Save as the model file
-// Save writes (safetensors, loadable by PyTorch). Every rank calls it.
+// finishSharded has rank 0 write the model to Config.Save as the model
+// file Save writes (safetensors, loadable by PyTorch), from the units
+// gathered one at a time, each written as it arrives: beside its shards
+// a rank holds one unit's full parameters. Every rank calls it.
 func (r *Run) finishSharded(ctx context.Context) error {
-	tensor.ReleasePool() // its buffers, collected with fsdp's, hold the consolidated model
-	sd, err := r.fm.FullStateDictOn(ctx, 0)
-	if err != nil {
-		return fmt.Errorf("harness: gathering the model: %w", err)
-	}
-	if r.rank != 0 {
-		return nil
-	}
-	if _, err := fillModule(r.module, sd); err != nil {
-		return err
-	}
 	if r.cfg.Save == "" {
 		return nil
 	}
-	if err := checkpoint.Save(r.cfg.Save, r.module); err != nil {
+	tensor.ReleasePool() // its buffers, collected with fsdp's, make room for a unit
+	var w *checkpoint.ModelWriter
+	var err error
+	if r.rank == 0 {
+		w, err = checkpoint.CreateModel(r.cfg.Save, r.module)
+	}
+	// Every rank takes part in every gather, even when rank 0 cannot
+	// write: the group stays in step, and rank 0 reports why.
+	gerr := r.fm.FullParamsOn(ctx, 0, func(_ string, t *tensor.Tensor) error {
+		if err != nil {
+			return err
+		}
+		return w.Write(t)
+	})
+	if r.rank != 0 {
+		if gerr != nil {
+			return fmt.Errorf("harness: gathering the model to save: %w", gerr)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	if gerr != nil {
+		w.Abort()
+		return fmt.Errorf("harness: saving the model: %w", gerr)
+	}
+	// What fsdp does not shard (buffers, frozen parameters) is whole on
+	// every rank.
+	for _, t := range w.Pending() {
+		if err := w.Write(t); err != nil {
+			w.Abort()
+			return fmt.Errorf("harness: %w", err)
+		}
+	}
+	if err := w.Commit(); err != nil {
 		return fmt.Errorf("harness: %w", err)
 	}
 	return nil
-}
-
-// fillModule copies the full state dict sd into module, giving back
-// their storage to the parameters fsdp has freed (whose storage it
-// returns, for the caller to free again). A freed parameter takes its
-// entry's storage, which sd's caller owns (FullStateDictOn's copies),
-// rather than a second copy of the model.
-func fillModule(module nn.Module, sd []nn.Named) (freed []*tensor.Tensor, err error) {
-	byName := toMap(sd)
-	for _, np := range nn.NamedParameters(module) {
-		t := np.Tensor
-		n := 1
-		for _, d := range t.Shape() {
-			n *= d
-		}
-		if len(t.Data()) != n {
-			if src, ok := byName[np.Name]; ok && src.Len() == n {
-				t.SetData(src.Data())
-			} else {
-				t.SetData(make([]float32, n))
-			}
-			freed = append(freed, t)
-		}
-	}
-	if err := nn.LoadStateDict(module, toMap(sd), false); err != nil {
-		return freed, fmt.Errorf("harness: %w", err)
-	}
-	return freed, nil
-}
-
-// gathered runs f, rank 0's evaluation, with the whole model in the
-// module: under sharding every rank gathers it, rank 0 fills the module
-// and frees again what fsdp had freed. Every rank calls it.
-func (r *Run) gathered(ctx context.Context, f func() error) error {
-	if r.fm == nil {
-		if r.rank == 0 {
-			return f()
-		}
-		return nil
-	}
-	tensor.ReleasePool() // its buffers, collected with fsdp's, hold the consolidated model
-	sd, err := r.fm.FullStateDictOn(ctx, 0)
-	if err != nil {
-		return fmt.Errorf("harness: gathering the model to evaluate: %w", err)
-	}
-	if r.rank != 0 {
-		return nil
-	}
-	freed, err := fillModule(r.module, sd)
-	defer func() {
-		for _, t := range freed {
-			t.SetData(nil)
-		}
-	}()
-	if err != nil {
-		return err
-	}
-	return f()
-}
-
-func toMap(sd []nn.Named) map[string]*tensor.Tensor {
-	m := make(map[string]*tensor.Tensor, len(sd))
-	for _, e := range sd {
-		m[e.Name] = e.Tensor
-	}
-	return m
 }
 
 // Kinds of checkpoint Resume loads.

@@ -24,6 +24,11 @@ type Task interface {
 	// Evaluate measures the model (on rank 0, outside the throughput
 	// clock) at the end of each epoch, or every Loop.EvalEvery steps, and
 	// returns the figures to report, such as the test accuracy.
+	//
+	// Under Config.Sharding every rank calls it, with the model sharded
+	// (see Run.WithModel), and rank 0's figures are reported: it must run
+	// the same forward passes on every rank (the same data, which every
+	// rank must have), and write nothing a rank's copy would clobber.
 	Evaluate(ctx context.Context) ([]Metric, error)
 }
 
@@ -180,10 +185,12 @@ var errNoBatches = errors.New("harness: the data has no batch for this rank")
 // NaN or infinite does what Config.OnNaN says: by default Train ends with
 // a *NonFiniteError naming the step, its epoch and the rank.
 //
-// Under Config.Sharding every rank writes its shards of each checkpoint,
-// rank 0's evaluation runs on the model gathered from every rank's
-// shards, and when Train ends the whole model is in the module on rank 0
-// (and in Config.Save's model file). Under Config.LocalSGD or DiLoCo each
+// Under Config.Sharding every rank writes its shards of each checkpoint
+// and runs the evaluation on the sharded model, and when Train ends rank
+// 0 writes Config.Save's model file from the units gathered one at a
+// time. No rank's module holds the whole model, then or after Train:
+// what the program does with the model after training (sampling, an
+// evaluation of its own) goes through WithModel. Under Config.LocalSGD or DiLoCo each
 // step is followed by the replica's AfterStep, and the end of the
 // training (l.Steps or l.Epochs, not l.MaxSteps) by a sync of every
 // replica before the last evaluation and checkpoint.
@@ -343,8 +350,8 @@ func (r *Run) syncLocal(ctx context.Context) error {
 
 // endPeriod ends an epoch or an evaluation interval, the n-th epoch or
 // at step n (label says which): the ranks' mean loss, rank 0's
-// evaluation (outside the clock, a span of the timeline), and the report
-// of both.
+// evaluation (under sharding every rank's; outside the clock, a span of
+// the timeline), and the report of both.
 func (r *Run) endPeriod(ctx context.Context, task Task, m *meter, label string, n int, stats *Stats) error {
 	loss, err := m.periodLoss(ctx)
 	if err != nil {
@@ -354,11 +361,9 @@ func (r *Run) endPeriod(ctx context.Context, task Task, m *meter, label string, 
 	var metrics []Metric
 	if r.rank == 0 || r.fm != nil {
 		err = m.untimed("evaluate", func() error {
-			return r.gathered(ctx, func() error {
-				var err error
-				metrics, err = task.Evaluate(ctx)
-				return err
-			})
+			var err error
+			metrics, err = r.evaluate(ctx, task)
+			return err
 		})
 	}
 	if err != nil {

@@ -63,15 +63,33 @@
 // ActivationCheckpointing) keeps only each unit's input, recomputing the
 // unit's forward pass in its backward, on the parameters gathered for it.
 // FullStateDictOn consolidates the model on one rank, gathering one unit
-// at a time.
+// at a time; FullParamsOn hands that rank each unit's parameters as they
+// arrive, without a copy, for writing a model file unit by unit.
+// Evaluate runs forward passes of the module itself outside training
+// (evaluation, sampling) on every rank, the units gathered around their
+// Forward as in training and nothing kept for a backward pass.
 //
 // ShardOptimizer and ShardGradOp keep the full parameters on every rank
-// and free the full gradients once reduced: they differ in the reduction
-// (allreduce, as ZeroRedundancyOptimizer, or reduce-scatter). NoSync
-// (gradient accumulation) keeps full local gradients until the next
-// synchronised backward reduces their sum, so it costs a full gradient's
-// memory, as in PyTorch; with FullShard the units gathered for a NoSync
-// backward also stay gathered until the next Forward.
+// and give the full gradients' storage back once reduced: they differ in
+// the reduction (allreduce, as ZeroRedundancyOptimizer, or
+// reduce-scatter). The storage is reused every step, lent with
+// ShardOptimizer to every parameter as backward starts (as DDP's
+// buckets) and with ShardGradOp to a unit's parameters as its backward
+// starts (for a unit run through nn.Call), so that only the units being
+// reduced hold full gradients.
+//
+// Among ranks that reduce through a host's shared memory
+// (distributed.Group.SharedMemory), whose all-gather and reduce-scatter
+// would go through the sockets, both are allreduces: a gather sums
+// blocks that are zero but for each rank's own (the same values,
+// exactly), and a reduce-scatter keeps this rank's block of the averaged
+// gradients (summed as DDP's allreduce sums them). HybridShard's
+// reductions stay reduce-scatters.
+//
+// NoSync (gradient accumulation) keeps full local gradients until the
+// next synchronised backward reduces their sum, so it costs a full
+// gradient's memory, as in PyTorch; with FullShard the units gathered
+// for a NoSync backward also stay gathered until the next Forward.
 //
 // Sharded checkpoints: ShardedStateDict and OptimizerShardedState return
 // pieces {Key, GlobalShape, Offset, Data} that load at any world size

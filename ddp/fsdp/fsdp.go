@@ -9,6 +9,7 @@ import (
 
 	"github.com/gotrain/gotrain/ddp"
 	"github.com/gotrain/gotrain/distributed"
+	"github.com/gotrain/gotrain/internal/kernels"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/nn/models"
 	"github.com/gotrain/gotrain/tensor"
@@ -132,6 +133,11 @@ type param struct {
 	unit  int
 	off   int // offset of its chunk in its unit's per-rank block
 	ready bool
+	// pooledGrad says t's gradient storage came from m.bufs (pooledGrads),
+	// and goes back there once reduced; a gradient backward allocated
+	// itself is left to the collector, so that the pool holds no more
+	// than one step takes out of it.
+	pooledGrad bool
 }
 
 // unit is the parameters communicated together.
@@ -152,7 +158,8 @@ type reduction struct {
 	unit       int
 	work       *distributed.Work
 	send, recv []float32
-	pooled     bool   // send and recv are m.bufs' separate buffers
+	pooled     bool   // send is m.bufs', and so is recv, separately unless recvInSend
+	recvInSend bool   // recv is this rank's block of send (an allreduce's result)
 	decode     func() // with bf16 reduction: turns what arrived into recv
 	bytes      int    // of send, for errors: reclaimSends may have given it back
 	applied    bool   // its gradients are in the shards
@@ -186,12 +193,13 @@ type Model struct {
 	cancel   context.CancelFunc
 	removers []func()
 
-	perUnit  bool  // this Forward gathers each non-root unit around its own Forward
-	fwdSeq   []int // the units in the order this Forward ran them
-	prevSeq  []int // fwdSeq of the Forward before
-	fwdErr   error // a gather failure inside this Forward's hooks
-	fwdStack []int // fwdSeq positions of the units whose Forward is running
-	peak     int64 // the most gatheredBytes has been since New or ResetPeak
+	perUnit    bool  // this Forward gathers each non-root unit around its own Forward
+	evaluating bool  // inside Evaluate: forward passes follow one another
+	fwdSeq     []int // the units in the order this Forward ran them
+	prevSeq    []int // fwdSeq of the Forward before
+	fwdErr     error // a gather failure inside this Forward's hooks
+	fwdStack   []int // fwdSeq positions of the units whose Forward is running
+	peak       int64 // the most gatheredBytes has been since New or ResetPeak
 
 	pass     *tensor.Pass
 	next     int
@@ -274,7 +282,7 @@ func New(ctx context.Context, module nn.Module, g *distributed.Group, opts ...Op
 	for i, p := range m.params {
 		m.removers = append(m.removers, p.t.AddGradHook(func(pass *tensor.Pass, _ *tensor.Tensor) { m.gradReady(pass, i) }))
 	}
-	if m.releases() {
+	if m.releases() || cfg.strategy == ShardGradOp {
 		m.installUnitHooks()
 	}
 	if cfg.strategy != NoShard {
@@ -548,6 +556,9 @@ func (m *Model) Forward(x *tensor.Tensor) *tensor.Tensor {
 
 // ForwardErr is Forward returning the collectives' error.
 func (m *Model) ForwardErr(x *tensor.Tensor) (*tensor.Tensor, error) {
+	if m.evaluating {
+		return m.module.Forward(x), m.fwdErr // Evaluate gathers the units
+	}
 	if m.join != nil {
 		if err := m.notifyJoin(); err != nil {
 			return nil, err
@@ -570,7 +581,36 @@ func (m *Model) ForwardErr(x *tensor.Tensor) (*tensor.Tensor, error) {
 	if m.releases() && !tensor.GradEnabled() {
 		m.release() // no backward follows
 	}
+	if m.cfg.strategy == ShardOptimizer || m.cfg.strategy == ShardGradOp {
+		m.poolGradsOnBackward(y)
+	}
 	return y, nil
+}
+
+// poolGradsOnBackward has the backward pass through y, Forward's output,
+// first give pooled gradient storage (pooledGrads) to the parameters of
+// the units whose gradients no unit hook pools: with ShardOptimizer
+// every unit's, with ShardGradOp the root units' (postForward pools each
+// other unit's as its backward starts, so that only the units being
+// reduced hold full gradients). launch gives the storage back, so that
+// every step reuses one step's gradient memory, as DDP's buckets do,
+// rather than leaving it to the collector.
+func (m *Model) poolGradsOnBackward(y *tensor.Tensor) {
+	if !backwardFollows(y) {
+		return
+	}
+	y.AddBackwardPreHook(func(*tensor.Pass, *tensor.Tensor) {
+		for ui, u := range m.units {
+			if m.cfg.strategy == ShardOptimizer || u.root {
+				m.pooledGrads(ui)
+			}
+		}
+	})
+}
+
+// backwardFollows reports whether a backward pass may go through y.
+func backwardFollows(y *tensor.Tensor) bool {
+	return y != nil && y.RequiresGrad() && !y.IsLeaf() && tensor.GradEnabled()
 }
 
 // gathering is one unit's all-gather of its parameters in flight.
@@ -587,13 +627,34 @@ type gathering struct {
 // which takes them in the MixedPrecision's Param format.
 func (m *Model) startGather(ctx context.Context, ui int, forward bool) {
 	u := m.units[ui]
-	send := m.bufs.get(u.block)
+	bf16 := forward && m.cfg.mixed.Param == tensor.BF16
+	if !bf16 && m.shardG.SharedMemory() {
+		// On one host allreduce goes through shared memory and
+		// all-gather through the sockets: summing blocks that are zero
+		// but for each rank's own is the same gather (x + 0 is x
+		// exactly), at a fraction of the copies. This rank's block is
+		// its shards' chunks, written whole: only the others' need zeros.
+		recv, _ := m.bufs.take(m.ns * u.block)
+		clear(recv[:m.sr*u.block])
+		clear(recv[(m.sr+1)*u.block:])
+		own := recv[m.sr*u.block:]
+		for _, i := range u.params {
+			p := m.params[i]
+			copy(own[p.off:], p.shard.Data())
+		}
+		u.gather = &gathering{work: m.shardG.AllReduceAsync(ctx, recv, distributed.Sum), recv: recv, bytes: 4 * int64(len(recv))}
+		m.notePeak()
+		return
+	}
+	// The shards fill send whole (a block is its parameters' chunks),
+	// and the all-gather fills recv whole: neither needs zeroing.
+	send, _ := m.bufs.take(u.block)
 	for _, i := range u.params {
 		p := m.params[i]
 		copy(send[p.off:], p.shard.Data())
 	}
-	recv := m.bufs.get(m.ns * u.block)
-	if forward && m.cfg.mixed.Param == tensor.BF16 {
+	recv, _ := m.bufs.take(m.ns * u.block)
+	if bf16 {
 		wb := words(u.block)
 		sw, rw := make([]int32, wb), make([]int32, m.ns*wb)
 		encodeBF16(sw, send, 1)
@@ -648,10 +709,8 @@ func (m *Model) dropGather(ui int) {
 
 // recycle gives a completed gather's buffers back for the next one.
 func (m *Model) recycle(g *gathering) {
-	if g.send != nil {
-		m.bufs.put(g.send)
-		m.bufs.put(g.recv)
-	}
+	m.bufs.put(g.send)
+	m.bufs.put(g.recv)
 }
 
 // dropGathers is dropGather for every unit.
@@ -793,21 +852,23 @@ func (m *Model) launchReady() {
 // full parameters, which backward has finished with.
 func (m *Model) launch(ui int) {
 	u := m.units[ui]
-	send := m.bufs.get(m.ns * u.block) // rank-major: rank r's chunks of every parameter
+	// Rank-major: rank r's chunks of every parameter. The chunks tile
+	// the buffer, each written whole (gradient, then zeros for padding or
+	// a missing gradient), so it is taken without zeroing.
+	send, _ := m.bufs.take(m.ns * u.block)
 	for _, i := range u.params {
 		p := m.params[i]
-		g := p.t.Grad()
-		if g == nil || g.Len() != p.numel {
-			continue
+		var gd []float32
+		if g := p.t.Grad(); g != nil && g.Len() == p.numel {
+			gd = g.Data()
 		}
-		gd := g.Data()
 		for r := 0; r < m.ns; r++ {
-			lo := r * p.chunk
-			if lo >= p.numel {
-				break
+			dst := send[r*u.block+p.off : r*u.block+p.off+p.chunk]
+			n := 0
+			if lo := r * p.chunk; gd != nil && lo < p.numel {
+				n = copy(dst, gd[lo:min(lo+p.chunk, p.numel)])
 			}
-			n := min(p.chunk, p.numel-lo)
-			copy(send[r*u.block+p.off:], gd[lo:lo+n])
+			clear(dst[n:])
 		}
 	}
 	red := reduction{unit: ui, send: send}
@@ -822,8 +883,16 @@ func (m *Model) launch(ui int) {
 	case m.cfg.strategy == ShardOptimizer:
 		red.recv = send[m.sr*u.block : (m.sr+1)*u.block]
 		red.work = m.shardG.AllReduceAsync(m.ctx, send, distributed.Avg)
+	case m.replG == nil && m.shardG.SharedMemory():
+		// On one host allreduce goes through shared memory and
+		// reduce-scatter through the sockets: this rank's block of the
+		// allreduce is the reduce-scatter's result, at a fraction of
+		// the copies, summed as DDP's allreduce sums.
+		red.recv = send[m.sr*u.block : (m.sr+1)*u.block]
+		red.pooled, red.recvInSend = true, true
+		red.work = m.shardG.AllReduceAsync(m.ctx, send, distributed.Avg)
 	default:
-		red.recv = m.bufs.get(u.block)
+		red.recv, _ = m.bufs.take(u.block) // the reduce-scatter writes it whole
 		red.pooled = true
 		red.work = m.shardG.ReduceScatterAsync(m.ctx, red.recv, send, distributed.Avg)
 	}
@@ -835,9 +904,10 @@ func (m *Model) launch(ui int) {
 	}
 	for _, i := range u.params {
 		p := m.params[i]
-		if g := p.t.Grad(); g != nil && g.Len() == p.numel {
+		if g := p.t.Grad(); p.pooledGrad && g != nil && g.Len() == p.numel {
 			m.bufs.put(g.Data()) // copied into send above
 		}
+		p.pooledGrad = false
 		p.t.SetGrad(nil)
 	}
 	if m.releases() {
@@ -947,11 +1017,14 @@ func (m *Model) apply(red *reduction) {
 	for _, i := range m.units[red.unit].params {
 		m.accumulate(m.params[i], red.recv[m.params[i].off:])
 	}
-	if red.pooled {
-		m.bufs.put(red.send)
+	// send, from m.bufs, is free now, for the next step's gathers and
+	// reductions of its size; recv is a part of it, a pooled buffer of
+	// its own, or (bf16 reduce-scatter) one the collector takes.
+	m.bufs.put(red.send)
+	if red.pooled && !red.recvInSend {
 		m.bufs.put(red.recv)
-		red.send, red.recv = nil, nil
 	}
+	red.send, red.recv = nil, nil
 	red.applied = true
 }
 
@@ -974,10 +1047,7 @@ func (m *Model) accumulate(p *param, src []float32) {
 		p.shard.SetGrad(tensor.New(append([]float32(nil), src...), p.chunk))
 		return
 	}
-	d := g.Data()
-	for k, v := range src {
-		d[k] += v
-	}
+	kernels.Add(g.Data(), src)
 }
 
 // Close removes the model's hooks and ends its collectives. The groups

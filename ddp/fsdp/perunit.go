@@ -18,7 +18,9 @@ import (
 // transfer overlaps this unit's compute.
 
 // installUnitHooks registers the hooks on every non-root unit with
-// parameters.
+// parameters: with FullShard and HybridShard they gather and free it,
+// with ShardGradOp they lend its parameters gradient storage as its
+// backward starts (postForward).
 func (m *Model) installUnitHooks() {
 	for ui, u := range m.units {
 		if u.root || len(u.params) == 0 {
@@ -129,6 +131,9 @@ func (m *Model) prefetchForward(cur int) {
 				break
 			}
 		}
+		if next < 0 && m.evaluating {
+			next = m.firstUnit() // Evaluate's next pass starts
+		}
 	}
 	if next >= 0 {
 		if u := m.units[next]; !u.full && u.gather == nil {
@@ -139,7 +144,15 @@ func (m *Model) prefetchForward(cur int) {
 
 // postForward frees unit ui after its Forward and, if a backward pass
 // will go through its output y, hooks y to gather the unit again first.
+// With ShardGradOp, which keeps the unit gathered, the hook only lends
+// the unit's parameters their gradient storage.
 func (m *Model) postForward(ui int, y *tensor.Tensor) {
+	if m.cfg.strategy == ShardGradOp {
+		if backwardFollows(y) {
+			y.AddBackwardPreHook(func(*tensor.Pass, *tensor.Tensor) { m.pooledGrads(ui) })
+		}
+		return
+	}
 	if !m.perUnit || len(m.fwdStack) == 0 {
 		return
 	}
@@ -188,6 +201,7 @@ func (m *Model) pooledGrads(ui int) {
 		buf, _ := m.bufs.take(p.numel)
 		p.t.SetGrad(tensor.New(buf, p.shape...))
 		p.t.ZeroGrad()
+		p.pooledGrad = true
 	}
 }
 

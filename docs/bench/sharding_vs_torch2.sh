@@ -8,7 +8,15 @@
 #   zero1  gotrain --sharding zero1  DDP + ZeroRedundancyOptimizer(AdamW)
 #   zero2  gotrain --sharding zero2  FSDP2 fully_shard(reshard_after_forward=False)
 #   full   gotrain --sharding full   FSDP2 fully_shard per block and root
+#   full+ac  gotrain --sharding full --activation-checkpointing
+#            FSDP2 fully_shard per block and root, each block's forward
+#            under torch.utils.checkpoint.checkpoint(use_reentrant=False)
+#   ddp+ac   gotrain --sharding none --activation-checkpointing
+#            DistributedDataParallel, each block checkpointed the same way
 #
+# (activation checkpointing: each block keeps only its input and runs its
+# forward again in its backward, on both sides; the PyTorch side is
+# train_gpt_torch_sharded.py --activation-checkpointing).
 # Every worker runs one thread (OMP_NUM_THREADS=1, GOTRAIN_NUM_THREADS=1).
 # Each run's summary line is printed prefixed with its runner and
 # strategy; then a table: tokens/s of each (all ranks' tokens over the
@@ -23,7 +31,7 @@
 #     docs/bench/sharding_vs_torch2.sh          # a quick check that it works
 #
 # Settings: LAYERS WIDTH HEADS BLOCK BATCH NPROC STEPS, STRATEGIES
-# (default "ddp zero1 zero2 full"), FSDP_API (2, or 1 for PyTorch's FSDP1
+# (default "ddp zero1 zero2 full full+ac"; also ddp+ac), FSDP_API (2, or 1 for PyTorch's FSDP1
 # wrapper with SHARD_GRAD_OP / FULL_SHARD per block; both run on CPU with
 # gloo), TORCH_ENV (environment for the PyTorch runs only). PyTorch's
 # peak RSS depends on glibc malloc, which keeps freed heap memory: in a
@@ -37,11 +45,11 @@ set -eu
 cd "$(dirname "$0")/../.."
 LAYERS=${LAYERS:-12} WIDTH=${WIDTH:-768} HEADS=${HEADS:-12} BLOCK=${BLOCK:-256}
 BATCH=${BATCH:-4} NPROC=${NPROC:-4} STEPS=${STEPS:-10}
-STRATEGIES=${STRATEGIES:-ddp zero1 zero2 full} FSDP_API=${FSDP_API:-2} TORCH_ENV=${TORCH_ENV:-}
+STRATEGIES=${STRATEGIES:-ddp zero1 zero2 full full+ac} FSDP_API=${FSDP_API:-2} TORCH_ENV=${TORCH_ENV:-}
 for s in $STRATEGIES; do
 	case $s in
-	ddp | zero1 | zero2 | full) ;;
-	*) echo "sharding_vs_torch2: STRATEGIES: unknown strategy $s (ddp, zero1, zero2 or full)" >&2; exit 2 ;;
+	ddp | zero1 | zero2 | full | full+ac | ddp+ac) ;;
+	*) echo "sharding_vs_torch2: STRATEGIES: unknown strategy $s (ddp, zero1, zero2, full, full+ac or ddp+ac)" >&2; exit 2 ;;
 	esac
 done
 py=$(docs/bench/torch2_env.sh)
@@ -52,19 +60,27 @@ export OMP_NUM_THREADS=1 GOTRAIN_NUM_THREADS=1
 model="--n-layer $LAYERS --n-embd $WIDTH --n-head $HEADS --block-size $BLOCK --batch-size $BATCH"
 run="--max-steps $STEPS --eval-every $STEPS --eval-batches 1"
 
+# split STRATEGY: sets s to its sharding and ac to its activation
+# checkpointing flag ("full+ac": s=full ac=--activation-checkpointing).
+split() {
+	s=${1%+ac} ac=
+	[ "$s" != "$1" ] && ac=--activation-checkpointing
+	:
+}
 # gotrain STRATEGY: its summary line, or nothing (stderr in $tmp/err).
 gotrain() {
-	s=$1
+	split "$1"
 	[ "$s" = ddp ] && s=none
 	# shellcheck disable=SC2086
-	"$tmp/gotrain" train gpt $model $run --sample 0 --nproc-per-node "$NPROC" --sharding "$s" \
+	"$tmp/gotrain" train gpt $model $run --sample 0 --nproc-per-node "$NPROC" --sharding "$s" $ac \
 		--progress=false --force 2>"$tmp/err" | tail -n 1
 }
 # torch STRATEGY: its summary line, or nothing (stderr in $tmp/err).
 torch() {
+	split "$1"
 	# shellcheck disable=SC2086
 	env $TORCH_ENV "$py" jobs/gptjob/testdata/train_gpt_torch_sharded.py $model $run --world "$NPROC" \
-		--sharding "$1" --fsdp-api "$FSDP_API" 2>"$tmp/err" | tail -n 1
+		--sharding "$s" $ac --fsdp-api "$FSDP_API" 2>"$tmp/err" | tail -n 1
 }
 # field LINE KEY: the value of KEY= in LINE.
 field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }

@@ -44,7 +44,8 @@ import (
 )
 
 // Result summarises a run as this process saw it; only rank 0 evaluates,
-// samples and reports.
+// samples and reports (under sharding every rank runs the evaluation and
+// the sampling, and rank 0's are reported).
 type Result struct {
 	World        int
 	Rank         int
@@ -123,8 +124,19 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	res := Result{World: stats.World, Rank: stats.Rank, Precision: j.run.Precision(), Steps: stats.Steps,
 		TokensPerSec: stats.Throughput, TrainLoss: stats.TrainLoss, ValLoss: j.valLoss, PeakRSSMiB: stats.PeakRSSMiB}
-	if res.Rank == 0 && j.cfg.Sample > 0 {
-		if res.Sample, err = j.generate(j.cfg.Sample); err != nil {
+	if res.Rank != 0 {
+		res.ValLoss = 0 // evaluated under sharding, not reported
+	}
+	if j.cfg.Sample > 0 && (res.Rank == 0 || j.run.Sharding() != "") {
+		// Under sharding every rank runs the model for rank 0's sample.
+		err := j.run.WithModel(ctx, func() error {
+			s, err := j.generate(j.cfg.Sample)
+			if res.Rank == 0 {
+				res.Sample = s
+			}
+			return err
+		})
+		if err != nil {
 			return res, err
 		}
 	}

@@ -166,7 +166,8 @@ func (c Config) transforms() (train, val []images.Transform) {
 
 // loadData reads the image folders, splits off the validation images
 // if asked, and gives this rank its shard of the training images. Only
-// rank 0, which evaluates, reads a validation folder.
+// the ranks that evaluate (rank 0, every rank under sharding) read a
+// validation folder.
 func (j *job) loadData() error {
 	c := j.cfg
 	c.Workers = c.decodeWorkers()
@@ -180,8 +181,10 @@ func (j *job) loadData() error {
 		return fmt.Errorf("imagejob: %w", err)
 	}
 	j.classes, j.train = all.Classes(), all
+	// Under sharding every rank runs the evaluation's forward passes.
+	evaluates := j.run.Rank() == 0 || c.Sharding != "" && c.Sharding != harness.ShardNone
 	switch {
-	case c.ValDir != "" && j.run.Rank() == 0:
+	case c.ValDir != "" && evaluates:
 		if j.val, err = images.NewFolder(c.ValDir, opts(valTs)...); err != nil {
 			return fmt.Errorf("imagejob: validation images: %w", err)
 		}
@@ -195,7 +198,7 @@ func (j *job) loadData() error {
 				c.Dir, all.Len(), *c.ValFraction)
 		}
 		j.train = all.Subset(trainIdx)
-		if j.run.Rank() == 0 {
+		if evaluates {
 			if j.val, err = all.Subset(valIdx).WithTransforms(valTs...); err != nil {
 				return fmt.Errorf("imagejob: %w", err)
 			}

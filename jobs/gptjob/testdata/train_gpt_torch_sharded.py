@@ -20,6 +20,14 @@ side-by-side benchmark docs/bench/sharding_vs_torch2.sh.
                  kept from its forward to its backward.
   full           FSDP2 fully_shard on every transformer block and the root:
                  a block's parameters are gathered only while it runs.
+--activation-checkpointing recomputes each transformer block's forward pass
+in its backward, as gotrain's --activation-checkpointing: the block's forward
+runs under torch.utils.checkpoint.checkpoint(use_reentrant=False). The
+block's own forward method is the one replaced, so the hooks DDP and
+fully_shard put on the block (its parameters' gather, gradients' reduction)
+run outside the recomputed region, as with checkpoint_wrapper wrapped inside
+fully_shard (torchtitan's order). Parameter names do not change. It runs
+with every strategy and both FSDP APIs on CPU with gloo (PyTorch 2.15).
 --fsdp-api 1 runs zero2 and full on the FSDP1 wrapper instead
 (ShardingStrategy.SHARD_GRAD_OP and FULL_SHARD, one unit per transformer
 block by transformer_auto_wrap_policy, use_orig_params=True so that the
@@ -35,7 +43,7 @@ clip_grad_norm_ on FSDP2's DTensor gradients, FSDP1's clip_grad_norm_.
 The last line on stdout (rank 0) is the summary in gotrain's keys:
 `model=gpt world= steps= tokens_per_s= train_loss= val_loss=
 peak_rss_mib_ranks=a/b/c/d peak_rss_mib= start_rss_mib= sharding= fsdp_api=
-torch=`, where
+activation_checkpointing= torch=`, where
 tokens_per_s counts all ranks' tokens over the steps after the first 5
 (a shorter run: after the first step), evaluation excluded, and
 peak_rss_mib_ranks is each rank's peak RSS (getrusage ru_maxrss), rank
@@ -45,6 +53,7 @@ process group; the first step maps more of PyTorch's code, about 190 MiB
 at a tiny size on 2.15).
 """
 import argparse
+import functools
 import os
 import resource
 import socket
@@ -87,6 +96,8 @@ def main():
     ap.add_argument("--sharding", choices=STRATEGIES, default="full")
     ap.add_argument("--fsdp-api", type=int, choices=(1, 2), default=2,
                     help="zero2 and full: FSDP2 fully_shard (2) or the FSDP1 wrapper (1)")
+    ap.add_argument("--activation-checkpointing", action="store_true",
+                    help="recompute each transformer block's forward pass in backward instead of keeping its activations")
     a = ap.parse_args()
     if a.sharding == "none":
         a.sharding = "ddp"
@@ -125,11 +136,23 @@ def param_groups(named, weight_decay):
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def checkpoint_blocks(model):
+    """Makes each transformer block recompute its forward pass in backward:
+    the block's forward method (not its __call__, where DDP's and
+    fully_shard's hooks run) becomes torch.utils.checkpoint.checkpoint of
+    the original, non-reentrant, which keeps only the block's input."""
+    from torch.utils.checkpoint import checkpoint
+    for block in model.transformer.h:
+        block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
+
+
 def wrap(a, model, world):
     """The model wrapped for a.sharding, its optimizer, and a function that
     clips the global gradient norm."""
     betas = (0.9, 0.95)
     dims = {n: p.dim() for n, p in model.named_parameters()}
+    if a.activation_checkpointing:
+        checkpoint_blocks(model)
     if a.sharding == "ddp":
         fwd = DDP(model)
         opt = torch.optim.AdamW(param_groups(((p, dims[n]) for n, p in model.named_parameters()), a.weight_decay),
@@ -154,7 +177,6 @@ def wrap(a, model, world):
         opt = torch.optim.AdamW(param_groups(((p, dims[n]) for n, p in model.named_parameters()), a.weight_decay),
                                 lr=a.lr, betas=betas)
         return model, opt, lambda m: torch.nn.utils.clip_grad_norm_(model.parameters(), m)
-    import functools
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
     policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={nanogpt.Block})
@@ -243,9 +265,10 @@ def train(a):
     if rank == 0:
         api = a.fsdp_api if sharded else "-"
         print("model=gpt world=%d steps=%d tokens_per_s=%.0f train_loss=%.4f val_loss=%.4f peak_rss_mib_ranks=%s "
-              "peak_rss_mib=%d start_rss_mib=%d sharding=%s fsdp_api=%s torch=%s" % (
+              "peak_rss_mib=%d start_rss_mib=%d sharding=%s fsdp_api=%s activation_checkpointing=%s torch=%s" % (
                   world, step, tokens_per_s, train_loss, val_loss, "/".join(str(r) for r in rss), max(rss),
-                  round(max(g[1].item() for g in gathered)), a.sharding, api, torch.__version__.split("+")[0]),
+                  round(max(g[1].item() for g in gathered)), a.sharding, api,
+                  "on" if a.activation_checkpointing else "off", torch.__version__.split("+")[0]),
               flush=True)
     dist.destroy_process_group()
 
