@@ -149,27 +149,21 @@ func (bn batchNormGeom) backwardChannelAct(ch int, g, o, x, gx, gr []float32, fr
 		off := (i*c + ch) * s
 		gi, oi, xi := g[off:off+s], rowOf(o, off, s), x[off:off+s]
 		if gr != nil {
-			// The residual's gradient is g'; the sums read it back.
+			// The residual's gradient is g' (g, +0 where o ≤ 0), written
+			// or added by the vector loops; the sums read it back.
 			dst := gr[off : off+s]
-			if oi == nil && freshR {
+			switch {
+			case oi == nil && freshR:
 				copy(dst, gi)
-			} else {
-				gmr := dst
-				if !freshR {
-					gmr = gm[:s]
-				}
-				for j, gv := range gi {
-					if oi != nil && !(oi[j] > 0) {
-						gv = 0
-					}
-					gmr[j] = gv
-				}
-				if !freshR {
-					for j, v := range gmr {
-						dst[j] += v
-					}
-				}
-				gi, oi = gmr, nil
+			case oi == nil:
+				kernels.Add(dst, gi)
+			case freshR:
+				kernels.ReluBackwardSet(dst, gi, oi)
+				gi, oi = dst, nil
+			default:
+				kernels.ReluBackwardSet(gm[:s], gi, oi)
+				kernels.Add(dst, gm[:s])
+				gi, oi = gm[:s], nil
 			}
 		}
 		a, b := kernels.BNGradSums(gi, oi, xi, mu, is)

@@ -72,9 +72,9 @@ var scratch struct {
 }
 
 const (
-	maxScratchBytes = 256 << 20
-	maxScratchPer   = 64   // buffers kept per size (a transformer step has dozens of one size)
-	minScratchLen   = 1024 // smaller buffers are cheap to allocate
+	maxScratchBytes = 1 << 30 // a ResNet-18 step at batch 128 cycles about 700 MiB
+	maxScratchPer   = 64      // buffers kept per size (a transformer step has dozens of one size)
+	minScratchLen   = 1024    // smaller buffers are cheap to allocate
 )
 
 // getBuf returns a buffer of length n with unspecified contents.
