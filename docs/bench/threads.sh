@@ -15,8 +15,9 @@
 # and runner the medians of each layout (samples/s for MNIST, tokens/s for
 # GPT), the 2-thread/1-thread scaling, the 2-worker/1-thread scaling, and
 # which 2-core layout is faster, then the CPU. PyTorch counts from its 11th
-# (MNIST) or 6th (GPT) step; gotrain's MNIST summary counts every step,
-# start-up included, and its GPT tokens/s leaves out the first 5 steps.
+# (MNIST) or 6th (GPT) step; gotrain's summaries (samples/s, tokens/s)
+# leave out the first 5 steps. `gotrain train JOB --nproc-per-node auto`
+# picks the layout these figures favour (see its --help).
 set -eu
 rounds=${1:-3}
 msteps=${2:-200}

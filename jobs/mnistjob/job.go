@@ -21,6 +21,7 @@ import (
 	"github.com/gotrain/gotrain/ddp"
 	"github.com/gotrain/gotrain/event"
 	"github.com/gotrain/gotrain/harness"
+	"github.com/gotrain/gotrain/internal/kernels"
 	"github.com/gotrain/gotrain/jobs/jobflag"
 	"github.com/gotrain/gotrain/nn"
 	"github.com/gotrain/gotrain/nn/models"
@@ -98,6 +99,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, fmt.Errorf("mnistjob: %w", err)
 	}
 	defer r.Close()
+	if r.World() > 1 {
+		// Each worker's share of the CPUs, as the launcher set it
+		// (GOTRAIN_NUM_THREADS; see --nproc-per-node auto).
+		r.Logger().Info("kernel threads", "threads", kernels.NumThreads())
+	}
 	j := &job{cfg: cfg, run: r}
 	if err := j.buildModel(ctx); err != nil {
 		return Result{}, err
@@ -120,6 +126,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	res := Result{Model: cfg.Model, World: stats.World, Rank: stats.Rank, Epochs: stats.Epochs, Steps: stats.Steps,
 		SamplesPerSec: stats.Throughput, TestAccuracy: j.accuracy, PeakRSSMiB: stats.PeakRSSMiB, Profile: stats.Profile}
+	if res.Rank != 0 {
+		res.TestAccuracy = 0 // evaluated under sharding, not reported
+	}
 	return res, r.Report(res.summary())
 }
 
