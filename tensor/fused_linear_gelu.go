@@ -15,8 +15,9 @@ const linearGELUMinRows = 64
 // in place over the product (the pre-activation is never a tensor of its
 // own), and backward multiplies the upstream gradient by GELU' and sums
 // it into the bias gradient in one pass over the rows before the two
-// GEMMs of Linear. Under bf16 autocast it is GELU(Linear(x, w, b)).
-// Shapes are as Linear's; a mismatch panics naming them.
+// GEMMs of Linear. Under bf16 autocast the GEMMs run on the native bf16
+// kernel as Linear's do; emulated, it is GELU(Linear(x, w, b)). Shapes
+// are as Linear's; a mismatch panics naming them.
 func LinearGELU(x, w, b *Tensor) *Tensor {
 	if w.Dim() != 2 || x.Dim() == 0 || x.shape[x.Dim()-1] != w.shape[1] {
 		panic(fmt.Sprintf("tensor: LinearGELU: input %v does not match weight %v ([out, in])", x.shape, w.shape))
@@ -24,19 +25,28 @@ func LinearGELU(x, w, b *Tensor) *Tensor {
 	if b != nil && (b.Dim() != 1 || b.shape[0] != w.shape[0]) {
 		panic(fmt.Sprintf("tensor: LinearGELU: bias %v does not match weight %v", b.shape, w.shape))
 	}
-	if AutocastPrecision() != FP32 {
-		// The bf16 GEMMs and their operand rounding live in Linear.
+	cast := newBF16Cast()
+	if cast != nil && !cast.native {
+		// Emulated bf16 rounds copies of the operands: Linear keeps them.
 		return GELU(Linear(x, w, b))
 	}
+	// Sgemm, or under native bf16 the kernel that rounds the operands
+	// as it packs them.
+	gemm := cast.gemm()
 	in, outF := w.shape[1], w.shape[0]
 	rows := numel(x.shape[:x.Dim()-1])
 	shape := append(append([]int(nil), x.shape[:x.Dim()-1]...), outF)
 	n := rows * outF
 	out := &Tensor{data: getBuf(n), shape: shape}
-	if b == nil || outF == 0 || rows == 0 {
-		kernels.Sgemm(false, true, rows, outF, in, 1, x.data, in, w.data, in, 0, out.data, outF)
-	} else { // the bias goes into each output tile just before the product
+	var bias []float32 // under bf16: added to each row in the GELU pass
+	switch {
+	case b == nil || outF == 0 || rows == 0:
+		gemm(false, true, rows, outF, in, 1, x.data, in, w.data, in, 0, out.data, outF)
+	case cast == nil: // the bias goes into each output tile just before the product
 		kernels.SgemmBias(false, true, rows, outF, in, 1, x.data, in, w.data, in, b.data, out.data, outF)
+	default: // bf16: the product, the bias added in the GELU pass below
+		gemm(false, true, rows, outF, in, 1, x.data, in, w.data, in, 0, out.data, outF)
+		bias = b.data
 	}
 	track := GradEnabled() && (x.requiresGrad || x.released || w.requiresGrad || w.released ||
 		(b != nil && (b.requiresGrad || b.released)))
@@ -53,6 +63,9 @@ func LinearGELU(x, w, b *Tensor) *Tensor {
 			dc := scratch[:e-a]
 			if deriv != nil {
 				dc = deriv[a:e]
+			}
+			if bias != nil {
+				addBias(out.data[a:e], bias, a%outF)
 			}
 			kernels.GELU(out.data[a:e], dc, out.data[a:e])
 		}
@@ -99,7 +112,7 @@ func LinearGELU(x, w, b *Tensor) *Tensor {
 			if fresh {
 				beta = 0
 			}
-			kernels.Sgemm(false, false, rows, in, outF, 1, gh, outF, w.data, in, beta, gx, in)
+			gemm(false, false, rows, in, outF, 1, gh, outF, w.data, in, beta, gx, in)
 		}
 		if w.needsGrad() {
 			gw, fresh := w.gradDst()
@@ -107,7 +120,7 @@ func LinearGELU(x, w, b *Tensor) *Tensor {
 			if fresh {
 				beta = 0
 			}
-			kernels.Sgemm(true, false, outF, in, rows, 1, gh, outF, x.data, in, beta, gw, in)
+			gemm(true, false, outF, in, rows, 1, gh, outF, x.data, in, beta, gw, in)
 		}
 	}, inputs...)
 }

@@ -24,8 +24,8 @@ func Linear(x, w, b *Tensor) *Tensor {
 	}
 	shape := append(append([]int(nil), x.shape[:x.Dim()-1]...), outF)
 	// The output may be a recycled buffer (see freeWithGraph): it is
-	// written whole, by the bias rows and a GEMM that adds to them, or by a
-	// GEMM with beta 0; neither reads what it held.
+	// written whole, by a GEMM that adds the bias to each tile or by one
+	// with beta 0; neither reads what it held.
 	out := &Tensor{data: getBuf(rows * outF), shape: shape}
 	// Under bf16 autocast the GEMMs take rounded operands (see Autocast).
 	cast := newBF16Cast()
@@ -39,13 +39,12 @@ func Linear(x, w, b *Tensor) *Tensor {
 		// kernel adds the product to it.
 		kernels.SgemmBias(false, true, rows, outF, in, 1, xd, in, wd, in, b.data, out.data, outF)
 	default:
-		// Bias rows by doubling copies (a few large copies rather than one
-		// short copy per row), then a product that adds to them.
-		copy(out.data[:outF], b.data)
-		for filled := outF; filled < len(out.data); filled *= 2 {
-			copy(out.data[filled:], out.data[:filled])
-		}
-		gemm(false, true, rows, outF, in, 1, xd, in, wd, in, 1, out.data, outF)
+		// The product stored whole (beta 0: the bf16 kernel writes its
+		// tiles straight into C), then the bias added row by row.
+		gemm(false, true, rows, outF, in, 1, xd, in, wd, in, 0, out.data, outF)
+		parallelFor(rows, max(1, elemMinItems/max(outF, 1)), func(_, lo, hi int) {
+			addBias(out.data[lo*outF:hi*outF], b.data, 0)
+		})
 	}
 	if cast == nil {
 		// Backward reads the operands as they are then: holding them here
@@ -87,4 +86,15 @@ func Linear(x, w, b *Tensor) *Tensor {
 		cast.release()
 	}
 	return y
+}
+
+// addBias adds bias to x, a run of rows of len(bias) elements that starts
+// at column col of its first row.
+func addBias(x, bias []float32, col int) {
+	for i := 0; i < len(x); {
+		n := min(len(x)-i, len(bias)-col)
+		kernels.Add(x[i:i+n], bias[col:col+n])
+		i += n
+		col = 0
+	}
 }
