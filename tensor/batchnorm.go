@@ -61,28 +61,57 @@ func (bn batchNormGeom) row(data []float32, i, ch int) []float32 {
 func (bn batchNormGeom) batchStats(x []float32, runningMean, runningVar *Tensor, training bool, momentum, eps float32) (mean, invStd []float32) {
 	mean = make([]float32, bn.c)
 	invStd = make([]float32, bn.c)
-	parallelFor(bn.c, bn.minChannels(), func(_, lo, hi int) {
-		bn.channelStats(x, lo, hi, runningMean, runningVar, training, momentum, eps, mean, invStd)
+	cb := bn.channelBlock(1)
+	blocks, minBlocks := bn.blocks(cb)
+	parallelFor(blocks, minBlocks, func(_, lo, hi int) {
+		for blk := lo; blk < hi; blk++ {
+			bn.channelStats(x, blk*cb, min((blk+1)*cb, bn.c), runningMean, runningVar, training, momentum, eps, mean, invStd)
+		}
 	})
 	return mean, invStd
 }
 
-// channelStats is batchStats for channels lo..hi−1.
+// bnChannelBlock is how many channels of bn the passes over the input
+// take together, image by image (see backwardChannelsAct), for a pass
+// that reads or writes streams arrays: as many as keep each channel's
+// n·s values of every stream within half of L2, at least 1, so that the
+// second pass over a block finds it in cache. A variable for the tests.
+var bnChannelBlock = func(bn batchNormGeom, streams int) int {
+	return max(1, min(bn.c, kernels.L2CacheBytes()/2/max(4*streams*bn.m(), 1)))
+}
+
+// channelBlock is bnChannelBlock(bn, streams).
+func (bn batchNormGeom) channelBlock(streams int) int { return bnChannelBlock(bn, streams) }
+
+// blocks returns the number of blocks of cb channels and the fewest of
+// them per goroutine (about minChannels' worth).
+func (bn batchNormGeom) blocks(cb int) (blocks, minBlocks int) {
+	return (bn.c + cb - 1) / cb, max(1, bn.minChannels()/cb)
+}
+
+// channelStats is batchStats for channels lo..hi−1, image by image (see
+// backwardChannelsAct); each channel's sums run over the images in order.
 func (bn batchNormGeom) channelStats(x []float32, lo, hi int, runningMean, runningVar *Tensor, training bool, momentum, eps float32, mean, invStd []float32) {
 	m := bn.m()
+	nc := hi - lo
+	// One pass over each channel: with k one of its values, near the
+	// mean whatever the mean's size, Σ(x − k)² − (Σ(x − k))²/m gives the
+	// squared deviations with little cancellation in float64.
+	sums := make([]float64, 3*nc)
+	ks, s1s, s2s := sums[:nc], sums[nc:2*nc], sums[2*nc:]
+	if m > 0 {
+		for ch := lo; ch < hi; ch++ {
+			ks[ch-lo] = float64(bn.row(x, 0, ch)[0])
+		}
+	}
+	for i := 0; i < bn.n; i++ {
+		for ch := lo; ch < hi; ch++ {
+			a, b := kernels.BNShiftSums64(bn.row(x, i, ch), ks[ch-lo])
+			s1s[ch-lo], s2s[ch-lo] = s1s[ch-lo]+a, s2s[ch-lo]+b
+		}
+	}
 	for ch := lo; ch < hi; ch++ {
-		// One pass over the channel: with k one of its values, near the
-		// mean whatever the mean's size, Σ(x − k)² − (Σ(x − k))²/m gives
-		// the squared deviations with little cancellation in float64.
-		var k float64
-		if m > 0 {
-			k = float64(bn.row(x, 0, ch)[0])
-		}
-		var s1, s2 float64
-		for i := 0; i < bn.n; i++ {
-			a, b := kernels.BNShiftSums64(bn.row(x, i, ch), k)
-			s1, s2 = s1+a, s2+b
-		}
+		k, s1, s2 := ks[ch-lo], s1s[ch-lo], s2s[ch-lo]
 		mu := k + s1/float64(m)
 		sq := max(s2-s1*s1/float64(m), 0)
 		v := sq / float64(m)

@@ -15,10 +15,11 @@ func TestBatchNormThreadsAgree(t *testing.T) {
 	shape := []int{3, 160, 17, 19}
 	bn := batchNormGeom{n: 3, c: 160, s: 17 * 19}
 	prev := kernels.SetNumThreads(2)
-	chans, rows := parallelWorkers(bn.c, bn.minChannels()), parallelWorkers(bn.n*bn.c, poolMinItems/bn.s+1)
+	stats, grads := parallelWorkers(bn.blocks(bn.channelBlock(1))), parallelWorkers(bn.blocks(bn.channelBlock(4)))
+	rows := parallelWorkers(bn.n*bn.c, poolMinItems/bn.s+1)
 	kernels.SetNumThreads(prev)
-	if chans < 2 || rows < 2 {
-		t.Fatalf("shape %v does not split over 2 threads (%d and %d workers)", shape, chans, rows)
+	if stats < 2 || grads < 2 || rows < 2 {
+		t.Fatalf("shape %v does not split over 2 threads (%d, %d and %d workers)", shape, stats, grads, rows)
 	}
 	for _, training := range []bool{true, false} {
 		type result struct{ out, rm, rv, gx, gw, gb []float32 }

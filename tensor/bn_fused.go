@@ -123,81 +123,96 @@ func (bn batchNormGeom) backwardAct(g, o []float32, x, weight, bias, residual *T
 			gr, freshR = residual.gradDst()
 		}
 	}
-	minCh := bn.minChannels()
-	// Per worker: a row of g' where it is needed apart from the output.
-	bufs := workerBufs(bn.c, minCh, bn.s)
-	parallelFor(bn.c, minCh, func(w, lo, hi int) {
-		for ch := lo; ch < hi; ch++ {
-			bn.backwardChannelAct(ch, g, o, x.data, gx, gr, freshX, freshR, bufs[w], weight, bias, relu, useBatch, mean[ch], invStd[ch])
+	// Channels go to the threads in blocks (see channelBlock); per
+	// worker, a row of g' where it is needed apart from the output.
+	cb := bn.channelBlock(4)
+	blocks, minBlocks := bn.blocks(cb)
+	bufs := workerBufs(blocks, minBlocks, bn.s)
+	parallelFor(blocks, minBlocks, func(w, lo, hi int) {
+		for blk := lo; blk < hi; blk++ {
+			bn.backwardChannelsAct(blk*cb, min((blk+1)*cb, bn.c), g, o, x.data, gx, gr, freshX, freshR, bufs[w], weight, bias, relu, useBatch, mean, invStd)
 		}
 	})
 	putBufs(bufs)
 }
 
-// backwardChannelAct is backwardAct for channel ch; gm is a scratch row
-// of bn.s values. gx and gr (either nil if not wanted) are overwritten
-// where fresh, else added to.
-func (bn batchNormGeom) backwardChannelAct(ch int, g, o, x, gx, gr []float32, freshX, freshR bool, gm []float32, weight, bias *Tensor, relu, useBatch bool, mu, is float32) {
+// backwardChannelsAct is backwardAct for channels c0…c1−1, image by
+// image: each image's rows of those channels are contiguous, which the
+// hardware prefetches, where one channel's rows alone, each of s values,
+// lie c·s apart. Each channel's sums still run over the images in order,
+// as one channel at a time would, so the results do not depend on the
+// block. gm is a scratch row of bn.s values. gx and gr (either nil if not
+// wanted) are overwritten where fresh, else added to.
+func (bn batchNormGeom) backwardChannelsAct(c0, c1 int, g, o, x, gx, gr []float32, freshX, freshR bool, gm []float32, weight, bias *Tensor, relu, useBatch bool, mean, invStd []float32) {
 	n, c, s := bn.n, bn.c, bn.s
 	if !relu {
 		o = nil // g' = g
 	}
-	// Σg' and Σg'·x̂ over the channel give the affine gradients and the
+	// Σg' and Σg'·x̂ over each channel give the affine gradients and the
 	// batch-statistics terms of dx.
-	var sg, sgh float64
+	nc := c1 - c0
+	sums := make([]float64, 2*nc)
+	sg, sgh := sums[:nc], sums[nc:]
 	for i := 0; i < n; i++ {
-		off := (i*c + ch) * s
-		gi, oi, xi := g[off:off+s], rowOf(o, off, s), x[off:off+s]
-		if gr != nil {
-			// The residual's gradient is g' (g, +0 where o ≤ 0), written
-			// or added by the vector loops; the sums read it back.
-			dst := gr[off : off+s]
-			switch {
-			case oi == nil && freshR:
-				copy(dst, gi)
-			case oi == nil:
-				kernels.Add(dst, gi)
-			case freshR:
-				kernels.ReluBackwardSet(dst, gi, oi)
-				gi, oi = dst, nil
-			default:
-				kernels.ReluBackwardSet(gm[:s], gi, oi)
-				kernels.Add(dst, gm[:s])
-				gi, oi = gm[:s], nil
+		for ch := c0; ch < c1; ch++ {
+			off := (i*c + ch) * s
+			gi, oi, xi := g[off:off+s], rowOf(o, off, s), x[off:off+s]
+			if gr != nil {
+				// The residual's gradient is g' (g, +0 where o ≤ 0), written
+				// or added by the vector loops; the sums read it back.
+				dst := gr[off : off+s]
+				switch {
+				case oi == nil && freshR:
+					copy(dst, gi)
+				case oi == nil:
+					kernels.Add(dst, gi)
+				case freshR:
+					kernels.ReluBackwardSet(dst, gi, oi)
+					gi, oi = dst, nil
+				default:
+					kernels.ReluBackwardSet(gm[:s], gi, oi)
+					kernels.Add(dst, gm[:s])
+					gi, oi = gm[:s], nil
+				}
 			}
+			a, b := kernels.BNGradSums(gi, oi, xi, mean[ch], invStd[ch])
+			sg[ch-c0], sgh[ch-c0] = sg[ch-c0]+a, sgh[ch-c0]+b
 		}
-		a, b := kernels.BNGradSums(gi, oi, xi, mu, is)
-		sg, sgh = sg+a, sgh+b
 	}
-	if weight.needsGrad() {
-		weight.accGrad()[ch] += float32(sgh)
-	}
-	if bias.needsGrad() {
-		bias.accGrad()[ch] += float32(sg)
+	for ch := c0; ch < c1; ch++ {
+		if weight.needsGrad() {
+			weight.accGrad()[ch] += float32(sgh[ch-c0])
+		}
+		if bias.needsGrad() {
+			bias.accGrad()[ch] += float32(sg[ch-c0])
+		}
 	}
 	if gx == nil {
 		return
 	}
-	a, _ := bn.affine(weight, nil, ch)
-	k := a * is
 	m := bn.m()
-	mg, mgh := float32(sg/float64(m)), float32(sgh/float64(m))
 	for i := 0; i < n; i++ {
-		off := (i*c + ch) * s
-		gi, oi, dst := g[off:off+s], rowOf(o, off, s), gx[off:off+s]
-		if useBatch {
-			kernels.BNGradInput(dst, gi, oi, x[off:off+s], mu, is, k, mg, mgh, !freshX)
-			continue
-		}
-		// Constant statistics: dx = g'·γ/σ.
-		for j, gv := range gi {
-			if oi != nil && !(oi[j] > 0) {
-				gv = 0
+		for ch := c0; ch < c1; ch++ {
+			a, _ := bn.affine(weight, nil, ch)
+			mu, is := mean[ch], invStd[ch]
+			k := a * is
+			off := (i*c + ch) * s
+			gi, oi, dst := g[off:off+s], rowOf(o, off, s), gx[off:off+s]
+			if useBatch {
+				mg, mgh := float32(sg[ch-c0]/float64(m)), float32(sgh[ch-c0]/float64(m))
+				kernels.BNGradInput(dst, gi, oi, x[off:off+s], mu, is, k, mg, mgh, !freshX)
+				continue
 			}
-			if freshX {
-				dst[j] = gv * k
-			} else {
-				dst[j] += gv * k
+			// Constant statistics: dx = g'·γ/σ.
+			for j, gv := range gi {
+				if oi != nil && !(oi[j] > 0) {
+					gv = 0
+				}
+				if freshX {
+					dst[j] = gv * k
+				} else {
+					dst[j] += gv * k
+				}
 			}
 		}
 	}

@@ -108,10 +108,11 @@ func TestBatchNormReLUThreadsAgree(t *testing.T) {
 	shape := []int{3, 161, 17, 19}
 	bn := batchNormGeom{n: 3, c: 161, s: 17 * 19}
 	prev := kernels.SetNumThreads(3)
-	chans, rows := parallelWorkers(bn.c, bn.minChannels()), parallelWorkers(bn.n*bn.c, poolMinItems/bn.s+1)
+	stats, grads := parallelWorkers(bn.blocks(bn.channelBlock(1))), parallelWorkers(bn.blocks(bn.channelBlock(4)))
+	rows := parallelWorkers(bn.n*bn.c, poolMinItems/bn.s+1)
 	kernels.SetNumThreads(prev)
-	if chans < 2 || rows < 2 {
-		t.Fatalf("shape %v does not split over 3 threads (%d and %d workers)", shape, chans, rows)
+	if stats < 2 || grads < 2 || rows < 2 {
+		t.Fatalf("shape %v does not split over 3 threads (%d, %d and %d workers)", shape, stats, grads, rows)
 	}
 	for _, training := range []bool{true, false} {
 		one := runBNReLU(t, shape, 11, training, true, true, true, 1)

@@ -184,5 +184,50 @@ func conv2dBackwardColStack(g convGeom, k int, x, w, b *Tensor, xd, wd []float32
 			}
 		}
 	})
+	mergeStackPartials(gw, partialW, used, g.o, ckk, transposed)
 	g.mergePartials(gw, gb, partialW, partialB, used, transposed)
+}
+
+// mergeStackPartials adds the private weight gradients of the first used
+// workers (dW [o, ckk], or dWᵀ [ckk, o] if transposed) into gw [o, ckk]
+// and recycles them, clearing partialW. Each element takes the workers'
+// sums in worker order, as mergePartials adds them, so rows of gw go to
+// the threads (a serial merge of 256→512's dWᵀ would idle all but one)
+// with the same result on any number.
+func mergeStackPartials(gw []float32, partialW [][]float32, used, o, ckk int, transposed bool) {
+	if gw == nil {
+		return
+	}
+	parts := partialW[:used]
+	parallelFor(o, max(1, (1<<15)/max(ckk*used, 1)), func(_, lo, hi int) {
+		for _, dw := range parts {
+			switch {
+			case dw == nil:
+			case transposed:
+				addTransposedRows(gw, dw, o, ckk, lo, hi)
+			default:
+				addTo(gw[lo*ckk:hi*ckk], dw[lo*ckk:hi*ckk])
+			}
+		}
+	})
+	for wk, dw := range parts {
+		if dw != nil {
+			putBuf(dw)
+			partialW[wk] = nil
+		}
+	}
+}
+
+// addTransposedRows is addTransposed (src [cols, rows] into dst [rows,
+// cols]) for dst's rows r0…r1−1, a block of source rows at a time.
+func addTransposedRows(dst, src []float32, rows, cols, r0, r1 int) {
+	for j0 := 0; j0 < cols; j0 += convTransposeBlock {
+		j1 := min(j0+convTransposeBlock, cols)
+		for r := r0; r < r1; r++ {
+			d := dst[r*cols+j0 : r*cols+j1]
+			for j := range d {
+				d[j] += src[(j0+j)*rows+r]
+			}
+		}
+	}
 }

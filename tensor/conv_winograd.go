@@ -267,20 +267,30 @@ func conv2dForwardWinograd(g convGeom, xd, wd []float32, b *Tensor, ep convEpilo
 		wg.forChunks(lo, hi, func(i0, i1, ty0, ty1 int) {
 			nb := (ty1 - ty0) * wg.tw
 			t := (i1 - i0) * nb
-			for i := i0; i < i1; i++ {
-				x := xd[i*g.inSize():]
-				for c := range g.c {
-					wg.transformIn(v, pad, x[c*p:(c+1)*p], c, t, (i-i0)*nb, ty0, ty1)
+			// Channel by channel, the chunk's images in turn: their blocks
+			// are side by side in each row of v and m, so that small
+			// planes (a few blocks each) fill whole cache lines in turn.
+			for c := range g.c {
+				for i := i0; i < i1; i++ {
+					wg.transformIn(v, pad, xd[i*g.inSize()+c*p:][:p], c, t, (i-i0)*nb, ty0, ty1)
 				}
 			}
 			wg.products(sgemm, u, v, m, t)
+			if ep != epReLUPool {
+				for o := range g.o {
+					for i := i0; i < i1; i++ {
+						wg.transformOut(m, out[(i*g.o+o)*p:][:p], o, t, (i-i0)*nb, ty0, ty1, false)
+					}
+				}
+			}
 			for i := i0; i < i1; i++ {
 				yi := ybuf
 				if ep != epReLUPool {
 					yi = out[i*g.o*p : (i+1)*g.o*p]
-				}
-				for o := range g.o {
-					wg.transformOut(m, yi[o*p:(o+1)*p], o, t, (i-i0)*nb, ty0, ty1, false)
+				} else {
+					for o := range g.o {
+						wg.transformOut(m, yi[o*p:(o+1)*p], o, t, (i-i0)*nb, ty0, ty1, false)
+					}
 				}
 				if ty1 < wg.th { // the epilogue once the image is whole
 					continue
@@ -393,31 +403,46 @@ func conv2dBackwardWinograd(g convGeom, x, w, b *Tensor, xd, wd []float32, gradO
 		wgx.forChunks(lo, hi, func(i0, i1, ty0, ty1 int) {
 			nb := (ty1 - ty0) * wgx.tw
 			t := (i1 - i0) * nb
-			for i := i0; i < i1; i++ {
-				gi := gradAt(i)
-				t0 := (i - i0) * nb
-				for o := range g.o {
-					plane := gi[o*p : (o+1)*p]
-					if needX {
-						wgx.transformIn(vx, padG, plane, o, t, t0, ty0, ty1)
-					}
-					if needW {
-						wgw.transformGrad(gh, padY, plane, o, t, t0, ty0, ty1)
-					}
+			transformGrads := func(gi []float32, o, i int) {
+				plane := gi[o*p : (o+1)*p]
+				if needX {
+					wgx.transformIn(vx, padG, plane, o, t, (i-i0)*nb, ty0, ty1)
 				}
 				if needW {
-					xi := xd[i*g.inSize():]
-					for c := range g.c {
-						wgw.transformIn(vw, padX, xi[c*p:(c+1)*p], c, t, t0, ty0, ty1)
+					wgw.transformGrad(gh, padY, plane, o, t, (i-i0)*nb, ty0, ty1)
+				}
+			}
+			if bufLen == 0 {
+				// Every image's gradient is at hand: channel by channel,
+				// the chunk's images in turn, as in the forward pass.
+				for i := i0; i < i1; i++ {
+					gradAt(i) // the bias gradient, in image order
+				}
+				for o := range g.o {
+					for i := i0; i < i1; i++ {
+						transformGrads(gradOf(i, nil), o, i)
+					}
+				}
+			} else {
+				for i := i0; i < i1; i++ {
+					gi := gradAt(i)
+					for o := range g.o {
+						transformGrads(gi, o, i)
+					}
+				}
+			}
+			if needW {
+				for c := range g.c {
+					for i := i0; i < i1; i++ {
+						wgw.transformIn(vw, padX, xd[i*g.inSize()+c*p:][:p], c, t, (i-i0)*nb, ty0, ty1)
 					}
 				}
 			}
 			if needX {
 				wgx.products(sgemm, ux, vx, mx, t)
-				for i := i0; i < i1; i++ {
-					dxi := gx[i*g.inSize() : (i+1)*g.inSize()]
-					for c := range g.c {
-						wgx.transformOut(mx, dxi[c*p:(c+1)*p], c, t, (i-i0)*nb, ty0, ty1, !fresh)
+				for c := range g.c {
+					for i := i0; i < i1; i++ {
+						wgx.transformOut(mx, gx[i*g.inSize()+c*p:][:p], c, t, (i-i0)*nb, ty0, ty1, !fresh)
 					}
 				}
 			}

@@ -66,7 +66,10 @@ type ResNetModel struct {
 // resBlock is a BasicBlock or a Bottleneck.
 type resBlock interface {
 	nn.Module
-	isResBlock()
+	// inputReaders lists the block and the layers in it whose forward
+	// hooks see the block's input: the first convolution and the
+	// projection shortcut, if any.
+	inputReaders() []nn.Module
 }
 
 // ResNet returns the network cfg describes, initialised as torchvision
@@ -200,18 +203,29 @@ func (m *ResNetModel) Forward(x *tensor.Tensor) *tensor.Tensor {
 	if m.maxpool != nil {
 		inner = keep(inner, y, m.maxpool)
 		y = nn.Call(m.maxpool, y)
-		inner = keep(inner, y, m.maxpool, first)
+		inner = keep(inner, y, append(first.inputReaders(), m.maxpool)...)
 	} else {
-		inner = keep(inner, y, first)
+		inner = keep(inner, y, first.inputReaders()...)
 	}
 	recycle(inner...)
+	// Each block's output is read only by the next block (its convolutions
+	// and the residual addition) or, for the last, by the pooling: it goes
+	// back to the pool unless a hook on one of them may hold on to it.
+	var prev resBlock
 	for _, stage := range m.stages {
 		for _, b := range stage {
+			in := y
 			y = nn.Call(b, y)
+			if prev != nil {
+				recycle(keep(nil, in, append(b.inputReaders(), prev)...)...)
+			}
+			prev = b
 		}
 	}
 	// adaptive_avg_pool2d to 1×1 and flatten: the mean of each plane.
-	return nn.Call(m.fc, tensor.Mean(y, false, 2, 3))
+	pooled := tensor.Mean(y, false, 2, 3)
+	recycle(keep(nil, y, prev)...)
+	return nn.Call(m.fc, pooled)
 }
 
 // keep appends t to inner unless one of the modules that produce or read
@@ -253,10 +267,12 @@ type BasicBlock struct {
 	nn.Base
 	conv1, conv2 *nn.Conv2dLayer
 	bn1, bn2     *nn.BatchNormLayer
-	downsample   *nn.SequentialLayer // nil for the identity shortcut
+	downsample   *projection // nil for the identity shortcut
 }
 
-func (*BasicBlock) isResBlock() {}
+func (b *BasicBlock) inputReaders() []nn.Module {
+	return append([]nn.Module{b, b.conv1}, b.downsample.modules()...)
+}
 
 func newBasicBlock(in, planes, stride int) *BasicBlock {
 	b := &BasicBlock{
@@ -273,23 +289,51 @@ func newBasicBlock(in, planes, stride int) *BasicBlock {
 	return b
 }
 
+// projection is a block's downsample shortcut: a strided 1×1
+// convolution and a BatchNorm, registered as the Sequential seq.
+type projection struct {
+	seq  *nn.SequentialLayer
+	conv *nn.Conv2dLayer
+	bn   *nn.BatchNormLayer
+}
+
+// modules lists the modules whose forward hooks see the projection's
+// input (none for the identity shortcut, a nil p).
+func (p *projection) modules() []nn.Module {
+	if p == nil {
+		return nil
+	}
+	return []nn.Module{p.seq, p.conv}
+}
+
 // newDownsample returns (and registers in parent) the projection
 // shortcut from in to out channels at stride, or nil if the shape is kept.
-func newDownsample(parent interface{ Register(string, nn.Module) }, in, out, stride int) *nn.SequentialLayer {
+func newDownsample(parent interface{ Register(string, nn.Module) }, in, out, stride int) *projection {
 	if stride == 1 && in == out {
 		return nil
 	}
-	d := nn.Sequential(nn.Conv2d(in, out, 1, nn.Stride(stride), nn.NoBias()), nn.BatchNorm2d(out))
-	parent.Register("downsample", d)
-	return d
+	p := &projection{conv: nn.Conv2d(in, out, 1, nn.Stride(stride), nn.NoBias()), bn: nn.BatchNorm2d(out)}
+	p.seq = nn.Sequential(p.conv, p.bn)
+	parent.Register("downsample", p.seq)
+	return p
 }
 
-// shortcut returns x through the downsample projection, if there is one.
-func shortcut(d *nn.SequentialLayer, x *tensor.Tensor) *tensor.Tensor {
-	if d == nil {
-		return x
+// shortcut returns x through the projection p, if there is one, and
+// appends its intermediate results to inner (see keep): the
+// convolution's output, read only by the BatchNorm, and the BatchNorm's,
+// read only by the block's residual addition. Without hooks on the
+// Sequential the two layers run as it would run them.
+func shortcut(p *projection, x *tensor.Tensor, inner []*tensor.Tensor) (*tensor.Tensor, []*tensor.Tensor) {
+	if p == nil {
+		return x, inner
 	}
-	return nn.Call(d, x)
+	if nn.HasForwardHooks(p.seq) {
+		return nn.Call(p.seq, x), inner
+	}
+	c := nn.Call(p.conv, x)
+	inner = keep(inner, c, p.conv, p.bn)
+	r := nn.Call(p.bn, c)
+	return r, keep(inner, r, p.bn)
 }
 
 // convBNReLU returns relu(bn(conv(x)) + residual), or relu(bn(conv(x)))
@@ -318,7 +362,8 @@ func (b *BasicBlock) Forward(x *tensor.Tensor) *tensor.Tensor {
 	inner := make([]*tensor.Tensor, 0, 8)
 	y, inner := convBNReLU(b.conv1, b.bn1, x, nil, inner)
 	inner = keep(inner, y, b.conv2)
-	y, inner = convBNReLU(b.conv2, b.bn2, y, shortcut(b.downsample, x), inner)
+	r, inner := shortcut(b.downsample, x, inner)
+	y, inner = convBNReLU(b.conv2, b.bn2, y, r, inner)
 	recycle(inner...)
 	return y
 }
@@ -334,10 +379,12 @@ type Bottleneck struct {
 	nn.Base
 	conv1, conv2, conv3 *nn.Conv2dLayer
 	bn1, bn2, bn3       *nn.BatchNormLayer
-	downsample          *nn.SequentialLayer // nil for the identity shortcut
+	downsample          *projection // nil for the identity shortcut
 }
 
-func (*Bottleneck) isResBlock() {}
+func (b *Bottleneck) inputReaders() []nn.Module {
+	return append([]nn.Module{b, b.conv1}, b.downsample.modules()...)
+}
 
 func newBottleneck(in, planes, stride int) *Bottleneck {
 	out := planes * 4
@@ -366,7 +413,8 @@ func (b *Bottleneck) Forward(x *tensor.Tensor) *tensor.Tensor {
 	inner = keep(inner, y, b.conv2)
 	y, inner = convBNReLU(b.conv2, b.bn2, y, nil, inner)
 	inner = keep(inner, y, b.conv3)
-	y, inner = convBNReLU(b.conv3, b.bn3, y, shortcut(b.downsample, x), inner)
+	r, inner := shortcut(b.downsample, x, inner)
+	y, inner = convBNReLU(b.conv3, b.bn3, y, r, inner)
 	recycle(inner...)
 	return y
 }
