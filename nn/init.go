@@ -31,6 +31,22 @@ func SetSeed(seed uint64) {
 	initRNG = tensor.NewRNG(seed)
 }
 
+// seededMu keeps Seeded calls from running at the same time.
+var seededMu sync.Mutex
+
+// Seeded runs build, which constructs layers, with the generator restarted
+// by SetSeed(seed), while no other Seeded call runs. Several builds in one
+// process, such as the ranks of a job run as goroutines, each get the
+// weights they would get alone; with SetSeed and a build of their own
+// they would draw from the one generator in turns the scheduler decides.
+// Constructors called outside Seeded at the same time still draw from it.
+func Seeded(seed uint64, build func()) {
+	seededMu.Lock()
+	defer seededMu.Unlock()
+	SetSeed(seed)
+	build()
+}
+
 // withInitRNG runs f holding the package generator.
 func withInitRNG(f func(rng *tensor.RNG)) {
 	initMu.Lock()

@@ -187,8 +187,7 @@ func (j *job) modelConfig() models.GPTConfig {
 // buildModel makes the model from the seed, the same on every rank, or
 // loads its initial weights from cfg.Init, and wraps it for training.
 func (j *job) buildModel(ctx context.Context) error {
-	nn.SetSeed(j.cfg.Seed)
-	j.model = models.GPT(j.modelConfig())
+	nn.Seeded(j.cfg.Seed, func() { j.model = models.GPT(j.modelConfig()) })
 	j.model.ActivationCheckpointing = j.cfg.ActivationCheckpointing
 	if j.cfg.Init != "" {
 		if err := checkpoint.Load(j.cfg.Init, j.model); err != nil {

@@ -234,18 +234,19 @@ func split(n int, fraction float64, seed uint64) (train, val []int) {
 // buildModel makes the ResNet from the seed, the same on every rank, and
 // wraps it for training: in DDP when there is a group.
 func (j *job) buildModel(ctx context.Context) error {
-	nn.SetSeed(j.cfg.Seed)
 	n := len(j.classes)
-	switch j.cfg.Model {
-	case "resnet18":
-		j.model = models.ResNet18(n, j.cfg.Stem)
-	case "resnet34":
-		j.model = models.ResNet34(n, j.cfg.Stem)
-	case "resnet50":
-		j.model = models.ResNet50(n, j.cfg.Stem)
-	default:
-		panic("imagejob: buildModel: model " + j.cfg.Model + " passed check")
-	}
+	nn.Seeded(j.cfg.Seed, func() {
+		switch j.cfg.Model {
+		case "resnet18":
+			j.model = models.ResNet18(n, j.cfg.Stem)
+		case "resnet34":
+			j.model = models.ResNet34(n, j.cfg.Stem)
+		case "resnet50":
+			j.model = models.ResNet50(n, j.cfg.Stem)
+		default:
+			panic("imagejob: buildModel: model " + j.cfg.Model + " passed check")
+		}
+	})
 	var err error
 	if j.replica, err = j.run.Wrap(ctx, j.model); err != nil {
 		return fmt.Errorf("imagejob: %w", err)

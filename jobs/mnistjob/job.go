@@ -136,17 +136,18 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 // wraps it for training: in DDP when there is a group, which checks that
 // every rank built the same model and copies rank 0's weights to all.
 func (j *job) buildModel(ctx context.Context) error {
-	nn.SetSeed(j.cfg.Seed)
-	switch j.cfg.Model {
-	case "mlp":
-		j.model = models.MLP()
-	case "cnn":
-		j.model = models.MNISTNet()
-	case "cnn-bn":
-		j.model = models.MNISTNetBN()
-	default:
-		panic("mnistjob: buildModel: model " + j.cfg.Model + " passed check")
-	}
+	nn.Seeded(j.cfg.Seed, func() {
+		switch j.cfg.Model {
+		case "mlp":
+			j.model = models.MLP()
+		case "cnn":
+			j.model = models.MNISTNet()
+		case "cnn-bn":
+			j.model = models.MNISTNetBN()
+		default:
+			panic("mnistjob: buildModel: model " + j.cfg.Model + " passed check")
+		}
+	})
 	if err := j.syncBatchNorm(ctx); err != nil {
 		return err
 	}
