@@ -486,14 +486,23 @@ func TestBelowMinReplicasFailsWithRootCause(t *testing.T) {
 }
 
 // TestReplicaWithAnotherModelIsRefused: a replica whose model has
-// another shape is refused with one line naming it; the others train.
+// another shape is refused with one line naming it; the others train on.
+// r0 and r1 train until the test ends (its cleanup kills them), and r9
+// starts once both have committed a step, so that however late a loaded
+// machine starts r9's process it meets them training.
 func TestReplicaWithAnotherModelIsRefused(t *testing.T) {
 	addr := serveStore(t)
-	env := []string{envSteps + "=10", envLive + "=2s", envReplica + "=2"}
+	env := []string{envSteps + "=1000000000", envLive + "=2s", envReplica + "=2"}
 	r0 := startReplica(t, addr, "r0", 0, env...)
 	r1 := startReplica(t, addr, "r1", 1, env...)
+	for _, p := range []*testproc.Proc{r0, r1} {
+		if _, ok := p.WaitLine("state ", 90*time.Second); !ok {
+			t.Fatalf("replica %d committed no step; output:\n%s", p.Rank, p.Output())
+		}
+	}
 	odd := startReplica(t, addr, "r9", 2, append(env, envHidden+"=32")...)
 	waitExit(t, odd)
+	refused := time.Now()
 	if odd.Err() == nil {
 		t.Fatalf("r9 with another model shape was not refused:\n%s", odd.Output())
 	}
@@ -508,9 +517,13 @@ func TestReplicaWithAnotherModelIsRefused(t *testing.T) {
 	}
 	t.Logf("r9: %s", line)
 	for _, p := range []*testproc.Proc{r0, r1} {
-		waitExit(t, p)
-		if p.Err() != nil {
-			t.Fatalf("replica %d failed beside a refused one: %v\n%s", p.Rank, p.Err(), p.Output())
+		if !testproc.Poll(90*time.Second, func() bool { return len(linesAfter(p, "state ", refused)) > 0 }) {
+			t.Fatalf("replica %d committed no step after r9 was refused; output:\n%s", p.Rank, p.Output())
+		}
+		select {
+		case <-p.Done():
+			t.Fatalf("replica %d exited beside a refused one: %v\n%s", p.Rank, p.Err(), p.Output())
+		default:
 		}
 	}
 }
