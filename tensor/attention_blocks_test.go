@@ -18,37 +18,43 @@ func TestAttentionCausalBlocksMatchReference(t *testing.T) {
 	for _, c := range []struct{ tq, tk int }{
 		{45, 300}, {300, 45}, {161, 161}, {33, 33}, {1, 140},
 	} {
-		name := fmt.Sprintf("Tq=%d Tk=%d", c.tq, c.tk)
-		const b, h, dh = 1, 2, 8
-		q, k, v := randT(rng, -2, 2, b, h, c.tq, dh), randT(rng, -2, 2, b, h, c.tk, dh), randT(rng, -1, 1, b, h, c.tk, dh)
-		w := randT(rng, -1, 1, b, h, c.tq, dh)
-		run := func(f func() *Tensor) (out []float32, grads [3][]float32) {
-			for _, x := range []*Tensor{q, k, v} {
-				x.SetRequiresGrad(true)
-				x.SetGrad(nil)
-			}
-			o := f()
-			out = append([]float32(nil), o.data...)
-			if err := o.BackwardWith(w); err != nil {
-				t.Fatal(err)
-			}
-			for i, x := range []*Tensor{q, k, v} {
-				grads[i] = append([]float32(nil), x.Grad().data...)
-			}
-			return out, grads
+		checkAttentionMatchesRef(t, rng, fmt.Sprintf("Tq=%d Tk=%d", c.tq, c.tk), 1, 2, 8, c.tq, c.tk, true)
+	}
+}
+
+// checkAttentionMatchesRef runs ScaledDotProductAttention on random q, k
+// and v of [b, h, tq or tk, dh] against the unfused reference, forward and
+// backward, within float32 rounding.
+func checkAttentionMatchesRef(t *testing.T, rng *RNG, name string, b, h, dh, tq, tk int, causal bool) {
+	t.Helper()
+	q, k, v := randT(rng, -2, 2, b, h, tq, dh), randT(rng, -2, 2, b, h, tk, dh), randT(rng, -1, 1, b, h, tk, dh)
+	w := randT(rng, -1, 1, b, h, tq, dh)
+	run := func(f func() *Tensor) (out []float32, grads [3][]float32) {
+		for _, x := range []*Tensor{q, k, v} {
+			x.SetRequiresGrad(true)
+			x.SetGrad(nil)
 		}
-		got, gotG := run(func() *Tensor { return ScaledDotProductAttention(q, k, v, true) })
-		want, wantG := run(func() *Tensor { return attentionRef(q, k, v, true) })
-		for i := range want {
-			if d := math.Abs(float64(got[i] - want[i])); d > 1e-5*(1+math.Abs(float64(want[i]))) {
-				t.Fatalf("%s: out[%d] = %v, reference %v", name, i, got[i], want[i])
-			}
+		o := f()
+		out = append([]float32(nil), o.data...)
+		if err := o.BackwardWith(w); err != nil {
+			t.Fatal(err)
 		}
-		for j, g := range wantG {
-			for i := range g {
-				if d := math.Abs(float64(gotG[j][i] - g[i])); d > 2e-5*(1+math.Abs(float64(g[i]))) {
-					t.Fatalf("%s: d%c[%d] = %v, reference %v", name, "qkv"[j], i, gotG[j][i], g[i])
-				}
+		for i, x := range []*Tensor{q, k, v} {
+			grads[i] = append([]float32(nil), x.Grad().data...)
+		}
+		return out, grads
+	}
+	got, gotG := run(func() *Tensor { return ScaledDotProductAttention(q, k, v, causal) })
+	want, wantG := run(func() *Tensor { return attentionRef(q, k, v, causal) })
+	for i := range want {
+		if d := math.Abs(float64(got[i] - want[i])); d > 1e-5*(1+math.Abs(float64(want[i]))) {
+			t.Fatalf("%s: out[%d] = %v, reference %v", name, i, got[i], want[i])
+		}
+	}
+	for j, g := range wantG {
+		for i := range g {
+			if d := math.Abs(float64(gotG[j][i] - g[i])); d > 2e-5*(1+math.Abs(float64(g[i]))) {
+				t.Fatalf("%s: d%c[%d] = %v, reference %v", name, "qkv"[j], i, gotG[j][i], g[i])
 			}
 		}
 	}

@@ -17,39 +17,7 @@ func TestAttentionOneKeyBlockMatchesReference(t *testing.T) {
 	rng := NewRNG(51)
 	for _, c := range []struct{ tq, tk int }{{128, 128}, {200, 128}, {77, 1}, {9, 120}} {
 		for _, causal := range []bool{true, false} {
-			name := fmt.Sprintf("Tq=%d Tk=%d causal=%v", c.tq, c.tk, causal)
-			const b, h, dh = 2, 3, 16
-			q, k, v := randT(rng, -2, 2, b, h, c.tq, dh), randT(rng, -2, 2, b, h, c.tk, dh), randT(rng, -1, 1, b, h, c.tk, dh)
-			w := randT(rng, -1, 1, b, h, c.tq, dh)
-			run := func(f func() *Tensor) (out []float32, grads [3][]float32) {
-				for _, x := range []*Tensor{q, k, v} {
-					x.SetRequiresGrad(true)
-					x.SetGrad(nil)
-				}
-				o := f()
-				out = append([]float32(nil), o.data...)
-				if err := o.BackwardWith(w); err != nil {
-					t.Fatal(err)
-				}
-				for i, x := range []*Tensor{q, k, v} {
-					grads[i] = append([]float32(nil), x.Grad().data...)
-				}
-				return out, grads
-			}
-			got, gotG := run(func() *Tensor { return ScaledDotProductAttention(q, k, v, causal) })
-			want, wantG := run(func() *Tensor { return attentionRef(q, k, v, causal) })
-			for i := range want {
-				if d := math.Abs(float64(got[i] - want[i])); d > 1e-5*(1+math.Abs(float64(want[i]))) {
-					t.Fatalf("%s: out[%d] = %v, reference %v", name, i, got[i], want[i])
-				}
-			}
-			for j, g := range wantG {
-				for i := range g {
-					if d := math.Abs(float64(gotG[j][i] - g[i])); d > 2e-5*(1+math.Abs(float64(g[i]))) {
-						t.Fatalf("%s: d%c[%d] = %v, reference %v", name, "qkv"[j], i, gotG[j][i], g[i])
-					}
-				}
-			}
+			checkAttentionMatchesRef(t, rng, fmt.Sprintf("Tq=%d Tk=%d causal=%v", c.tq, c.tk, causal), 2, 3, 16, c.tq, c.tk, causal)
 		}
 	}
 }
