@@ -60,24 +60,29 @@ func checkAttentionMatchesRef(t *testing.T, rng *RNG, name string, b, h, dh, tq,
 	}
 }
 
+// packedAttention runs the packed causal attention of qkv with heads
+// heads, then its backward from upstream gradient w, and returns copies of
+// the output and of qkv's gradient.
+func packedAttention(t *testing.T, qkv, w *Tensor, heads int) (out, grad []float32) {
+	t.Helper()
+	qkv.SetRequiresGrad(true)
+	qkv.SetGrad(nil)
+	o := SelfAttentionQKV(MulScalar(qkv, 1), heads, true)
+	out = append([]float32(nil), o.data...)
+	if err := o.BackwardWith(w); err != nil {
+		t.Fatal(err)
+	}
+	return out, append([]float32(nil), qkv.Grad().data...)
+}
+
 // TestAttentionDeterministic checks that two runs of the packed causal
 // attention give the same bits, forward and backward.
 func TestAttentionDeterministic(t *testing.T) {
 	rng := NewRNG(42)
 	qkv := randT(rng, -2, 2, 2, 150, 3*4*8)
 	w := randT(rng, -1, 1, 2, 150, 4*8)
-	run := func() (out, grad []float32) {
-		qkv.SetRequiresGrad(true)
-		qkv.SetGrad(nil)
-		o := SelfAttentionQKV(MulScalar(qkv, 1), 4, true)
-		out = append([]float32(nil), o.data...)
-		if err := o.BackwardWith(w); err != nil {
-			t.Fatal(err)
-		}
-		return out, append([]float32(nil), qkv.Grad().data...)
-	}
-	o1, g1 := run()
-	o2, g2 := run()
+	o1, g1 := packedAttention(t, qkv, w, 4)
+	o2, g2 := packedAttention(t, qkv, w, 4)
 	for i := range o1 {
 		if math.Float32bits(o1[i]) != math.Float32bits(o2[i]) {
 			t.Fatalf("out[%d]: %v then %v", i, o1[i], o2[i])

@@ -32,14 +32,7 @@ func TestAttentionGPTShapeBits(t *testing.T) {
 	w := randT(rng, -1, 1, 3, 128, 4*32)
 	run := func(threads int) (out, grad []float32) {
 		defer kernels.SetNumThreads(kernels.SetNumThreads(threads))
-		qkv.SetRequiresGrad(true)
-		qkv.SetGrad(nil)
-		o := SelfAttentionQKV(MulScalar(qkv, 1), 4, true)
-		out = append([]float32(nil), o.data...)
-		if err := o.BackwardWith(w); err != nil {
-			t.Fatal(err)
-		}
-		return out, append([]float32(nil), qkv.Grad().data...)
+		return packedAttention(t, qkv, w, 4)
 	}
 	o1, g1 := run(1)
 	o2, g2 := run(2)
