@@ -35,7 +35,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/gotrain/gotrain/internal/kernels"
 	"github.com/gotrain/gotrain/internal/option"
@@ -215,16 +214,7 @@ func (c *core) apply(p, g []float32, slots [][]float32, step int64, grp *group) 
 		}
 		c.update(p[lo:hi], g[lo:hi], scratch[lo:hi], sub, step, grp)
 	}
-	var wg sync.WaitGroup
-	for w := 1; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			chunk(w)
-		}()
-	}
-	chunk(0)
-	wg.Wait()
+	kernels.Parallel(workers, chunk)
 }
 
 // ZeroGrad sets every gradient to zero in place.

@@ -20,16 +20,7 @@ func parallelFor(n, minItems int, fn func(worker, lo, hi int)) int {
 		}
 		return 1
 	}
-	var wg sync.WaitGroup
-	for w := 1; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(w, w*n/workers, (w+1)*n/workers)
-		}()
-	}
-	fn(0, 0, n/workers)
-	wg.Wait()
+	kernels.Parallel(workers, func(w int) { fn(w, w*n/workers, (w+1)*n/workers) })
 	return workers
 }
 

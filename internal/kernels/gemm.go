@@ -313,18 +313,7 @@ func splitBlocks(n, block, parts int) [][2]int {
 }
 
 // runParallel calls f(0..n-1), f(0) on the calling goroutine.
-func runParallel(n int, f func(int)) {
-	var wg sync.WaitGroup
-	for t := 1; t < n; t++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f(t)
-		}()
-	}
-	f(0)
-	wg.Wait()
-}
+func runParallel(n int, f func(int)) { Parallel(n, f) }
 
 // scaleC sets C = beta·C, writing zeros without reading C when beta is 0.
 func scaleC(m, n int, beta float32, c []float32, ldc int) {
