@@ -3,9 +3,9 @@ package kernels
 import (
 	"fmt"
 	"math/rand/v2"
-	"testing"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
