@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -51,40 +53,56 @@ func startOnCPUs(t *testing.T, start func() error, n int) {
 }
 
 // TestTrainNProcAuto runs `gotrain train mnist --nproc-per-node auto` on
-// two CPUs: the layout measured fastest there is 2 workers of 1 thread
-// each, and each worker's kernels run the one thread the launcher gave it.
+// two CPUs for each model, with the layout measured fastest there: the
+// CNN as 2 workers of 1 thread each, the MLP as one worker of 2 threads;
+// each worker's kernels run the threads the launcher gave it.
 func TestTrainNProcAuto(t *testing.T) {
 	if clusterenv.CPUs() < 2 {
 		t.Skipf("%d CPUs (quota): the test needs 2", clusterenv.CPUs())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := gotrainCmd(ctx, t, "train", "mnist", "--nproc-per-node", "auto", "--max-steps", "3", "--progress=false")
-	var out, stdout testlog.Buffer
-	cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, &stdout), &out
-	startOnCPUs(t, cmd.Start, 2)
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("gotrain train mnist --nproc-per-node auto: %v; output:\n%s", err, out.String())
-	}
-	text := out.String()
-	if !strings.Contains(text, "--nproc-per-node auto\" workers=2 threads_per_worker=1 cpus=2") {
-		t.Errorf("want the launcher to choose 2 workers × 1 thread on 2 CPUs; output:\n%s", text)
-	}
-	var ranks []string
-	for _, m := range regexp.MustCompile(`(?m)^\[(rank\d+)\]: .*msg="kernel threads" .*threads=(\d+)`).FindAllStringSubmatch(text, -1) {
-		if m[2] != "1" {
-			t.Errorf("%s runs %s kernel threads, want 1", m[1], m[2])
-		}
-		ranks = append(ranks, m[1])
-	}
-	slices.Sort(ranks)
-	if !slices.Equal(ranks, []string{"rank0", "rank1"}) {
-		t.Errorf("kernel thread counts reported by %v, want rank0 and rank1; output:\n%s", ranks, text)
-	}
-	if kv := summary(t, stdout.String()); kv["world"] != "2" {
-		t.Errorf("summary world=%s, want 2", kv["world"])
-	}
-	if testing.Verbose() {
-		t.Log(text)
+	for _, tc := range []struct {
+		model            string
+		workers, threads int
+	}{
+		{"cnn", 2, 1},
+		{"mlp", 1, 2},
+	} {
+		t.Run(tc.model, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := gotrainCmd(ctx, t, "train", "mnist", "--model", tc.model, "--nproc-per-node", "auto", "--max-steps", "3", "--progress=false")
+			var out, stdout testlog.Buffer
+			cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, &stdout), &out
+			startOnCPUs(t, cmd.Start, 2)
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("gotrain train mnist --model %s --nproc-per-node auto: %v; output:\n%s", tc.model, err, out.String())
+			}
+			text := out.String()
+			layout := fmt.Sprintf("--nproc-per-node auto\" workers=%d threads_per_worker=%d cpus=2", tc.workers, tc.threads)
+			if !strings.Contains(text, layout) {
+				t.Errorf("want the launcher to choose %d workers × %d threads on 2 CPUs; output:\n%s", tc.workers, tc.threads, text)
+			}
+			var ranks []string
+			for _, m := range regexp.MustCompile(`(?m)^(?:\[(rank\d+)\]: )?.*msg="kernel threads" .*threads=(\d+)`).FindAllStringSubmatch(text, -1) {
+				if m[2] != strconv.Itoa(tc.threads) {
+					t.Errorf("%q runs %s kernel threads, want %d", m[1], m[2], tc.threads)
+				}
+				ranks = append(ranks, m[1])
+			}
+			want := []string{""} // one worker trains in the launching process
+			if tc.workers == 2 {
+				want = []string{"rank0", "rank1"}
+			}
+			slices.Sort(ranks)
+			if !slices.Equal(ranks, want) {
+				t.Errorf("kernel thread counts reported by %q, want %q; output:\n%s", ranks, want, text)
+			}
+			if kv := summary(t, stdout.String()); kv["world"] != strconv.Itoa(tc.workers) {
+				t.Errorf("summary world=%s, want %d", kv["world"], tc.workers)
+			}
+			if testing.Verbose() {
+				t.Log(text)
+			}
+		})
 	}
 }

@@ -25,28 +25,37 @@ func TestAutoLayout(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		cpus       int
+		threads    int // the job's fastest threads per worker
 		per, avail int64
 		want       workerLayout
 	}{
-		{"one CPU", 1, gib / 4, 8 * gib, workerLayout{1, 1}},
-		{"two CPUs", 2, gib / 4, 8 * gib, workerLayout{2, 1}},
-		{"64 CPUs, memory for all", 64, gib / 4, 64 * gib, workerLayout{64, 1}},
+		{"one CPU", 1, 1, gib / 4, 8 * gib, workerLayout{1, 1}},
+		{"two CPUs", 2, 1, gib / 4, 8 * gib, workerLayout{2, 1}},
+		{"64 CPUs, memory for all", 64, 1, gib / 4, 64 * gib, workerLayout{64, 1}},
 		// 64 and 32 workers need 64 and 32 GiB; 21 × 3 threads fit in 24.
-		{"64 CPUs, memory for 24", 64, gib, 24 * gib, workerLayout{21, 3}},
+		{"64 CPUs, memory for 24", 64, 1, gib, 24 * gib, workerLayout{21, 3}},
 		// 12 and 6 do not fit in 5 GiB; 4 × 3 do.
-		{"12 CPUs, memory for 5", 12, gib, 5 * gib, workerLayout{4, 3}},
+		{"12 CPUs, memory for 5", 12, 1, gib, 5 * gib, workerLayout{4, 3}},
 		// 11 CPUs: 5 workers (of 2 threads) do not fit in 4 GiB, 3 do,
 		// and the launcher gives each 11÷3 = 3 threads.
-		{"11 CPUs, memory for 4", 11, gib, 4 * gib, workerLayout{3, 3}},
-		{"memory for one", 64, 10 * gib, 12 * gib, workerLayout{1, 64}},
+		{"11 CPUs, memory for 4", 11, 1, gib, 4 * gib, workerLayout{3, 3}},
+		{"memory for one", 64, 1, 10 * gib, 12 * gib, workerLayout{1, 64}},
 		// Not even one worker fits: one, for the launcher's check to refuse.
-		{"memory for none", 8, 100 * gib, 12 * gib, workerLayout{1, 8}},
-		{"no CPU count", 0, gib, 8 * gib, workerLayout{1, 1}},
+		{"memory for none", 8, 1, 100 * gib, 12 * gib, workerLayout{1, 8}},
+		{"no CPU count", 0, 1, gib, 8 * gib, workerLayout{1, 1}},
+		// A job fastest at 2 threads per worker (the MNIST MLP).
+		{"two CPUs, 2 threads", 2, 2, gib / 4, 8 * gib, workerLayout{1, 2}},
+		{"64 CPUs, 2 threads", 64, 2, gib / 4, 64 * gib, workerLayout{32, 2}},
+		{"one CPU, 2 threads", 1, 2, gib / 4, 8 * gib, workerLayout{1, 1}},
+		// One worker of 2 threads leaves the third CPU to it as a thread.
+		{"3 CPUs, 2 threads", 3, 2, gib / 4, 8 * gib, workerLayout{1, 3}},
+		// 32 workers need 32 GiB; 21 × 3 threads fit in 24.
+		{"64 CPUs, 2 threads, memory for 24", 64, 2, gib, 24 * gib, workerLayout{21, 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := autoLayout(tc.cpus, memoryFits(tc.cpus, tc.per, tc.avail)); got != tc.want {
-				t.Errorf("autoLayout(%d CPUs, %d MiB per worker, %d MiB available) = %v, want %v",
-					tc.cpus, tc.per>>20, tc.avail>>20, got, tc.want)
+			if got := autoLayout(tc.cpus, tc.threads, memoryFits(tc.cpus, tc.per, tc.avail)); got != tc.want {
+				t.Errorf("autoLayout(%d CPUs, %d threads, %d MiB per worker, %d MiB available) = %v, want %v",
+					tc.cpus, tc.threads, tc.per>>20, tc.avail>>20, got, tc.want)
 			}
 		})
 	}
@@ -58,32 +67,37 @@ func TestAutoLayout(t *testing.T) {
 func TestAutoLayoutJobs(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		mem   jobflag.Memory
+		job   jobConfig
 		cpus  int
 		avail int64
 	}{
-		{"mnist mlp", (&mnistjob.Config{}).MemoryEstimate(), 64, 32 * gib},
-		{"mnist cnn", (&mnistjob.Config{Model: "cnn"}).MemoryEstimate(), 64, 32 * gib},
-		{"gpt default", (&gptjob.Config{}).MemoryEstimate(), 64, 32 * gib},
-		{"gpt2", (&gptjob.Config{Preset: "gpt2"}).MemoryEstimate(), 64, 128 * gib},
-		{"gpt2 small machine", (&gptjob.Config{Preset: "gpt2"}).MemoryEstimate(), 8, 32 * gib},
+		{"mnist mlp", &mnistjob.Config{}, 64, 32 * gib},
+		{"mnist cnn", &mnistjob.Config{Model: "cnn"}, 64, 32 * gib},
+		{"gpt default", &gptjob.Config{}, 64, 32 * gib},
+		{"gpt2", &gptjob.Config{Preset: "gpt2"}, 64, 128 * gib},
+		{"gpt2 small machine", &gptjob.Config{Preset: "gpt2"}, 8, 32 * gib},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fits := memoryFits(tc.cpus, tc.mem.Bytes, tc.avail)
-			got := autoLayout(tc.cpus, fits)
+			mem := tc.job.MemoryEstimate()
+			threads := threadsPerWorker(tc.job)
+			fits := memoryFits(tc.cpus, mem.Bytes, tc.avail)
+			got := autoLayout(tc.cpus, threads, fits)
 			if got.workers < 1 || got.workers > tc.cpus || got.threads != tc.cpus/got.workers {
 				t.Fatalf("%v on %d CPUs: want 1 to %d workers of CPUs÷workers threads", got, tc.cpus, tc.cpus)
 			}
 			if !fits(got.workers) && got.workers > 1 {
-				t.Errorf("%v: %d workers of %d MiB do not fit in %d MiB", got, got.workers, tc.mem.Bytes>>20, tc.avail>>20)
+				t.Errorf("%v: %d workers of %d MiB do not fit in %d MiB", got, got.workers, mem.Bytes>>20, tc.avail>>20)
 			}
 			// No layout of more workers (cpus/t for a smaller t) fits.
-			for th := 1; tc.cpus/th > got.workers; th++ {
+			if got.threads < min(threads, tc.cpus) {
+				t.Errorf("%v: fewer threads than the job's %d", got, threads)
+			}
+			for th := threads; tc.cpus/th > got.workers; th++ {
 				if fits(tc.cpus / th) {
 					t.Errorf("%v: %d workers of %d threads fit too", got, tc.cpus/th, th)
 				}
 			}
-			t.Logf("%d MiB per worker, %d CPUs, %d GiB: %v", tc.mem.Bytes>>20, tc.cpus, tc.avail/gib, got)
+			t.Logf("%d MiB per worker, %d CPUs, %d GiB: %v", mem.Bytes>>20, tc.cpus, tc.avail/gib, got)
 		})
 	}
 }

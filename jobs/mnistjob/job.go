@@ -99,11 +99,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, fmt.Errorf("mnistjob: %w", err)
 	}
 	defer r.Close()
-	if r.World() > 1 {
-		// Each worker's share of the CPUs, as the launcher set it
-		// (GOTRAIN_NUM_THREADS; see --nproc-per-node auto).
-		r.Logger().Info("kernel threads", "threads", kernels.NumThreads())
-	}
+	// Each worker's share of the CPUs, as the launcher set it
+	// (GOTRAIN_NUM_THREADS; see --nproc-per-node auto).
+	r.Logger().Info("kernel threads", "threads", kernels.NumThreads())
 	j := &job{cfg: cfg, run: r}
 	if err := j.buildModel(ctx); err != nil {
 		return Result{}, err
