@@ -532,26 +532,41 @@ func TestResNetCheckpointForTorch(t *testing.T) {
 func TestResNetHooksSeeIntactTensors(t *testing.T) {
 	m := ResNet18(10, "cifar")
 	blk := m.stages[0][0].(*BasicBlock)
-	var seen []*tensor.Tensor
-	var copies [][]float32
-	save := func(_ nn.Module, x, y *tensor.Tensor) {
-		for _, v := range []*tensor.Tensor{x, y} {
-			seen = append(seen, v)
-			copies = append(copies, slices.Clone(v.Data()))
-		}
-	}
-	defer nn.RegisterForwardHook(blk.bn1, save)()
-	defer nn.RegisterForwardHook(blk.conv2, save)()
+	var seen hookSnapshots
+	defer nn.RegisterForwardHook(blk.bn1, seen.save)()
+	defer nn.RegisterForwardHook(blk.conv2, seen.save)()
 	x := tensor.Rand(tensor.NewRNG(4), 2, 3, 8, 8)
 	if err := nn.CrossEntropy(m.Forward(x), []int{1, 2}).Backward(); err != nil {
 		t.Fatal(err)
 	}
-	if len(seen) != 4 {
-		t.Fatalf("the hooks ran %d times, want 2", len(seen)/2)
+	seen.check(t, 2)
+}
+
+// hookSnapshots records, as a forward hook, the tensors the hooked layers
+// see with a copy of their values, to check later that nothing recycled
+// them.
+type hookSnapshots struct {
+	seen   []*tensor.Tensor
+	copies [][]float32
+}
+
+func (h *hookSnapshots) save(_ nn.Module, x, y *tensor.Tensor) {
+	for _, v := range []*tensor.Tensor{x, y} {
+		h.seen = append(h.seen, v)
+		h.copies = append(h.copies, slices.Clone(v.Data()))
 	}
-	for i, v := range seen {
-		if !slices.Equal(v.Data(), copies[i]) {
-			t.Errorf("tensor %d a hook saw changed after Backward (%d values, had %d)", i, v.Len(), len(copies[i]))
+}
+
+// check fails t unless the hooks ran calls times and every tensor they
+// saw still holds the values it had then.
+func (h *hookSnapshots) check(t *testing.T, calls int) {
+	t.Helper()
+	if len(h.seen) != 2*calls {
+		t.Fatalf("the hooks ran %d times, want %d", len(h.seen)/2, calls)
+	}
+	for i, v := range h.seen {
+		if !slices.Equal(v.Data(), h.copies[i]) {
+			t.Errorf("tensor %d a hook saw changed after Backward (%d values, had %d)", i, v.Len(), len(h.copies[i]))
 		}
 	}
 }
