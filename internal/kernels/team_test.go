@@ -30,18 +30,44 @@ func TestParallelRunsEachIndexOnce(t *testing.T) {
 }
 
 // TestParallelFirstOnCaller checks that f(0) runs on the calling
-// goroutine and the others do not: a caller's goroutine-bound state (a
-// locked OS thread, say) holds for its own share only.
+// goroutine: a caller's goroutine-bound state (a locked OS thread, say)
+// holds for its own share.
 func TestParallelFirstOnCaller(t *testing.T) {
 	caller := goroutineID()
-	ids := make([]string, 3)
-	Parallel(3, func(i int) { ids[i] = goroutineID() })
-	if ids[0] != caller {
-		t.Errorf("f(0) ran on goroutine %s, want the caller's %s", ids[0], caller)
+	for range 100 {
+		var first string
+		Parallel(3, func(i int) {
+			if i == 0 {
+				first = goroutineID()
+			}
+		})
+		if first != caller {
+			t.Fatalf("f(0) ran on goroutine %s, want the caller's %s", first, caller)
+		}
 	}
-	for i, id := range ids[1:] {
-		if id == caller {
-			t.Errorf("f(%d) ran on the caller's goroutine", i+1)
+}
+
+// TestParallelFreesMembers checks that every team member is free once a
+// region has returned, whether it ran its task or its caller took the
+// task back: otherwise the team would shrink region by region to none.
+func TestParallelFreesMembers(t *testing.T) {
+	for r := range 500 {
+		Parallel(2+r%3, func(i int) {
+			if i == 0 && r%2 == 0 {
+				return // the caller done at once: it often takes its task back
+			}
+			x := float32(i)
+			for range 1000 {
+				x = x*0.5 + 1
+			}
+			_ = x
+		})
+		if p := team.members.Load(); p != nil {
+			for k, w := range *p {
+				if w.busy.Load() {
+					t.Fatalf("region %d: team member %d still busy after Parallel returned", r, k)
+				}
+			}
 		}
 	}
 }
