@@ -3,6 +3,7 @@ package tensor
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/gotrain/gotrain/internal/kernels"
 )
@@ -71,12 +72,17 @@ func SelfAttentionQKV(qkv *Tensor, heads int, causal bool) *Tensor {
 // run computes the attention into out and records its backward pass; in
 // the packed layout q, k and v are the one qkv tensor.
 func (a attnGeom) run(out, q, k, v *Tensor) *Tensor {
+	// As a.gemm was chosen: the native bf16 kernel, or the float32 one.
+	c := newBF16Cast()
+	a.packKV = c == nil || !c.native
 	lse := make([]float32, a.heads*a.tq)
 	bufs := workerBufs(a.heads, 1, attnBr*attnBc)
 	parallelFor(a.heads, 1, func(w, lo, hi int) {
 		st := make([]float32, 2*attnBr)
+		kp := getPanels()
+		defer putPanels(kp)
 		for h := lo; h < hi; h++ {
-			a.forwardHead(h, q.data, k.data, v.data, out.data, lse, bufs[w], st)
+			a.forwardHead(h, q.data, k.data, v.data, out.data, lse, bufs[w], st, kp)
 		}
 	})
 	putBufs(bufs)
@@ -104,8 +110,11 @@ func (a attnGeom) run(out, q, k, v *Tensor) *Tensor {
 		bufs := workerBufs(a.heads, 1, blocks*attnBr*attnBc)
 		parallelFor(a.heads, 1, func(w, lo, hi int) {
 			d := make([]float32, a.tq)
+			kp, vp := getPanels(), getPanels()
+			defer putPanels(kp)
+			defer putPanels(vp)
 			for h := lo; h < hi; h++ {
-				a.backwardHead(h, q.data, k.data, v.data, out.data, g, lse, dq, dk, dv, bufs[w], d, fresh)
+				a.backwardHead(h, q.data, k.data, v.data, out.data, g, lse, dq, dk, dv, bufs[w], d, fresh, kp, vp)
 			}
 		})
 		putBufs(bufs)
@@ -134,6 +143,11 @@ type attnGeom struct {
 	// gemm runs the block products: kernels.SgemmSerial, or under native
 	// bf16 autocast kernels.SgemmBF16Serial (see attentionAutocast).
 	gemm gemmFunc
+	// packKV: gemm is the float32 one, and the products with Kᵀ and Vᵀ
+	// run on a head's keys and values packed once (kernels.PackedB)
+	// rather than packed again by every block's call. The bf16 kernel
+	// rounds its operands as it packs them and keeps gemm.
+	packKV bool
 	// drop, if not nil, drops attention probabilities (see
 	// attention_dropout.go).
 	drop *attnDropout
@@ -203,9 +217,10 @@ func (a attnGeom) keysFor(i int) int {
 
 // forwardHead computes one head's output rows and their log-sum-exp. s is
 // the score block, st holds the running max and sum of each row.
-func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
+func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32, kp *kernels.PackedB) {
 	dh, ldq, ldkv, ldo := a.dh, a.ldq, a.ldkv, a.ldo
 	qh, kh, vh, oh := q[a.qOff(h):], k[a.kOff(h):], v[a.vOff(h):], o[a.oOff(h):]
+	kp = a.packNT(kp, kh)
 	lh := lse[h*a.tq : (h+1)*a.tq]
 	mrow, lrow := st[:attnBr], st[attnBr:]
 	for i0 := 0; i0 < a.tq; i0 += a.br {
@@ -218,7 +233,7 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
 		jEnd := a.keysFor(i0 + br - 1)
 		for j0 := 0; j0 < jEnd; j0 += a.bc {
 			bc := min(a.bc, jEnd-j0)
-			a.gemm(false, true, br, bc, dh, a.scale, qh[i0*ldq:], ldq, kh[j0*ldkv:], ldkv, 0, s, a.bc)
+			a.productNT(br, bc, j0, a.scale, qh[i0*ldq:], ldq, kh, kp, s)
 			for r := range br {
 				row := s[r*a.bc : r*a.bc+bc]
 				lim := min(bc, max(a.keysFor(i0+r)-j0, 0))
@@ -274,7 +289,10 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32) {
 // added to, the first time: every query block sees key block 0, and the
 // first query block taken for a key block sees all of its keys (the last
 // one under the causal mask, since Tq = Tk there).
-func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []float32, fresh bool) {
+//
+// kp and vp hold the head's keys and values packed for the products with
+// their transposes (see packNT).
+func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []float32, fresh bool, kp, vp *kernels.PackedB) {
 	dh, ldq, ldkv, ldo := a.dh, a.ldq, a.ldkv, a.ldo
 	at := func(x []float32, off int) []float32 {
 		if x == nil {
@@ -285,6 +303,12 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 	qh, kh, vh, oh, gh := q[a.qOff(h):], k[a.kOff(h):], v[a.vOff(h):], o[a.oOff(h):], g[a.oOff(h):]
 	dqh, dkh, dvh := at(dq, a.qOff(h)), at(dk, a.kOff(h)), at(dv, a.vOff(h))
 	lh := lse[h*a.tq : (h+1)*a.tq]
+	kp = a.packNT(kp, kh)
+	if dqh == nil && dkh == nil { // no dP = dO·Vᵀ to compute
+		vp = nil
+	} else {
+		vp = a.packNT(vp, vh)
+	}
 	for i := range a.tq {
 		d[i] = kernels.Dot(gh[i*ldo:i*ldo+dh], oh[i*ldo:])
 	}
@@ -321,7 +345,7 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 			if fresh && q == 0 {
 				betaKV = 0
 			}
-			a.gemm(false, true, br, bc, dh, a.scale, qh[i0*ldq:], ldq, kh[j0*ldkv:], ldkv, 0, p, a.bc)
+			a.productNT(br, bc, j0, a.scale, qh[i0*ldq:], ldq, kh, kp, p)
 			for r := range br {
 				row := p[r*a.bc : r*a.bc+bc]
 				lim8 := padMasked(row, min(bc, max(a.keysFor(i0+r)-j0, 0)))
@@ -340,7 +364,7 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 			}
 			// dP = dO_i·V_jᵀ, then dS = P∘(dP − D); the products below
 			// apply the scale.
-			a.gemm(false, true, br, bc, dh, 1, gh[i0*ldo:], ldo, vh[j0*ldkv:], ldkv, 0, dp, a.bc)
+			a.productNT(br, bc, j0, 1, gh[i0*ldo:], ldo, vh, vp, dp)
 			for r := range br {
 				if a.drop != nil { // through the dropout: dP = dPd∘M/(1−p)
 					a.drop.apply(dp[r*a.bc:r*a.bc+bc], a.dropIndex(h, i0+r, j0))
@@ -355,6 +379,43 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 			}
 		}
 	}
+}
+
+// packNT packs the transpose of the keys (or values) y that some query
+// sees into p and returns it, or returns nil when the block products do
+// not run on packed panels.
+func (a attnGeom) packNT(p *kernels.PackedB, y []float32) *kernels.PackedB {
+	if !a.packKV {
+		return nil
+	}
+	keys := 0
+	if a.tq > 0 {
+		keys = a.keysFor(a.tq - 1)
+	}
+	p.Pack(true, a.dh, keys, y, a.ldkv)
+	return p
+}
+
+// productNT computes the score block c = alpha·X·Yᵀ (row stride a.bc) of
+// br rows of x, row stride ldx, and keys j0..j0+bc of y (keys or values),
+// from yp's packed panels when it is not nil.
+func (a attnGeom) productNT(br, bc, j0 int, alpha float32, x []float32, ldx int, y []float32, yp *kernels.PackedB, c []float32) {
+	if yp != nil {
+		kernels.SgemmPackedB(false, br, bc, a.dh, alpha, x, ldx, yp, j0, 0, c, a.bc)
+		return
+	}
+	a.gemm(false, true, br, bc, a.dh, alpha, x, ldx, y[j0*a.ldkv:], a.ldkv, 0, c, a.bc)
+}
+
+// panels recycles the workers' packed keys and values between calls.
+var panels = sync.Pool{New: func() any { return new(kernels.PackedB) }}
+
+func getPanels() *kernels.PackedB { return panels.Get().(*kernels.PackedB) }
+
+// putPanels returns p to the pool without the operand it was packed from.
+func putPanels(p *kernels.PackedB) {
+	p.Reset()
+	panels.Put(p)
 }
 
 // padMasked sets the masked scores of row from lim up to the next

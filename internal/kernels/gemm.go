@@ -408,7 +408,6 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 	ws.a = grow(ws.a, kcMax*mr)
 	ws.tile = grow(ws.tile, mr*nr)
 	ws.scratch = grow(ws.scratch, 16*kcMax)
-	kernel := impl.kernels[mr]
 
 	// A is read in place (measured faster than packing it at every shape
 	// here: its micro-panels stream from L2 either way, and packing costs a
@@ -437,16 +436,7 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 				impl.packAEdge(ws, transA, a, lda, ic, mc, pc, kc)
 				tile := func(ir, jr int) {
 					mrEff, nrEff := min(mr, mc-ir), min(nr, nc-jr)
-					var ap *float32
-					var aRow, aCol int
-					switch {
-					case impl.kernels[mrEff] == nil:
-						ap, aRow, aCol = &ws.a[0], 1, mr
-					case transA:
-						ap, aRow, aCol = &a[pc*lda+ic+ir], 1, lda
-					default:
-						ap, aRow, aCol = &a[(ic+ir)*lda+pc], lda, 1
-					}
+					ap, aRow, aCol := tileA(impl, transA, a, lda, ic+ir, pc, mrEff, ws)
 					bp, bRow := &ws.b[jr*kc], nr
 					if directB && nrEff == nr {
 						bp, bRow = &b[pc*ldb+jc+jr], ldb
@@ -455,22 +445,7 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 					if pc == 0 && bias != nil {
 						fillTile(c[ci:], ldc, mrEff, nrEff, bias[jc+jr:])
 					}
-					if mrEff == mr && nrEff == nr {
-						kernel(kc, ap, aRow, aCol, bp, bRow, &c[ci], ldc, alpha, betaEff, allColumns)
-						return
-					}
-					rk := impl.kernels[mrEff]
-					if rk != nil && (nrEff == nr || impl.masked) {
-						rk(kc, ap, aRow, aCol, bp, bRow, &c[ci], ldc, alpha, betaEff, columnMasks(nrEff))
-						return
-					}
-					// Scratch tile: the row kernel (A may be read in place)
-					// or the full one on the zero-padded packed A panel.
-					if rk == nil {
-						rk = kernel
-					}
-					rk(kc, ap, aRow, aCol, bp, bRow, &ws.tile[0], nr, 1, 0, allColumns)
-					mergeTile(ws.tile, nr, mrEff, nrEff, alpha, betaEff, c[ci:], ldc)
+					impl.runTile(kc, ap, aRow, aCol, bp, bRow, c[ci:], ldc, mrEff, nrEff, alpha, betaEff, ws)
 				}
 				// A B micro-panel is reused across the A block's micro-panels.
 				for jr := 0; jr < nc; jr += nr {
@@ -481,6 +456,45 @@ func sgemmSerial(impl *gemmImpl, transA, transB bool, m, n, k int, alpha float32
 			}
 		}
 	}
+}
+
+// tileA returns where the micro-kernel reads rows ir..ir+rows of A's
+// columns from pc on, and with which strides: in place, or the packed edge
+// panel in ws.a when impl has no kernel for that many rows.
+func tileA(impl *gemmImpl, transA bool, a []float32, lda, ir, pc, rows int, ws *workspace) (ap *float32, aRow, aCol int) {
+	switch {
+	case impl.kernels[rows] == nil:
+		return &ws.a[0], 1, impl.mr
+	case transA:
+		return &a[pc*lda+ir], 1, lda
+	default:
+		return &a[ir*lda+pc], lda, 1
+	}
+}
+
+// runTile computes the rows×cols tile of C at c (row stride ldc) from the
+// A micro-panel at ap (strides aRow, aCol) and the B micro-panel at bp
+// (row stride bRow), k steps: the full kernel for a whole tile, the row
+// kernel where impl has one (masked to the columns that exist), or else
+// a kernel into the scratch tile ws.tile, merged into C.
+func (impl *gemmImpl) runTile(k int, ap *float32, aRow, aCol int, bp *float32, bRow int, c []float32, ldc, rows, cols int, alpha, beta float32, ws *workspace) {
+	mr, nr := impl.mr, impl.nr
+	if rows == mr && cols == nr {
+		impl.kernels[mr](k, ap, aRow, aCol, bp, bRow, &c[0], ldc, alpha, beta, allColumns)
+		return
+	}
+	rk := impl.kernels[rows]
+	if rk != nil && (cols == nr || impl.masked) {
+		rk(k, ap, aRow, aCol, bp, bRow, &c[0], ldc, alpha, beta, columnMasks(cols))
+		return
+	}
+	// Scratch tile: the row kernel (A may be read in place) or the full
+	// one on the zero-padded packed A panel.
+	if rk == nil {
+		rk = impl.kernels[mr]
+	}
+	rk(k, ap, aRow, aCol, bp, bRow, &ws.tile[0], nr, 1, 0, allColumns)
+	mergeTile(ws.tile, nr, rows, cols, alpha, beta, c, ldc)
 }
 
 // fillTileGeneric writes bias[:cols] into each of the first rows rows of C.
