@@ -50,14 +50,14 @@ func autoLayout(cpus, threads int, fits func(workers int) bool) workerLayout {
 
 // threadsPerWorker is the kernel threads per worker at which job trains
 // fastest: its ThreadsPerWorker method's, or 1. Data-parallel workers of
-// one thread each were at least as fast as one process running the same
-// CPUs as threads for every built-in model but the MNIST MLP (AMD EPYC
-// Zen 4, 2 vCPUs, docs/bench/threads.sh): the CNN and the GPT gain more
-// from a second worker than from a second thread, since a worker's
+// one thread each were faster than one process running the same CPUs as
+// threads for every built-in model but the MNIST MLP (AMD EPYC Zen 4, 2
+// vCPUs, docs/bench/threads.sh 3): the CNN 2,460 samples/s against
+// 2,316 and the GPT 31,507 tokens/s against 30,682, since a worker's
 // GEMMs, element-wise passes and optimizer run without waiting for other
 // threads and the allreduce of its gradients overlaps backward; the
 // MLP's batch-64 GEMMs split over 2 threads gain more than a second
-// worker.
+// worker (48,350 against 45,130 samples/s, four runs).
 func threadsPerWorker(job jobConfig) int {
 	if p, ok := job.(interface{ ThreadsPerWorker() int }); ok {
 		return max(p.ThreadsPerWorker(), 1)

@@ -178,7 +178,7 @@ func (j trainJob) command() *cobra.Command {
 // the harness settings every job shares.
 func (fl *trainFlags) register(f *pflag.FlagSet) {
 	h := fl.job.Harness()
-	f.StringVar(&fl.nproc, "nproc-per-node", "1", "number of local workers: an integer; cpu for one per CPU; auto for the layout measured faster for the job: one worker of one thread per CPU, each on its own batch, for the MNIST CNN and the GPT (on 2 AMD Zen 4 CPUs 2 workers trained them 1.02× and 1.12× as fast as one process of 2 threads), one worker per 2 CPUs for the MNIST MLP (one process of 2 threads trained it 1.14× as fast as 2 workers), or fewer workers of more threads each where memory holds fewer")
+	f.StringVar(&fl.nproc, "nproc-per-node", "1", "number of local workers: an integer; cpu for one per CPU; auto for the layout measured faster for the job: one worker of one thread per CPU, each on its own batch, for the MNIST CNN and the GPT (on 2 AMD Zen 4 CPUs 2 workers trained them 1.06× and 1.03× as fast as one process of 2 threads), one worker per 2 CPUs for the MNIST MLP (one process of 2 threads trained it 1.07× as fast as 2 workers), or fewer workers of more threads each where memory holds fewer")
 	f.IntVar(&fl.launch.MaxRestarts, "max-restarts", 0, "with --nproc-per-node > 1: restart all workers up to N times when one fails (use with --save and --resume)")
 	fl.backoff.register(f)
 	f.StringVar(&fl.launch.LogDir, "log-dir", "", "with --nproc-per-node > 1: also write each worker's output under this directory (see --tee and --redirects)")
