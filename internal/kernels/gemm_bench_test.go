@@ -55,19 +55,26 @@ func BenchmarkSgemm(b *testing.B) {
 // benchShapeRun times run on random operands of s (C of row stride n)
 // and reports GFLOP/s.
 func benchShapeRun(b *testing.B, s benchShape, run func(a []float32, lda int, bb []float32, ldb int, c []float32)) {
+	a, lda, bb, ldb, c := s.operands()
+	for b.Loop() {
+		run(a, lda, bb, ldb, c)
+	}
+	b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// operands returns random A, B and C of s, stored densely (C of row
+// stride n), with A's and B's row strides.
+func (s benchShape) operands() (a []float32, lda int, bb []float32, ldb int, c []float32) {
 	r := rand.New(rand.NewPCG(1, 2))
-	a, bb, c := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n), randSlice(r, s.m*s.n)
-	lda, ldb := s.k, s.n
+	a, bb, c = randSlice(r, s.m*s.k), randSlice(r, s.k*s.n), randSlice(r, s.m*s.n)
+	lda, ldb = s.k, s.n
 	if s.transA {
 		lda = s.m
 	}
 	if s.transB {
 		ldb = s.k
 	}
-	for b.Loop() {
-		run(a, lda, bb, ldb, c)
-	}
-	b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	return a, lda, bb, ldb, c
 }
 
 func transName(a, b bool) string {

@@ -2,7 +2,6 @@ package kernels
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,15 +21,7 @@ func BenchmarkSgemmThreadScaling(b *testing.B) {
 	}
 	for _, s := range shapes {
 		b.Run(fmt.Sprintf("m=%d,n=%d,k=%d,t=%s", s.m, s.n, s.k, transName(s.transA, s.transB)), func(b *testing.B) {
-			r := rand.New(rand.NewPCG(1, 2))
-			a, bb, c := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n), randSlice(r, s.m*s.n)
-			lda, ldb := s.k, s.n
-			if s.transA {
-				lda = s.m
-			}
-			if s.transB {
-				ldb = s.k
-			}
+			a, lda, bb, ldb, c := s.operands()
 			var d [2]time.Duration
 			run := func(t int) {
 				t0 := time.Now()
