@@ -42,7 +42,7 @@ func ScaledDotProductAttention(q, k, v *Tensor, causal bool) *Tensor {
 		return y
 	}
 	a := newAttnGeom("ScaledDotProductAttention", q, k, v, causal)
-	a.gemm = newBF16Cast().gemmSerial()
+	a.useCastGemm()
 	out := &Tensor{data: getBuf(len(q.data)), shape: append([]int(nil), q.shape...)}
 	return a.run(out, q, k, v)
 }
@@ -72,9 +72,6 @@ func SelfAttentionQKV(qkv *Tensor, heads int, causal bool) *Tensor {
 // run computes the attention into out and records its backward pass; in
 // the packed layout q, k and v are the one qkv tensor.
 func (a attnGeom) run(out, q, k, v *Tensor) *Tensor {
-	// As a.gemm was chosen: the native bf16 kernel, or the float32 one.
-	c := newBF16Cast()
-	a.packKV = c == nil || !c.native
 	lse := make([]float32, a.heads*a.tq)
 	bufs := workerBufs(a.heads, 1, attnBr*attnBc)
 	parallelFor(a.heads, 1, func(w, lo, hi int) {
@@ -145,8 +142,7 @@ type attnGeom struct {
 	gemm gemmFunc
 	// packKV: gemm is the float32 one, and the products with Kᵀ and Vᵀ
 	// run on a head's keys and values packed once (kernels.PackedB)
-	// rather than packed again by every block's call. The bf16 kernel
-	// rounds its operands as it packs them and keeps gemm.
+	// rather than packed again by every block's call (see useCastGemm).
 	packKV bool
 	// drop, if not nil, drops attention probabilities (see
 	// attention_dropout.go).
@@ -167,6 +163,16 @@ func newAttnGeom(op string, q, k, v *Tensor, causal bool) attnGeom {
 	a.setBlocks()
 	a.scale = float32(1 / math.Sqrt(float64(max(a.dh, 1))))
 	return a
+}
+
+// useCastGemm sets the block products' GEMM for the current autocast:
+// the native bf16 kernel, which rounds its operands as it packs them and
+// so packs every block itself, or the float32 one, which runs on each
+// head's keys and values packed once (packKV).
+func (a *attnGeom) useCastGemm() {
+	c := newBF16Cast()
+	a.gemm = c.gemmSerial()
+	a.packKV = c == nil || !c.native
 }
 
 // setBlocks sets the block sizes for the mask.

@@ -33,7 +33,7 @@ func ScaledDotProductAttentionDropout(q, k, v *Tensor, causal bool, p float32, r
 
 func sdpaDropout(q, k, v *Tensor, causal bool, drop *attnDropout) *Tensor {
 	a := newAttnGeom("ScaledDotProductAttentionDropout", q, k, v, causal)
-	a.gemm = newBF16Cast().gemmSerial()
+	a.useCastGemm()
 	a.drop = drop
 	out := &Tensor{data: getBuf(len(q.data)), shape: append([]int(nil), q.shape...)}
 	return a.run(out, q, k, v)
@@ -71,7 +71,7 @@ func selfAttentionQKV(qkv *Tensor, heads int, causal bool, drop *attnDropout) *T
 	}
 	a.setBlocks()
 	a.scale = float32(1 / math.Sqrt(float64(max(dh, 1))))
-	a.gemm = newBF16Cast().gemmSerial()
+	a.useCastGemm()
 	out := &Tensor{data: getBuf(b * t * c), shape: []int{b, t, c}}
 	return a.run(out, qkv, qkv, qkv)
 }

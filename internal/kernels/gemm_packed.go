@@ -1,5 +1,7 @@
 package kernels
 
+import "fmt"
+
 // PackedB is the right operand op(B) of GEMMs, k×n, packed once into the
 // micro-kernels' layout so that many products against its columns skip
 // the packing SgemmSerial repeats at every call: attention multiplies
@@ -36,14 +38,14 @@ func (p *PackedB) Reset() {
 // packWith is Pack in the layout of impl.
 func (p *PackedB) packWith(impl *gemmImpl, transB bool, k, n int, b []float32, ldb int) {
 	if k < 0 || n < 0 {
-		panic("kernels: PackedB.Pack negative dimension")
+		panic(fmt.Sprintf("kernels: PackedB.Pack: negative dimension k=%d n=%d", k, n))
 	}
 	rows, cols := k, n
 	if transB {
 		rows, cols = n, k
 	}
 	if rows > 0 && cols > 0 && (ldb < cols || len(b) < (rows-1)*ldb+cols) {
-		panic("kernels: PackedB.Pack B does not fit its shape")
+		panic(fmt.Sprintf("kernels: PackedB.Pack: B of %d floats, row stride %d, does not hold %d×%d", len(b), ldb, rows, cols))
 	}
 	*p = PackedB{impl: impl, transB: transB, k: k, n: n, b: b, ldb: ldb, data: p.data, ws: p.ws}
 	if k == 0 || n == 0 {
@@ -69,7 +71,7 @@ func (p *PackedB) packWith(impl *gemmImpl, transB bool, k, n int, b []float32, l
 // operands do not fit.
 func SgemmPackedB(transA bool, m, n, k int, alpha float32, a []float32, lda int, p *PackedB, j0 int, beta float32, c []float32, ldc int) {
 	if k != p.k || j0 < 0 || n < 0 || j0+n > p.n {
-		panic("kernels: SgemmPackedB columns or k outside the packed B")
+		panic(fmt.Sprintf("kernels: SgemmPackedB: k=%d and columns %d..%d do not fit the packed B (k=%d, %d columns)", k, j0, j0+n, p.k, p.n))
 	}
 	b := p.columns(j0)
 	checkGemmArgs(transA, p.transB, m, n, k, a, lda, b, p.ldb, c, ldc)

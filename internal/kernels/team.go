@@ -113,11 +113,9 @@ func (j *join) done() {
 func (j *join) wait() {
 	start := time.Now()
 	for spins := 0; j.pending.Load() != 0; spins++ {
-		if spins%64 != 63 {
+		if !yieldTurn(spins) {
 			continue
 		}
-		runtime.Gosched()
-		osYield()
 		if time.Since(start) < time.Duration(teamSpin.Load()) {
 			continue
 		}
@@ -128,6 +126,18 @@ func (j *join) wait() {
 		}
 		return
 	}
+}
+
+// yieldTurn reports whether poll number spins is one of every 64 that
+// let this process's other goroutines (runtime.Gosched) and other
+// processes' threads (osYield) run first, and then look at the clock.
+func yieldTurn(spins int) bool {
+	if spins%64 != 63 {
+		return false
+	}
+	runtime.Gosched()
+	osYield()
+	return true
 }
 
 // teamMember is one goroutine of the kernel team.
@@ -166,11 +176,9 @@ func (w *teamMember) loop() {
 			last = idleSince
 			continue
 		}
-		if spins%64 != 63 {
+		if !yieldTurn(spins) {
 			continue
 		}
-		runtime.Gosched()
-		osYield()
 		now := time.Now()
 		if now.Sub(last) > teamPreempted {
 			// Other threads want this CPU: polling would only put this
@@ -212,9 +220,8 @@ type teamSet struct {
 	members atomic.Pointer[[]*teamMember]
 }
 
-// claim returns an idle member marked busy, starting one when fewer than
-// want exist and all are busy, or nil when want members exist and all are
-// busy.
+// claim returns an idle member marked busy. When all are busy it starts
+// one, up to max(want, GOMAXPROCS−1) members, and beyond that returns nil.
 func (s *teamSet) claim(want int) *teamMember {
 	if w := s.idle(); w != nil {
 		return w
