@@ -58,7 +58,7 @@ func newRootCmd() *cobra.Command {
 	return root
 }
 
-// newBenchCmd groups the benchmarks (`gotrain bench gemm|allreduce|...`).
+// newBenchCmd groups the benchmarks (`gotrain bench gemm|cores|allreduce|...`).
 func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench BENCHMARK",
@@ -66,7 +66,7 @@ func newBenchCmd() *cobra.Command {
 		Args:  cobra.ArbitraryArgs,
 		RunE:  unknownSubcommand,
 	}
-	cmd.AddCommand(newBenchGemmCmd(), newBenchTrainCmd())
+	cmd.AddCommand(newBenchGemmCmd(), newBenchTrainCmd(), newBenchCoresCmd())
 	for _, op := range []string{"allreduce", "broadcast", "allgather"} {
 		cmd.AddCommand(newBenchCollectiveCmd(op))
 	}

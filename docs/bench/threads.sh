@@ -18,6 +18,14 @@
 # (MNIST) or 6th (GPT) step; gotrain's summaries (samples/s, tokens/s)
 # leave out the first 5 steps. `gotrain train JOB --nproc-per-node auto`
 # picks the layout these figures favour (see its --help).
+#
+# Each run's line also gives the CPUs' slowest round trip (`gotrain bench
+# cores`, max_ns) just before and just after it. A virtual machine's host
+# may place its two vCPUs apart for a while: their round trip then takes
+# several times as long, one process's 2 threads (which share each step's
+# data) slow down, and separate processes do not. The summary's last
+# column is t2/t1 over the runs whose round trips both stayed within 2× the
+# fastest seen in the whole run ("-" when none did).
 set -eu
 rounds=${1:-3}
 msteps=${2:-200}
@@ -53,8 +61,10 @@ for r in $(seq "$rounds"); do
 	for m in $models; do
 		for l in t1 t2 w2; do
 			for rn in gotrain torch2; do
+				c0=$("$bin" bench cores | field max_ns) || true
 				v=$(run "$rn" "$m" "$l") || true
-				echo "round=$r model=$m runner=$rn layout=$l per_s=${v:-failed}"
+				c1=$("$bin" bench cores | field max_ns) || true
+				echo "round=$r model=$m runner=$rn layout=$l per_s=${v:-failed} c2c_ns=${c0:-0}/${c1:-0}"
 			done
 		done
 	done
@@ -62,7 +72,17 @@ done | tee "$out"
 awk '
 	{ for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
 	  k = f["model"] SUBSEP f["runner"]; if (!(k in seen)) { seen[k] = 1; order[++rows] = k }
-	  kl = k SUBSEP f["layout"]; n[kl]++; v[kl, n[kl]] = f["per_s"] }
+	  kl = k SUBSEP f["layout"]; n[kl]++; v[kl, n[kl]] = f["per_s"]
+	  split(f["c2c_ns"], c, "/"); hi = (c[1] + 0 > c[2] + 0 ? c[1] + 0 : c[2] + 0); c2c[kl, n[kl]] = hi
+	  for (i = 1; i <= 2; i++) if (c[i] + 0 > 0 && (lo == "" || c[i] + 0 < lo)) lo = c[i] + 0 }
+	# closeMedian is the median of the runs of kl whose round trips stayed
+	# within 2x the fastest (lo), or 0.
+	function closeMedian(kl,   i, cn) {
+		cn = 0
+		for (i = 1; i <= n[kl]; i++) if (c2c[kl, i] > 0 && c2c[kl, i] <= 2 * lo) { cn++; v[kl "close", cn] = v[kl, i] }
+		n[kl "close"] = cn
+		return median(kl "close")
+	}
 	function median(kl,   i, j, x, s, c) {
 		c = n[kl]
 		if (!c) return 0
@@ -71,12 +91,15 @@ awk '
 		return c % 2 ? s[(c + 1) / 2] : (s[c / 2] + s[c / 2 + 1]) / 2
 	}
 	END {
-		printf "%-5s %-8s %10s %10s %10s %8s %8s %s\n", "model", "runner", "1thread", "2threads", "2workers", "t2/t1", "w2/t1", "faster"
+		printf "%-5s %-8s %10s %10s %10s %8s %8s %-8s %s\n", "model", "runner", "1thread", "2threads", "2workers", "t2/t1", "w2/t1", "faster", "t2/t1(close)"
 		for (r = 1; r <= rows; r++) {
 			split(order[r], mr, SUBSEP); k = order[r]
 			t1 = median(k SUBSEP "t1"); t2 = median(k SUBSEP "t2"); w2 = median(k SUBSEP "w2")
-			printf "%-5s %-8s %10.0f %10.0f %10.0f %7.2fx %7.2fx %s\n", mr[1], mr[2], t1, t2, w2,
-				(t1 > 0 ? t2 / t1 : 0), (t1 > 0 ? w2 / t1 : 0), (t2 > w2 ? "threads" : "workers")
+			t1c = closeMedian(k SUBSEP "t1"); t2c = closeMedian(k SUBSEP "t2")
+			printf "%-5s %-8s %10.0f %10.0f %10.0f %7.2fx %7.2fx %-8s %s\n", mr[1], mr[2], t1, t2, w2,
+				(t1 > 0 ? t2 / t1 : 0), (t1 > 0 ? w2 / t1 : 0), (t2 > w2 ? "threads" : "workers"),
+				(t1c > 0 && t2c > 0 ? sprintf("%.2fx", t2c / t1c) : "-")
 		}
+		printf "fastest round trip between the CPUs: %s ns (close: both within 2x of it)\n", (lo == "" ? "?" : lo)
 	}' "$out"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //') ($(nproc) CPUs)"
