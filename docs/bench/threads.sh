@@ -24,8 +24,8 @@
 # may place its two vCPUs apart for a while: their round trip then takes
 # several times as long, one process's 2 threads (which share each step's
 # data) slow down, and separate processes do not. The summary's last
-# column is t2/t1 over the runs whose round trips both stayed within 2× the
-# fastest seen in the whole run ("-" when none did).
+# column is t2/t1 with only the 2-thread runs whose round trips both
+# stayed within 2× the fastest seen in the whole run ("-" when none did).
 set -eu
 rounds=${1:-3}
 msteps=${2:-200}
@@ -75,8 +75,8 @@ awk '
 	  kl = k SUBSEP f["layout"]; n[kl]++; v[kl, n[kl]] = f["per_s"]
 	  split(f["c2c_ns"], c, "/"); hi = (c[1] + 0 > c[2] + 0 ? c[1] + 0 : c[2] + 0); c2c[kl, n[kl]] = hi
 	  for (i = 1; i <= 2; i++) if (c[i] + 0 > 0 && (lo == "" || c[i] + 0 < lo)) lo = c[i] + 0 }
-	# closeMedian is the median of the runs of kl whose round trips stayed
-	# within 2x the fastest (lo), or 0.
+	# closeMedian is the median of the runs of kl whose round trips both
+	# stayed within 2x the fastest (lo), or 0.
 	function closeMedian(kl,   i, cn) {
 		cn = 0
 		for (i = 1; i <= n[kl]; i++) if (c2c[kl, i] > 0 && c2c[kl, i] <= 2 * lo) { cn++; v[kl "close", cn] = v[kl, i] }
@@ -95,10 +95,10 @@ awk '
 		for (r = 1; r <= rows; r++) {
 			split(order[r], mr, SUBSEP); k = order[r]
 			t1 = median(k SUBSEP "t1"); t2 = median(k SUBSEP "t2"); w2 = median(k SUBSEP "w2")
-			t1c = closeMedian(k SUBSEP "t1"); t2c = closeMedian(k SUBSEP "t2")
+			t2c = closeMedian(k SUBSEP "t2")
 			printf "%-5s %-8s %10.0f %10.0f %10.0f %7.2fx %7.2fx %-8s %s\n", mr[1], mr[2], t1, t2, w2,
 				(t1 > 0 ? t2 / t1 : 0), (t1 > 0 ? w2 / t1 : 0), (t2 > w2 ? "threads" : "workers"),
-				(t1c > 0 && t2c > 0 ? sprintf("%.2fx", t2c / t1c) : "-")
+				(t1 > 0 && t2c > 0 ? sprintf("%.2fx", t2c / t1) : "-")
 		}
 		printf "fastest round trip between the CPUs: %s ns (close: both within 2x of it)\n", (lo == "" ? "?" : lo)
 	}' "$out"
