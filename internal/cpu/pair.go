@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -20,10 +21,6 @@ type RoundTrip struct {
 	Rounds int
 	Time   time.Duration // per round trip
 }
-
-// errNoAnswer is returned when the other thread did not answer for
-// answerTimeout: its CPU is not running it.
-var errNoAnswer = errors.New("no answer")
 
 // answerTimeout bounds the wait for one answer, so that a CPU that never
 // runs the other thread (taken offline, or held by another task at a
@@ -49,32 +46,52 @@ func MeasureRoundTrip(ctx context.Context, a, b, rounds int) (RoundTrip, error) 
 		return RoundTrip{}, err
 	}
 	for _, c := range []int{a, b} {
-		if !contains(allowed, c) {
+		if !slices.Contains(allowed, c) {
 			return RoundTrip{}, fmt.Errorf("cpu %d is not one this process may run on (allowed: %s)", c, FormatList(allowed))
 		}
 	}
 	var line pingLine
+	line.v.Store(-2) // each side adds 1 once pinned: 0 starts the first round
+	var elapsed time.Duration
 	errs := make(chan error, 2)
-	start := make(chan struct{})
-	// Each side waits for the other's last value and writes its own:
-	// A writes odd values, B even ones.
-	side := func(cpu int, first int64) {
-		errs <- onCPU(cpu, func() error {
-			<-start
+	// A writes odd values and B even ones, each after the other's last;
+	// A times the rounds on its own thread, from B's first answer being
+	// awaited to its last arriving, so that pinning is not counted.
+	await := func(cpu, other int, want int64) error {
+		if err := line.await(ctx, want); err != nil {
+			return fmt.Errorf("cpu %d waiting for cpu %d: %w", cpu, other, err)
+		}
+		return nil
+	}
+	go func() {
+		errs <- onCPU(a, func() error {
+			line.v.Add(1)
+			if err := await(a, b, 0); err != nil {
+				return err
+			}
+			t0 := time.Now()
 			for i := int64(0); i < int64(rounds); i++ {
-				want := 2*i + first
-				if err := line.await(ctx, want); err != nil {
-					return fmt.Errorf("cpu %d waiting for cpu %d: %w", cpu, otherOf(cpu, a, b), err)
+				line.v.Store(2*i + 1)
+				if err := await(a, b, 2*i+2); err != nil {
+					return err
 				}
-				line.v.Store(want + 1)
+			}
+			elapsed = time.Since(t0)
+			return nil
+		})
+	}()
+	go func() {
+		errs <- onCPU(b, func() error {
+			line.v.Add(1)
+			for i := int64(0); i < int64(rounds); i++ {
+				if err := await(b, a, 2*i+1); err != nil {
+					return err
+				}
+				line.v.Store(2*i + 2)
 			}
 			return nil
 		})
-	}
-	go side(a, 0)
-	go side(b, 1)
-	t0 := time.Now()
-	close(start)
+	}()
 	var first error
 	for range 2 {
 		if err := <-errs; err != nil && first == nil {
@@ -82,7 +99,6 @@ func MeasureRoundTrip(ctx context.Context, a, b, rounds int) (RoundTrip, error) 
 			line.abort.Store(true) // let the other side stop waiting
 		}
 	}
-	elapsed := time.Since(t0)
 	if first != nil {
 		return RoundTrip{}, first
 	}
@@ -116,26 +132,10 @@ func (l *pingLine) await(ctx context.Context, want int64) error {
 		if since.IsZero() {
 			since = now
 		} else if now.Sub(since) > answerTimeout {
-			return fmt.Errorf("%w within %v", errNoAnswer, answerTimeout)
+			return fmt.Errorf("no answer within %v", answerTimeout)
 		}
 	}
 	return nil
-}
-
-func otherOf(c, a, b int) int {
-	if c == a {
-		return b
-	}
-	return a
-}
-
-func contains(list []int, c int) bool {
-	for _, x := range list {
-		if x == c {
-			return true
-		}
-	}
-	return false
 }
 
 // FormatList writes CPUs as Linux's cpulist format does: "0-3,8".
