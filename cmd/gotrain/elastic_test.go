@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +16,7 @@ import (
 	"time"
 
 	"github.com/gotrain/gotrain/checkpoint"
-	"github.com/gotrain/gotrain/internal/testenv"
+	"github.com/gotrain/gotrain/internal/testetcd"
 	"github.com/gotrain/gotrain/internal/testnet"
 )
 
@@ -233,58 +232,13 @@ func lastResume(n *elasticNode) int {
 	return s
 }
 
-// startEtcd starts Debian's etcd on loopback on free ports with a data
-// directory of its own and returns its client endpoint; the test kills
-// it by PID at the end. It skips without etcd unless
-// GOTRAIN_REQUIRE_ENGINES=1.
-func startEtcd(t *testing.T) string {
-	t.Helper()
-	bin := testenv.LookPath(t, "etcd")
-	client, peer := testnet.FreeAddr(t), testnet.FreeAddr(t)
-	dir := t.TempDir()
-	cmd := exec.Command(bin, "--name", "gotrain-test", "--data-dir", filepath.Join(dir, "data"),
-		"--listen-client-urls", "http://"+client, "--advertise-client-urls", "http://"+client,
-		"--listen-peer-urls", "http://"+peer, "--initial-advertise-peer-urls", "http://"+peer,
-		"--initial-cluster", "gotrain-test=http://"+peer, "--log-level", "error")
-	out := newOutput(nil)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting etcd: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-	})
-	// etcd announces its client port only in its info log: the port is
-	// polled (a refused connection costs nothing), and etcd's exit ends
-	// the wait.
-	listening := poll(15*time.Second, 20*time.Millisecond, func() bool {
-		select {
-		case <-exited:
-			t.Fatalf("etcd exited:\n%s", out.String())
-		default:
-		}
-		c, err := net.DialTimeout("tcp", client, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	if !listening {
-		t.Fatalf("etcd not listening on %s after 15s:\n%s", client, out.String())
-	}
-	return client
-}
-
 // TestElasticEtcd: three nodes form a group of 3; one is killed, and the
 // other two re-form a world of 2 and carry on from the checkpoint; a
 // fourth arrives and the group grows to 3 (not counted as a failure);
 // the node holding rank 0 is killed, and the last two finish the epoch
 // from the checkpoint: with etcd no gotrain process holds the state.
 func TestElasticEtcd(t *testing.T) {
-	endpoint := startEtcd(t)
+	endpoint := testetcd.Start(t)
 	ckpt := filepath.Join(t.TempDir(), "m.safetensors")
 	// The three first nodes start together, and the first round must
 	// wait for the slowest of them to join: on a loaded machine it may

@@ -2,6 +2,7 @@
 package testnet
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -23,13 +24,20 @@ const (
 // It draws the port from below the kernel's ephemeral range, where the
 // local ports of outgoing connections (which tests open by the thousand)
 // cannot take it in that window, and from below the ranges gotrain's
-// launcher and data plane use themselves.
+// launcher and data plane use themselves. Test binaries of several
+// packages run at once, so each port is also reserved until the test
+// ends (see reserve): no other test, in this process or another, is
+// given it meanwhile.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	for range 32 {
+	for range 64 {
 		p := portMin + rand.IntN(portMax-portMin)
-		if ln, err := net.Listen("tcp", ":"+strconv.Itoa(p)); err == nil {
-			ln.Close()
+		ln, err := net.Listen("tcp", ":"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		if reserve(t, p) {
 			return p
 		}
 	}
@@ -45,4 +53,20 @@ func FreePort(t testing.TB) int {
 func FreeAddr(t testing.TB) string {
 	t.Helper()
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+}
+
+// reserve claims port p for the rest of the test across every process on
+// the machine, and reports whether the claim was free. The claim is a
+// Linux abstract Unix socket named after the port: it needs no file, and
+// the kernel drops it when the test closes it or its process exits.
+func reserve(t testing.TB, p int) bool {
+	if !abstractSockets {
+		return true
+	}
+	ln, err := net.Listen("unix", fmt.Sprintf("@gotrain-test-port-%d", p))
+	if err != nil {
+		return false
+	}
+	t.Cleanup(func() { ln.Close() })
+	return true
 }

@@ -3,60 +3,14 @@ package etcd
 import (
 	"context"
 	"net"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/gotrain/gotrain/internal/testenv"
-	"github.com/gotrain/gotrain/internal/testlog"
-	"github.com/gotrain/gotrain/internal/testproc"
+	"github.com/gotrain/gotrain/internal/testetcd"
 )
 
-// startEtcd starts Debian's etcd on loopback on free ports with its own
-// data directory, killed by PID when the test ends; it skips without
-// etcd unless GOTRAIN_REQUIRE_ENGINES=1.
-func startEtcd(t *testing.T) string {
-	t.Helper()
-	bin := testenv.LookPath(t, "etcd")
-	free := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	}
-	client, peer := free(), free()
-	cmd := exec.Command(bin, "--name", "t", "--data-dir", filepath.Join(t.TempDir(), "data"),
-		"--listen-client-urls", "http://"+client, "--advertise-client-urls", "http://"+client,
-		"--listen-peer-urls", "http://"+peer, "--initial-advertise-peer-urls", "http://"+peer,
-		"--initial-cluster", "t=http://"+peer, "--log-level", "error")
-	out := &testlog.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	listening := func() bool {
-		c, err := net.DialTimeout("tcp", client, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}
-	if !testproc.Poll(30*time.Second, listening) {
-		t.Fatalf("etcd not listening on %s:\n%s", client, out.String())
-	}
-	return client
-}
-
 func TestBackend(t *testing.T) {
-	ep := startEtcd(t)
+	ep := testetcd.Start(t)
 	ctx := context.Background()
 	a, err := Dial(ctx, []string{ep}, "job", 2*time.Second)
 	if err != nil {

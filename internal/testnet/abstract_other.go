@@ -1,0 +1,6 @@
+//go:build !linux
+
+package testnet
+
+// abstractSockets: without abstract Unix sockets ports are not claimed.
+const abstractSockets = false
