@@ -79,7 +79,9 @@ func start(t testing.TB, bin string) (client, output string, ok bool) {
 	// answers there, not whatever else may hold the port; etcd's exit
 	// ends the wait.
 	var gone bool
-	hc := &http.Client{Timeout: time.Second}
+	// No kept-alive connection outlives the wait (its goroutines would
+	// outlive the test's server).
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	listening := testproc.Poll(30*time.Second, func() bool {
 		select {
 		case <-exited:

@@ -37,7 +37,8 @@ func TestStartAgainOnTakenPort(t *testing.T) {
 	if picks < 4 {
 		t.Fatalf("Start picked %d ports; want a second start after the clash", picks)
 	}
-	resp, err := http.Get("http://" + client + "/version")
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := hc.Get("http://" + client + "/version")
 	if err != nil {
 		t.Fatalf("etcd at %s: %v", client, err)
 	}
