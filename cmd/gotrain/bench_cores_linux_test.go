@@ -1,23 +1,21 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gotrain/gotrain/internal/cpu"
+	"github.com/gotrain/gotrain/internal/testlog"
 )
 
 // TestBenchCores runs `gotrain bench cores`: a line per pair of the CPUs
 // the process may run on and a summary, or, with one CPU, a refusal
 // saying there is no pair; and refuses --rounds 0.
 func TestBenchCores(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("bench cores pins threads to CPUs: Linux only")
-	}
 	cpus, err := cpu.Allowed()
 	if err != nil {
 		t.Fatal(err)
@@ -54,5 +52,20 @@ func TestBenchCores(t *testing.T) {
 	combined, _, code = runGotrain(t, 60*time.Second, "bench", "cores", "--rounds", "0")
 	if code != exitUsage || !strings.Contains(combined, "--rounds 0: must be at least 1") {
 		t.Errorf("bench cores --rounds 0: exit %d, output %q; want exit %d naming --rounds", code, combined, exitUsage)
+	}
+}
+
+// TestBenchCoresOneCPU runs `gotrain bench cores` limited to one CPU: it
+// refuses, saying there is no pair to measure.
+func TestBenchCoresOneCPU(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := gotrainCmd(ctx, t, "bench", "cores")
+	var out testlog.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	startOnCPUs(t, cmd.Start, 1)
+	err := cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); err == nil || code != exitFailure || !strings.Contains(out.String(), "there is no pair to measure") {
+		t.Fatalf("bench cores on one CPU: %v (exit %d), output %q; want exit %d saying there is no pair", err, code, out.String(), exitFailure)
 	}
 }
