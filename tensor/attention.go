@@ -34,8 +34,10 @@ const (
 // FlashAttention: scores are computed a block at a time with an online
 // softmax, never more than one attnBr×attnBc block per head, and only the
 // log-sum-exp of each query row is kept for backward, which recomputes
-// the scores block by block. Blocks wholly above the causal diagonal are
-// skipped. Heads spread over kernels.NumThreads goroutines. It panics,
+// the scores block by block. Where every key fits in one block (Tk ≤
+// 128, without dropout) forward keeps the probabilities instead and
+// backward reads them (see keepsProbs). Blocks wholly above the causal
+// diagonal are skipped. Heads spread over kernels.NumThreads goroutines. It panics,
 // naming both shapes, when the operands do not fit together.
 func ScaledDotProductAttention(q, k, v *Tensor, causal bool) *Tensor {
 	if y, ok := attentionAutocast(q, k, v, causal); ok { // bf16 operands under Autocast
@@ -73,17 +75,24 @@ func SelfAttentionQKV(qkv *Tensor, heads int, causal bool) *Tensor {
 // the packed layout q, k and v are the one qkv tensor.
 func (a attnGeom) run(out, q, k, v *Tensor) *Tensor {
 	lse := make([]float32, a.heads*a.tq)
+	var probs []float32 // every head's probabilities, when kept for backward
+	if a.keepsProbs() && GradEnabled() && (q.needsGrad() || k.needsGrad() || v.needsGrad()) {
+		probs = getBuf(a.probsLen())
+	}
 	bufs := workerBufs(a.heads, 1, attnBr*attnBc)
 	parallelFor(a.heads, 1, func(w, lo, hi int) {
 		st := make([]float32, 2*attnBr)
 		kp := getPanels()
 		defer putPanels(kp)
 		for h := lo; h < hi; h++ {
-			a.forwardHead(h, q.data, k.data, v.data, out.data, lse, bufs[w], st, kp)
+			a.forwardHead(h, q.data, k.data, v.data, out.data, lse, bufs[w], st, kp, probs)
 		}
 	})
 	putBufs(bufs)
 	backward := func(g []float32) {
+		if probs != nil {
+			defer putBuf(probs)
+		}
 		var dq, dk, dv []float32
 		fresh := false // packed: dqkv not yet holding anything
 		if a.packed {
@@ -111,7 +120,7 @@ func (a attnGeom) run(out, q, k, v *Tensor) *Tensor {
 			defer putPanels(kp)
 			defer putPanels(vp)
 			for h := lo; h < hi; h++ {
-				a.backwardHead(h, q.data, k.data, v.data, out.data, g, lse, dq, dk, dv, bufs[w], d, fresh, kp, vp)
+				a.backwardHead(h, q.data, k.data, v.data, out.data, g, lse, dq, dk, dv, bufs[w], d, fresh, kp, vp, probs)
 			}
 		})
 		putBufs(bufs)
@@ -221,14 +230,62 @@ func (a attnGeom) keysFor(i int) int {
 	return a.tk
 }
 
+// keepsProbs reports whether the forward pass keeps the attention
+// probabilities for backward instead of backward recomputing them: when
+// every key fits in one key block (Tk ≤ attnBc), so each row's softmax is
+// final after one block, and without dropout. Backward then skips the
+// product Q·Kᵀ and its exponentials, a fifth of its products, at the cost
+// of probsLen floats held from forward to backward: Tk/(3·Dh) times the
+// fused qkv activation at most (4/3 for heads of 32 at T = 128). Longer
+// sequences recompute them block by block, as FlashAttention does, so
+// their memory stays linear in T.
+func (a attnGeom) keepsProbs() bool { return a.tk <= a.bc && a.drop == nil }
+
+// probsLen is the length of the kept probabilities: for each head, tq
+// rows of a.bc floats, laid out as the score blocks are.
+func (a attnGeom) probsLen() int { return a.heads * a.tq * a.bc }
+
+// probsAt returns head h's kept probabilities from query row i, or nil
+// when none are kept.
+func (a attnGeom) probsAt(probs []float32, h, i int) []float32 {
+	if probs == nil {
+		return nil
+	}
+	return probs[(h*a.tq+i)*a.bc:]
+}
+
+// prefetchProbs asks for the part of head h's kept probabilities that
+// its row blocks use to be brought into cache: they were written, or are
+// to be overwritten, long after they were last in cache, and the block
+// products read them transposed, an order the hardware does not
+// prefetch.
+func (a attnGeom) prefetchProbs(probs []float32, h int) {
+	for i0 := 0; i0 < a.tq; i0 += a.br {
+		br := min(a.br, a.tq-i0)
+		width := min(a.bc, a.keysFor(i0+br-1))
+		for r := range br {
+			kernels.Prefetch(a.probsAt(probs, h, i0+r)[:width])
+		}
+	}
+}
+
 // forwardHead computes one head's output rows and their log-sum-exp. s is
-// the score block, st holds the running max and sum of each row.
-func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32, kp *kernels.PackedB) {
+// the score block, st holds the running max and sum of each row. With
+// probs (see keepsProbs) each row block's scores are taken in place there
+// and left as the normalised probabilities P, and the output is P·V.
+func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32, kp *kernels.PackedB, probs []float32) {
 	dh, ldq, ldkv, ldo := a.dh, a.ldq, a.ldkv, a.ldo
 	qh, kh, vh, oh := q[a.qOff(h):], k[a.kOff(h):], v[a.vOff(h):], o[a.oOff(h):]
 	kp = a.packNT(kp, kh)
 	lh := lse[h*a.tq : (h+1)*a.tq]
 	mrow, lrow := st[:attnBr], st[attnBr:]
+	// With every key in one block each row's softmax is final after it,
+	// so P is normalised before P·V (whether kept or not, so that the
+	// output does not depend on it); otherwise the output is rescaled.
+	oneBlock := a.tk <= a.bc
+	if probs != nil {
+		a.prefetchProbs(probs, h)
+	}
 	for i0 := 0; i0 < a.tq; i0 += a.br {
 		br := min(a.br, a.tq-i0)
 		oi := oh[i0*ldo:]
@@ -237,6 +294,9 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32, kp *kerne
 			lrow[r] = 0
 		}
 		jEnd := a.keysFor(i0 + br - 1)
+		if probs != nil {
+			s = a.probsAt(probs, h, i0)
+		}
 		for j0 := 0; j0 < jEnd; j0 += a.bc {
 			bc := min(a.bc, jEnd-j0)
 			a.productNT(br, bc, j0, a.scale, qh[i0*ldq:], ldq, kh, kp, s)
@@ -260,6 +320,9 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32, kp *kerne
 				}
 				lrow[r] += sum
 				mrow[r] = mx
+				if oneBlock { // the row's softmax is final: P itself
+					kernels.Scale(1/sum, row[:lim8])
+				}
 				if a.drop != nil { // after the sum: dropout follows the softmax
 					a.drop.apply(row[:lim], a.dropIndex(h, i0+r, j0))
 				}
@@ -282,7 +345,9 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32, kp *kerne
 				}
 				continue
 			}
-			kernels.Scale(1/lrow[r], or)
+			if !oneBlock { // P·V was taken with P unnormalised
+				kernels.Scale(1/lrow[r], or)
+			}
 			lh[i0+r] = mrow[r] + float32(math.Log(float64(lrow[r])))
 		}
 	}
@@ -297,8 +362,9 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32, kp *kerne
 // one under the causal mask, since Tq = Tk there).
 //
 // kp and vp hold the head's keys and values packed for the products with
-// their transposes (see packNT).
-func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []float32, fresh bool, kp, vp *kernels.PackedB) {
+// their transposes (see packNT). With probs, the probabilities kept by
+// forwardHead, P is read there instead of recomputed.
+func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []float32, fresh bool, kp, vp *kernels.PackedB, probs []float32) {
 	dh, ldq, ldkv, ldo := a.dh, a.ldq, a.ldkv, a.ldo
 	at := func(x []float32, off int) []float32 {
 		if x == nil {
@@ -309,7 +375,11 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 	qh, kh, vh, oh, gh := q[a.qOff(h):], k[a.kOff(h):], v[a.vOff(h):], o[a.oOff(h):], g[a.oOff(h):]
 	dqh, dkh, dvh := at(dq, a.qOff(h)), at(dk, a.kOff(h)), at(dv, a.vOff(h))
 	lh := lse[h*a.tq : (h+1)*a.tq]
-	kp = a.packNT(kp, kh)
+	if probs == nil { // Q·Kᵀ is recomputed
+		kp = a.packNT(kp, kh)
+	} else {
+		a.prefetchProbs(probs, h)
+	}
 	if dqh == nil && dkh == nil { // no dP = dO·Vᵀ to compute
 		vp = nil
 	} else {
@@ -351,25 +421,22 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 			if fresh && q == 0 {
 				betaKV = 0
 			}
-			a.productNT(br, bc, j0, a.scale, qh[i0*ldq:], ldq, kh, kp, p)
-			for r := range br {
-				row := p[r*a.bc : r*a.bc+bc]
-				lim8 := padMasked(row, min(bc, max(a.keysFor(i0+r)-j0, 0)))
-				kernels.ExpShiftSum(row[:lim8], row[:lim8], lh[i0+r]) // P = e^(S − lse)
-				clear(row[lim8:])
-				if a.drop != nil {
-					copy(pd[r*a.bc:r*a.bc+bc], row)
-					a.drop.apply(pd[r*a.bc:r*a.bc+bc], a.dropIndex(h, i0+r, j0))
-				}
-			}
-			if dvh != nil { // dV_j += Pᵀ·dO_i (the dropped P)
-				a.gemm(true, false, bc, dh, br, 1, pd, a.bc, gh[i0*ldo:], ldo, betaKV, dvh[j0*ldkv:], ldkv)
+			if probs != nil {
+				p = a.probsAt(probs, h, i0)
+				pd = p
+			} else {
+				a.recomputeProbs(h, i0, br, j0, bc, qh, kh, kp, lh, p, pd)
 			}
 			if dqh == nil && dkh == nil {
+				if dvh != nil { // dV_j += Pᵀ·dO_i (the dropped P)
+					a.gemm(true, false, bc, dh, br, 1, pd, a.bc, gh[i0*ldo:], ldo, betaKV, dvh[j0*ldkv:], ldkv)
+				}
 				continue
 			}
 			// dP = dO_i·V_jᵀ, then dS = P∘(dP − D); the products below
-			// apply the scale.
+			// apply the scale. dS is taken before dV, so that P, read
+			// row by row, is in cache for dV's transposed reads (kept
+			// from forward, it comes from memory).
 			a.productNT(br, bc, j0, 1, gh[i0*ldo:], ldo, vh, vp, dp)
 			for r := range br {
 				if a.drop != nil { // through the dropout: dP = dPd∘M/(1−p)
@@ -377,12 +444,33 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 				}
 				kernels.SubMul(dp[r*a.bc:r*a.bc+bc], p[r*a.bc:], d[i0+r])
 			}
+			if dvh != nil { // dV_j += Pᵀ·dO_i (the dropped P)
+				a.gemm(true, false, bc, dh, br, 1, pd, a.bc, gh[i0*ldo:], ldo, betaKV, dvh[j0*ldkv:], ldkv)
+			}
 			if dqh != nil { // dQ_i += scale·dS·K_j
 				a.gemm(false, false, br, dh, bc, a.scale, dp, a.bc, kh[j0*ldkv:], ldkv, betaQ, dqh[i0*ldq:], ldq)
 			}
 			if dkh != nil { // dK_j += scale·dSᵀ·Q_i
 				a.gemm(true, false, bc, dh, br, a.scale, dp, a.bc, qh[i0*ldq:], ldq, betaKV, dkh[j0*ldkv:], ldkv)
 			}
+		}
+	}
+}
+
+// recomputeProbs recomputes P = e^(S − lse) into p for query rows
+// i0..i0+br and keys j0..j0+bc of head h (the dropped P∘M/(1−p) into pd
+// too, under dropout), from the scores' product Q·Kᵀ with kp's packed
+// keys.
+func (a attnGeom) recomputeProbs(h, i0, br, j0, bc int, qh, kh []float32, kp *kernels.PackedB, lh, p, pd []float32) {
+	a.productNT(br, bc, j0, a.scale, qh[i0*a.ldq:], a.ldq, kh, kp, p)
+	for r := range br {
+		row := p[r*a.bc : r*a.bc+bc]
+		lim8 := padMasked(row, min(bc, max(a.keysFor(i0+r)-j0, 0)))
+		kernels.ExpShiftSum(row[:lim8], row[:lim8], lh[i0+r]) // P = e^(S − lse)
+		clear(row[lim8:])
+		if a.drop != nil {
+			copy(pd[r*a.bc:r*a.bc+bc], row)
+			a.drop.apply(pd[r*a.bc:r*a.bc+bc], a.dropIndex(h, i0+r, j0))
 		}
 	}
 }

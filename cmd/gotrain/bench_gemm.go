@@ -79,8 +79,9 @@ const (
 // FlashAttention kernel runs them. That kernel computes whole 32-row
 // blocks up to the last key of each block's last row (10/16 of the T×T
 // square at T = 128, 9/16 at 256, not the causal half), and its backward
-// recomputes the scores: seven products (S and O forward; S, dV, dP, dQ
-// and dK backward), not six. Counting what runs makes the bound the time
+// recomputes the scores where the keys take more than one block (T >
+// 128): seven products (S and O forward; S, dV, dP, dQ and dK backward),
+// not six; up to T = 128 it reads the probabilities forward kept. Counting what runs makes the bound the time
 // of the step's own GEMMs, so that its fraction measures the rest of the
 // step; gptModelFlops is the smaller work the model needs.
 func gptStepGemms(g gptShape) []stepGemm {
@@ -137,7 +138,9 @@ func attentionGemms(t, dh, heads int) []stepGemm {
 		}
 	}
 	// Backward: per key block, the query blocks that see it; the scores
-	// are recomputed, then dV, dP, dQ and dK.
+	// are recomputed (unless every key fits in one block, where forward
+	// kept the probabilities), then dV, dP, dQ and dK.
+	recompute := t > bc
 	for j0 := 0; j0 < t; j0 += bc {
 		for i0 := j0 / br * br; i0 < t; i0 += br {
 			rows := min(br, t-i0)
@@ -145,9 +148,11 @@ func attentionGemms(t, dh, heads int) []stepGemm {
 			if keys == 0 {
 				continue
 			}
-			add(rows, keys, dh, false, true)  // S = Q·Kᵀ again
-			add(keys, dh, rows, true, false)  // dV += Pᵀ·dO
+			if recompute {
+				add(rows, keys, dh, false, true) // S = Q·Kᵀ again
+			}
 			add(rows, keys, dh, false, true)  // dP = dO·Vᵀ
+			add(keys, dh, rows, true, false)  // dV += Pᵀ·dO
 			add(rows, dh, keys, false, false) // dQ += dS·K
 			add(keys, dh, rows, true, false)  // dK += dSᵀ·Q
 		}
@@ -230,7 +235,8 @@ at the rate measured for that shape and nothing else took time:
 The GPT's GEMMs are those its step runs: attention as the causal
 FlashAttention kernel tiles it, whole 32-row blocks up to each block's last
 key (10/16 of the T×T scores at T = 128), with the scores recomputed in
-backward (seven products, not six). model_* is the work the model needs,
+backward when T is over 128 (seven products, not six; up to 128 backward
+reads the probabilities forward kept). model_* is the work the model needs,
 attention's six products over the causal half of the scores, at the same
 rates (attention's at the mean rate of its block products): the bound of a
 kernel that wasted nothing. The bounds are for one thread: with more,

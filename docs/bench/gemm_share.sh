@@ -34,7 +34,8 @@
 #
 # The fractions are tokens/s over bound tokens/s: "bound" counts the GEMMs
 # the step runs (gotrain's causal attention tiles 32-row blocks, 10/16 of
-# the scores at T = 128, and recomputes them in backward), "model_bnd" the
+# the scores at T = 128, and recomputes them in backward above T = 128),
+# "model_bnd" the
 # work the model needs, both at the rates bench gemm measures per shape.
 set -eu
 models=${MODELS:-4x128:4:4:128:128:32 12x768:12:12:768:256:4}

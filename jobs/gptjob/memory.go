@@ -42,6 +42,21 @@ const (
 	loaderWords = 3 * 2 * 2
 )
 
+// keptProbs is the floats of attention probabilities forward keeps for
+// backward over L blocks: with every key in one key block (T ≤ 128), a
+// row of 128 per query, head and sequence (see
+// tensor.ScaledDotProductAttention); longer sequences keep none.
+func keptProbs(B, T, L, H float64) float64 {
+	if T > attnKeyBlock {
+		return 0
+	}
+	return L * B * H * T * attnKeyBlock
+}
+
+// attnKeyBlock is the fused attention's key block: up to this many keys,
+// forward keeps the probabilities.
+const attnKeyBlock = 128
+
 // MemoryEstimate is MemoryEstimateWorld for the job's WorldSize (1 when
 // unset).
 func (c Config) MemoryEstimate() jobflag.Memory {
@@ -51,7 +66,7 @@ func (c Config) MemoryEstimate() jobflag.Memory {
 // MemoryEstimateWorld is the memory one rank of world needs at its
 // peak, estimated as
 //
-//	64 MiB + h × 4 B × (S + B·T·(k·C + 4·C + 3·V + 12) + T²)
+//	64 MiB + h × 4 B × (S + B·T·(k·C + 4·C + 3·V + 12) + T² + A)
 //
 // with P = V·C + T·C + L·U + 2·C the parameters (U = 12·C² + 13·C per
 // block; the lm_head shares wte's weights), B the batch size, T the
@@ -70,8 +85,10 @@ func (c Config) MemoryEstimate() jobflag.Memory {
 // ActivationCheckpointing L + 24 (each block's input, and one block's
 // activations while it is recomputed); then the embeddings, the logits,
 // their softmax and gradient, the loader's three buffers of inputs and
-// targets, and one attention score matrix. It names the size flag that
-// weighs most.
+// targets, and one attention score matrix. A is the attention
+// probabilities kept for backward up to T = 128 without dropout, L·B·H·T·128
+// with H the heads (one block's with ActivationCheckpointing), 0 otherwise.
+// It names the size flag that weighs most.
 func (c Config) MemoryEstimateWorld(world int) jobflag.Memory {
 	d := c.withDefaults()
 	V := float64(dataVocab(d.Data))
@@ -96,11 +113,15 @@ func (c Config) MemoryEstimateWorld(world int) jobflag.Memory {
 	}
 	acts := func() float64 {
 		B, C, T, L := float64(d.BatchSize), float64(d.NEmbd), float64(d.BlockSize), float64(d.NLayer)
-		kept := L * memPerTokenWidth
+		kept, probLayers := L*memPerTokenWidth, L
 		if d.ActivationCheckpointing {
-			kept = L + memPerTokenWidth
+			kept, probLayers = L+memPerTokenWidth, 1
 		}
-		return B*T*(kept*C+4*C+3*V+loaderWords) + T*T
+		probs := 0.0
+		if d.Dropout == 0 {
+			probs = keptProbs(B, T, probLayers, float64(d.NHead))
+		}
+		return B*T*(kept*C+4*C+3*V+loaderWords) + T*T + probs
 	}
 	sharded := world > 1 && d.Sharding != "" && d.Sharding != harness.ShardNone
 	bytes := func() float64 {
