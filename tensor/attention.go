@@ -84,7 +84,13 @@ func (a attnGeom) run(out, q, k, v *Tensor) *Tensor {
 		st := make([]float32, 2*attnBr)
 		kp := getPanels()
 		defer putPanels(kp)
+		if probs != nil {
+			a.prefetchHead(probs, nil, lo)
+		}
 		for h := lo; h < hi; h++ {
+			if probs != nil && h+1 < hi {
+				a.prefetchHead(probs, nil, h+1)
+			}
 			a.forwardHead(h, q.data, k.data, v.data, out.data, lse, bufs[w], st, kp, probs)
 		}
 	})
@@ -119,7 +125,11 @@ func (a attnGeom) run(out, q, k, v *Tensor) *Tensor {
 			kp, vp := getPanels(), getPanels()
 			defer putPanels(kp)
 			defer putPanels(vp)
+			a.prefetchHead(probs, out.data, lo)
 			for h := lo; h < hi; h++ {
+				if h+1 < hi {
+					a.prefetchHead(probs, out.data, h+1)
+				}
 				a.backwardHead(h, q.data, k.data, v.data, out.data, g, lse, dq, dk, dv, bufs[w], d, fresh, kp, vp, probs)
 			}
 		})
@@ -254,17 +264,26 @@ func (a attnGeom) probsAt(probs []float32, h, i int) []float32 {
 	return probs[(h*a.tq+i)*a.bc:]
 }
 
-// prefetchProbs asks for the part of head h's kept probabilities that
-// its row blocks use to be brought into cache: they were written, or are
-// to be overwritten, long after they were last in cache, and the block
-// products read them transposed, an order the hardware does not
-// prefetch.
-func (a attnGeom) prefetchProbs(probs []float32, h int) {
-	for i0 := 0; i0 < a.tq; i0 += a.br {
-		br := min(a.br, a.tq-i0)
-		width := min(a.bc, a.keysFor(i0+br-1))
-		for r := range br {
-			kernels.Prefetch(a.probsAt(probs, h, i0+r)[:width])
+// prefetchHead asks for what head h's pass reads first from memory to
+// be brought into cache while the head before it runs: the part of its
+// kept probabilities its row blocks use (written long before, or to be
+// overwritten, and read transposed by the block products, an order the
+// hardware does not prefetch), and in backward (o not nil) its output
+// rows, written in forward, which Σ dO·O reads a few floats at a time.
+func (a attnGeom) prefetchHead(probs, o []float32, h int) {
+	if probs != nil {
+		for i0 := 0; i0 < a.tq; i0 += a.br {
+			br := min(a.br, a.tq-i0)
+			width := min(a.bc, a.keysFor(i0+br-1))
+			for r := range br {
+				kernels.Prefetch(a.probsAt(probs, h, i0+r)[:width])
+			}
+		}
+	}
+	if o != nil {
+		oh := o[a.oOff(h):]
+		for i := range a.tq {
+			kernels.Prefetch(oh[i*a.ldo : i*a.ldo+a.dh])
 		}
 	}
 }
@@ -283,9 +302,6 @@ func (a attnGeom) forwardHead(h int, q, k, v, o, lse, s, st []float32, kp *kerne
 	// so P is normalised before P·V (whether kept or not, so that the
 	// output does not depend on it); otherwise the output is rescaled.
 	oneBlock := a.tk <= a.bc
-	if probs != nil {
-		a.prefetchProbs(probs, h)
-	}
 	for i0 := 0; i0 < a.tq; i0 += a.br {
 		br := min(a.br, a.tq-i0)
 		oi := oh[i0*ldo:]
@@ -377,8 +393,6 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 	lh := lse[h*a.tq : (h+1)*a.tq]
 	if probs == nil { // Q·Kᵀ is recomputed
 		kp = a.packNT(kp, kh)
-	} else {
-		a.prefetchProbs(probs, h)
 	}
 	if dqh == nil && dkh == nil { // no dP = dO·Vᵀ to compute
 		vp = nil
