@@ -84,15 +84,9 @@ func (a attnGeom) run(out, q, k, v *Tensor) *Tensor {
 		st := make([]float32, 2*attnBr)
 		kp := getPanels()
 		defer putPanels(kp)
-		if probs != nil {
-			a.prefetchHead(probs, nil, lo)
-		}
-		for h := lo; h < hi; h++ {
-			if probs != nil && h+1 < hi {
-				a.prefetchHead(probs, nil, h+1)
-			}
+		a.eachHead(lo, hi, probs, nil, func(h int) {
 			a.forwardHead(h, q.data, k.data, v.data, out.data, lse, bufs[w], st, kp, probs)
-		}
+		})
 	})
 	putBufs(bufs)
 	backward := func(g []float32) {
@@ -125,13 +119,9 @@ func (a attnGeom) run(out, q, k, v *Tensor) *Tensor {
 			kp, vp := getPanels(), getPanels()
 			defer putPanels(kp)
 			defer putPanels(vp)
-			a.prefetchHead(probs, out.data, lo)
-			for h := lo; h < hi; h++ {
-				if h+1 < hi {
-					a.prefetchHead(probs, out.data, h+1)
-				}
+			a.eachHead(lo, hi, probs, out.data, func(h int) {
 				a.backwardHead(h, q.data, k.data, v.data, out.data, g, lse, dq, dk, dv, bufs[w], d, fresh, kp, vp, probs)
-			}
+			})
 		})
 		putBufs(bufs)
 	}
@@ -255,13 +245,21 @@ func (a attnGeom) keepsProbs() bool { return a.tk <= a.bc && a.drop == nil }
 // rows of a.bc floats, laid out as the score blocks are.
 func (a attnGeom) probsLen() int { return a.heads * a.tq * a.bc }
 
-// probsAt returns head h's kept probabilities from query row i, or nil
-// when none are kept.
+// probsAt returns head h's kept probabilities from query row i.
 func (a attnGeom) probsAt(probs []float32, h, i int) []float32 {
-	if probs == nil {
-		return nil
-	}
 	return probs[(h*a.tq+i)*a.bc:]
+}
+
+// eachHead runs f on heads lo..hi in turn, asking for each next head's
+// data (see prefetchHead) while the one before it runs.
+func (a attnGeom) eachHead(lo, hi int, probs, o []float32, f func(h int)) {
+	a.prefetchHead(probs, o, lo)
+	for h := lo; h < hi; h++ {
+		if h+1 < hi {
+			a.prefetchHead(probs, o, h+1)
+		}
+		f(h)
+	}
 }
 
 // prefetchHead asks for what head h's pass reads first from memory to
@@ -441,22 +439,18 @@ func (a attnGeom) backwardHead(h int, q, k, v, o, g, lse, dq, dk, dv, s, d []flo
 			} else {
 				a.recomputeProbs(h, i0, br, j0, bc, qh, kh, kp, lh, p, pd)
 			}
-			if dqh == nil && dkh == nil {
-				if dvh != nil { // dV_j += Pᵀ·dO_i (the dropped P)
-					a.gemm(true, false, bc, dh, br, 1, pd, a.bc, gh[i0*ldo:], ldo, betaKV, dvh[j0*ldkv:], ldkv)
-				}
-				continue
-			}
 			// dP = dO_i·V_jᵀ, then dS = P∘(dP − D); the products below
 			// apply the scale. dS is taken before dV, so that P, read
 			// row by row, is in cache for dV's transposed reads (kept
 			// from forward, it comes from memory).
-			a.productNT(br, bc, j0, 1, gh[i0*ldo:], ldo, vh, vp, dp)
-			for r := range br {
-				if a.drop != nil { // through the dropout: dP = dPd∘M/(1−p)
-					a.drop.apply(dp[r*a.bc:r*a.bc+bc], a.dropIndex(h, i0+r, j0))
+			if dqh != nil || dkh != nil {
+				a.productNT(br, bc, j0, 1, gh[i0*ldo:], ldo, vh, vp, dp)
+				for r := range br {
+					if a.drop != nil { // through the dropout: dP = dPd∘M/(1−p)
+						a.drop.apply(dp[r*a.bc:r*a.bc+bc], a.dropIndex(h, i0+r, j0))
+					}
+					kernels.SubMul(dp[r*a.bc:r*a.bc+bc], p[r*a.bc:], d[i0+r])
 				}
-				kernels.SubMul(dp[r*a.bc:r*a.bc+bc], p[r*a.bc:], d[i0+r])
 			}
 			if dvh != nil { // dV_j += Pᵀ·dO_i (the dropped P)
 				a.gemm(true, false, bc, dh, br, 1, pd, a.bc, gh[i0*ldo:], ldo, betaKV, dvh[j0*ldkv:], ldkv)
